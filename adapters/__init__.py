@@ -1,0 +1,1 @@
+"""Platform adapters: one subpackage each, with the same module names for the same jobs."""

@@ -1,0 +1,52 @@
+"""Sending and updating the console's bot messages: records in the chat timeline."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from adapters.console.cards import render_card
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from sessions import TimelineStore
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _card_record(reply_to: Envelope, progress: Progress, record_id: str, at: int) -> dict[str, Any]:
+    return {
+        "id": record_id, "role": "bot", "type": "card",
+        "replyTo": reply_to.reply_to.message_id if reply_to.reply_to else reply_to.event_id,
+        "conversation": progress.conversation, "turnId": progress.turn_id,
+        "card": render_card(progress), "version": progress.version, "at": at, "updatedAt": _ms(),
+    }
+
+
+class ConsoleOutbound:
+    def __init__(self, *, integration_id: str, timeline: TimelineStore) -> None:
+        self.integration_id = integration_id
+        self.timeline = timeline
+
+    async def send_card(self, reply_to: Envelope, progress: Progress, *, idempotency_key: str) -> str:
+        record_id = f"card-{idempotency_key}"
+        record = _card_record(reply_to, progress, record_id, _ms())
+        # create never overwrites: a retried send (same key) reuses the card already there.
+        await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create")
+        return record_id
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        existing = await self.timeline.get(self.integration_id, reply_to.chat.id, handle)
+        at = int(existing["at"]) if existing else _ms()
+        record = _card_record(reply_to, progress, handle, at)
+        if existing and "replyTo" in existing:
+            record["replyTo"] = existing["replyTo"]
+        await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="upsert")
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        record = {
+            "id": f"text-{idempotency_key}", "role": "bot", "type": "text", "text": text,
+            "replyTo": reply_to.event_id, "at": _ms(),
+        }
+        await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create")

@@ -1,0 +1,105 @@
+"""What an adapter is to the core: a factory found by entry point, and per-integration adapters.
+
+Adapters import only this module (and the other public types of ``gateway``); the core never
+imports an adapter (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from aiohttp import web
+
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from gateway.settings import IntegrationBase
+
+if TYPE_CHECKING:
+    from sessions import TimelineStore
+
+ENTRY_POINT_GROUP = "xpert_gateway.adapters"
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOutcome:
+    """What became of an inbound event; adapters ack the platform only after this returns."""
+
+    status: Literal["queued", "duplicate", "ignored", "busy", "handled"]
+    reason: str = ""
+
+
+class Ingest(Protocol):
+    async def __call__(self, envelope: Envelope) -> IngestOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterContext:
+    """Everything the core lends an adapter."""
+
+    ingest: Ingest
+    timeline: TimelineStore
+    spawn: Callable[[Awaitable[Any]], None]
+
+
+class Adapter(abc.ABC):
+    """One integration's platform connection: inbound wiring plus outbound rendering."""
+
+    def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
+        self.settings = settings
+        self.context = context
+
+    @property
+    def integration_id(self) -> str:
+        return self.settings.id
+
+    async def start(self) -> None:  # noqa: B027 - adapters without connections need nothing
+        """Open long connections, fetch the bot's own identity."""
+
+    async def stop(self) -> None:  # noqa: B027
+        """Close long connections (DESIGN: connections are owned and closed explicitly)."""
+
+    def readiness(self) -> dict[str, Any]:
+        """Connection state for ``/readyz``; ``ready`` False makes the replica unready."""
+        return {"ready": True}
+
+    @abc.abstractmethod
+    async def send_card(self, reply_to: Envelope, progress: Progress, *, idempotency_key: str) -> str:
+        """Send the turn's card in reply to ``reply_to``; returns the handle used to update it.
+
+        The same ``idempotency_key`` must never produce a second message.
+        """
+
+    @abc.abstractmethod
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        """Update the card in place to show ``progress``."""
+
+    @abc.abstractmethod
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        """A plain reply (command answers, busy notices)."""
+
+
+class AdapterFactory(Protocol):
+    """Registered under the ``xpert_gateway.adapters`` entry point group."""
+
+    platform: str
+    settings_model: type[IntegrationBase]
+
+    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter: ...
+
+    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
+        """Add the platform's HTTP routes; ``adapters`` maps integrationId to its adapter."""
+        ...
+
+
+def discover_adapters() -> dict[str, AdapterFactory]:
+    """Installed adapter factories by platform name."""
+    found: dict[str, AdapterFactory] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        factory_cls = ep.load()
+        factory: AdapterFactory = factory_cls()
+        found[factory.platform] = factory
+    return found

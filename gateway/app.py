@@ -1,0 +1,226 @@
+"""The daemon: assembles Redis, adapters, pipeline, flusher and runner into one aiohttp app, and
+owns signals, health and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from gateway import __version__
+from gateway.adapter import Adapter, AdapterContext, AdapterFactory, discover_adapters
+from gateway.flusher import Flusher
+from gateway.metrics import Metrics
+from gateway.pipeline import Pipeline
+from gateway.runner import Runner
+from gateway.settings import Settings
+from sessions import KeyBuilder, RedisHandle, SessionStore, TimelineStore, connect_redis
+
+log = structlog.get_logger("gateway.app")
+
+APP_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
+
+
+class Gateway:
+    """One replica. ``start`` brings it up, ``shutdown`` takes it down gracefully."""
+
+    def __init__(self, *, settings: Settings, factories: dict[str, AdapterFactory] | None = None):
+        self.settings = settings
+        self.factories = factories if factories is not None else discover_adapters()
+        self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.redis: RedisHandle | None = None
+        self.adapters: dict[str, Adapter] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.metrics = Metrics()
+        self.started_at = time.time()
+        self.stopping = False
+        self._loops: list[asyncio.Task[None]] = []
+
+    # --- assembly --------------------------------------------------------------------------
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        """Background work (replies, notices) kept in a set and awaited at shutdown."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("background task failed")
+
+        task = asyncio.create_task(guarded())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def start(self) -> None:
+        s = self.settings
+        url = s.redis.url.get_secret_value() if s.redis.url else None
+        self.redis = await connect_redis(
+            url, data_dir=s.data_dir, connect_timeout_s=s.redis.connect_timeout_seconds
+        )
+        client = self.redis.client
+        keys = KeyBuilder(prefix=s.redis.key_prefix)
+        self.store = SessionStore(
+            client=client, keys=keys, dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000)
+        )
+        self.timeline = TimelineStore(client=client, keys=keys)
+        self.runner = Runner(
+            store=self.store, settings=s, adapters=self.adapters, replica_id=self.replica_id
+        )
+        self.flusher = Flusher(
+            store=self.store, runner=self.runner, replica_id=self.replica_id,
+            poll_ms=s.runtime.poll_interval_ms, max_runs=s.runtime.max_concurrent_runs,
+        )
+        self.pipeline = Pipeline(
+            store=self.store, settings=s, adapters=self.adapters, wake=self.flusher.wake,
+            spawn=self.spawn,
+        )
+        context = AdapterContext(
+            ingest=self.metrics.wrap_ingest(self.pipeline.ingest), timeline=self.timeline,
+            spawn=self.spawn,
+        )
+        for integ in s.integrations:
+            if not integ.enabled:
+                continue
+            factory = self.factories[integ.platform]
+            self.adapters[integ.id] = factory.create(settings=integ, context=context)
+        for adapter in self.adapters.values():
+            await adapter.start()
+        self._loops = [
+            asyncio.create_task(self.flusher.run(), name="flusher"),
+            asyncio.create_task(self._control_loop(), name="control"),
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+        ]
+        log.info("gateway started", replica=self.replica_id, integrations=list(self.adapters),
+                 embedded_redis=self.redis.embedded is not None)
+
+    def web_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.server.max_body_bytes)
+        app[APP_KEY] = self
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self.metrics.handler)
+        app.router.add_get("/", self._root)
+        for platform, factory in self.factories.items():
+            mine = {k: a for k, a in self.adapters.items() if a.settings.platform == platform}
+            factory.setup_routes(app, mine)
+        return app
+
+    # --- loops -----------------------------------------------------------------------------
+    async def _control_loop(self) -> None:
+        """Stop requests from any replica reach the one running the turn at once (pub/sub);
+        the lease renewal re-checks the cancel flag in case a message is missed."""
+        assert self.redis is not None
+        while not self.stopping:
+            pubsub = self.redis.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.store.keys.control_channel())
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    data = json.loads(message["data"])
+                    if data.get("op") == "cancel":
+                        self.runner.stop_local(data["conversation"], data.get("turnId"))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("control channel lost; resubscribing", error=str(exc))
+                await asyncio.sleep(1)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def _heartbeat_loop(self) -> None:
+        while not self.stopping:
+            with contextlib.suppress(Exception):
+                await self.store.heartbeat(
+                    self.replica_id,
+                    {"pid": os.getpid(), "started": self.started_at, "active": len(self.runner.active),
+                     "version": __version__},
+                    ttl_ms=15_000,
+                )
+            await asyncio.sleep(5)
+
+    # --- HTTP ------------------------------------------------------------------------------
+    async def _root(self, request: web.Request) -> web.StreamResponse:
+        if any(a.settings.platform == "console" for a in self.adapters.values()):
+            raise web.HTTPFound("/console/")
+        return web.json_response({"name": "xpert-gateway", "version": __version__})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "replica": self.replica_id})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        checks: dict[str, Any] = {}
+        ready = not self.stopping
+        try:
+            assert self.redis is not None
+            await asyncio.wait_for(self.redis.client.ping(), 2)
+            checks["redis"] = {"ready": True}
+        except Exception as exc:
+            checks["redis"] = {"ready": False, "error": type(exc).__name__}
+            ready = False
+        for integ_id, adapter in self.adapters.items():
+            state = adapter.readiness()
+            checks[integ_id] = state
+            ready = ready and bool(state.get("ready", True))
+        body = {"ready": ready, "stopping": self.stopping, "checks": checks,
+                "activeRuns": len(self.runner.active)}
+        return web.json_response(body, status=200 if ready else 503)
+
+    # --- shutdown --------------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Stop intake, let runs finish within the grace period, hand back the rest, close."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.pipeline.accepting = False
+        self.flusher.stop()
+        grace = self.settings.runtime.shutdown_grace_seconds
+        log.info("shutting down", active_runs=len(self.runner.active), grace_s=grace)
+        running = [r.task for r in self.runner.active.values() if r.task is not None]
+        if running:
+            _done, pending = await asyncio.wait(running, timeout=grace)
+            if pending:
+                log.info("handing back unfinished turns", count=len(pending))
+                await self.runner.hand_back_all()
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=5)
+        for adapter in self.adapters.values():
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+        if self.redis is not None:
+            await self.redis.close()
+        log.info("gateway stopped")
+
+
+async def serve(settings: Settings, *, port: int | None = None) -> None:
+    """Run a replica until SIGTERM / SIGINT."""
+    gateway = Gateway(settings=settings)
+    await gateway.start()
+    app = gateway.web_app()
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.server.host,
+                       settings.server.port if port is None else port)
+    await site.start()
+    bound = [s.getsockname() for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
+    log.info("listening", addresses=[f"{a[0]}:{a[1]}" for a in bound])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await gateway.shutdown()
+    await runner.cleanup()

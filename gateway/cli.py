@@ -1,0 +1,105 @@
+"""Command line: ``xpert-gateway run|check|schema`` (also ``python -m gateway``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from gateway.adapter import discover_adapters
+from gateway.logging import configure_logging
+from gateway.settings import ConfigError, Settings, build_settings_model, load_settings
+
+
+def settings_model() -> type[Settings]:
+    return build_settings_model({p: f.settings_model for p, f in discover_adapters().items()})
+
+
+def json_schema() -> dict[str, object]:
+    schema = settings_model().model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "xpert-gateway configuration"
+    return schema
+
+
+def _load(path: str) -> Settings:
+    return load_settings(Path(path), model=settings_model())
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        settings = _load(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: invalid configuration", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    redis = "embedded (under {})".format(settings.data_dir) if settings.redis.url is None else (
+        "**********")
+    print(f"{args.config}: OK")
+    print(f"redis: {redis}, key prefix {settings.redis.key_prefix!r}")
+    print(f"server: http://{settings.server.host}:{settings.server.port}")
+    print("experts:")
+    for expert in settings.experts:
+        print(f"  {expert.id} ({expert.kind})")
+    print("integrations:")
+    for integ in settings.integrations:
+        state = "" if integ.enabled else " [disabled]"
+        print(f"  {integ.id} ({integ.platform}){state} -> {integ.xpert_id}")
+        for route in integ.routes:
+            match = ", ".join(
+                f"{k}={v}" for k, v in (("chatId", route.chat_id), ("chatType", route.chat_type),
+                                        ("senderId", route.sender_id)) if v is not None
+            )
+            print(f"    route {match} -> {route.xpert_id}")
+    if args.verbose:
+        print(json.dumps(json.loads(settings.model_dump_json(by_alias=True)), indent=2))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        settings = _load(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: invalid configuration", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    configure_logging(settings.logging.level, settings.logging.format)
+    from gateway.app import serve
+    from sessions.connection import RedisStartupError
+
+    try:
+        asyncio.run(serve(settings, port=args.port))
+    except RedisStartupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="xpert-gateway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the daemon")
+    run.add_argument("--config", required=True, help="YAML config file")
+    run.add_argument("--port", type=int, default=None, help="override server.port")
+    run.set_defaults(func=_run)
+    check = sub.add_parser("check", help="validate a config and print what it sets up")
+    check.add_argument("--config", required=True)
+    check.add_argument("-v", "--verbose", action="store_true", help="print the resolved config")
+    check.set_defaults(func=_check)
+    schema = sub.add_parser("schema", help="print the config JSON Schema")
+    schema.set_defaults(func=_schema)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result

@@ -1,0 +1,38 @@
+"""Chat commands typed into the conversation: /new [text], /stop, /help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+HELP_TEXT = (
+    "Commands:\n"
+    "/new [text] - start a new conversation (the text, if any, is its first message)\n"
+    "/stop - stop the answer being written\n"
+    "/help - this list"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: Literal["new", "stop", "help"]
+    rest: str = ""
+
+
+def parse_command(text: str) -> Command | None:
+    """Recognise a command at the start of the (mention-stripped) text; anything else is a message."""
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    head, _, rest = stripped.partition(" ")
+    if "\n" in head:
+        head, _, more = head.partition("\n")
+        rest = (more + " " + rest).strip()
+    name = head[1:].lower()
+    if name == "new":
+        return Command("new", rest.strip())
+    if name == "stop":
+        return Command("stop")
+    if name == "help":
+        return Command("help")
+    return None

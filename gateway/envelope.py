@@ -1,0 +1,93 @@
+"""The Envelope: the one frozen shape every platform event is normalised into (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid"
+    )
+
+
+class Chat(_Frozen):
+    id: str
+    type: Literal["p2p", "group"]
+    name: str | None = None
+    thread_id: str | None = None
+
+
+class Sender(_Frozen):
+    id: str
+    name: str | None = None
+    email: str | None = None
+    is_bot: bool = False
+
+
+class Mention(_Frozen):
+    id: str
+    name: str | None = None
+    is_bot: bool = False
+
+
+class Attachment(_Frozen):
+    kind: Literal["image", "file", "audio", "video"]
+    key: str
+    name: str | None = None
+    mime: str | None = None
+    size: int | None = None
+    url: str | None = None
+
+
+class ReplyTo(_Frozen):
+    """Where and how to answer: the platform message id plus platform reply handles."""
+
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow"
+    )
+    message_id: str | None = None
+
+
+class Action(_Frozen):
+    id: str
+    value: dict[str, Any] = Field(default_factory=dict)
+    message_id: str | None = None
+
+
+EnvelopeKind = Literal["message", "action", "command", "schedule"]
+
+
+class Envelope(_Frozen):
+    envelope_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    integration_id: str
+    platform: str
+    event_id: str
+    kind: EnvelopeKind = "message"
+    received_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    chat: Chat
+    sender: Sender
+    text: str = ""
+    mentions: tuple[Mention, ...] = ()
+    bot_mentioned: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    reply_to: ReplyTo | None = None
+    action: Action | None = None
+    locale: str | None = None
+    raw: dict[str, Any] | None = None
+
+    def to_json(self, *, store_raw: bool = False) -> str:
+        """Serialise for storage; ``raw`` is dropped unless the integration keeps it."""
+        exclude = None if store_raw else {"raw"}
+        return self.model_dump_json(by_alias=True, exclude=exclude, exclude_none=True)
+
+    @classmethod
+    def from_json(cls, data: str | bytes | dict[str, Any]) -> Envelope:
+        if isinstance(data, dict):
+            return cls.model_validate(data)
+        return cls.model_validate_json(data)

@@ -1,0 +1,80 @@
+"""Run events: what an expert reports while it works (DESIGN.md §7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+StepStatus = Literal["running", "done", "failed"]
+Outcome = Literal["success", "error", "interrupted", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    run_id: str = ""
+    thread_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    id: str
+    title: str
+    status: StepStatus
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    id: str
+    name: str
+    status: StepStatus
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    prompt: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VariablesEvent:
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactEvent:
+    kind: Literal["image", "file", "link"]
+    url: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    outcome: Outcome
+    error: str = ""
+
+
+RunEvent = (
+    Started
+    | TextDelta
+    | StepEvent
+    | ToolEvent
+    | Interrupt
+    | VariablesEvent
+    | UsageEvent
+    | ArtifactEvent
+    | Finished
+)

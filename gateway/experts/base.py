@@ -1,0 +1,50 @@
+"""The expert interface every backend implements (DESIGN.md §7)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.events import RunEvent
+
+Decision = Literal["confirm", "reject"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """What a turn hands the expert: the merged input and where it comes from."""
+
+    turn_id: str
+    session_id: str
+    integration_id: str
+    xpert_id: str
+    text: str
+    chat_id: str
+    chat_type: str
+    sender_id: str
+    sender_name: str | None = None
+    thread_id: str | None = None
+    attachments: tuple[dict[str, Any], ...] = ()
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Expert(abc.ABC):
+    """A backend. ``run`` and ``resume`` stream events and end with exactly one ``Finished``."""
+
+    kind: str
+
+    @abc.abstractmethod
+    def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]: ...
+
+    @abc.abstractmethod
+    def resume(
+        self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
+    ) -> AsyncIterator[RunEvent]: ...
+
+    async def cancel(self, turn: TurnInput) -> None:  # noqa: B027 - optional hook
+        """Ask the backend to stop the run; the runner cancels the local stream itself."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

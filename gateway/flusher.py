@@ -1,0 +1,98 @@
+"""The flusher: claims conversations whose burst is due (or whose owner died) and starts runs.
+
+Local intake wakes it at once (window 0 => no polling delay); otherwise it sleeps until the next
+due time or ``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from gateway.runner import Runner, now_ms
+from sessions import SessionStore
+
+log = structlog.get_logger("gateway.flusher")
+
+
+class Flusher:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        runner: Runner,
+        replica_id: str,
+        poll_ms: int,
+        max_runs: int,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.replica_id = replica_id
+        self.poll_ms = poll_ms
+        self.max_runs = max_runs
+        self.clock = clock
+        self._event = asyncio.Event()
+        self._soonest: int | None = None
+        self._stopping = False
+        self.claims = 0
+
+    def wake(self, due_ms: int) -> None:
+        if self._soonest is None or due_ms < self._soonest:
+            self._soonest = due_ms
+        if due_ms <= self.clock() + 1:
+            self._event.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._event.set()
+
+    async def run(self) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                await self._tick()
+                backoff = 0.1
+            except Exception as exc:
+                log.warning("flusher tick failed", error=str(exc))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            await self._sleep()
+
+    async def _tick(self) -> None:
+        now = self.clock()
+        self._soonest = None
+        if len(self.runner.active) >= self.max_runs:
+            return
+        for conv in await self.store.due_conversations(now, limit=self.max_runs):
+            if self._stopping or len(self.runner.active) >= self.max_runs:
+                return
+            if conv in self.runner.active:
+                continue
+            owner = f"{self.replica_id}:{uuid.uuid4().hex[:12]}"
+            claim = await self.store.claim(
+                conversation=conv, owner=owner, turn_id=uuid.uuid4().hex,
+                now_ms=self.clock(), lease_ms=self.runner.lease_ms,
+            )
+            if claim is not None:
+                self.claims += 1
+                self.runner.start(claim)
+
+    async def _sleep(self) -> None:
+        timeout = self.poll_ms / 1000
+        nxt = await self.store.next_due_ms()
+        for candidate in (nxt, self._soonest):
+            if candidate is not None:
+                timeout = min(timeout, max(0.0, (candidate - self.clock()) / 1000))
+        if timeout <= 0:
+            # Due now but not claimable by us (running here, or at capacity): yield briefly.
+            timeout = 0.01 if len(self.runner.active) < self.max_runs else 0.05
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            pass
+        self._event.clear()

@@ -1,0 +1,162 @@
+"""Intake: the entry point every adapter hands its Envelopes to (DESIGN.md §1).
+
+Order, and why: (1) drop what is not for us (bots, unmentioned group chatter) without touching
+Redis; (2) commands and Stop/New clicks act at once, since they must not wait behind the running
+turn; (3) everything else is deduplicated and appended to its conversation's burst in ONE Redis
+round trip, so that when ``ingest`` returns the adapter may ack: the message is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+
+from gateway.adapter import Adapter, IngestOutcome
+from gateway.commands import HELP_TEXT, parse_command
+from gateway.envelope import Envelope
+from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_STOP
+from gateway.routing import scope_key
+from gateway.runner import now_ms
+from gateway.settings import IntegrationBase, Settings
+from sessions import KeyBuilder, SessionStore
+
+log = structlog.get_logger("gateway.intake")
+
+BUSY_TEXT = "I'm still working on your previous message. Wait for it to finish, or press Stop."
+
+
+class ShuttingDown(RuntimeError):
+    """The replica stopped taking new work; adapters answer 503 so the platform retries."""
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        settings: Settings,
+        adapters: Mapping[str, Adapter],
+        wake: Callable[[int], None],
+        spawn: Callable[[Awaitable[Any]], None],
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.adapters = adapters
+        self.wake = wake
+        self.spawn = spawn
+        self.clock = clock
+        self.accepting = True
+        self.counts: dict[str, int] = {}
+
+    def conversation(self, integ: IntegrationBase, envelope: Envelope) -> str:
+        return KeyBuilder.conversation(integ.id, scope_key(integ, envelope))
+
+    async def ingest(self, envelope: Envelope) -> IngestOutcome:
+        if not self.accepting:
+            raise ShuttingDown("shutting down")
+        with structlog.contextvars.bound_contextvars(
+            integration_id=envelope.integration_id, event_id=envelope.event_id
+        ):
+            outcome = await self._ingest(envelope)
+        self.counts[outcome.status] = self.counts.get(outcome.status, 0) + 1
+        log.debug("ingested", status=outcome.status, reason=outcome.reason)
+        return outcome
+
+    async def _ingest(self, env: Envelope) -> IngestOutcome:
+        integ = self.settings.integration(env.integration_id)
+        if integ is None or not integ.enabled:
+            return IngestOutcome("ignored", "unknown or disabled integration")
+        if env.sender.is_bot:
+            return IngestOutcome("ignored", "sent by a bot")
+        conv = self._conversation_of(integ, env)
+        if env.kind in ("message", "command"):
+            if (env.chat.type == "group" and integ.group_reply_strategy == "mention_only"
+                    and not env.bot_mentioned):
+                return IngestOutcome("ignored", "group message without a mention")
+            command = parse_command(env.text)
+            if command is not None:
+                if not await self.store.mark_seen(conv, env.event_id, self.clock()):
+                    return IngestOutcome("duplicate")
+                log.info("command", command=command.name)
+                if command.name == "help":
+                    self._reply(env, HELP_TEXT)
+                    return IngestOutcome("handled", "help")
+                if command.name == "stop":
+                    await self._stop(conv, env, None)
+                    return IngestOutcome("handled", "stop")
+                await self._new(conv, env, announce=not command.rest)
+                if not command.rest:
+                    return IngestOutcome("handled", "new")
+                env = env.model_copy(update={"text": command.rest, "kind": "message",
+                                             "event_id": env.event_id + "#new"})
+        mode = "reject" if integ.busy_policy == "reject" else "collect"
+        if env.kind == "action":
+            assert env.action is not None
+            action_id = env.action.id
+            if action_id in (ACTION_STOP, ACTION_NEW):
+                if not await self.store.mark_seen(conv, env.event_id, self.clock()):
+                    return IngestOutcome("duplicate")
+                log.info("button", action=action_id)
+                if action_id == ACTION_STOP:
+                    await self._stop(conv, env, str(env.action.value.get("turnId") or "") or None)
+                else:
+                    await self._new(conv, env, announce=True)
+                return IngestOutcome("handled", action_id)
+            if action_id not in (ACTION_CONFIRM, ACTION_REJECT):
+                return IngestOutcome("ignored", f"unknown action {action_id!r}")
+            mode = "urgent"
+        result = await self.store.intake(
+            conversation=conv,
+            event_id=env.event_id,
+            envelope_json=env.to_json(store_raw=integ.store_raw),
+            now_ms=self.clock(),
+            window_ms=int(integ.summary_window_seconds * 1000),
+            max_window_ms=int(integ.max_window_seconds * 1000),
+            mode=mode,  # type: ignore[arg-type]
+        )
+        if result.status == "dup":
+            return IngestOutcome("duplicate")
+        if result.status == "busy":
+            self._reply(env, BUSY_TEXT)
+            return IngestOutcome("busy")
+        if not result.busy:
+            self.wake(result.due_ms)
+        return IngestOutcome("queued")
+
+    def _conversation_of(self, integ: IntegrationBase, env: Envelope) -> str:
+        # A click belongs to the conversation of the card it was on (which may differ from the
+        # clicker's own under chat_sender scope); the card put it in the button value.
+        if env.kind == "action" and env.action is not None:
+            conv = str(env.action.value.get("conversation") or "")
+            if conv.startswith(f"{integ.id}|") and env.chat.id in conv:
+                return conv
+        return self.conversation(integ, env)
+
+    def _reply(self, env: Envelope, text: str) -> None:
+        adapter = self.adapters.get(env.integration_id)
+        if adapter is not None:
+            self.spawn(adapter.send_text(env, text, idempotency_key=f"{env.event_id}#reply"))
+
+    async def _stop(self, conv: str, env: Envelope, turn_id: str | None) -> None:
+        turn = await self.store.turn(conv)
+        running = turn.get("id")
+        if not running or (turn_id and turn_id != running):
+            if env.kind != "action":
+                self._reply(env, "Nothing is running right now.")
+            return
+        lease_ms = int(self.settings.runtime.lease_seconds * 1000)
+        await self.store.request_cancel(conv, running, ttl_ms=3 * lease_ms)
+        await self.store.publish_control({"op": "cancel", "conversation": conv, "turnId": running})
+        await asyncio.sleep(0)
+
+    async def _new(self, conv: str, env: Envelope, *, announce: bool) -> None:
+        old = await self.store.end_session(conv)
+        if old:
+            await self.store.audit({"event": "session.end", "session": old.get("sessionId", ""),
+                                    "conversation": conv, "at": self.clock(), "by": "user"})
+        if announce:
+            self._reply(env, "Started a new conversation. What can I do for you?")

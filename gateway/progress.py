@@ -1,0 +1,134 @@
+"""Progress: the one state a turn's card is rendered from, folded from run events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from gateway.events import (
+    ArtifactEvent,
+    Finished,
+    Interrupt,
+    RunEvent,
+    StepEvent,
+    TextDelta,
+    ToolEvent,
+    UsageEvent,
+)
+
+Status = Literal["running", "waiting", "done", "error", "cancelled", "ended"]
+
+# Action ids carried by card buttons; adapters map them to their platform's callback values.
+ACTION_STOP = "stop"
+ACTION_NEW = "new"
+ACTION_CONFIRM = "confirm"
+ACTION_REJECT = "reject"
+
+STATUS_TITLES: dict[str, str] = {
+    "running": "Working on it…",
+    "waiting": "Please confirm",
+    "done": "Done",
+    "error": "Something went wrong",
+    "cancelled": "Stopped",
+    "ended": "Conversation ended",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    id: str
+    title: str
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    action_id: str
+    label: str
+    style: Literal["default", "primary", "danger"] = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Immutable; ``apply`` returns the next state so renderers can hold a consistent snapshot."""
+
+    turn_id: str
+    conversation: str = ""
+    status: Status = "running"
+    steps: tuple[Step, ...] = ()
+    tools: tuple[Step, ...] = ()
+    answer: str = ""
+    error: str = ""
+    prompt: str = ""
+    artifacts: tuple[ArtifactEvent, ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+    version: int = 0
+
+    @property
+    def title(self) -> str:
+        return self.prompt if self.status == "waiting" and self.prompt else STATUS_TITLES[self.status]
+
+    @property
+    def final(self) -> bool:
+        return self.status in ("done", "error", "cancelled", "ended")
+
+    @property
+    def buttons(self) -> tuple[Button, ...]:
+        if self.status == "running":
+            return (Button(ACTION_STOP, "Stop", "danger"),)
+        if self.status == "waiting":
+            return (
+                Button(ACTION_CONFIRM, "Confirm", "primary"),
+                Button(ACTION_REJECT, "Reject", "danger"),
+            )
+        if self.status == "ended":
+            return ()
+        return (Button(ACTION_NEW, "New conversation"),)
+
+    def apply(self, event: RunEvent) -> Progress:
+        nxt = self._apply(event)
+        return nxt if nxt is self else replace(nxt, version=self.version + 1)
+
+    def _apply(self, event: RunEvent) -> Progress:
+        if isinstance(event, TextDelta):
+            return replace(self, answer=self.answer + event.text) if event.text else self
+        if isinstance(event, StepEvent):
+            return replace(self, steps=_upsert(self.steps, Step(event.id, event.title,
+                                                                  event.status, event.detail)))
+        if isinstance(event, ToolEvent):
+            return replace(self, tools=_upsert(self.tools, Step(event.id, event.name,
+                                                                  event.status, event.summary)))
+        if isinstance(event, Interrupt):
+            return replace(self, status="waiting", prompt=event.prompt)
+        if isinstance(event, UsageEvent):
+            return replace(self, input_tokens=self.input_tokens + event.input_tokens,
+                           output_tokens=self.output_tokens + event.output_tokens)
+        if isinstance(event, ArtifactEvent):
+            return replace(self, artifacts=(*self.artifacts, event))
+        if isinstance(event, Finished):
+            return self.finish(event.outcome, event.error)
+        return self
+
+    def finish(self, outcome: str, error: str = "") -> Progress:
+        """The terminal state: running steps are closed so the card never shows a spinner forever."""
+        if outcome == "interrupted":
+            return replace(self, version=self.version + 1) if self.status == "waiting" else replace(
+                self, status="waiting", version=self.version + 1)
+        status: Status = {"success": "done", "cancelled": "cancelled"}.get(outcome, "error")  # type: ignore[assignment]
+        closing = "done" if status == "done" else "failed"
+        steps = tuple(replace(s, status=closing) if s.status == "running" else s for s in self.steps)
+        tools = tuple(replace(s, status=closing) if s.status == "running" else s for s in self.tools)
+        return replace(self, status=status, error=error, steps=steps, tools=tools, prompt="",
+                       version=self.version + 1)
+
+    def resumed(self) -> Progress:
+        return replace(self, status="running", prompt="", version=self.version + 1)
+
+
+def _upsert(items: tuple[Step, ...], step: Step) -> tuple[Step, ...]:
+    for i, existing in enumerate(items):
+        if existing.id == step.id:
+            return (*items[:i], step, *items[i + 1 :])
+    return (*items, step)

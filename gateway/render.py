@@ -1,0 +1,110 @@
+"""The throttled render loop: one serial writer per card, at most every ``updateIntervalMs``,
+and the final state always delivered (pitfalls.md #4, #6)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from gateway.adapter import Adapter
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+
+log = structlog.get_logger("gateway.render")
+
+
+class CardRenderer:
+    """Owns one card. ``push`` hands it a new Progress; ``close`` delivers the last one."""
+
+    def __init__(
+        self,
+        *,
+        adapter: Adapter,
+        reply_to: Envelope,
+        interval_ms: int,
+        idempotency_key: str,
+        handle: str | None = None,
+        on_handle: Callable[[str], Awaitable[None]] | None = None,
+        final_attempts: int = 6,
+    ) -> None:
+        self.adapter = adapter
+        self.reply_to = reply_to
+        self.interval = interval_ms / 1000
+        self.idempotency_key = idempotency_key
+        self.handle = handle
+        self.on_handle = on_handle
+        self.final_attempts = final_attempts
+        self.renders = 0
+        self._latest: Progress | None = None
+        self._rendered_version = -1
+        self._last_at = 0.0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, progress: Progress) -> None:
+        """Show the card at once (send it, or update the card a crashed replica left)."""
+        self._latest = progress
+        await self._render(progress)
+        self._task = asyncio.create_task(self._loop(), name=f"render:{self.idempotency_key}")
+
+    def push(self, progress: Progress) -> None:
+        self._latest = progress
+        self._changed.set()
+
+    async def _render(self, progress: Progress) -> None:
+        if self.handle is None:
+            self.handle = await self.adapter.send_card(
+                self.reply_to, progress, idempotency_key=self.idempotency_key
+            )
+            if self.on_handle is not None:
+                await self.on_handle(self.handle)
+        else:
+            await self.adapter.update_card(self.reply_to, self.handle, progress)
+        self.renders += 1
+        self._rendered_version = progress.version
+        self._last_at = time.monotonic()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._changed.wait()
+            wait = self._last_at + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._changed.clear()
+            progress = self._latest
+            if progress is None or progress.version == self._rendered_version:
+                continue
+            try:
+                await self._render(progress)
+            except Exception as exc:  # an intermediate update may fail; the final one retries
+                log.warning("card update failed", key=self.idempotency_key, error=str(exc))
+                self._last_at = time.monotonic()
+
+    async def close(self, final: Progress) -> None:
+        """Stop the loop and deliver ``final`` (retrying with backoff); never raises on cancel."""
+        self._latest = final
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if final.version == self._rendered_version and self.handle is not None:
+            return
+        delay = 0.2
+        for attempt in range(1, self.final_attempts + 1):
+            wait = self._last_at + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                await self._render(final)
+                return
+            except Exception as exc:
+                log.warning("final card update failed", key=self.idempotency_key,
+                            attempt=attempt, error=str(exc))
+                if attempt == self.final_attempts:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)

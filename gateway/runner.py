@@ -1,0 +1,398 @@
+"""The runner: executes claimed turns, one per conversation at a time (the lease), renders progress.
+
+Order of one turn: route -> bind the session (new after the idle timeout, with a config snapshot)
+-> first card -> stream the expert's events through Progress into the throttled renderer ->
+final card -> release the lease (finish.lua), which reschedules whatever collected meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.adapter import Adapter
+from gateway.envelope import Envelope
+from gateway.events import Finished, RunEvent
+from gateway.experts import Decision, Expert, TurnInput, build_expert
+from gateway.progress import Progress
+from gateway.render import CardRenderer
+from gateway.routing import route
+from gateway.settings import (
+    EchoExpertSettings,
+    IntegrationBase,
+    Settings,
+    snapshot_digest,
+    snapshot_of,
+)
+from sessions import Claim, SessionStore
+
+log = structlog.get_logger("gateway.runner")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Handback(Exception):
+    """The replica is shutting down and gives the turn back for another replica to resume."""
+
+
+@dataclass
+class ActiveRun:
+    conversation: str
+    turn_id: str
+    owner: str
+    task: asyncio.Task[None] | None = None
+    consume: asyncio.Task[Progress] | None = None
+    stop_reason: str = ""
+    started_at: float = field(default_factory=time.monotonic)
+
+
+def merge_input(items: list[Envelope]) -> str:
+    """One line per message; in a group with several speakers each line names its speaker."""
+    messages = [e for e in items if e.kind == "message"]
+    speakers = {e.sender.id for e in messages}
+    if messages and messages[-1].chat.type == "group" and len(speakers) > 1:
+        return "\n".join(f"{e.sender.name or e.sender.id}: {e.text}" for e in messages)
+    return "\n".join(e.text for e in messages)
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        settings: Settings,
+        adapters: Mapping[str, Adapter],
+        replica_id: str,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.adapters = adapters
+        self.replica_id = replica_id
+        self.clock = clock
+        self.active: dict[str, ActiveRun] = {}
+        self.handing_back = False
+        self._experts: dict[str, Expert] = {}
+        self._known_snapshots: set[str] = set()
+        self.turns_done = 0
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.settings.runtime.lease_seconds * 1000)
+
+    # --- lifecycle of a claimed conversation -----------------------------------------------
+    def start(self, claim: Claim) -> ActiveRun:
+        run = ActiveRun(claim.conversation, claim.turn_id, claim.owner)
+        self.active[claim.conversation] = run
+        run.task = asyncio.create_task(self._serve(claim, run), name=f"turn:{claim.turn_id}")
+        return run
+
+    async def _serve(self, claim: Claim, run: ActiveRun) -> None:
+        """Run the claimed turn, then every follow-up turn that is already due, then let go."""
+        current: Claim | None = claim
+        try:
+            while current is not None:
+                run.turn_id, run.owner, run.stop_reason = current.turn_id, current.owner, ""
+                status, due = await self._run_claim(current)
+                current = None
+                if status == "more" and due <= self.clock() and not self.handing_back:
+                    owner = f"{self.replica_id}:{uuid.uuid4().hex[:12]}"
+                    current = await self.store.claim(
+                        conversation=claim.conversation, owner=owner,
+                        turn_id=uuid.uuid4().hex, now_ms=self.clock(), lease_ms=self.lease_ms,
+                    )
+        except Exception:
+            log.exception("turn crashed", conversation=claim.conversation)
+        finally:
+            self.active.pop(claim.conversation, None)
+
+    def stop_local(self, conversation: str, turn_id: str | None, reason: str = "stop") -> bool:
+        """Cancel the running expert stream of ``conversation`` if it runs here."""
+        run = self.active.get(conversation)
+        if run is None or (turn_id and run.turn_id != turn_id) or run.consume is None:
+            return False
+        run.stop_reason = reason
+        run.consume.cancel()
+        return True
+
+    async def hand_back_all(self) -> None:
+        """Shutdown: interrupt every run here and give its turn back (another replica resumes it)."""
+        self.handing_back = True
+        for run in list(self.active.values()):
+            if run.consume is not None:
+                run.stop_reason = "handback"
+                run.consume.cancel()
+        tasks = [r.task for r in self.active.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+
+    # --- one turn --------------------------------------------------------------------------
+    async def _run_claim(self, claim: Claim) -> tuple[str, int]:
+        conv, owner = claim.conversation, claim.owner
+        items = [Envelope.from_json(i) for i in claim.items]
+        last = items[-1]
+        bound = structlog.contextvars.bound_contextvars(
+            turn_id=claim.turn_id, conversation=conv, integration_id=last.integration_id,
+            event_id=last.event_id,
+        )
+        mode = "finish"
+        with bound:
+            integ = self.settings.integration(last.integration_id)
+            adapter = self.adapters.get(last.integration_id)
+            keeper = asyncio.create_task(self._keep_lease(conv, owner, claim.turn_id))
+            try:
+                if integ is None or adapter is None:
+                    log.error("turn for an integration that is no longer configured")
+                elif claim.attempts > self.settings.runtime.max_turn_attempts:
+                    await self._give_up(claim, integ, adapter, last)
+                else:
+                    if claim.resumed:
+                        log.info("resuming a turn left by another replica", attempts=claim.attempts)
+                    await self.store.audit({"event": "turn.start", "turn": claim.turn_id,
+                                            "conversation": conv, "replica": self.replica_id,
+                                            "at": self.clock(), "resumed": int(claim.resumed)})
+                    if last.kind == "action":
+                        await self._resume_turn(claim, integ, adapter, last)
+                    else:
+                        await self._message_turn(claim, integ, adapter, items)
+                    await self.store.audit({"event": "turn.end", "turn": claim.turn_id,
+                                            "conversation": conv, "replica": self.replica_id,
+                                            "at": self.clock()})
+                    self.turns_done += 1
+            except Handback:
+                mode = "handback"
+                log.info("turn handed back")
+            except Exception:
+                log.exception("turn failed")
+            finally:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
+            status, due = await self.store.finish(
+                conversation=conv, owner=owner, now_ms=self.clock(), mode=mode  # type: ignore[arg-type]
+            )
+            if status == "lost":
+                log.warning("lease was lost before the turn finished")
+            return status, due
+
+    async def _keep_lease(self, conv: str, owner: str, turn_id: str) -> None:
+        interval = self.settings.runtime.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                held, cancel = await self.store.renew(
+                    conversation=conv, owner=owner, now_ms=self.clock(), lease_ms=self.lease_ms
+                )
+            except Exception as exc:
+                log.warning("lease renewal failed", error=str(exc))
+                continue
+            if not held:
+                log.warning("lease lost; stopping the local run")
+                self.stop_local(conv, turn_id, reason="lost")
+                return
+            if cancel == turn_id:
+                self.stop_local(conv, turn_id, reason="stop")
+
+    def _expert_for(self, digest: str, snapshot: dict[str, Any] | None, xpert_id: str) -> Expert:
+        key = digest if snapshot is not None else f"current:{xpert_id}"
+        expert = self._experts.get(key)
+        if expert is None:
+            if snapshot is not None:
+                expert = build_expert(EchoExpertSettings.model_validate(snapshot["expert"]))
+            else:
+                cfg = self.settings.expert(xpert_id)
+                if cfg is None:
+                    raise LookupError(f"expert {xpert_id!r} is not configured")
+                expert = build_expert(cfg)
+            self._experts[key] = expert
+        return expert
+
+    async def _bind(
+        self, claim: Claim, integ: IntegrationBase, last: Envelope
+    ) -> tuple[str, Expert, dict[str, Any]]:
+        """Continue or open the session; returns (session id, expert, snapshot)."""
+        xpert_id = route(integ, last)
+        expert_cfg = self.settings.expert(xpert_id)
+        if expert_cfg is None:
+            raise LookupError(f"expert {xpert_id!r} is not configured")
+        snap_json, digest = snapshot_of(integ, expert_cfg, xpert_id)
+        known_session = claim.turn.get("session")
+        binding = await self.store.open_or_continue(
+            conversation=claim.conversation, now_ms=self.clock(),
+            timeout_ms=integ.session_timeout_seconds * 1000,
+            new_session_id=uuid.uuid4().hex, xpert_id=xpert_id, snapshot_hash=digest,
+            count_turn=not known_session,
+        )
+        session_id = known_session or binding.session_id
+        bound_digest = binding.fields.get("snapshot", digest)
+        if binding.state == "new":
+            log.info("session opened", session_id=session_id, xpert_id=xpert_id)
+        if bound_digest == digest:
+            if digest not in self._known_snapshots:
+                await self.store.put_snapshot(digest, snap_json)
+                self._known_snapshots.add(digest)
+            snapshot = json.loads(snap_json)
+        else:
+            # The config changed since the session opened: the session keeps its snapshot.
+            stored = await self.store.get_snapshot(bound_digest)
+            snapshot = json.loads(stored) if stored else json.loads(snap_json)
+            digest = bound_digest if stored else digest
+        if not known_session:
+            await self.store.set_turn_fields(
+                conversation=claim.conversation, owner=claim.owner, session=session_id
+            )
+        return session_id, self._expert_for(digest, snapshot, snapshot["xpertId"]), snapshot
+
+    def _renderer(
+        self, claim: Claim, adapter: Adapter, reply_to: Envelope, interval_ms: int,
+        handle: str | None, key: str,
+    ) -> CardRenderer:
+        async def remember(h: str) -> None:
+            await self.store.set_turn_fields(
+                conversation=claim.conversation, owner=claim.owner, card=h
+            )
+
+        return CardRenderer(
+            adapter=adapter, reply_to=reply_to, interval_ms=interval_ms,
+            idempotency_key=key, handle=handle, on_handle=remember,
+        )
+
+    async def _message_turn(
+        self, claim: Claim, integ: IntegrationBase, adapter: Adapter, items: list[Envelope]
+    ) -> None:
+        last = items[-1]
+        session_id, expert, snapshot = await self._bind(claim, integ, last)
+        structlog.contextvars.bind_contextvars(session_id=session_id)
+        turn_input = TurnInput(
+            turn_id=claim.turn_id, session_id=session_id, integration_id=integ.id,
+            xpert_id=snapshot["xpertId"], text=merge_input(items), chat_id=last.chat.id,
+            chat_type=last.chat.type, sender_id=last.sender.id, sender_name=last.sender.name,
+            thread_id=last.chat.thread_id,
+            attachments=tuple(a.model_dump(by_alias=True) for e in items for a in e.attachments),
+        )
+        interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
+        progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
+        renderer = self._renderer(claim, adapter, last, interval, claim.turn.get("card"),
+                                  claim.turn_id)
+        await renderer.start(progress)
+        final = await self._drive(claim, expert.run(turn_input), progress, renderer)
+        if final.status == "waiting":
+            interrupt = {"turnId": claim.turn_id, "card": renderer.handle, "text": turn_input.text,
+                         "replyTo": last.to_json(), "snapshot": snapshot, "prompt": final.prompt}
+            await self.store.set_binding_fields(
+                claim.conversation, session_id, interrupt=json.dumps(interrupt)
+            )
+        await self.store.set_binding_fields(claim.conversation, session_id,
+                                            lastActiveAt=str(self.clock()))
+        log.info("turn finished", status=final.status, renders=renderer.renders)
+
+    async def _resume_turn(
+        self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
+    ) -> None:
+        """Confirm / Reject: resume the interrupted run in its own card."""
+        assert action.action is not None
+        raw = claim.turn.get("interrupt")
+        binding = await self.store.binding(claim.conversation)
+        session_id = claim.turn.get("session") or binding.get("sessionId", "")
+        if raw is None:
+            raw = binding.get("interrupt")
+            if raw:
+                await self.store.set_turn_fields(conversation=claim.conversation,
+                                                 owner=claim.owner, interrupt=raw,
+                                                 session=session_id)
+                await self.store.set_binding_fields(claim.conversation, session_id, interrupt="")
+        if not raw:
+            log.info("click on a confirmation that is no longer pending")
+            await adapter.send_text(action, "Nothing is waiting for a confirmation.",
+                                    idempotency_key=claim.turn_id)
+            return
+        interrupt = json.loads(raw)
+        snapshot = interrupt["snapshot"]
+        digest = snapshot_digest(snapshot)
+        expert = self._expert_for(digest, snapshot, snapshot["xpertId"])
+        reply_to = Envelope.from_json(interrupt["replyTo"])
+        decision: Decision = "confirm" if action.action.id == "confirm" else "reject"
+        turn_input = TurnInput(
+            turn_id=interrupt["turnId"], session_id=session_id, integration_id=integ.id,
+            xpert_id=snapshot["xpertId"], text=interrupt["text"], chat_id=reply_to.chat.id,
+            chat_type=reply_to.chat.type, sender_id=action.sender.id,
+            sender_name=action.sender.name,
+        )
+        interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
+        progress = Progress(turn_id=interrupt["turnId"], conversation=claim.conversation)
+        renderer = self._renderer(claim, adapter, reply_to, interval, interrupt.get("card"),
+                                  interrupt["turnId"])
+        await renderer.start(progress)
+        stream = expert.resume(turn_input, decision, {"text": interrupt["text"]})
+        final = await self._drive(claim, stream, progress, renderer)
+        log.info("resumed turn finished", decision=decision, status=final.status)
+
+    async def _drive(
+        self, claim: Claim, stream: AsyncIterator[RunEvent], progress: Progress,
+        renderer: CardRenderer,
+    ) -> Progress:
+        """Fold the expert's events into Progress and the renderer; the final state always lands."""
+        state = progress
+
+        async def consume() -> Progress:
+            nonlocal state
+            async for event in stream:
+                state = state.apply(event)
+                renderer.push(state)
+                if state.final or state.status == "waiting" and _is_finished(event):
+                    break
+            return state
+
+        run = self.active.get(claim.conversation)
+        task = asyncio.create_task(consume())
+        if run is not None:
+            run.consume = task
+        try:
+            state = await task
+            if not state.final and state.status != "waiting":
+                state = state.finish("success")
+        except asyncio.CancelledError:
+            reason = run.stop_reason if run is not None else ""
+            if reason == "handback" or (not reason and self.handing_back):
+                raise Handback() from None
+            if reason == "lost":
+                raise
+            if not reason:  # our own task was cancelled: not a user stop
+                raise
+            state = state.finish("cancelled")
+            log.info("run stopped by the user")
+        except Exception as exc:
+            log.exception("expert failed")
+            state = state.finish("error", f"The expert failed: {type(exc).__name__}")
+        finally:
+            if run is not None:
+                run.consume = None
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
+        await renderer.close(state)
+        return state
+
+    async def _give_up(
+        self, claim: Claim, integ: IntegrationBase, adapter: Adapter, last: Envelope
+    ) -> None:
+        log.error("turn failed too often; giving up", attempts=claim.attempts)
+        final = Progress(turn_id=claim.turn_id, conversation=claim.conversation).finish(
+            "error", "This message could not be processed after several attempts."
+        )
+        renderer = self._renderer(claim, adapter, last, integ.update_interval_ms,
+                                  claim.turn.get("card"), claim.turn_id)
+        await renderer.close(final)
+
+
+def _is_finished(event: RunEvent) -> bool:
+    return isinstance(event, Finished)

@@ -1,0 +1,336 @@
+"""Configuration: YAML validated by pydantic, camelCase keys, ``${ENV}`` substitution (DESIGN.md §4).
+
+Integration models come from the installed adapters (entry points), so the core never names a
+platform's fields; :func:`build_settings_model` assembles the union of whatever is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, one ``path: reason`` line per problem."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class GatewayModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ServerSettings(GatewayModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    public_url: str | None = Field(None, description="Base URL the platforms reach us at")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above are 413")
+
+
+class RedisSettings(GatewayModel):
+    url: SecretStr | None = Field(
+        None, description="redis:// or unix:// URL; leave out to run the embedded Redis"
+    )
+    key_prefix: str = Field("xgw", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    connect_timeout_seconds: float = Field(
+        30, gt=0, description="How long start-up retries an unreachable Redis before failing"
+    )
+
+
+class AdminSettings(GatewayModel):
+    token: SecretStr | None = None
+
+
+class LoggingSettings(GatewayModel):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "console", "json"] = Field(
+        "auto", description="auto: console format in a terminal, JSON otherwise"
+    )
+
+
+class RuntimeSettings(GatewayModel):
+    lease_seconds: float = Field(
+        15, ge=1, description="Run lease; a crashed replica's turn is resumed after it expires"
+    )
+    dedup_ttl_hours: float = Field(24, ge=8, description="How long an event id is remembered")
+    shutdown_grace_seconds: float = Field(
+        20, ge=0, description="On SIGTERM, runs get this long to finish before being handed back"
+    )
+    max_turn_attempts: int = Field(3, ge=1, description="A turn that crashed this often fails")
+    max_concurrent_runs: int = Field(200, ge=1, description="Runs one replica executes at once")
+    poll_interval_ms: int = Field(
+        200, ge=10, le=5000, description="How often the flusher looks for work of other replicas"
+    )
+
+
+class EchoExpertSettings(GatewayModel):
+    """The built-in deterministic expert: steps, a streamed reply quoting the input, interrupts."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    kind: Literal["echo"]
+    step_titles: list[str] = Field(
+        default_factory=lambda: ["Reading your message", "Thinking it over", "Writing the answer"]
+    )
+    step_delay_ms: int = Field(400, ge=0, le=60_000)
+    char_delay_ms: int = Field(15, ge=0, le=10_000)
+    chunk_chars: int = Field(4, ge=1, le=10_000)
+    reply_prefix: str = "You said:"
+
+
+ExpertSettings = EchoExpertSettings
+
+
+class Route(GatewayModel):
+    """A per-chat rule; the first matching route wins, else the integration's ``xpertId``."""
+
+    xpert_id: str
+    chat_id: str | None = None
+    chat_type: Literal["p2p", "group"] | None = None
+    sender_id: str | None = None
+
+    @model_validator(mode="after")
+    def _has_matcher(self) -> Route:
+        if self.chat_id is None and self.chat_type is None and self.sender_id is None:
+            raise ValueError("a route needs at least one of chatId, chatType, senderId")
+        return self
+
+
+class IntegrationBase(GatewayModel):
+    """Options every integration has; adapters subclass it with their platform fields."""
+
+    id: str = Field(pattern=ID_PATTERN, description="integrationId")
+    platform: str
+    xpert_id: str = Field(description="The expert this integration talks to")
+    enabled: bool = True
+    summary_window_seconds: float = Field(
+        0, ge=0, le=600, description="Merge messages arriving within this many quiet seconds"
+    )
+    max_window_seconds: float = Field(
+        10, ge=0, le=3600, description="A burst is dispatched at the latest this long after it began"
+    )
+    session_timeout_seconds: int = Field(3600, ge=1, description="Idle time that ends a session")
+    session_scope: Literal["chat", "chat_sender", "thread"] = "chat"
+    group_reply_strategy: Literal["mention_only", "all_messages"] = "mention_only"
+    busy_policy: Literal["collect", "reject"] = Field(
+        "collect", description="A message arriving during a run: next turn, or 'busy' answer"
+    )
+    update_interval_ms: int = Field(1000, ge=100, le=60_000, description="Card update throttle")
+    language: str | None = None
+    timezone: str | None = None
+    store_raw: bool = Field(False, description="Keep the platform payload with stored envelopes")
+    routes: list[Route] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _windows(self) -> IntegrationBase:
+        if self.max_window_seconds < self.summary_window_seconds:
+            raise ValueError("maxWindowSeconds must be at least summaryWindowSeconds")
+        return self
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str | None) -> str | None:
+        if value is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError) as exc:
+                raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
+
+
+class Settings(GatewayModel):
+    server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
+    redis: RedisSettings = Field(default_factory=RedisSettings)  # type: ignore[arg-type]
+    data_dir: Path = Field(
+        Path(".gateway"), description="Embedded Redis data; relative to the working directory"
+    )
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)  # type: ignore[arg-type]
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)  # type: ignore[arg-type]
+    experts: list[ExpertSettings] = Field(min_length=1)
+    integrations: list[IntegrationBase] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> Settings:
+        problems: list[str] = []
+        for section in ("experts", "integrations"):
+            seen: set[str] = set()
+            for i, item in enumerate(getattr(self, section)):
+                if item.id in seen:
+                    problems.append(f"{section}.{i}.id: duplicate id {item.id!r}")
+                seen.add(item.id)
+        experts = {e.id for e in self.experts}
+        for i, integ in enumerate(self.integrations):
+            if integ.xpert_id not in experts:
+                problems.append(
+                    f"integrations.{i}.xpertId: {integ.xpert_id!r} names no expert "
+                    f"(experts: {', '.join(sorted(experts))})"
+                )
+            for j, route in enumerate(integ.routes):
+                if route.xpert_id not in experts:
+                    problems.append(
+                        f"integrations.{i}.routes.{j}.xpertId: {route.xpert_id!r} names no expert"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def integration(self, integration_id: str) -> IntegrationBase | None:
+        for integ in self.integrations:
+            if integ.id == integration_id:
+                return integ
+        return None
+
+    def expert(self, expert_id: str) -> ExpertSettings | None:
+        for expert in self.experts:
+            if expert.id == expert_id:
+                return expert
+        return None
+
+
+def build_settings_model(integration_models: Mapping[str, type[IntegrationBase]]) -> type[Settings]:
+    """A Settings model whose ``integrations`` accept the installed adapters' models."""
+    models = tuple(integration_models[k] for k in sorted(integration_models))
+    if not models:
+        return Settings
+    item: Any = (
+        models[0]
+        if len(models) == 1
+        else Annotated[Union[models], Field(discriminator="platform")]  # noqa: UP007
+    )
+    model: type[Settings] = create_model(
+        "GatewaySettings",
+        __base__=Settings,
+        integrations=(list[item], Field(default_factory=list)),
+    )
+    return model
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def substitute_env(node: Any, env: Mapping[str, str], path: str = "") -> tuple[Any, list[str]]:
+    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string; report unset variables by path."""
+    problems: list[str] = []
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out[key], p = substitute_env(value, env, f"{path}.{key}" if path else str(key))
+            problems += p
+        return out, problems
+    if isinstance(node, list):
+        items: list[Any] = []
+        for i, value in enumerate(node):
+            v, p = substitute_env(value, env, f"{path}.{i}")
+            items.append(v)
+            problems += p
+        return items, problems
+    if isinstance(node, str):
+
+        def repl(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append(f"{path}: environment variable {name} is not set")
+            return ""
+
+        return _ENV.sub(repl, node), problems
+    return node, problems
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        # Discriminated unions add the tag to the path (integrations.0.console.appId); keep it.
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        problems.append(f"{loc or '(top level)'}: {msg}")
+    return problems
+
+
+def load_settings(
+    source: Path | str | Mapping[str, Any],
+    *,
+    model: type[Settings] = Settings,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read, substitute and validate a config file (or an already parsed mapping)."""
+    if isinstance(source, Mapping):
+        raw: Any = dict(source)
+    else:
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from exc
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(["(top level): expected a mapping of settings"])
+    raw, problems = substitute_env(raw, os.environ if env is None else env)
+    if problems:
+        raise ConfigError(problems)
+    try:
+        settings = model.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc)) from exc
+    return settings
+
+
+def snapshot_of(integration: IntegrationBase, expert: ExpertSettings, xpert_id: str) -> tuple[str, str]:
+    """The config a new session locks in (secrets excluded), as JSON and its hash."""
+    data = {
+        "xpertId": xpert_id,
+        "expert": expert.model_dump(mode="json", by_alias=True),
+        "integration": integration.model_dump(
+            mode="json",
+            by_alias=True,
+            include={"id", "platform", "session_timeout_seconds", "session_scope",
+                     "update_interval_ms", "language", "timezone", "busy_policy"},
+        ),
+    }
+    body = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return body, snapshot_digest(data)
+
+
+def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
+    """Content address of a snapshot: sessions with the same config share one stored copy."""
+    body = json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+
+def mask(settings: BaseModel) -> dict[str, Any]:
+    """Settings as JSON with every secret shown as ``**********``."""
+    dumped: dict[str, Any] = json.loads(settings.model_dump_json(by_alias=True))
+    return dumped

@@ -1,0 +1,28 @@
+"""All gateway state in Redis: connection, key builder, dedup, bursts, bindings, leases, records.
+
+This package imports nothing else of ours: it stores envelopes and records as JSON it does not
+interpret (DESIGN.md §2).
+"""
+
+from sessions.connection import RedisHandle, connect_redis
+from sessions.keys import KeyBuilder
+from sessions.store import (
+    Binding,
+    Claim,
+    IntakeResult,
+    SessionStore,
+    StoreUnavailable,
+)
+from sessions.timeline import TimelineStore
+
+__all__ = [
+    "Binding",
+    "Claim",
+    "IntakeResult",
+    "KeyBuilder",
+    "RedisHandle",
+    "SessionStore",
+    "StoreUnavailable",
+    "TimelineStore",
+    "connect_redis",
+]

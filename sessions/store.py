@@ -1,0 +1,276 @@
+"""Session state: dedup, burst buffers with a due index, turns and leases, bindings, audit.
+
+Every multi-key change is one Lua script (``sessions/lua``); every key has a TTL or a comment in
+``keys.py`` saying why not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from sessions.keys import KeyBuilder
+
+HOUR_MS = 3_600_000
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis did not accept a write (unreachable, out of memory, read-only)."""
+
+
+def _load(name: str) -> str:
+    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeResult:
+    status: Literal["queued", "dup", "busy"]
+    due_ms: int
+    busy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A turn this replica now owns: new (from the burst) or resumed (a crashed replica's)."""
+
+    conversation: str
+    owner: str
+    resumed: bool
+    turn: dict[str, str]
+
+    @property
+    def turn_id(self) -> str:
+        return self.turn["id"]
+
+    @property
+    def attempts(self) -> int:
+        return int(self.turn.get("attempts", "1"))
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self.turn.get("items", "[]"))
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    state: Literal["new", "continue"]
+    fields: dict[str, str]
+
+    @property
+    def session_id(self) -> str:
+        return self.fields["sessionId"]
+
+
+class SessionStore:
+    """The gateway's Redis state machine. One instance per process, shared by all tasks."""
+
+    def __init__(
+        self,
+        *,
+        client: aioredis.Redis,
+        keys: KeyBuilder,
+        dedup_ttl_ms: int = 24 * HOUR_MS,
+        turn_ttl_ms: int = 24 * HOUR_MS,
+        snapshot_ttl_ms: int = 30 * 24 * HOUR_MS,
+        audit_maxlen: int = 10_000,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.dedup_ttl_ms = dedup_ttl_ms
+        self.turn_ttl_ms = turn_ttl_ms
+        self.snapshot_ttl_ms = snapshot_ttl_ms
+        self.audit_maxlen = audit_maxlen
+        self._intake = client.register_script(_load("intake.lua"))
+        self._claim = client.register_script(_load("claim.lua"))
+        self._renew = client.register_script(_load("renew.lua"))
+        self._turnset = client.register_script(_load("turnset.lua"))
+        self._finish = client.register_script(_load("finish.lua"))
+        self._binding = client.register_script(_load("binding.lua"))
+        self._binding_set = client.register_script(_load("binding_set.lua"))
+
+    # --- intake ----------------------------------------------------------------------------
+    async def intake(
+        self,
+        *,
+        conversation: str,
+        event_id: str,
+        envelope_json: str,
+        now_ms: int,
+        window_ms: int,
+        max_window_ms: int,
+        mode: Literal["collect", "reject", "urgent"] = "collect",
+    ) -> IntakeResult:
+        """Dedup and append in ONE round trip; returns once the envelope is durable in Redis."""
+        k = self.keys
+        burst_ttl = max(self.dedup_ttl_ms, 3 * max_window_ms)
+        try:
+            status, due, busy = await self._intake(
+                keys=[
+                    k.dedup(conversation, event_id),
+                    k.burst(conversation),
+                    k.burst_meta(conversation),
+                    k.due(),
+                    k.turn(conversation),
+                ],
+                args=[envelope_json, now_ms, window_ms, max_window_ms, self.dedup_ttl_ms,
+                      burst_ttl, conversation, mode],
+            )
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        return IntakeResult(status=status, due_ms=int(due), busy=bool(int(busy)))
+
+    async def mark_seen(self, conversation: str, event_id: str, now_ms: int) -> bool:
+        """Dedup alone (for clicks handled at once): True the first time, False for a repeat."""
+        try:
+            ok = await self.redis.set(
+                self.keys.dedup(conversation, event_id), now_ms, nx=True, px=self.dedup_ttl_ms
+            )
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        return bool(ok)
+
+    # --- due index and claims --------------------------------------------------------------
+    async def due_conversations(self, now_ms: int, limit: int = 64) -> list[str]:
+        members: list[str] = await self.redis.zrangebyscore(
+            self.keys.due(), "-inf", now_ms, start=0, num=limit
+        )
+        return members
+
+    async def next_due_ms(self) -> int | None:
+        first = await self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    async def claim(
+        self, *, conversation: str, owner: str, turn_id: str, now_ms: int, lease_ms: int
+    ) -> Claim | None:
+        k = self.keys
+        res = await self._claim(
+            keys=[k.due(), k.lease(conversation), k.burst(conversation),
+                  k.burst_meta(conversation), k.turn(conversation)],
+            args=[conversation, now_ms, owner, lease_ms, turn_id, self.turn_ttl_ms],
+        )
+        if res[0] not in ("new", "resume"):
+            return None
+        return Claim(
+            conversation=conversation, owner=owner, resumed=res[0] == "resume",
+            turn=json.loads(res[1]),
+        )
+
+    async def renew(
+        self, *, conversation: str, owner: str, now_ms: int, lease_ms: int
+    ) -> tuple[bool, str]:
+        """Extend the lease; returns (still held, cancel request for this conversation or '')."""
+        k = self.keys
+        held, cancel = await self._renew(
+            keys=[k.lease(conversation), k.due(), k.cancel(conversation)],
+            args=[owner, lease_ms, conversation, now_ms],
+        )
+        return bool(int(held)), str(cancel)
+
+    async def set_turn_fields(self, *, conversation: str, owner: str, **fields: str) -> bool:
+        flat: list[str] = []
+        for key, value in fields.items():
+            flat += [key, value]
+        ok = await self._turnset(
+            keys=[self.keys.lease(conversation), self.keys.turn(conversation)], args=[owner, *flat]
+        )
+        return bool(ok)
+
+    async def finish(
+        self,
+        *,
+        conversation: str,
+        owner: str,
+        now_ms: int,
+        mode: Literal["finish", "handback"] = "finish",
+    ) -> tuple[str, int]:
+        k = self.keys
+        res = await self._finish(
+            keys=[k.lease(conversation), k.due(), k.turn(conversation), k.burst(conversation),
+                  k.burst_meta(conversation), k.cancel(conversation)],
+            args=[owner, conversation, now_ms, mode],
+        )
+        return str(res[0]), int(res[1]) if len(res) > 1 else 0
+
+    async def request_cancel(self, conversation: str, turn_id: str, ttl_ms: int) -> None:
+        await self.redis.set(self.keys.cancel(conversation), turn_id, px=ttl_ms)
+
+    async def turn(self, conversation: str) -> dict[str, str]:
+        data: dict[str, str] = await self.redis.hgetall(self.keys.turn(conversation))
+        return data
+
+    async def burst_length(self, conversation: str) -> int:
+        return int(await self.redis.llen(self.keys.burst(conversation)))
+
+    # --- bindings --------------------------------------------------------------------------
+    async def open_or_continue(
+        self,
+        *,
+        conversation: str,
+        now_ms: int,
+        timeout_ms: int,
+        new_session_id: str,
+        xpert_id: str,
+        snapshot_hash: str,
+        count_turn: bool = True,
+    ) -> Binding:
+        # The binding outlives its idle timeout by a minute so the check in the script decides.
+        state, data = await self._binding(
+            keys=[self.keys.binding(conversation)],
+            args=[now_ms, timeout_ms, new_session_id, xpert_id, snapshot_hash,
+                  timeout_ms + 60_000, "1" if count_turn else "0"],
+        )
+        return Binding(state=state, fields=json.loads(data))
+
+    async def binding(self, conversation: str) -> dict[str, str]:
+        data: dict[str, str] = await self.redis.hgetall(self.keys.binding(conversation))
+        return data
+
+    async def set_binding_fields(self, conversation: str, session_id: str, **fields: str) -> bool:
+        flat: list[str] = []
+        for key, value in fields.items():
+            flat += [key, value]
+        return bool(
+            await self._binding_set(keys=[self.keys.binding(conversation)], args=[session_id, *flat])
+        )
+
+    async def end_session(self, conversation: str) -> dict[str, str]:
+        """End the conversation's session; the next message opens a new one. Returns the old one."""
+        key = self.keys.binding(conversation)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(key)
+            pipe.delete(key)
+            old, _ = await pipe.execute()
+        result: dict[str, str] = old
+        return result
+
+    # --- config snapshots (content-addressed, shared by sessions) ---------------------------
+    async def put_snapshot(self, digest: str, snapshot_json: str) -> None:
+        await self.redis.set(self.keys.snapshot(digest), snapshot_json, px=self.snapshot_ttl_ms)
+
+    async def get_snapshot(self, digest: str) -> str | None:
+        value: str | None = await self.redis.get(self.keys.snapshot(digest))
+        return value
+
+    # --- audit -----------------------------------------------------------------------------
+    async def audit(self, record: dict[str, Any]) -> None:
+        """Append to the audit stream (bounded by MAXLEN rather than a TTL)."""
+        fields = {k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()}
+        await self.redis.xadd(self.keys.audit(), fields, maxlen=self.audit_maxlen, approximate=True)
+
+    async def audit_records(self, count: int = 1000) -> list[dict[str, str]]:
+        rows = await self.redis.xrange(self.keys.audit(), count=count)
+        return [dict(fields) for _id, fields in rows]
+
+    # --- replicas --------------------------------------------------------------------------
+    async def heartbeat(self, replica_id: str, info: dict[str, Any], ttl_ms: int) -> None:
+        await self.redis.set(self.keys.replica(replica_id), json.dumps(info), px=ttl_ms)
+
+    async def publish_control(self, message: dict[str, Any]) -> None:
+        await self.redis.publish(self.keys.control_channel(), json.dumps(message))

@@ -1,0 +1,82 @@
+"""Chat transcripts kept in Redis, with every change published to all replicas.
+
+The console adapter uses this as its "platform server": user messages and bot cards are records
+of a chat, visible to whichever replica serves the browser.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+
+from sessions.keys import KeyBuilder
+
+
+class TimelineStore:
+    def __init__(
+        self,
+        *,
+        client: aioredis.Redis,
+        keys: KeyBuilder,
+        ttl_ms: int = 7 * 24 * 3_600_000,
+        max_records: int = 500,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.ttl_ms = ttl_ms
+        self.max_records = max_records
+        self._put = client.register_script(
+            resources.files("sessions").joinpath("lua", "timeline_put.lua").read_text("utf-8")
+        )
+
+    async def put(
+        self,
+        integration_id: str,
+        chat_id: str,
+        record: dict[str, Any],
+        *,
+        mode: Literal["create", "upsert"] = "upsert",
+    ) -> bool:
+        """Store ``record`` (which has an ``id``) and publish it; create never overwrites."""
+        body = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        change = json.dumps(
+            {"integrationId": integration_id, "chatId": chat_id, "record": record},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        ok = await self._put(
+            keys=[
+                self.keys.timeline_messages(integration_id, chat_id),
+                self.keys.timeline_order(integration_id, chat_id),
+            ],
+            args=[record["id"], body, mode, self.ttl_ms, self.max_records,
+                  self.keys.timeline_channel(), change],
+        )
+        return bool(ok)
+
+    async def get(self, integration_id: str, chat_id: str, record_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.keys.timeline_messages(integration_id, chat_id), record_id)
+        return json.loads(raw) if raw else None
+
+    async def list(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]:
+        order_key = self.keys.timeline_order(integration_id, chat_id)
+        ids: list[str] = await self.redis.lrange(order_key, 0, -1)
+        if not ids:
+            return []
+        raws = await self.redis.hmget(self.keys.timeline_messages(integration_id, chat_id), ids)
+        return [json.loads(r) for r in raws if r]
+
+    async def changes(self) -> AsyncIterator[dict[str, Any]]:
+        """Every change published by any replica, until the consumer stops iterating."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(self.keys.timeline_channel())
+        try:
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    yield json.loads(message["data"])
+        finally:
+            await pubsub.aclose()
