@@ -71,6 +71,7 @@ class Gateway:
         self.store = SessionStore(
             client=client, keys=keys, dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000)
         )
+        await self.store.prepare()
         self.timeline = TimelineStore(client=client, keys=keys)
         self.runner = Runner(
             store=self.store, settings=s, adapters=self.adapters, replica_id=self.replica_id

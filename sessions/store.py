@@ -94,6 +94,12 @@ class SessionStore:
         self._binding = client.register_script(_load("binding.lua"))
         self._binding_set = client.register_script(_load("binding_set.lua"))
 
+    async def prepare(self) -> None:
+        """Load every script once at start-up, so each later call is a single EVALSHA."""
+        for script in (self._intake, self._claim, self._renew, self._turnset, self._finish,
+                       self._binding, self._binding_set):
+            script.sha = await self.redis.script_load(script.script)
+
     # --- intake ----------------------------------------------------------------------------
     async def intake(
         self,

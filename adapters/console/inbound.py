@@ -263,9 +263,13 @@ class ConsoleApi:
         return web.FileResponse(STATIC / "index.html")
 
 
+async def _to_slash(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/console/")
+
+
 def setup_routes(app: web.Application, adapters: Mapping[str, ConsoleAdapter]) -> None:
     api = ConsoleApi(adapters)
-    app.router.add_get("/console", lambda r: web.HTTPFound("/console/"))  # type: ignore[arg-type, return-value]
+    app.router.add_get("/console", _to_slash)
     app.router.add_get("/console/", api.page)
     app.router.add_static("/console/static/", STATIC)
     app.router.add_get("/console/api/config", api.config)

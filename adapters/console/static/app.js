@@ -1,0 +1,284 @@
+// Xpert Gateway console: a tiny IM emulator. Plain JS, no build step.
+(() => {
+  "use strict";
+  const $ = (sel) => document.querySelector(sel);
+  const el = (tag, cls, text) => {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text != null) e.textContent = text;
+    return e;
+  };
+  const STATUS_LABEL = {
+    running: "Working…", waiting: "Waiting for you", done: "Done",
+    error: "Error", cancelled: "Cancelled", ended: "Ended",
+  };
+  const STEP_MARK = { done: "✓", failed: "✗", error: "✗", cancelled: "–", pending: "○" };
+
+  const state = {
+    integ: null, userId: null, chatId: null,
+    records: new Map(), // id -> record shown in the current chat
+    gen: 0, loading: false, buffered: [], unread: new Set(), es: null,
+  };
+
+  // ---- helpers -------------------------------------------------------------------------
+  async function api(method, path, body) {
+    const res = await fetch(path, {
+      method, headers: body ? { "Content-Type": "application/json" } : {},
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    let data = null;
+    try { data = await res.json(); } catch (_) { /* empty body */ }
+    if (!res.ok) throw new Error((data && data.error) || `${method} ${path}: HTTP ${res.status}`);
+    return data;
+  }
+  let toastTimer = null;
+  function toast(msg) {
+    const t = $("#toast");
+    t.textContent = msg;
+    t.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
+  }
+  const chat = (id) => state.integ.chats.find((c) => c.id === id);
+  const user = (id) => state.integ.users.find((u) => u.id === id);
+  const version = (r) => r.updatedAt ?? r.at;
+  function timeOf(at) {
+    if (at == null) return "";
+    const d = typeof at === "number" ? new Date(at < 1e12 ? at * 1000 : at) : new Date(at);
+    return isNaN(d) ? "" : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  }
+  function richText(text) {
+    // Keeps newlines; lines starting with "> " become a quote.
+    const box = el("div", "rich");
+    let cur = null, curQuote = null;
+    for (const line of String(text || "").split("\n")) {
+      const quote = line.startsWith("> ") || line === ">";
+      if (!cur || quote !== curQuote) {
+        cur = box.appendChild(el(quote ? "blockquote" : "p"));
+        curQuote = quote;
+      } else cur.append("\n");
+      cur.append(quote ? line.slice(2) : line);
+    }
+    return box;
+  }
+
+  // ---- rendering -----------------------------------------------------------------------
+  function renderUser(r) {
+    const row = el("div", "msg user");
+    if (r.senderId === state.userId) row.classList.add("mine");
+    row.dataset.sender = r.senderId || "";
+    row.appendChild(el("div", "avatar", (r.senderName || r.senderId || "?").slice(0, 1).toUpperCase()));
+    const body = row.appendChild(el("div", "body"));
+    const meta = body.appendChild(el("div", "meta"));
+    meta.append(el("b", null, r.senderName || r.senderId), el("time", null, timeOf(r.at)));
+    const bubble = body.appendChild(el("div", "bubble"));
+    if (r.mentionBot) bubble.appendChild(el("span", "tag", "@" + state.integ.botName));
+    bubble.append(r.text || "");
+    return row;
+  }
+  function renderCard(r) {
+    const c = r.card || {};
+    const status = c.status || "running";
+    const card = el("div", "card");
+    card.dataset.status = status;
+    const head = card.appendChild(el("div", "card-head"));
+    head.append(el("span", "dot"), el("span", "card-title", c.title || STATUS_LABEL[status] || status),
+      el("span", "pill", STATUS_LABEL[status] || status));
+    if (c.steps && c.steps.length) {
+      const ul = card.appendChild(el("ul", "steps"));
+      for (const s of c.steps) {
+        const li = ul.appendChild(el("li"));
+        li.dataset.stepStatus = s.status;
+        const mark = li.appendChild(el("span", "mark", STEP_MARK[s.status] ?? ""));
+        if (s.status === "running") mark.appendChild(el("i", "spinner"));
+        li.appendChild(el("span", null, s.title));
+      }
+    }
+    if (c.answer) card.appendChild(richText(c.answer)).classList.add("answer");
+    if (c.error) card.appendChild(el("div", "error", c.error));
+    if (c.buttons && c.buttons.length) {
+      const bar = card.appendChild(el("div", "actions"));
+      for (const b of c.buttons) {
+        const btn = bar.appendChild(el("button", "btn btn-" + (b.style || "default"), b.label));
+        btn.type = "button";
+        btn.dataset.actionId = b.actionId;
+        btn.addEventListener("click", () => act(r, b.actionId, btn));
+      }
+    }
+    return card;
+  }
+  function renderRecord(r) {
+    let row;
+    if (r.role === "user") row = renderUser(r);
+    else {
+      row = el("div", "msg bot");
+      row.appendChild(el("div", "avatar bot-avatar", "X"));
+      const body = row.appendChild(el("div", "body"));
+      const meta = body.appendChild(el("div", "meta"));
+      meta.append(el("b", null, state.integ.botName), el("time", null, timeOf(r.at)));
+      if (r.type === "card") body.appendChild(renderCard(r));
+      else body.appendChild(richText(r.text)).classList.add("bubble");
+      if (r.replyTo) row.dataset.replyTo = r.replyTo;
+    }
+    row.dataset.messageId = r.id;
+    row.dataset.role = r.role;
+    return row;
+  }
+  function upsert(r) {
+    const tl = $("#timeline");
+    const old = state.records.get(r.id);
+    if (old && version(old) != null && version(r) != null && typeof version(old) === typeof version(r)
+        && version(r) < version(old)) return; // stale update
+    const nearBottom = tl.scrollHeight - tl.scrollTop - tl.clientHeight < 80;
+    state.records.set(r.id, r);
+    const node = renderRecord(r);
+    const existing = tl.querySelector(`[data-message-id="${CSS.escape(r.id)}"]`);
+    if (existing) existing.replaceWith(node); else tl.appendChild(node);
+    $("#empty")?.remove();
+    if (nearBottom || !existing) tl.scrollTop = tl.scrollHeight;
+  }
+
+  // ---- chats ---------------------------------------------------------------------------
+  function renderChats() {
+    const ul = $("#chats");
+    ul.textContent = "";
+    for (const c of state.integ.chats) {
+      const li = ul.appendChild(el("li"));
+      li.dataset.chatId = c.id;
+      li.classList.toggle("active", c.id === state.chatId);
+      li.classList.toggle("unread", state.unread.has(c.id));
+      li.append(el("span", "chat-icon " + c.type, c.type === "group" ? "#" : "@"), el("span", "chat-name", c.name));
+      li.addEventListener("click", () => selectChat(c.id));
+    }
+  }
+  function selectChat(id) {
+    const c = chat(id);
+    if (!c) return;
+    state.chatId = id;
+    state.unread.delete(id);
+    if (c.type === "p2p" && c.userId && user(c.userId)) setUser(c.userId);
+    $("#chat-title").textContent = c.name;
+    $("#chat-sub").textContent = c.type === "group"
+      ? "Group chat · the bot answers when @mentioned" : "Direct chat with " + state.integ.botName;
+    $("#mention-label").classList.toggle("off", c.type !== "group");
+    $("#mention").disabled = c.type !== "group";
+    renderChats();
+    loadTimeline();
+    $("#composer").focus();
+  }
+  function setUser(id) {
+    state.userId = id;
+    $("#user").value = id;
+    for (const row of document.querySelectorAll(".msg.user")) row.classList.toggle("mine", row.dataset.sender === id);
+  }
+  async function loadTimeline() {
+    const gen = ++state.gen;
+    const chatId = state.chatId;
+    state.loading = true;
+    state.buffered = [];
+    try {
+      const data = await api("GET", `api/chats/${encodeURIComponent(chatId)}/messages?integrationId=${encodeURIComponent(state.integ.id)}`);
+      if (gen !== state.gen) return; // a newer load started
+      const tl = $("#timeline");
+      tl.textContent = "";
+      state.records.clear();
+      const msgs = data.messages || [];
+      if (!msgs.length) tl.appendChild(el("div", "empty", "No messages yet. Say hello 👋")).id = "empty";
+      for (const r of msgs) upsert(r);
+      for (const r of state.buffered) upsert(r);
+      tl.scrollTop = tl.scrollHeight;
+    } catch (e) {
+      if (gen === state.gen) toast(e.message);
+    } finally {
+      if (gen === state.gen) { state.loading = false; state.buffered = []; }
+    }
+  }
+
+  // ---- live updates --------------------------------------------------------------------
+  function connect() {
+    const es = new EventSource(`api/events?integrationId=${encodeURIComponent(state.integ.id)}`);
+    state.es = es;
+    const conn = $("#conn");
+    es.addEventListener("open", () => {
+      conn.dataset.state = "live";
+      conn.lastChild.textContent = "Live";
+      loadTimeline(); // catch up on anything missed while disconnected
+    });
+    es.addEventListener("error", () => {
+      conn.dataset.state = "down";
+      conn.lastChild.textContent = "Reconnecting…";
+    });
+    es.addEventListener("record", (ev) => {
+      let msg;
+      try { msg = JSON.parse(ev.data); } catch (_) { return; }
+      if (!msg.record || (msg.integrationId && msg.integrationId !== state.integ.id)) return;
+      if (msg.chatId !== state.chatId) {
+        state.unread.add(msg.chatId);
+        renderChats();
+      } else if (state.loading) state.buffered.push(msg.record);
+      else upsert(msg.record);
+    });
+  }
+
+  // ---- actions -------------------------------------------------------------------------
+  async function send() {
+    const box = $("#composer");
+    const text = box.value.trim();
+    if (!text) return;
+    const c = chat(state.chatId);
+    const u = user(state.userId);
+    $("#send").disabled = true;
+    try {
+      await api("POST", "api/messages", {
+        integrationId: state.integ.id, chatId: c.id, chatType: c.type,
+        senderId: u.id, senderName: u.name, text,
+        mentionBot: c.type === "group" ? $("#mention").checked : false,
+      });
+      box.value = "";
+      autosize();
+    } catch (e) {
+      toast(e.message);
+    } finally {
+      $("#send").disabled = false;
+      box.focus();
+    }
+  }
+  async function act(r, actionId, btn) {
+    btn.disabled = true;
+    try {
+      await api("POST", "api/actions", {
+        integrationId: state.integ.id, chatId: state.chatId, messageId: r.id, actionId, senderId: state.userId,
+      });
+    } catch (e) {
+      toast(e.message);
+      btn.disabled = false;
+    }
+  }
+  function autosize() {
+    const box = $("#composer");
+    box.style.height = "auto";
+    box.style.height = Math.min(box.scrollHeight, 160) + "px";
+  }
+
+  // ---- start ---------------------------------------------------------------------------
+  async function init() {
+    let cfg;
+    try { cfg = await api("GET", "api/config"); } catch (e) { toast("Cannot load config: " + e.message); return; }
+    state.integ = (cfg.integrations || [])[0];
+    if (!state.integ) { toast("No console integration configured"); return; }
+    state.integ.botName = state.integ.botName || "Xpert";
+    const sel = $("#user");
+    for (const u of state.integ.users) sel.appendChild(el("option", null, u.name)).value = u.id;
+    state.userId = state.integ.users[0]?.id;
+    sel.addEventListener("change", () => setUser(sel.value));
+    $("#composer-form").addEventListener("submit", (e) => { e.preventDefault(); send(); });
+    $("#composer").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    });
+    $("#composer").addEventListener("input", autosize);
+    const first = state.integ.chats.find((c) => c.type === "group") || state.integ.chats[0];
+    if (first) selectChat(first.id);
+    connect();
+  }
+  init();
+})();

@@ -1,0 +1,664 @@
+"""End-to-end pipeline benchmark: console POST -> intake -> turn -> first bot card over SSE.
+
+Starts its own daemon (``python -m gateway run``) against a real Redis under a unique key prefix,
+drives the console API open-loop at a target rate and prints ONE JSON line:
+
+  messages, conversations, duration_s, throughput_msg_s, first_card_ms {p50,p90,p99,max},
+  own_card_messages, redis_commands_per_message, evalsha_per_message, binding_memory_bytes,
+  baseline_healthz_ms {p50,p99}, p99_vs_healthz_ratio  (plus a few diagnostic keys)
+
+Usage: python bench/pipeline.py [--conversations 50] [--messages 20] [--rate 200]
+       [--duration-cap 60]          REDIS_URL defaults to redis://127.0.0.1:6379/0
+
+Everything goes to 127.0.0.1; every wait has a deadline; the daemon is stopped and the prefix's
+keys deleted on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+LUA_DIR = ROOT / "sessions" / "lua"
+INTEGRATION = "console"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- the daemon --------------------------------------------------------------------------------
+def write_config(path: Path, *, redis_url: str, prefix: str, port: int, data_dir: Path) -> None:
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "redis": {"url": redis_url, "keyPrefix": prefix, "connectTimeoutSeconds": 10},
+        "dataDir": str(data_dir),
+        "logging": {"level": "warning", "format": "json"},
+        "runtime": {"shutdownGraceSeconds": 3},
+        "experts": [{
+            "id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0,
+            "chunkChars": 10000, "stepTitles": ["Echo"],
+        }],
+        "integrations": [{
+            "id": INTEGRATION, "platform": "console", "xpertId": "echo",
+            "summaryWindowSeconds": 0, "maxWindowSeconds": 0, "updateIntervalMs": 100,
+        }],
+    }
+    # JSON is YAML; no ${...} appears in it, so the loader's substitution leaves it alone.
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+class Daemon:
+    def __init__(self, config: Path, port: int, logfile: Path) -> None:
+        self.config, self.port, self.logfile = config, port, logfile
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.base = f"http://127.0.0.1:{port}"
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.logfile.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "run", "--config", str(self.config),
+                 "--port", str(self.port)],
+                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            )
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.logfile.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def wait_healthy(self, session: aiohttp.ClientSession, limit_s: float = 45) -> None:
+        deadline = now() + limit_s
+        while now() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"daemon exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with session.get(f"{self.base}/healthz",
+                                       timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"daemon not healthy within {limit_s:g} s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 20) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log("daemon ignored SIGTERM; killing it")
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        return self.proc.returncode
+
+
+# --- the SSE stream ----------------------------------------------------------------------------
+@dataclass
+class Card:
+    chat_id: str
+    reply_to: str
+    first_seen: float
+
+
+@dataclass
+class Stream:
+    """Records from ``/console/api/events``: the first sighting of each card and user record."""
+
+    cards: dict[str, Card] = field(default_factory=dict)  # card record id -> first sighting
+    first_card_for: dict[str, float] = field(default_factory=dict)  # replyTo -> first card time
+    user_seen: dict[str, float] = field(default_factory=dict)  # user record id -> time
+    records: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    error: str | None = None
+
+    def handle(self, data: str) -> None:
+        t = now()
+        change = json.loads(data)
+        record = change.get("record") or {}
+        self.records += 1
+        if record.get("role") == "user":
+            self.user_seen.setdefault(str(record.get("id")), t)
+        elif record.get("role") == "bot" and record.get("type") == "card":
+            rid, reply_to = str(record.get("id")), str(record.get("replyTo"))
+            if rid not in self.cards:
+                self.cards[rid] = Card(str(change.get("chatId")), reply_to, t)
+                self.first_card_for.setdefault(reply_to, t)
+        self.changed.set()
+
+    async def run(self, resp: aiohttp.ClientResponse) -> None:
+        event, data = "message", []
+        try:
+            async for raw in resp.content:
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if not line:
+                    if data and event == "record":
+                        self.handle("\n".join(data))
+                    event, data = "message", []
+                elif line.startswith(":"):
+                    continue
+                else:
+                    name, _, value = line.partition(":")
+                    value = value.removeprefix(" ")
+                    if name == "event":
+                        event = value
+                    elif name == "data":
+                        data.append(value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+        else:
+            self.error = "SSE stream ended"
+        finally:
+            self.changed.set()
+
+    async def wait_for(self, predicate: Any, deadline: float) -> bool:
+        while not predicate():
+            if self.error:
+                raise RuntimeError(f"SSE stream failed: {self.error}")
+            remaining = deadline - now()
+            if remaining <= 0:
+                return False
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(remaining, 0.5))
+        return True
+
+
+# --- Redis helpers -----------------------------------------------------------------------------
+class RedisProbe:
+    """Our own Redis client; counts the commands it issues so they can be left out."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.client: aioredis.Redis = aioredis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5
+        )
+        self.prefix = prefix
+        self.issued = 0
+
+    async def commandstats(self) -> dict[str, int]:
+        self.issued += 1
+        stats = await self.client.info("commandstats")
+        out: dict[str, int] = {}
+        for key, value in stats.items():
+            name = key.removeprefix("cmdstat_")
+            out[name] = int(value["calls"]) if isinstance(value, dict) else 0
+        return out
+
+    async def scan(self, pattern: str, limit_s: float = 20) -> list[str]:
+        found: list[str] = []
+        cursor = 0
+        deadline = now() + limit_s
+        while True:
+            self.issued += 1
+            cursor, keys = await self.client.scan(cursor=cursor, match=pattern, count=1000)
+            found += keys
+            if cursor == 0 or now() > deadline:
+                return found
+
+    async def pending_work(self) -> int:
+        """Conversations still scheduled (the due index) plus live leases."""
+        self.issued += 1
+        due = int(await self.client.zcard(f"{self.prefix}:due"))
+        leases = await self.scan(f"{self.prefix}:*:lease", limit_s=5)
+        return due + len(leases)
+
+    async def delete_prefix(self) -> int:
+        keys = await self.scan(f"{self.prefix}:*", limit_s=30)
+        for i in range(0, len(keys), 500):
+            await self.client.unlink(*keys[i : i + 500])
+        return len(keys)
+
+
+def diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in after
+            if after.get(k, 0) - before.get(k, 0) > 0}
+
+
+def script_names() -> dict[str, str]:
+    """sha1 -> script name for the gateway's Lua scripts (what EVALSHA names)."""
+    names = {}
+    for path in sorted(LUA_DIR.glob("*.lua")):
+        body = path.read_text(encoding="utf-8")
+        names[hashlib.sha1(body.encode("utf-8")).hexdigest()] = path.stem
+    return names
+
+
+# --- the load ----------------------------------------------------------------------------------
+@dataclass
+class Sent:
+    conv: int
+    seq: int
+    chat_id: str
+    scheduled: float
+    started: float = 0.0
+    acked: float = 0.0
+    event_id: str | None = None
+    status: str | None = None
+    error: str | None = None
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, base: str, http: aiohttp.ClientSession) -> None:
+        self.args = args
+        self.base = base
+        self.http = http
+        self.sent: list[Sent] = []
+
+    async def post(self, chat_id: str, sender: str, text: str) -> tuple[int, dict[str, Any]]:
+        body = {"integrationId": INTEGRATION, "chatId": chat_id, "chatType": "p2p",
+                "senderId": sender, "senderName": f"Bench {sender}", "text": text,
+                "mentionBot": False}
+        async with self.http.post(f"{self.base}/console/api/messages", json=body,
+                                  timeout=aiohttp.ClientTimeout(total=15)) as resp:
+            data = await resp.json(content_type=None)
+            return resp.status, data if isinstance(data, dict) else {}
+
+    async def conversation(self, i: int, t0: float, cap_deadline: float) -> None:
+        m, k, rate = self.args.conversations, self.args.messages, self.args.rate
+        chat_id, sender = f"bench-{i}", f"u{i}"
+        for j in range(k):
+            # Global open-loop schedule: message number j*m+i goes out at t0 + n/rate.
+            scheduled = t0 + (j * m + i) / rate
+            if scheduled > cap_deadline:
+                return
+            delay = scheduled - now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            item = Sent(conv=i, seq=j, chat_id=chat_id, scheduled=scheduled)
+            self.sent.append(item)
+            item.started = now()
+            try:
+                status, data = await self.post(chat_id, sender, f"message {j} of conversation {i}")
+                item.acked = now()
+                if status == 202 and data.get("eventId"):
+                    item.event_id = str(data["eventId"])
+                    item.status = str(data.get("status", ""))
+                else:
+                    item.error = f"HTTP {status}: {data}"
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                item.acked = now()
+                item.error = f"{type(exc).__name__}: {exc}"
+
+    async def healthz_baseline(self, n: int = 500) -> list[float]:
+        url = f"{self.base}/healthz"
+        timeout = aiohttp.ClientTimeout(total=5)
+        for _ in range(20):  # warm the connection pool
+            async with self.http.get(url, timeout=timeout) as resp:
+                await resp.read()
+        samples = []
+        deadline = now() + 60
+        for _ in range(n):
+            if now() > deadline:
+                break
+            t = now()
+            async with self.http.get(url, timeout=timeout) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"/healthz answered {resp.status}")
+            samples.append(now() - t)
+        return samples
+
+
+async def wait_quiet(probe: RedisProbe, deadline: float, idle_rate: float) -> None:
+    """Until no conversation is scheduled or leased and Redis traffic is back to its idle rate."""
+    prev = sum((await probe.commandstats()).values())
+    prev_t = now()
+    while now() < deadline:
+        await asyncio.sleep(0.5)
+        total = sum((await probe.commandstats()).values())
+        t = now()
+        rate = (total - prev) / (t - prev_t)
+        prev, prev_t = total, t
+        if await probe.pending_work() == 0 and rate <= max(3 * idle_rate, 50):
+            return
+    log("Redis did not go quiet before the deadline; counting what was seen")
+
+
+async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int = 5
+                         ) -> dict[str, Any] | None:
+    """Where the Redis work of one message goes, from MONITOR while ``n`` messages go through
+    one at a time (after the counted window, so MONITOR's own cost does not skew the load).
+
+    Only commands naming our key prefix count (a shared Redis may serve others); the daemon's
+    idle polling, measured first under MONITOR too, is subtracted.
+    """
+    names = script_names()
+    seen: list[tuple[float, bool, str]] = []  # (server time, inside a script, command)
+    chat_id = "bench-monitor"
+    ready = asyncio.Event()
+    marker = probe.prefix + ":"
+
+    async def watch() -> None:
+        async with probe.client.monitor() as mon:
+            ready.set()
+            async for cmd in mon.listen():
+                command = str(cmd.get("command", ""))
+                if marker in command:
+                    seen.append((float(cmd["time"]), cmd.get("client_type") == "lua", command))
+
+    windows: list[tuple[float, float]] = []  # POST start .. 202, wall clock
+    task = asyncio.create_task(watch())
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        await asyncio.sleep(0.3)
+        idle0 = time.time()
+        await asyncio.sleep(1.5)
+        idle1 = time.time()
+        for j in range(n):
+            t_a = time.time()
+            status, data = await bench.post(chat_id, "umon", f"monitored message {j}")
+            windows.append((t_a, time.time()))
+            if status != 202:
+                return None
+            event_id = str(data["eventId"])
+            if not await stream.wait_for(lambda e=event_id: e in stream.first_card_for,
+                                         now() + 10):
+                return None
+            await asyncio.sleep(0.5)  # the turn's last card update and finish
+        end = time.time()
+        await asyncio.sleep(0.2)
+    except (TimeoutError, RuntimeError, aiohttp.ClientError):
+        return None
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+    def count(t0: float, t1: float, lua: bool) -> int:
+        return sum(1 for t, in_lua, _ in seen if t0 <= t < t1 and in_lua == lua)
+
+    idle_s, busy_s = idle1 - idle0, end - windows[0][0]
+    per_msg: dict[str, Any] = {"sample_messages": n}
+    for label, lua in (("round_trips", False), ("in_script_commands", True)):
+        busy = count(windows[0][0], end, lua)
+        idle = count(idle0, idle1, lua) / idle_s * busy_s
+        per_msg[f"{label}_per_message"] = round(max(0.0, busy - idle) / n, 2)
+    per_msg["intake_round_trips_per_message"] = round(
+        sum(count(a, b, False) for a, b in windows) / n, 2)  # POST sent .. 202 received
+    scripts: dict[str, int] = {}
+    for t, in_lua, command in seen:
+        words = command.split(" ", 2)
+        if not in_lua and t >= windows[0][0] and words[0].upper() == "EVALSHA" and len(words) > 1:
+            name = names.get(words[1].lower(), words[1][:12])
+            scripts[name] = scripts.get(name, 0) + 1
+    per_msg["evalsha_by_script_per_message"] = {
+        k: round(v / n, 2) for k, v in sorted(scripts.items())}
+    return per_msg
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    redis_url = args.redis_url
+    parts = urlsplit(redis_url)
+    if parts.scheme not in ("redis", "unix") or (parts.scheme == "redis"
+                                                  and parts.hostname not in LOOPBACK):
+        raise SystemExit(f"refusing a Redis that is not on 127.0.0.1: {redis_url}")
+    prefix = f"bench-{uuid.uuid4().hex[:10]}"
+    port = free_port()
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="xgw-bench-") as tmp:
+        tmpdir = Path(tmp)
+        config = tmpdir / "gateway.yaml"
+        write_config(config, redis_url=redis_url, prefix=prefix, port=port,
+                     data_dir=tmpdir / "data")
+        daemon = Daemon(config, port, tmpdir / "daemon.log")
+        probe = RedisProbe(redis_url, prefix)
+        await probe.client.ping()
+        connector = aiohttp.TCPConnector(limit=max(10, min(args.conversations, 100)),
+                                         limit_per_host=0)
+        sse_timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        daemon.start()
+        try:
+            async with aiohttp.ClientSession(connector=connector) as http, \
+                    aiohttp.ClientSession(timeout=sse_timeout, read_bufsize=1 << 20) as sse:
+                await daemon.wait_healthy(http)
+                bench = Bench(args, daemon.base, http)
+                result = await run_bench(args, bench, sse, probe, daemon)
+        finally:
+            code = daemon.stop()
+            if code not in (0, None):
+                log(f"daemon exited with code {code}:\n{daemon.log_tail()}")
+            if args.keep_daemon_log:
+                log(f"daemon log:\n{daemon.log_tail(200)}")
+            with contextlib.suppress(Exception):
+                deleted = await probe.delete_prefix()
+                log(f"deleted {deleted} keys under {prefix}:")
+            await probe.client.aclose()
+    return result
+
+
+async def run_bench(args: argparse.Namespace, bench: Bench, sse: aiohttp.ClientSession,
+                    probe: RedisProbe, daemon: Daemon) -> dict[str, Any]:
+    # 1. Baseline on the idle daemon.
+    healthz = await bench.healthz_baseline(500)
+    # 2. One SSE connection for the whole run.
+    resp = await sse.get(f"{bench.base}/console/api/events",
+                         params={"integrationId": INTEGRATION})
+    if resp.status != 200:
+        raise RuntimeError(f"SSE answered {resp.status}: {await resp.text()}")
+    stream = Stream()
+    task = asyncio.create_task(stream.run(resp))
+    try:
+        return await measure(args, bench, stream, probe, daemon, healthz)
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        resp.close()
+
+
+async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe: RedisProbe,
+                  daemon: Daemon, healthz: list[float]) -> dict[str, Any]:
+    # The SSE connection is proven live by a warm-up message whose card must come back.
+    warm_deadline = now() + 20
+    warm_ids: list[str] = []
+    while now() < warm_deadline and not any(e in stream.first_card_for for e in warm_ids):
+        # The server subscribes to Redis after sending the SSE preamble: repeat until seen.
+        status, data = await bench.post("bench-warmup", "uwarm", f"warm-up {len(warm_ids)}")
+        if status != 202:
+            raise RuntimeError(f"warm-up message refused: {status} {data}")
+        warm_ids.append(str(data["eventId"]))
+        await stream.wait_for(lambda: any(e in stream.first_card_for for e in warm_ids),
+                              min(warm_deadline, now() + 1.0))
+    if not any(e in stream.first_card_for for e in warm_ids):
+        raise RuntimeError(f"no card for the warm-up message within 20 s:\n{daemon.log_tail()}")
+
+    # 3. Idle Redis traffic (the daemon's polling), to tell it apart from per-message work.
+    await wait_quiet(probe, now() + 15, idle_rate=0)
+    idle_before = await probe.commandstats()
+    t_idle = now()
+    await asyncio.sleep(1.0)
+    idle_after = await probe.commandstats()
+    idle_rate = max(0, sum(diff(idle_before, idle_after).values()) - 1) / (now() - t_idle)
+
+    # 4. The load.
+    issued_before = probe.issued
+    stats_before = await probe.commandstats()
+    t_stats = now()
+    t0 = now() + 0.2
+    cap_deadline = t0 + args.duration_cap
+    await asyncio.gather(*(bench.conversation(i, t0, cap_deadline)
+                           for i in range(args.conversations)))
+    sends_done = now()
+    ok = [s for s in bench.sent if s.event_id]
+
+    def all_rendered() -> bool:
+        return all(s.event_id in stream.first_card_for for s in ok)
+
+    # Merged messages never get a card of their own; stop waiting once cards stop coming.
+    card_deadline = max(cap_deadline, sends_done + 5)
+    last_count, last_change = -1, now()
+    while now() < card_deadline and not all_rendered():
+        await stream.wait_for(all_rendered, min(card_deadline, now() + 0.5))
+        if len(stream.cards) != last_count:
+            last_count, last_change = len(stream.cards), now()
+        elif now() - last_change > 3 and await probe.pending_work() == 0:
+            break
+
+    await wait_quiet(probe, now() + 20, idle_rate)
+    stats_after = await probe.commandstats()
+    stats_window = now() - t_stats
+    own_issued = probe.issued - issued_before  # includes the INFO calls themselves, but the last
+    delta = diff(stats_before, stats_after)
+    total_cmds = sum(delta.values()) - (own_issued - 1)
+    background = idle_rate * stats_window
+    evalsha = delta.get("evalsha", 0) + delta.get("evalsha_ro", 0)
+
+    # 5. Where one message's Redis work goes: a short MONITOR sample after the counted window.
+    sample = await monitor_sample(probe, bench, stream)
+
+    # 6. An idle session binding's memory.
+    binding_keys = await probe.scan(f"{probe.prefix}:*:binding")
+    wanted = [k for k in binding_keys if "bench-0}" in k] or sorted(binding_keys)
+    binding_key = wanted[0] if wanted else None
+    binding_bytes = await probe.client.memory_usage(binding_key) if binding_key else None
+    binding_type = await probe.client.type(binding_key) if binding_key else None
+
+    # 7. Results.
+    own = [stream.first_card_for[s.event_id] - s.started
+           for s in ok if s.event_id in stream.first_card_for]
+    rendered_at = [stream.first_card_for[s.event_id] for s in ok
+                   if s.event_id in stream.first_card_for]
+    first_send = min((s.started for s in bench.sent), default=t0)
+    end = max(rendered_at, default=sends_done)
+    duration = max(end - first_send, 1e-9)
+    # Messages without a card of their own were merged into a turn whose card answers another
+    # message of the same chat sent at or after them.
+    covered = 0
+    by_chat: dict[str, list[Sent]] = {}
+    for s in ok:
+        by_chat.setdefault(s.chat_id, []).append(s)
+    for items in by_chat.values():
+        items.sort(key=lambda s: s.seq)
+        for idx, s in enumerate(items):
+            if s.event_id in stream.first_card_for:
+                continue
+            if any(later.event_id in stream.first_card_for for later in items[idx + 1 :]):
+                covered += 1
+    n_ok = len(ok)
+    p99 = percentile(own, 99)
+    hz_p50, hz_p99 = percentile(healthz, 50), percentile(healthz, 99)
+    send_lag = [s.started - s.scheduled for s in bench.sent]
+    post_rtt = [s.acked - s.started for s in ok]
+    errors = [s.error for s in bench.sent if s.error]
+    planned = args.conversations * args.messages
+    result: dict[str, Any] = {
+        "messages": n_ok,
+        "conversations": args.conversations,
+        "duration_s": round(duration, 3),
+        "throughput_msg_s": round(len(own) / duration, 1),
+        "first_card_ms": {
+            "p50": ms(percentile(own, 50)), "p90": ms(percentile(own, 90)),
+            "p99": ms(p99), "max": ms(max(own, default=None) if own else None),
+        },
+        "own_card_messages": len(own),
+        "redis_commands_per_message": round(total_cmds / n_ok, 2) if n_ok else None,
+        "evalsha_per_message": round(evalsha / n_ok, 2) if n_ok else None,
+        "binding_memory_bytes": binding_bytes,
+        "baseline_healthz_ms": {"p50": ms(hz_p50), "p99": ms(hz_p99)},
+        "p99_vs_healthz_ratio": round(p99 / hz_p99, 1) if p99 and hz_p99 else None,
+        # diagnostics
+        "planned_messages": planned,
+        "target_rate_msg_s": args.rate,
+        "send_rate_msg_s": round(len(bench.sent) / max(sends_done - first_send, 1e-9), 1),
+        "merged_messages": covered,
+        "unrendered_messages": n_ok - len(own) - covered,
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "post_202_ms": {"p50": ms(percentile(post_rtt, 50)), "p99": ms(percentile(post_rtt, 99))},
+        "send_lag_ms": {"p50": ms(percentile(send_lag, 50)), "max": ms(max(send_lag, default=0))},
+        "redis_idle_commands_per_s": round(idle_rate, 1),
+        "redis_commands_per_message_net_of_idle": (
+            round(max(0.0, total_cmds - background) / n_ok, 2) if n_ok else None),
+        "redis_commands_by_type_per_message": (
+            {k: round(v / n_ok, 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1])
+             if k not in ("info",) and v / n_ok >= 0.05} if n_ok else {}),
+        "monitor_sample": sample,
+        "binding_key_type": binding_type,
+        "sse_records": stream.records,
+    }
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--messages", type=int, default=20, help="messages per conversation")
+    parser.add_argument("--rate", type=float, default=200, help="target messages per second")
+    parser.add_argument("--duration-cap", type=float, default=60,
+                        help="seconds: no message is scheduled later, no card awaited longer")
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL",
+                                                              "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--keep-daemon-log", action="store_true",
+                        help="print the daemon's log to stderr at the end")
+    args = parser.parse_args(argv)
+    if args.conversations < 1 or args.messages < 1 or args.rate <= 0 or args.duration_cap <= 0:
+        parser.error("--conversations, --messages, --rate and --duration-cap must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        result = asyncio.run(main_async(args))
+    except RuntimeError as exc:
+        log(f"failed: {exc}")
+        return 1
+    print(json.dumps(result, separators=(",", ":")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

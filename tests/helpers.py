@@ -1,0 +1,175 @@
+"""Test helpers: a gateway in this process or in a subprocess, and a console API client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from gateway.app import Gateway
+from gateway.cli import settings_model
+from gateway.settings import load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ConsoleClient:
+    """The console JSON API, as the browser page and other tools use it."""
+
+    def __init__(self, base_url: str, integration_id: str = "console") -> None:
+        self.base = base_url.rstrip("/")
+        self.integration_id = integration_id
+        self.http = aiohttp.ClientSession()
+
+    async def close(self) -> None:
+        await self.http.close()
+
+    async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        async with self.http.post(self.base + path, json=body) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def send(
+        self,
+        text: str,
+        *,
+        chat: str = "dm-alice",
+        chat_type: str | None = None,
+        sender: str = "alice",
+        mention: bool = False,
+        event_id: str | None = None,
+    ) -> str:
+        body: dict[str, Any] = {
+            "integrationId": self.integration_id, "chatId": chat,
+            "chatType": chat_type or ("p2p" if chat.startswith("dm-") else "group"),
+            "senderId": sender, "text": text, "mentionBot": mention,
+        }
+        if event_id:
+            body["eventId"] = event_id
+        status, data = await self.post("/console/api/messages", body)
+        assert status == 202, (status, data)
+        return str(data["eventId"])
+
+    async def click(self, chat: str, message_id: str, action_id: str, sender: str = "alice") -> int:
+        status, _ = await self.post("/console/api/actions", {
+            "integrationId": self.integration_id, "chatId": chat, "messageId": message_id,
+            "actionId": action_id, "senderId": sender,
+        })
+        return status
+
+    async def messages(self, chat: str = "dm-alice") -> list[dict[str, Any]]:
+        url = f"{self.base}/console/api/chats/{chat}/messages"
+        async with self.http.get(url, params={"integrationId": self.integration_id}) as resp:
+            assert resp.status == 200
+            data = await resp.json()
+            records: list[dict[str, Any]] = data["messages"]
+            return records
+
+    async def cards(self, chat: str = "dm-alice") -> list[dict[str, Any]]:
+        return [m for m in await self.messages(chat) if m.get("type") == "card"]
+
+    async def texts(self, chat: str = "dm-alice") -> list[str]:
+        return [m["text"] for m in await self.messages(chat) if m.get("type") == "text"]
+
+    async def wait_cards(
+        self, chat: str = "dm-alice", count: int = 1, status: str | None = "done",
+        timeout: float = 15.0,
+    ) -> list[dict[str, Any]]:
+        """Poll until ``count`` cards exist and (optionally) all have ``status``."""
+        deadline = time.monotonic() + timeout
+        cards: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            cards = await self.cards(chat)
+            if len(cards) >= count and (
+                status is None or all(c["card"]["status"] == status for c in cards)
+            ):
+                return cards
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"expected {count} cards with status {status}; got "
+                             f"{[(c['card']['status'], c['card']['answer']) for c in cards]}")
+
+
+class InProcessGateway:
+    """A real Gateway with a real HTTP server on a free port, in this event loop."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.settings = load_settings(config, model=settings_model())
+        self.gateway = Gateway(settings=self.settings)
+        self.port = free_port()
+        self._runner: web.AppRunner | None = None
+        self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
+
+    async def start(self) -> None:
+        await self.gateway.start()
+        self._runner = web.AppRunner(self.gateway.web_app(), handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        await self.client.close()
+        await self.gateway.shutdown()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class DaemonProcess:
+    """``python -m gateway run`` in a subprocess, for multi-replica and crash tests."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, name: str = "gw") -> None:
+        self.port = free_port()
+        self.config_path = workdir / f"{name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
+
+    async def start(self, timeout: float = 20.0) -> None:
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "run", "--config", str(self.config_path),
+             "--port", str(self.port)],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ},
+        )
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"daemon exited: {self.log_path.read_text()[-2000:]}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
+                        if resp.status == 200:
+                            return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"daemon did not become healthy: {self.log_path.read_text()[-2000:]}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    async def stop(self) -> None:
+        await self.client.close()
+        if self.proc is None:
+            return
+        self.kill(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(self.proc.wait, 15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            await asyncio.to_thread(self.proc.wait, 5)

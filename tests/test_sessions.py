@@ -1,0 +1,192 @@
+"""Contract tests of sessions/: dedup, bursts and the due index, claims and leases, bindings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis.asyncio as aioredis
+
+from sessions import KeyBuilder, SessionStore
+from tests.conftest import eventually
+
+CONV = KeyBuilder.conversation("lark-main", "group:oc_1")
+
+
+@pytest.fixture
+def store(redis_client: aioredis.Redis, prefix: str) -> SessionStore:
+    return SessionStore(client=redis_client, keys=KeyBuilder(prefix=prefix))
+
+
+def env(event_id: str, text: str = "hi", kind: str = "message") -> str:
+    return json.dumps({"eventId": event_id, "kind": kind, "text": text})
+
+
+async def intake(store: SessionStore, event_id: str, now: int, *, window: int = 1000,
+                 maxw: int = 5000, mode: str = "collect", kind: str = "message"):
+    return await store.intake(conversation=CONV, event_id=event_id,
+                              envelope_json=env(event_id, kind=kind), now_ms=now,
+                              window_ms=window, max_window_ms=maxw, mode=mode)  # type: ignore[arg-type]
+
+
+async def claim(store: SessionStore, now: int, owner: str = "a", lease: int = 10_000):
+    return await store.claim(conversation=CONV, owner=owner, turn_id=f"turn-{owner}-{now}",
+                             now_ms=now, lease_ms=lease)
+
+
+def test_keys_share_one_hash_tag_per_conversation() -> None:
+    keys = KeyBuilder(prefix="xgw")
+    tagged = [keys.burst(CONV), keys.burst_meta(CONV), keys.turn(CONV), keys.lease(CONV),
+              keys.binding(CONV), keys.dedup(CONV, "ev1"), keys.cancel(CONV)]
+    tags = {k[k.index("{") + 1 : k.index("}")] for k in tagged}
+    assert tags == {CONV}
+    assert all(k.startswith("xgw:") for k in tagged)
+    # a brace in a chat id cannot break out of the hash tag
+    assert "}" not in KeyBuilder.conversation("i", "group:a}b{c")
+
+
+async def test_intake_is_one_round_trip_and_deduplicates(store: SessionStore,
+                                                         redis_client: aioredis.Redis) -> None:
+    await store.prepare()
+    sent: list[str] = []
+    real = redis_client.execute_command
+
+    async def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(str(args[0]))
+        return await real(*args, **kwargs)
+
+    redis_client.execute_command = counting  # type: ignore[method-assign]
+    first = await intake(store, "ev1", 1000)
+    redis_client.execute_command = real  # type: ignore[method-assign]
+    assert first.status == "queued" and first.due_ms == 2000
+    assert sent == ["EVALSHA"]
+    again = await intake(store, "ev1", 1100)
+    assert again.status == "dup"
+    assert await store.burst_length(CONV) == 1
+
+
+async def test_trailing_debounce_capped_by_max_window(store: SessionStore) -> None:
+    assert (await intake(store, "e1", 0)).due_ms == 1000
+    assert (await intake(store, "e2", 800)).due_ms == 1800  # newer message pushes it back
+    assert (await intake(store, "e3", 4500)).due_ms == 5000  # capped: first + maxWindow
+    assert await claim(store, 4999) is None  # not due yet
+    got = await claim(store, 5000)
+    assert got is not None and [i["eventId"] for i in got.items] == ["e1", "e2", "e3"]
+    assert await store.burst_length(CONV) == 0
+
+
+async def test_one_claim_at_a_time_and_burst_collects_while_busy(store: SessionStore) -> None:
+    await intake(store, "e1", 0, window=0)
+    first = await claim(store, 0, owner="a")
+    assert first is not None and not first.resumed
+    res = await intake(store, "e2", 10, window=0)
+    assert res.status == "queued" and res.busy
+    assert await claim(store, 20, owner="b") is None  # lease held by a
+    status, due = await store.finish(conversation=CONV, owner="a", now_ms=30)
+    assert status == "more" and due == 30
+    second = await claim(store, 30, owner="b")
+    assert second is not None and [i["eventId"] for i in second.items] == ["e2"]
+    assert (await store.finish(conversation=CONV, owner="b", now_ms=40))[0] == "idle"
+    assert await store.due_conversations(10**13) == []
+
+
+async def test_reject_policy_answers_busy_without_storing(store: SessionStore) -> None:
+    await intake(store, "e1", 0, window=0)
+    assert await claim(store, 0) is not None
+    res = await intake(store, "e2", 5, window=0, mode="reject")
+    assert res.status == "busy"
+    assert await store.burst_length(CONV) == 0
+    assert (await intake(store, "e2", 6, window=0, mode="reject")).status == "dup"
+
+
+async def test_expired_lease_lets_another_owner_resume_the_same_turn(store: SessionStore) -> None:
+    await intake(store, "e1", 0, window=0)
+    first = await claim(store, 0, owner="a", lease=150)
+    assert first is not None
+    assert await store.set_turn_fields(conversation=CONV, owner="a", card="card-1")
+    await asyncio.sleep(0.2)  # the lease (a real PX) expires: owner a "crashed"
+    resumed = await eventually(lambda: claim(store, 10**12, owner="b"))
+    assert resumed.resumed and resumed.turn_id == first.turn_id
+    assert resumed.turn["card"] == "card-1" and resumed.attempts == 2
+    # the crashed owner can no longer write or finish
+    assert not await store.set_turn_fields(conversation=CONV, owner="a", card="x")
+    assert (await store.finish(conversation=CONV, owner="a", now_ms=1))[0] == "lost"
+
+
+async def test_renew_extends_the_lease_and_reports_cancel(store: SessionStore) -> None:
+    await intake(store, "e1", 0, window=0)
+    got = await claim(store, 0, owner="a", lease=300)
+    assert got is not None
+    assert await store.renew(conversation=CONV, owner="a", now_ms=0, lease_ms=300) == (True, "")
+    await store.request_cancel(CONV, got.turn_id, ttl_ms=1000)
+    assert await store.renew(conversation=CONV, owner="a", now_ms=0, lease_ms=300) == (
+        True, got.turn_id)
+    assert await store.renew(conversation=CONV, owner="b", now_ms=0, lease_ms=300) == (False, "")
+
+
+async def test_handback_makes_the_turn_due_at_once_without_counting_an_attempt(
+    store: SessionStore,
+) -> None:
+    await intake(store, "e1", 0, window=0)
+    got = await claim(store, 0, owner="a")
+    assert got is not None
+    assert (await store.finish(conversation=CONV, owner="a", now_ms=50, mode="handback"))[0] == (
+        "handedback")
+    again = await claim(store, 50, owner="b")
+    assert again is not None and again.resumed and again.attempts == 1
+
+
+async def test_a_click_is_a_turn_of_its_own(store: SessionStore) -> None:
+    await intake(store, "m1", 0)
+    await intake(store, "a1", 10, mode="urgent", kind="action")
+    await intake(store, "m2", 20)
+    got = await claim(store, 20)
+    assert got is not None and [i["eventId"] for i in got.items] == ["m1"]
+    await store.finish(conversation=CONV, owner="a", now_ms=30)
+    got = await claim(store, 30, owner="b")
+    assert got is not None and [i["eventId"] for i in got.items] == ["a1"]
+
+
+async def test_bindings_continue_then_expire_after_idle_timeout(store: SessionStore) -> None:
+    b1 = await store.open_or_continue(conversation=CONV, now_ms=0, timeout_ms=1000,
+                                      new_session_id="s1", xpert_id="x", snapshot_hash="h")
+    assert b1.state == "new" and b1.session_id == "s1"
+    b2 = await store.open_or_continue(conversation=CONV, now_ms=900, timeout_ms=1000,
+                                      new_session_id="s2", xpert_id="x", snapshot_hash="h")
+    assert b2.state == "continue" and b2.session_id == "s1" and b2.fields["turns"] == "2"
+    b3 = await store.open_or_continue(conversation=CONV, now_ms=2000, timeout_ms=1000,
+                                      new_session_id="s3", xpert_id="x", snapshot_hash="h")
+    assert b3.state == "new" and b3.session_id == "s3"
+    old = await store.end_session(CONV)
+    assert old["sessionId"] == "s3"
+    assert not await store.set_binding_fields(CONV, "s3", interrupt="x")  # ended stays ended
+
+
+async def test_every_key_has_a_ttl_except_the_documented_indexes(
+    store: SessionStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    await intake(store, "e1", 0, window=0)
+    got = await claim(store, 0)
+    assert got is not None
+    await intake(store, "e2", 1, window=0)
+    await store.open_or_continue(conversation=CONV, now_ms=0, timeout_ms=1000,
+                                 new_session_id="s1", xpert_id="x", snapshot_hash="h")
+    await store.put_snapshot("h", "{}")
+    await store.request_cancel(CONV, got.turn_id, 1000)
+    await store.audit({"event": "test"})
+    no_ttl = set()
+    async for key in redis_client.scan_iter(match=f"{prefix}:*"):
+        if await redis_client.pttl(key) < 0:
+            no_ttl.add(key)
+    keys = store.keys
+    assert no_ttl == {keys.due(), keys.audit()}  # documented in keys.py / store.audit
+
+
+async def test_idle_binding_costs_under_one_kilobyte(store: SessionStore,
+                                                     redis_client: aioredis.Redis) -> None:
+    await store.open_or_continue(conversation=CONV, now_ms=1795990000000, timeout_ms=3_600_000,
+                                 new_session_id="c480dc8b21e443f4a1a83e9fe43a9f25",
+                                 xpert_id="echo", snapshot_hash="0123456789abcdef01234567")
+    usage = await redis_client.memory_usage(store.keys.binding(CONV))
+    assert usage is not None and usage < 1024
