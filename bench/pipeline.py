@@ -352,19 +352,19 @@ class Bench:
         return samples
 
 
-async def wait_quiet(probe: RedisProbe, deadline: float, idle_rate: float) -> None:
-    """Until no conversation is scheduled or leased and Redis traffic is back to its idle rate."""
-    prev = sum((await probe.commandstats()).values())
-    prev_t = now()
+async def wait_quiet(probe: RedisProbe, deadline: float) -> bool:
+    """Until no conversation of ours is scheduled or leased, twice in a row half a second apart.
+
+    (Not "until Redis is quiet": a shared Redis may be busy with other clients.)
+    """
+    zeros = 0
     while now() < deadline:
+        zeros = zeros + 1 if await probe.pending_work() == 0 else 0
+        if zeros >= 2:
+            return True
         await asyncio.sleep(0.5)
-        total = sum((await probe.commandstats()).values())
-        t = now()
-        rate = (total - prev) / (t - prev_t)
-        prev, prev_t = total, t
-        if await probe.pending_work() == 0 and rate <= max(3 * idle_rate, 50):
-            return
-    log("Redis did not go quiet before the deadline; counting what was seen")
+    log("work still pending at the deadline; counting what was seen")
+    return False
 
 
 async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int = 5
@@ -421,7 +421,11 @@ async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int
         return sum(1 for t, in_lua, _ in seen if t0 <= t < t1 and in_lua == lua)
 
     idle_s, busy_s = idle1 - idle0, end - windows[0][0]
-    per_msg: dict[str, Any] = {"sample_messages": n}
+    per_msg: dict[str, Any] = {
+        "sample_messages": n,
+        "idle_commands_per_s": round((count(idle0, idle1, False) + count(idle0, idle1, True))
+                                     / idle_s, 1),
+    }
     for label, lua in (("round_trips", False), ("in_script_commands", True)):
         busy = count(windows[0][0], end, lua)
         idle = count(idle0, idle1, lua) / idle_s * busy_s
@@ -501,7 +505,7 @@ async def run_bench(args: argparse.Namespace, bench: Bench, sse: aiohttp.ClientS
 
 async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe: RedisProbe,
                   daemon: Daemon, healthz: list[float]) -> dict[str, Any]:
-    # The SSE connection is proven live by a warm-up message whose card must come back.
+    # 3. The SSE connection is proven live by a warm-up message whose card must come back.
     warm_deadline = now() + 20
     warm_ids: list[str] = []
     while now() < warm_deadline and not any(e in stream.first_card_for for e in warm_ids):
@@ -515,15 +519,15 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
     if not any(e in stream.first_card_for for e in warm_ids):
         raise RuntimeError(f"no card for the warm-up message within 20 s:\n{daemon.log_tail()}")
 
-    # 3. Idle Redis traffic (the daemon's polling), to tell it apart from per-message work.
-    await wait_quiet(probe, now() + 15, idle_rate=0)
+    # 4. Idle Redis traffic (the daemon's polling, and other clients of a shared Redis).
+    await wait_quiet(probe, now() + 15)
     idle_before = await probe.commandstats()
     t_idle = now()
     await asyncio.sleep(1.0)
     idle_after = await probe.commandstats()
     idle_rate = max(0, sum(diff(idle_before, idle_after).values()) - 1) / (now() - t_idle)
 
-    # 4. The load.
+    # 5. The load, between two INFO commandstats snapshots.
     issued_before = probe.issued
     stats_before = await probe.commandstats()
     t_stats = now()
@@ -547,26 +551,27 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         elif now() - last_change > 3 and await probe.pending_work() == 0:
             break
 
-    await wait_quiet(probe, now() + 20, idle_rate)
+    quiet = await wait_quiet(probe, now() + 20)
     stats_after = await probe.commandstats()
     stats_window = now() - t_stats
-    own_issued = probe.issued - issued_before  # includes the INFO calls themselves, but the last
+    # Our own commands in the window: all we issued since, except the last INFO (not in itself).
+    own_issued = probe.issued - issued_before
     delta = diff(stats_before, stats_after)
     total_cmds = sum(delta.values()) - (own_issued - 1)
     background = idle_rate * stats_window
     evalsha = delta.get("evalsha", 0) + delta.get("evalsha_ro", 0)
 
-    # 5. Where one message's Redis work goes: a short MONITOR sample after the counted window.
+    # 6. Where one message's Redis work goes: a short MONITOR sample after the counted window.
     sample = await monitor_sample(probe, bench, stream)
 
-    # 6. An idle session binding's memory.
+    # 7. An idle session binding's memory.
     binding_keys = await probe.scan(f"{probe.prefix}:*:binding")
     wanted = [k for k in binding_keys if "bench-0}" in k] or sorted(binding_keys)
     binding_key = wanted[0] if wanted else None
     binding_bytes = await probe.client.memory_usage(binding_key) if binding_key else None
     binding_type = await probe.client.type(binding_key) if binding_key else None
 
-    # 7. Results.
+    # 8. Results.
     own = [stream.first_card_for[s.event_id] - s.started
            for s in ok if s.event_id in stream.first_card_for]
     rendered_at = [stream.first_card_for[s.event_id] for s in ok
@@ -620,6 +625,9 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         "post_202_ms": {"p50": ms(percentile(post_rtt, 50)), "p99": ms(percentile(post_rtt, 99))},
         "send_lag_ms": {"p50": ms(percentile(send_lag, 50)), "max": ms(max(send_lag, default=0))},
         "redis_idle_commands_per_s": round(idle_rate, 1),
+        "redis_idle_commands_per_s_ours": (sample or {}).get("idle_commands_per_s"),
+        "settled": quiet,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
         "redis_commands_per_message_net_of_idle": (
             round(max(0.0, total_cmds - background) / n_ok, 2) if n_ok else None),
         "redis_commands_by_type_per_message": (

@@ -298,13 +298,14 @@ def load_settings(
             raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
     if not isinstance(raw, dict):
         raise ConfigError(["(top level): expected a mapping of settings"])
+    # Unset variables and validation errors are reported together, so one run shows them all.
     raw, problems = substitute_env(raw, os.environ if env is None else env)
-    if problems:
-        raise ConfigError(problems)
     try:
         settings = model.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc)) from exc
+        raise ConfigError(problems + _format_errors(exc)) from exc
+    if problems:
+        raise ConfigError(problems)
     return settings
 
 

@@ -141,12 +141,12 @@ class DaemonProcess:
         self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
 
     async def start(self, timeout: float = 20.0) -> None:
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "run", "--config", str(self.config_path),
-             "--port", str(self.port)],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ},
-        )
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "run", "--config", str(self.config_path),
+                 "--port", str(self.port)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ},
+            )
         deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as http:
             while time.monotonic() < deadline:

@@ -1,0 +1,158 @@
+"""The console API's answers to bad input and to a Redis that is full or gone (DESIGN.md §8.6)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from sessions.connection import EmbeddedRedis
+from tests.conftest import base_config
+from tests.helpers import ConsoleClient, free_port
+
+VALID = {"integrationId": "console", "chatId": "dm-alice", "chatType": "p2p",
+         "senderId": "alice", "text": "hi", "mentionBot": False}
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "fragment"),
+    [
+        ({"chatType": "channel"}, 400, "chatType"),
+        ({"text": ""}, 400, "text"),
+        ({"senderId": None}, 400, "senderId"),
+        ({"mentionBot": "yes please"}, 400, "mentionBot"),
+        ({"chatId": "a b/c"}, 400, "chatId"),
+        ({"extra": 1}, 400, "extra: unknown field"),
+        ({"integrationId": "nope"}, 404, "integrationId"),
+    ],
+)
+async def test_bad_messages_are_refused_with_the_field_named(
+    console: ConsoleClient, change: dict[str, Any], status: int, fragment: str
+) -> None:
+    status_, body = await console.post("/console/api/messages", {**VALID, **change})
+    assert status_ == status and fragment in body["error"]
+    assert await console.messages() == []
+
+
+async def test_malformed_and_oversized_bodies(console: ConsoleClient) -> None:
+    async with console.http.post(console.base + "/console/api/messages", data=b"{not json",
+                                 headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400 and "JSON" in (await resp.json())["error"]
+    async with console.http.post(console.base + "/console/api/messages", json=[1, 2]) as resp:
+        assert resp.status == 400
+    big = json.dumps({**VALID, "text": "x" * 2_000_000}).encode()
+    async with console.http.post(console.base + "/console/api/messages", data=io.BytesIO(big),
+                                 headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 413
+    assert await console.messages() == []
+
+
+async def test_actions_need_a_real_card_and_one_of_its_buttons(console: ConsoleClient) -> None:
+    assert await console.click("dm-alice", "card-nope", "stop") == 404
+    await console.send("hi")
+    [card] = await console.wait_cards()
+    assert await console.click("dm-alice", card["id"], "explode") == 400
+    status, body = await console.post("/console/api/actions", {"integrationId": "console"})
+    assert status == 400 and "chatId" in body["error"]
+
+
+async def test_messages_listing_needs_the_integration(console: ConsoleClient) -> None:
+    async with console.http.get(console.base + "/console/api/chats/dm-alice/messages") as resp:
+        assert resp.status == 400
+    async with console.http.get(console.base + "/console/api/chats/dm-alice/messages",
+                                params={"integrationId": "ghost"}) as resp:
+        assert resp.status == 404
+
+
+async def test_events_stream_carries_timeline_changes(console: ConsoleClient) -> None:
+    async with aiohttp.ClientSession() as http, http.get(
+        console.base + "/console/api/events", params={"integrationId": "console"}
+    ) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        await resp.content.readline()
+        event_id = await console.send("stream me")
+        seen: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            line = (await resp.content.readline()).decode()
+            if line.startswith("data: ") and '"status":"done"' in line:
+                break
+            seen.append(line)
+        assert any(event_id in line for line in seen)
+
+
+@pytest.fixture
+def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Redis of our own (the embedded binary) that the test may fill or kill."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen(
+            [EmbeddedRedis.executable(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", tmp, "--maxmemory", "4mb",
+             "--maxmemory-policy", "noeviction"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        try:
+            yield url, proc
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+async def test_full_redis_gets_503_and_nothing_is_claimed(
+    private_redis: tuple[str, subprocess.Popen[bytes]], make_gateway: Callable[..., Any],
+    prefix: str, tmp_path: Path,
+) -> None:
+    url, _proc = private_redis
+    config = base_config(prefix)
+    config["redis"]["url"] = url
+    console = await make_gateway(config)
+    filler = aioredis.Redis.from_url(url)
+    try:
+        for i in range(200):
+            try:
+                await filler.set(f"filler:{i}", b"x" * 100_000)
+            except redis.exceptions.ResponseError:
+                break
+        status, body = await console.post("/console/api/messages", VALID)
+        assert status == 503 and "not stored" in body["error"]
+    finally:
+        await filler.aclose()
+
+
+async def test_unreachable_redis_gets_503(
+    private_redis: tuple[str, subprocess.Popen[bytes]], make_gateway: Callable[..., Any],
+    prefix: str,
+) -> None:
+    url, proc = private_redis
+    config = base_config(prefix)
+    config["redis"]["url"] = url
+    console = await make_gateway(config)
+    proc.kill()
+    proc.wait()
+    status, body = await console.post("/console/api/messages", VALID)
+    assert status == 503
+    async with console.http.get(console.base + "/readyz") as resp:
+        assert resp.status == 503
+    async with console.http.get(console.base + "/healthz") as resp:
+        assert resp.status == 200
