@@ -519,6 +519,18 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
     if not any(e in stream.first_card_for for e in warm_ids):
         raise RuntimeError(f"no card for the warm-up message within 20 s:\n{daemon.log_tail()}")
 
+    # Unloaded latency: a few messages one at a time on the idle daemon, in a chat of their own.
+    unloaded: list[float] = []
+    for j in range(10):
+        t = now()
+        status, data = await bench.post("bench-unloaded", "uidle", f"unloaded {j}")
+        event_id = str(data.get("eventId"))
+        if status != 202 or not await stream.wait_for(
+                lambda e=event_id: e in stream.first_card_for, now() + 10):
+            break
+        unloaded.append(stream.first_card_for[event_id] - t)
+        await asyncio.sleep(0.3)  # let the turn finish: the next message starts a fresh turn
+
     # 4. Idle Redis traffic (the daemon's polling, and other clients of a shared Redis).
     await wait_quiet(probe, now() + 15)
     idle_before = await probe.commandstats()
@@ -614,6 +626,8 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         "binding_memory_bytes": binding_bytes,
         "baseline_healthz_ms": {"p50": ms(hz_p50), "p99": ms(hz_p99)},
         "p99_vs_healthz_ratio": round(p99 / hz_p99, 1) if p99 and hz_p99 else None,
+        "unloaded_first_card_ms": {"p50": ms(percentile(unloaded, 50)),
+                                   "max": ms(max(unloaded, default=None) if unloaded else None)},
         # diagnostics
         "planned_messages": planned,
         "target_rate_msg_s": args.rate,

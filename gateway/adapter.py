@@ -67,7 +67,9 @@ class Adapter(abc.ABC):
         return {"ready": True}
 
     @abc.abstractmethod
-    async def send_card(self, reply_to: Envelope, progress: Progress, *, idempotency_key: str) -> str:
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
         """Send the turn's card in reply to ``reply_to``; returns the handle used to update it.
 
         The same ``idempotency_key`` must never produce a second message.

@@ -77,15 +77,22 @@ class Gateway:
             store=self.store, settings=s, adapters=self.adapters, replica_id=self.replica_id
         )
         self.flusher = Flusher(
-            store=self.store, runner=self.runner, replica_id=self.replica_id,
-            poll_ms=s.runtime.poll_interval_ms, max_runs=s.runtime.max_concurrent_runs,
+            store=self.store,
+            runner=self.runner,
+            replica_id=self.replica_id,
+            poll_ms=s.runtime.poll_interval_ms,
+            max_runs=s.runtime.max_concurrent_runs,
         )
         self.pipeline = Pipeline(
-            store=self.store, settings=s, adapters=self.adapters, wake=self.flusher.wake,
+            store=self.store,
+            settings=s,
+            adapters=self.adapters,
+            wake=self.flusher.wake,
             spawn=self.spawn,
         )
         context = AdapterContext(
-            ingest=self.metrics.wrap_ingest(self.pipeline.ingest), timeline=self.timeline,
+            ingest=self.metrics.wrap_ingest(self.pipeline.ingest),
+            timeline=self.timeline,
             spawn=self.spawn,
         )
         for integ in s.integrations:
@@ -100,8 +107,12 @@ class Gateway:
             asyncio.create_task(self._control_loop(), name="control"),
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
         ]
-        log.info("gateway started", replica=self.replica_id, integrations=list(self.adapters),
-                 embedded_redis=self.redis.embedded is not None)
+        log.info(
+            "gateway started",
+            replica=self.replica_id,
+            integrations=list(self.adapters),
+            embedded_redis=self.redis.embedded is not None,
+        )
 
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.server.max_body_bytes)
@@ -137,15 +148,19 @@ class Gateway:
                 await asyncio.sleep(1)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _heartbeat_loop(self) -> None:
         while not self.stopping:
             with contextlib.suppress(Exception):
                 await self.store.heartbeat(
                     self.replica_id,
-                    {"pid": os.getpid(), "started": self.started_at, "active": len(self.runner.active),
-                     "version": __version__},
+                    {
+                        "pid": os.getpid(),
+                        "started": self.started_at,
+                        "active": len(self.runner.active),
+                        "version": __version__,
+                    },
                     ttl_ms=15_000,
                 )
             await asyncio.sleep(5)
@@ -173,8 +188,12 @@ class Gateway:
             state = adapter.readiness()
             checks[integ_id] = state
             ready = ready and bool(state.get("ready", True))
-        body = {"ready": ready, "stopping": self.stopping, "checks": checks,
-                "activeRuns": len(self.runner.active)}
+        body = {
+            "ready": ready,
+            "stopping": self.stopping,
+            "checks": checks,
+            "activeRuns": len(self.runner.active),
+        }
         return web.json_response(body, status=200 if ready else 503)
 
     # --- shutdown --------------------------------------------------------------------------
@@ -213,11 +232,9 @@ async def serve(settings: Settings, *, port: int | None = None) -> None:
     app = gateway.web_app()
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.server.host,
-                       settings.server.port if port is None else port)
+    site = web.TCPSite(runner, settings.server.host, settings.server.port if port is None else port)
     await site.start()
-    bound = [s.getsockname() for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
-    log.info("listening", addresses=[f"{a[0]}:{a[1]}" for a in bound])
+    log.info("listening", address=site.name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,8 +36,9 @@ def _check(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return 1
-    redis = "embedded (under {})".format(settings.data_dir) if settings.redis.url is None else (
-        "**********")
+    redis = (
+        f"embedded (under {settings.data_dir})" if settings.redis.url is None else ("**********")
+    )
     print(f"{args.config}: OK")
     print(f"redis: {redis}, key prefix {settings.redis.key_prefix!r}")
     print(f"server: http://{settings.server.host}:{settings.server.port}")
@@ -50,8 +51,13 @@ def _check(args: argparse.Namespace) -> int:
         print(f"  {integ.id} ({integ.platform}){state} -> {integ.xpert_id}")
         for route in integ.routes:
             match = ", ".join(
-                f"{k}={v}" for k, v in (("chatId", route.chat_id), ("chatType", route.chat_type),
-                                        ("senderId", route.sender_id)) if v is not None
+                f"{k}={v}"
+                for k, v in (
+                    ("chatId", route.chat_id),
+                    ("chatType", route.chat_type),
+                    ("senderId", route.sender_id),
+                )
+                if v is not None
             )
             print(f"    route {match} -> {route.xpert_id}")
     if args.verbose:

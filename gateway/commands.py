@@ -7,7 +7,7 @@ from typing import Literal
 
 HELP_TEXT = (
     "Commands:\n"
-    "/new [text] - start a new conversation (the text, if any, is its first message)\n"
+    "/new [text] - start a new conversation (any text becomes its first message)\n"
     "/stop - stop the answer being written\n"
     "/help - this list"
 )
@@ -20,7 +20,7 @@ class Command:
 
 
 def parse_command(text: str) -> Command | None:
-    """Recognise a command at the start of the (mention-stripped) text; anything else is a message."""
+    """Recognise a command at the start of the (mention-stripped) text; else None."""
     stripped = text.strip()
     if not stripped.startswith("/"):
         return None

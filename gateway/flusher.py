@@ -75,8 +75,11 @@ class Flusher:
                 continue
             owner = f"{self.replica_id}:{uuid.uuid4().hex[:12]}"
             claim = await self.store.claim(
-                conversation=conv, owner=owner, turn_id=uuid.uuid4().hex,
-                now_ms=self.clock(), lease_ms=self.runner.lease_ms,
+                conversation=conv,
+                owner=owner,
+                turn_id=uuid.uuid4().hex,
+                now_ms=self.clock(),
+                lease_ms=self.runner.lease_ms,
             )
             if claim is not None:
                 self.claims += 1

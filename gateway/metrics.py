@@ -16,11 +16,15 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.ingested = Counter(
-            "xgw_ingested_total", "Inbound events by outcome", ["integration", "status"],
+            "xgw_ingested_total",
+            "Inbound events by outcome",
+            ["integration", "status"],
             registry=self.registry,
         )
         self.ingest_seconds = Histogram(
-            "xgw_ingest_seconds", "Time to make an inbound event durable", registry=self.registry,
+            "xgw_ingest_seconds",
+            "Time to make an inbound event durable",
+            registry=self.registry,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
         )
 

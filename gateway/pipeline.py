@@ -74,8 +74,11 @@ class Pipeline:
             return IngestOutcome("ignored", "sent by a bot")
         conv = self._conversation_of(integ, env)
         if env.kind in ("message", "command"):
-            if (env.chat.type == "group" and integ.group_reply_strategy == "mention_only"
-                    and not env.bot_mentioned):
+            if (
+                env.chat.type == "group"
+                and integ.group_reply_strategy == "mention_only"
+                and not env.bot_mentioned
+            ):
                 return IngestOutcome("ignored", "group message without a mention")
             command = parse_command(env.text)
             if command is not None:
@@ -91,8 +94,13 @@ class Pipeline:
                 await self._new(conv, env, announce=not command.rest)
                 if not command.rest:
                     return IngestOutcome("handled", "new")
-                env = env.model_copy(update={"text": command.rest, "kind": "message",
-                                             "event_id": env.event_id + "#new"})
+                env = env.model_copy(
+                    update={
+                        "text": command.rest,
+                        "kind": "message",
+                        "event_id": env.event_id + "#new",
+                    }
+                )
         mode = "reject" if integ.busy_policy == "reject" else "collect"
         if env.kind == "action":
             assert env.action is not None
@@ -156,7 +164,14 @@ class Pipeline:
     async def _new(self, conv: str, env: Envelope, *, announce: bool) -> None:
         old = await self.store.end_session(conv)
         if old:
-            await self.store.audit({"event": "session.end", "session": old.get("sessionId", ""),
-                                    "conversation": conv, "at": self.clock(), "by": "user"})
+            await self.store.audit(
+                {
+                    "event": "session.end",
+                    "session": old.get("sessionId", ""),
+                    "conversation": conv,
+                    "at": self.clock(),
+                    "by": "user",
+                }
+            )
         if announce:
             self._reply(env, "Started a new conversation. What can I do for you?")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gateway.events import (
@@ -68,7 +68,9 @@ class Progress:
 
     @property
     def title(self) -> str:
-        return self.prompt if self.status == "waiting" and self.prompt else STATUS_TITLES[self.status]
+        return (
+            self.prompt if self.status == "waiting" and self.prompt else STATUS_TITLES[self.status]
+        )
 
     @property
     def final(self) -> bool:
@@ -95,16 +97,23 @@ class Progress:
         if isinstance(event, TextDelta):
             return replace(self, answer=self.answer + event.text) if event.text else self
         if isinstance(event, StepEvent):
-            return replace(self, steps=_upsert(self.steps, Step(event.id, event.title,
-                                                                  event.status, event.detail)))
+            return replace(
+                self,
+                steps=_upsert(self.steps, Step(event.id, event.title, event.status, event.detail)),
+            )
         if isinstance(event, ToolEvent):
-            return replace(self, tools=_upsert(self.tools, Step(event.id, event.name,
-                                                                  event.status, event.summary)))
+            return replace(
+                self,
+                tools=_upsert(self.tools, Step(event.id, event.name, event.status, event.summary)),
+            )
         if isinstance(event, Interrupt):
             return replace(self, status="waiting", prompt=event.prompt)
         if isinstance(event, UsageEvent):
-            return replace(self, input_tokens=self.input_tokens + event.input_tokens,
-                           output_tokens=self.output_tokens + event.output_tokens)
+            return replace(
+                self,
+                input_tokens=self.input_tokens + event.input_tokens,
+                output_tokens=self.output_tokens + event.output_tokens,
+            )
         if isinstance(event, ArtifactEvent):
             return replace(self, artifacts=(*self.artifacts, event))
         if isinstance(event, Finished):
@@ -112,16 +121,30 @@ class Progress:
         return self
 
     def finish(self, outcome: str, error: str = "") -> Progress:
-        """The terminal state: running steps are closed so the card never shows a spinner forever."""
+        """The terminal state: running steps are closed, so no spinner is left forever."""
         if outcome == "interrupted":
-            return replace(self, version=self.version + 1) if self.status == "waiting" else replace(
-                self, status="waiting", version=self.version + 1)
+            return (
+                replace(self, version=self.version + 1)
+                if self.status == "waiting"
+                else replace(self, status="waiting", version=self.version + 1)
+            )
         status: Status = {"success": "done", "cancelled": "cancelled"}.get(outcome, "error")  # type: ignore[assignment]
         closing = "done" if status == "done" else "failed"
-        steps = tuple(replace(s, status=closing) if s.status == "running" else s for s in self.steps)
-        tools = tuple(replace(s, status=closing) if s.status == "running" else s for s in self.tools)
-        return replace(self, status=status, error=error, steps=steps, tools=tools, prompt="",
-                       version=self.version + 1)
+        steps = tuple(
+            replace(s, status=closing) if s.status == "running" else s for s in self.steps
+        )
+        tools = tuple(
+            replace(s, status=closing) if s.status == "running" else s for s in self.tools
+        )
+        return replace(
+            self,
+            status=status,
+            error=error,
+            steps=steps,
+            tools=tools,
+            prompt="",
+            version=self.version + 1,
+        )
 
     def resumed(self) -> Progress:
         return replace(self, status="running", prompt="", version=self.version + 1)

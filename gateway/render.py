@@ -102,8 +102,12 @@ class CardRenderer:
                 await self._render(final)
                 return
             except Exception as exc:
-                log.warning("final card update failed", key=self.idempotency_key,
-                            attempt=attempt, error=str(exc))
+                log.warning(
+                    "final card update failed",
+                    key=self.idempotency_key,
+                    attempt=attempt,
+                    error=str(exc),
+                )
                 if attempt == self.final_attempts:
                     raise
                 await asyncio.sleep(delay)

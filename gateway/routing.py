@@ -1,4 +1,4 @@
-"""Routing and session scoping: integration (+ per-chat routes) -> xpertId; envelope -> conversation."""
+"""Routing (integration + per-chat routes -> xpertId) and session scoping (envelope -> scope)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def scope_key(integration: IntegrationBase, envelope: Envelope) -> str:
     if integration.session_scope == "chat_sender":
         return f"{base}:u:{envelope.sender.id}"
     if integration.session_scope == "thread":
-        thread = envelope.chat.thread_id or (envelope.reply_to.message_id if envelope.reply_to else None)
+        thread = envelope.chat.thread_id or (
+            envelope.reply_to.message_id if envelope.reply_to else None
+        )
         return f"{base}:t:{thread or '-'}"
     return base

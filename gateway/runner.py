@@ -108,8 +108,11 @@ class Runner:
                 if status == "more" and due <= self.clock() and not self.handing_back:
                     owner = f"{self.replica_id}:{uuid.uuid4().hex[:12]}"
                     current = await self.store.claim(
-                        conversation=claim.conversation, owner=owner,
-                        turn_id=uuid.uuid4().hex, now_ms=self.clock(), lease_ms=self.lease_ms,
+                        conversation=claim.conversation,
+                        owner=owner,
+                        turn_id=uuid.uuid4().hex,
+                        now_ms=self.clock(),
+                        lease_ms=self.lease_ms,
                     )
         except Exception:
             log.exception("turn crashed", conversation=claim.conversation)
@@ -126,7 +129,7 @@ class Runner:
         return True
 
     async def hand_back_all(self) -> None:
-        """Shutdown: interrupt every run here and give its turn back (another replica resumes it)."""
+        """Shutdown: interrupt every local run and give its turn back for another replica."""
         self.handing_back = True
         for run in list(self.active.values()):
             if run.consume is not None:
@@ -142,7 +145,9 @@ class Runner:
         items = [Envelope.from_json(i) for i in claim.items]
         last = items[-1]
         bound = structlog.contextvars.bound_contextvars(
-            turn_id=claim.turn_id, conversation=conv, integration_id=last.integration_id,
+            turn_id=claim.turn_id,
+            conversation=conv,
+            integration_id=last.integration_id,
             event_id=last.event_id,
         )
         mode = "finish"
@@ -158,16 +163,29 @@ class Runner:
                 else:
                     if claim.resumed:
                         log.info("resuming a turn left by another replica", attempts=claim.attempts)
-                    await self.store.audit({"event": "turn.start", "turn": claim.turn_id,
-                                            "conversation": conv, "replica": self.replica_id,
-                                            "at": self.clock(), "resumed": int(claim.resumed)})
+                    await self.store.audit(
+                        {
+                            "event": "turn.start",
+                            "turn": claim.turn_id,
+                            "conversation": conv,
+                            "replica": self.replica_id,
+                            "at": self.clock(),
+                            "resumed": int(claim.resumed),
+                        }
+                    )
                     if last.kind == "action":
                         await self._resume_turn(claim, integ, adapter, last)
                     else:
                         await self._message_turn(claim, integ, adapter, items)
-                    await self.store.audit({"event": "turn.end", "turn": claim.turn_id,
-                                            "conversation": conv, "replica": self.replica_id,
-                                            "at": self.clock()})
+                    await self.store.audit(
+                        {
+                            "event": "turn.end",
+                            "turn": claim.turn_id,
+                            "conversation": conv,
+                            "replica": self.replica_id,
+                            "at": self.clock(),
+                        }
+                    )
                     self.turns_done += 1
             except Handback:
                 mode = "handback"
@@ -179,7 +197,10 @@ class Runner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await keeper
             status, due = await self.store.finish(
-                conversation=conv, owner=owner, now_ms=self.clock(), mode=mode  # type: ignore[arg-type]
+                conversation=conv,
+                owner=owner,
+                now_ms=self.clock(),
+                mode=mode,  # type: ignore[arg-type]
             )
             if status == "lost":
                 log.warning("lease was lost before the turn finished")
@@ -228,9 +249,12 @@ class Runner:
         snap_json, digest = snapshot_of(integ, expert_cfg, xpert_id)
         known_session = claim.turn.get("session")
         binding = await self.store.open_or_continue(
-            conversation=claim.conversation, now_ms=self.clock(),
+            conversation=claim.conversation,
+            now_ms=self.clock(),
             timeout_ms=integ.session_timeout_seconds * 1000,
-            new_session_id=uuid.uuid4().hex, xpert_id=xpert_id, snapshot_hash=digest,
+            new_session_id=uuid.uuid4().hex,
+            xpert_id=xpert_id,
+            snapshot_hash=digest,
             count_turn=not known_session,
         )
         session_id = known_session or binding.session_id
@@ -254,8 +278,13 @@ class Runner:
         return session_id, self._expert_for(digest, snapshot, snapshot["xpertId"]), snapshot
 
     def _renderer(
-        self, claim: Claim, adapter: Adapter, reply_to: Envelope, interval_ms: int,
-        handle: str | None, key: str,
+        self,
+        claim: Claim,
+        adapter: Adapter,
+        reply_to: Envelope,
+        interval_ms: int,
+        handle: str | None,
+        key: str,
     ) -> CardRenderer:
         async def remember(h: str) -> None:
             await self.store.set_turn_fields(
@@ -263,8 +292,12 @@ class Runner:
             )
 
         return CardRenderer(
-            adapter=adapter, reply_to=reply_to, interval_ms=interval_ms,
-            idempotency_key=key, handle=handle, on_handle=remember,
+            adapter=adapter,
+            reply_to=reply_to,
+            interval_ms=interval_ms,
+            idempotency_key=key,
+            handle=handle,
+            on_handle=remember,
         )
 
     async def _message_turn(
@@ -274,26 +307,40 @@ class Runner:
         session_id, expert, snapshot = await self._bind(claim, integ, last)
         structlog.contextvars.bind_contextvars(session_id=session_id)
         turn_input = TurnInput(
-            turn_id=claim.turn_id, session_id=session_id, integration_id=integ.id,
-            xpert_id=snapshot["xpertId"], text=merge_input(items), chat_id=last.chat.id,
-            chat_type=last.chat.type, sender_id=last.sender.id, sender_name=last.sender.name,
+            turn_id=claim.turn_id,
+            session_id=session_id,
+            integration_id=integ.id,
+            xpert_id=snapshot["xpertId"],
+            text=merge_input(items),
+            chat_id=last.chat.id,
+            chat_type=last.chat.type,
+            sender_id=last.sender.id,
+            sender_name=last.sender.name,
             thread_id=last.chat.thread_id,
             attachments=tuple(a.model_dump(by_alias=True) for e in items for a in e.attachments),
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
         progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
-        renderer = self._renderer(claim, adapter, last, interval, claim.turn.get("card"),
-                                  claim.turn_id)
+        renderer = self._renderer(
+            claim, adapter, last, interval, claim.turn.get("card"), claim.turn_id
+        )
         await renderer.start(progress)
         final = await self._drive(claim, expert.run(turn_input), progress, renderer)
         if final.status == "waiting":
-            interrupt = {"turnId": claim.turn_id, "card": renderer.handle, "text": turn_input.text,
-                         "replyTo": last.to_json(), "snapshot": snapshot, "prompt": final.prompt}
+            interrupt = {
+                "turnId": claim.turn_id,
+                "card": renderer.handle,
+                "text": turn_input.text,
+                "replyTo": last.to_json(),
+                "snapshot": snapshot,
+                "prompt": final.prompt,
+            }
             await self.store.set_binding_fields(
                 claim.conversation, session_id, interrupt=json.dumps(interrupt)
             )
-        await self.store.set_binding_fields(claim.conversation, session_id,
-                                            lastActiveAt=str(self.clock()))
+        await self.store.set_binding_fields(
+            claim.conversation, session_id, lastActiveAt=str(self.clock())
+        )
         log.info("turn finished", status=final.status, renders=renderer.renders)
 
     async def _resume_turn(
@@ -307,14 +354,18 @@ class Runner:
         if raw is None:
             raw = binding.get("interrupt")
             if raw:
-                await self.store.set_turn_fields(conversation=claim.conversation,
-                                                 owner=claim.owner, interrupt=raw,
-                                                 session=session_id)
+                await self.store.set_turn_fields(
+                    conversation=claim.conversation,
+                    owner=claim.owner,
+                    interrupt=raw,
+                    session=session_id,
+                )
                 await self.store.set_binding_fields(claim.conversation, session_id, interrupt="")
         if not raw:
             log.info("click on a confirmation that is no longer pending")
-            await adapter.send_text(action, "Nothing is waiting for a confirmation.",
-                                    idempotency_key=claim.turn_id)
+            await adapter.send_text(
+                action, "Nothing is waiting for a confirmation.", idempotency_key=claim.turn_id
+            )
             return
         interrupt = json.loads(raw)
         snapshot = interrupt["snapshot"]
@@ -323,22 +374,31 @@ class Runner:
         reply_to = Envelope.from_json(interrupt["replyTo"])
         decision: Decision = "confirm" if action.action.id == "confirm" else "reject"
         turn_input = TurnInput(
-            turn_id=interrupt["turnId"], session_id=session_id, integration_id=integ.id,
-            xpert_id=snapshot["xpertId"], text=interrupt["text"], chat_id=reply_to.chat.id,
-            chat_type=reply_to.chat.type, sender_id=action.sender.id,
+            turn_id=interrupt["turnId"],
+            session_id=session_id,
+            integration_id=integ.id,
+            xpert_id=snapshot["xpertId"],
+            text=interrupt["text"],
+            chat_id=reply_to.chat.id,
+            chat_type=reply_to.chat.type,
+            sender_id=action.sender.id,
             sender_name=action.sender.name,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
         progress = Progress(turn_id=interrupt["turnId"], conversation=claim.conversation)
-        renderer = self._renderer(claim, adapter, reply_to, interval, interrupt.get("card"),
-                                  interrupt["turnId"])
+        renderer = self._renderer(
+            claim, adapter, reply_to, interval, interrupt.get("card"), interrupt["turnId"]
+        )
         await renderer.start(progress)
         stream = expert.resume(turn_input, decision, {"text": interrupt["text"]})
         final = await self._drive(claim, stream, progress, renderer)
         log.info("resumed turn finished", decision=decision, status=final.status)
 
     async def _drive(
-        self, claim: Claim, stream: AsyncIterator[RunEvent], progress: Progress,
+        self,
+        claim: Claim,
+        stream: AsyncIterator[RunEvent],
+        progress: Progress,
         renderer: CardRenderer,
     ) -> Progress:
         """Fold the expert's events into Progress and the renderer; the final state always lands."""
@@ -349,7 +409,7 @@ class Runner:
             async for event in stream:
                 state = state.apply(event)
                 renderer.push(state)
-                if state.final or state.status == "waiting" and _is_finished(event):
+                if state.final or (state.status == "waiting" and _is_finished(event)):
                     break
             return state
 
@@ -389,8 +449,9 @@ class Runner:
         final = Progress(turn_id=claim.turn_id, conversation=claim.conversation).finish(
             "error", "This message could not be processed after several attempts."
         )
-        renderer = self._renderer(claim, adapter, last, integ.update_interval_ms,
-                                  claim.turn.get("card"), claim.turn_id)
+        renderer = self._renderer(
+            claim, adapter, last, integ.update_interval_ms, claim.turn.get("card"), claim.turn_id
+        )
         await renderer.close(final)
 
 

@@ -1,4 +1,4 @@
-"""Configuration: YAML validated by pydantic, camelCase keys, ``${ENV}`` substitution (DESIGN.md §4).
+"""Configuration: YAML validated by pydantic, camelCase keys, ``${ENV}`` substitution (§4).
 
 Integration models come from the installed adapters (entry points), so the core never names a
 platform's fields; :func:`build_settings_model` assembles the union of whatever is installed.
@@ -130,7 +130,10 @@ class IntegrationBase(GatewayModel):
         0, ge=0, le=600, description="Merge messages arriving within this many quiet seconds"
     )
     max_window_seconds: float = Field(
-        10, ge=0, le=3600, description="A burst is dispatched at the latest this long after it began"
+        10,
+        ge=0,
+        le=3600,
+        description="A burst is dispatched at the latest this long after it began",
     )
     session_timeout_seconds: int = Field(3600, ge=1, description="Idle time that ends a session")
     session_scope: Literal["chat", "chat_sender", "thread"] = "chat"
@@ -164,14 +167,14 @@ class IntegrationBase(GatewayModel):
 
 
 class Settings(GatewayModel):
-    server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
-    redis: RedisSettings = Field(default_factory=RedisSettings)  # type: ignore[arg-type]
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
     data_dir: Path = Field(
         Path(".gateway"), description="Embedded Redis data; relative to the working directory"
     )
     admin: AdminSettings = Field(default_factory=AdminSettings)
-    logging: LoggingSettings = Field(default_factory=LoggingSettings)  # type: ignore[arg-type]
-    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)  # type: ignore[arg-type]
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     experts: list[ExpertSettings] = Field(min_length=1)
     integrations: list[IntegrationBase] = Field(default_factory=list)
 
@@ -219,9 +222,7 @@ def build_settings_model(integration_models: Mapping[str, type[IntegrationBase]]
     if not models:
         return Settings
     item: Any = (
-        models[0]
-        if len(models) == 1
-        else Annotated[Union[models], Field(discriminator="platform")]  # noqa: UP007
+        models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="platform")]  # noqa: UP007
     )
     model: type[Settings] = create_model(
         "GatewaySettings",
@@ -309,7 +310,9 @@ def load_settings(
     return settings
 
 
-def snapshot_of(integration: IntegrationBase, expert: ExpertSettings, xpert_id: str) -> tuple[str, str]:
+def snapshot_of(
+    integration: IntegrationBase, expert: ExpertSettings, xpert_id: str
+) -> tuple[str, str]:
     """The config a new session locks in (secrets excluded), as JSON and its hash."""
     data = {
         "xpertId": xpert_id,
@@ -317,8 +320,16 @@ def snapshot_of(integration: IntegrationBase, expert: ExpertSettings, xpert_id: 
         "integration": integration.model_dump(
             mode="json",
             by_alias=True,
-            include={"id", "platform", "session_timeout_seconds", "session_scope",
-                     "update_interval_ms", "language", "timezone", "busy_policy"},
+            include={
+                "id",
+                "platform",
+                "session_timeout_seconds",
+                "session_scope",
+                "update_interval_ms",
+                "language",
+                "timezone",
+                "busy_policy",
+            },
         ),
     }
     body = json.dumps(data, sort_keys=True, separators=(",", ":"))

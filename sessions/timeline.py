@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 
@@ -53,8 +53,15 @@ class TimelineStore:
                 self.keys.timeline_messages(integration_id, chat_id),
                 self.keys.timeline_order(integration_id, chat_id),
             ],
-            args=[record["id"], body, mode, self.ttl_ms, self.max_records,
-                  self.keys.timeline_channel(), change],
+            args=[
+                record["id"],
+                body,
+                mode,
+                self.ttl_ms,
+                self.max_records,
+                self.keys.timeline_channel(),
+                change,
+            ],
         )
         return bool(ok)
 
@@ -64,7 +71,7 @@ class TimelineStore:
 
     async def list(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]:
         order_key = self.keys.timeline_order(integration_id, chat_id)
-        ids: list[str] = await self.redis.lrange(order_key, 0, -1)
+        ids = cast(list[str], await self.redis.lrange(order_key, 0, -1))
         if not ids:
             return []
         raws = await self.redis.hmget(self.keys.timeline_messages(integration_id, chat_id), ids)
@@ -79,4 +86,4 @@ class TimelineStore:
                 if message.get("type") == "message":
                     yield json.loads(message["data"])
         finally:
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -45,16 +45,21 @@ async def redis_client(prefix: str) -> AsyncIterator[aioredis.Redis]:
 def base_config(prefix: str, **integration: Any) -> dict[str, Any]:
     """A config with one console integration and a fast echo expert."""
     console: dict[str, Any] = {
-        "id": "console", "platform": "console", "xpertId": "echo",
-        "summaryWindowSeconds": 0, "maxWindowSeconds": 5, "updateIntervalMs": 100,
+        "id": "console",
+        "platform": "console",
+        "xpertId": "echo",
+        "summaryWindowSeconds": 0,
+        "maxWindowSeconds": 5,
+        "updateIntervalMs": 100,
     }
     console.update(integration)
     return {
         "redis": {"url": REDIS_URL, "keyPrefix": prefix},
         "logging": {"level": "warning", "format": "json"},
         "runtime": {"leaseSeconds": 2, "pollIntervalMs": 50, "shutdownGraceSeconds": 2},
-        "experts": [{"id": "echo", "kind": "echo", "stepDelayMs": 20, "charDelayMs": 2,
-                     "chunkChars": 4}],
+        "experts": [
+            {"id": "echo", "kind": "echo", "stepDelayMs": 20, "charDelayMs": 2, "chunkChars": 4}
+        ],
         "integrations": [console],
     }
 
@@ -85,7 +90,9 @@ async def console(make_gateway: Callable[..., Any]) -> ConsoleClient:
     return client
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+async def eventually(
+    check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05
+) -> Any:
     """Poll ``check`` (sync or async) until it returns a truthy value; fail after ``timeout``."""
     deadline = asyncio.get_running_loop().time() + timeout
     last: Any = None

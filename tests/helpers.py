@@ -57,9 +57,12 @@ class ConsoleClient:
         event_id: str | None = None,
     ) -> str:
         body: dict[str, Any] = {
-            "integrationId": self.integration_id, "chatId": chat,
+            "integrationId": self.integration_id,
+            "chatId": chat,
             "chatType": chat_type or ("p2p" if chat.startswith("dm-") else "group"),
-            "senderId": sender, "text": text, "mentionBot": mention,
+            "senderId": sender,
+            "text": text,
+            "mentionBot": mention,
         }
         if event_id:
             body["eventId"] = event_id
@@ -68,10 +71,16 @@ class ConsoleClient:
         return str(data["eventId"])
 
     async def click(self, chat: str, message_id: str, action_id: str, sender: str = "alice") -> int:
-        status, _ = await self.post("/console/api/actions", {
-            "integrationId": self.integration_id, "chatId": chat, "messageId": message_id,
-            "actionId": action_id, "senderId": sender,
-        })
+        status, _ = await self.post(
+            "/console/api/actions",
+            {
+                "integrationId": self.integration_id,
+                "chatId": chat,
+                "messageId": message_id,
+                "actionId": action_id,
+                "senderId": sender,
+            },
+        )
         return status
 
     async def messages(self, chat: str = "dm-alice") -> list[dict[str, Any]]:
@@ -89,7 +98,10 @@ class ConsoleClient:
         return [m["text"] for m in await self.messages(chat) if m.get("type") == "text"]
 
     async def wait_cards(
-        self, chat: str = "dm-alice", count: int = 1, status: str | None = "done",
+        self,
+        chat: str = "dm-alice",
+        count: int = 1,
+        status: str | None = "done",
         timeout: float = 15.0,
     ) -> list[dict[str, Any]]:
         """Poll until ``count`` cards exist and (optionally) all have ``status``."""
@@ -102,8 +114,10 @@ class ConsoleClient:
             ):
                 return cards
             await asyncio.sleep(0.05)
-        raise AssertionError(f"expected {count} cards with status {status}; got "
-                             f"{[(c['card']['status'], c['card']['answer']) for c in cards]}")
+        raise AssertionError(
+            f"expected {count} cards with status {status}; got "
+            f"{[(c['card']['status'], c['card']['answer']) for c in cards]}"
+        )
 
 
 class InProcessGateway:
@@ -143,9 +157,20 @@ class DaemonProcess:
     async def start(self, timeout: float = 20.0) -> None:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "run", "--config", str(self.config_path),
-                 "--port", str(self.port)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ},
+                [
+                    sys.executable,
+                    "-m",
+                    "gateway",
+                    "run",
+                    "--config",
+                    str(self.config_path),
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ},
             )
         deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as http:

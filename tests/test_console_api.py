@@ -20,8 +20,14 @@ from sessions.connection import EmbeddedRedis
 from tests.conftest import base_config
 from tests.helpers import ConsoleClient, free_port
 
-VALID = {"integrationId": "console", "chatId": "dm-alice", "chatType": "p2p",
-         "senderId": "alice", "text": "hi", "mentionBot": False}
+VALID = {
+    "integrationId": "console",
+    "chatId": "dm-alice",
+    "chatType": "p2p",
+    "senderId": "alice",
+    "text": "hi",
+    "mentionBot": False,
+}
 
 
 @pytest.mark.parametrize(
@@ -45,14 +51,20 @@ async def test_bad_messages_are_refused_with_the_field_named(
 
 
 async def test_malformed_and_oversized_bodies(console: ConsoleClient) -> None:
-    async with console.http.post(console.base + "/console/api/messages", data=b"{not json",
-                                 headers={"Content-Type": "application/json"}) as resp:
+    async with console.http.post(
+        console.base + "/console/api/messages",
+        data=b"{not json",
+        headers={"Content-Type": "application/json"},
+    ) as resp:
         assert resp.status == 400 and "JSON" in (await resp.json())["error"]
     async with console.http.post(console.base + "/console/api/messages", json=[1, 2]) as resp:
         assert resp.status == 400
     big = json.dumps({**VALID, "text": "x" * 2_000_000}).encode()
-    async with console.http.post(console.base + "/console/api/messages", data=io.BytesIO(big),
-                                 headers={"Content-Type": "application/json"}) as resp:
+    async with console.http.post(
+        console.base + "/console/api/messages",
+        data=io.BytesIO(big),
+        headers={"Content-Type": "application/json"},
+    ) as resp:
         assert resp.status == 413
     assert await console.messages() == []
 
@@ -69,15 +81,17 @@ async def test_actions_need_a_real_card_and_one_of_its_buttons(console: ConsoleC
 async def test_messages_listing_needs_the_integration(console: ConsoleClient) -> None:
     async with console.http.get(console.base + "/console/api/chats/dm-alice/messages") as resp:
         assert resp.status == 400
-    async with console.http.get(console.base + "/console/api/chats/dm-alice/messages",
-                                params={"integrationId": "ghost"}) as resp:
+    async with console.http.get(
+        console.base + "/console/api/chats/dm-alice/messages", params={"integrationId": "ghost"}
+    ) as resp:
         assert resp.status == 404
 
 
 async def test_events_stream_carries_timeline_changes(console: ConsoleClient) -> None:
-    async with aiohttp.ClientSession() as http, http.get(
-        console.base + "/console/api/events", params={"integrationId": "console"}
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(console.base + "/console/api/events", params={"integrationId": "console"}) as resp,
+    ):
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         await resp.content.readline()
         event_id = await console.send("stream me")
@@ -97,10 +111,25 @@ def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen(
-            [EmbeddedRedis.executable(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", tmp, "--maxmemory", "4mb",
-             "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                EmbeddedRedis.executable(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tmp,
+                "--maxmemory",
+                "4mb",
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         url = f"redis://127.0.0.1:{port}/0"
         deadline = time.monotonic() + 10
@@ -120,8 +149,10 @@ def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 
 async def test_full_redis_gets_503_and_nothing_is_claimed(
-    private_redis: tuple[str, subprocess.Popen[bytes]], make_gateway: Callable[..., Any],
-    prefix: str, tmp_path: Path,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    make_gateway: Callable[..., Any],
+    prefix: str,
+    tmp_path: Path,
 ) -> None:
     url, _proc = private_redis
     config = base_config(prefix)
@@ -141,7 +172,8 @@ async def test_full_redis_gets_503_and_nothing_is_claimed(
 
 
 async def test_unreachable_redis_gets_503(
-    private_redis: tuple[str, subprocess.Popen[bytes]], make_gateway: Callable[..., Any],
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    make_gateway: Callable[..., Any],
     prefix: str,
 ) -> None:
     url, proc = private_redis
@@ -150,7 +182,7 @@ async def test_unreachable_redis_gets_503(
     console = await make_gateway(config)
     proc.kill()
     proc.wait()
-    status, body = await console.post("/console/api/messages", VALID)
+    status, _body = await console.post("/console/api/messages", VALID)
     assert status == 503
     async with console.http.get(console.base + "/readyz") as resp:
         assert resp.status == 503

@@ -33,8 +33,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 TIMEOUT_MS = 15_000
 
 CONFIG = """\
@@ -89,7 +95,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "run", "--config", str(config), "--port", str(port)],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 30
@@ -134,6 +142,7 @@ async def page(daemon: Daemon) -> AsyncIterator[Page]:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
 
 async def open_chat(page: Page, chat_id: str) -> None:
     item = page.locator(f"[data-chat-id='{chat_id}']")
@@ -186,6 +195,7 @@ async def seen(page: Page, message_id: str) -> list[dict[str, object]]:
 
 
 # --- tests -----------------------------------------------------------------------------------
+
 
 async def test_group_message_streams_to_done_then_new_conversation(page: Page) -> None:
     await open_chat(page, "team")
@@ -253,8 +263,11 @@ async def test_quick_messages_merge_into_one_card(page: Page) -> None:
     await expect(composer).to_have_value("")
     await composer.fill(second)
     await composer.press("Enter")
-    first_id = str(await page.locator("[data-role='user']", has_text=first)
-                   .last.get_attribute("data-message-id"))
+    first_id = str(
+        await page.locator("[data-role='user']", has_text=first).last.get_attribute(
+            "data-message-id"
+        )
+    )
     await expect(page.locator("[data-role='user']", has_text=second)).to_be_visible()
     card = card_after(page, first_id)
     await expect(card).to_have_attribute("data-status", "done")
@@ -269,8 +282,11 @@ async def test_confirm_then_done(page: Page) -> None:
     await open_chat(page, "dm-carol")
     await page.locator("#composer").fill("Delete the staging database [confirm]")
     await page.locator("#composer").press("Enter")
-    user_id = str(await page.locator("[data-role='user']", has_text="[confirm]")
-                  .last.get_attribute("data-message-id"))
+    user_id = str(
+        await page.locator("[data-role='user']", has_text="[confirm]").last.get_attribute(
+            "data-message-id"
+        )
+    )
     card = card_after(page, user_id)
     await expect(card).to_have_attribute("data-status", "waiting")
     await expect(card.locator("[data-action-id='reject']")).to_be_visible()
@@ -287,8 +303,10 @@ async def test_screenshot(page: Page, tmp_path: Path) -> None:
     await page.locator("#user").select_option("alice")
     first = await send(page, "Summarise yesterday's incident report, please", mention=True)
     await expect(card_after(page, first)).to_have_attribute("data-status", "done")
-    text = ("Draft a short status update for the team: the migration finished, "
-            "two services still need a restart, and the dashboard is green again.")
+    text = (
+        "Draft a short status update for the team: the migration finished, "
+        "two services still need a restart, and the dashboard is green again."
+    )
     second = await send(page, text, mention=True)
     card = card_after(page, second)
     await expect(card.locator(".steps li[data-step-status='done']")).to_have_count(3)

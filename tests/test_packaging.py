@@ -138,9 +138,11 @@ def test_copy_sources_exist(stages: list[Stage]) -> None:
     for _stage, ins, sources, _dest in copies:
         for src in sources:
             assert not src.startswith(("http://", "https://")), f"line {ins.line}: remote {src}"
-            matches = list(ROOT.glob(src.rstrip("/"))) if any(c in src for c in "*?[") else [
-                ROOT / src.rstrip("/")
-            ]
+            matches = (
+                list(ROOT.glob(src.rstrip("/")))
+                if any(c in src for c in "*?[")
+                else [ROOT / src.rstrip("/")]
+            )
             assert matches and all(m.exists() for m in matches), (
                 f"line {ins.line}: COPY source {src!r} does not exist in the repository"
             )
@@ -296,15 +298,16 @@ def _fenced_lines(markdown: str) -> list[str]:
 def test_ci_runs_the_readme_test_command() -> None:
     assert README.is_file(), "README.md is missing"
     assert CI_RUN.is_file(), ".ci/run is missing"
-    readme_tests = [line for line in _fenced_lines(README.read_text(encoding="utf-8"))
-                    if "test" in line]
+    readme_tests = [
+        line for line in _fenced_lines(README.read_text(encoding="utf-8")) if "test" in line
+    ]
     assert TEST_COMMAND in readme_tests, (
         f"README.md states no fenced `{TEST_COMMAND}`; its test lines: {readme_tests}"
     )
     ci_lines = _commands(CI_RUN.read_text(encoding="utf-8"))
     assert any(
-        line == TEST_COMMAND or re.search(rf"(^|[;&|]\s*|exec\s+){re.escape(TEST_COMMAND)}(\s|$)",
-                                          line)
+        line == TEST_COMMAND
+        or re.search(rf"(^|[;&|]\s*|exec\s+){re.escape(TEST_COMMAND)}(\s|$)", line)
         for line in ci_lines
     ), f".ci/run does not run `{TEST_COMMAND}`"
     script = ROOT / TEST_COMMAND.split()[0]

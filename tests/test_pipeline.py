@@ -14,8 +14,7 @@ from sessions import KeyBuilder
 from tests.conftest import base_config, eventually
 from tests.helpers import ConsoleClient
 
-SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 150, "charDelayMs": 20,
-             "chunkChars": 2}
+SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 150, "charDelayMs": 20, "chunkChars": 2}
 
 
 def slow_config(prefix: str, **integration: Any) -> dict[str, Any]:
@@ -33,16 +32,20 @@ async def test_message_gets_one_card_that_streams_to_done(console: ConsoleClient
     assert [b["actionId"] for b in card["card"]["buttons"]] == ["new"]
 
 
-async def test_message_is_durable_before_202(console: ConsoleClient, redis_client: aioredis.Redis,
-                                             make_gateway: Callable[..., Any],
-                                             prefix: str) -> None:
+async def test_message_is_durable_before_202(
+    console: ConsoleClient,
+    redis_client: aioredis.Redis,
+    make_gateway: Callable[..., Any],
+    prefix: str,
+) -> None:
     # A gateway that takes messages but never runs turns: the burst itself must be in Redis.
     config = base_config(prefix, summaryWindowSeconds=30, maxWindowSeconds=30)
     idle = await make_gateway(config)
     event_id = await idle.send("keep me", chat="dm-bob", sender="bob")
     keys = KeyBuilder(prefix=prefix)
-    burst = await redis_client.lrange(keys.burst(KeyBuilder.conversation("console",
-                                                                         "p2p:dm-bob")), 0, -1)
+    burst = await redis_client.lrange(
+        keys.burst(KeyBuilder.conversation("console", "p2p:dm-bob")), 0, -1
+    )
     assert len(burst) == 1 and event_id in burst[0] and "keep me" in burst[0]
 
 
@@ -88,7 +91,8 @@ async def test_group_mentions_and_speakers(make_gateway: Callable[..., Any]) -> 
     await console.send("and the budget?", chat="team", sender="bob", mention=True)
     [card] = await console.wait_cards(chat="team")
     assert card["card"]["answer"] == (
-        "You said:\n> Alice: what is the plan?\n> Bob: and the budget?")
+        "You said:\n> Alice: what is the plan?\n> Bob: and the budget?"
+    )
 
 
 async def test_all_messages_strategy_answers_without_mention(
@@ -101,7 +105,8 @@ async def test_all_messages_strategy_answers_without_mention(
 
 
 async def test_message_during_a_run_is_collected_into_the_next_turn_in_order(
-    make_gateway: Callable[..., Any], prefix: str,
+    make_gateway: Callable[..., Any],
+    prefix: str,
 ) -> None:
     console = await make_gateway(slow_config(prefix))
     await console.send("one")
@@ -151,7 +156,9 @@ async def test_stop_and_help_commands(make_gateway: Callable[..., Any], prefix: 
 
 
 async def test_new_command_and_button_open_a_new_session(
-    make_gateway: Callable[..., Any], prefix: str, redis_client: aioredis.Redis,
+    make_gateway: Callable[..., Any],
+    prefix: str,
+    redis_client: aioredis.Redis,
 ) -> None:
     console = await make_gateway()
     keys = KeyBuilder(prefix=prefix)
@@ -171,7 +178,9 @@ async def test_new_command_and_button_open_a_new_session(
 
 
 async def test_idle_timeout_opens_a_new_session(
-    make_gateway: Callable[..., Any], prefix: str, redis_client: aioredis.Redis,
+    make_gateway: Callable[..., Any],
+    prefix: str,
+    redis_client: aioredis.Redis,
 ) -> None:
     console = await make_gateway(sessionTimeoutSeconds=1)
     key = KeyBuilder(prefix=prefix).binding(KeyBuilder.conversation("console", "p2p:dm-alice"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 from collections import defaultdict
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.slow
 
 def replica_config(prefix: str, **echo: Any) -> dict[str, Any]:
     config = base_config(prefix)
-    config["experts"] = [{"id": "echo", "kind": "echo", "stepDelayMs": 30, "charDelayMs": 5,
-                          "chunkChars": 3, **echo}]
+    config["experts"] = [
+        {"id": "echo", "kind": "echo", "stepDelayMs": 30, "charDelayMs": 5, "chunkChars": 3, **echo}
+    ]
     config["logging"] = {"level": "info", "format": "json"}
     return config
 
@@ -76,8 +78,12 @@ async def test_one_run_per_session_across_replicas_in_arrival_order(  # type: ig
             cards = await a.client.cards(chat)
             if any(c["card"]["status"] != "done" for c in cards):
                 return False
-            lines = [ln[2:] for c in cards for ln in c["card"]["answer"].splitlines()
-                     if ln.startswith("> ")]
+            lines = [
+                ln[2:]
+                for c in cards
+                for ln in c["card"]["answer"].splitlines()
+                if ln.startswith("> ")
+            ]
             if len(lines) < len(sent[chat]):
                 return False
         return True
@@ -85,8 +91,9 @@ async def test_one_run_per_session_across_replicas_in_arrival_order(  # type: ig
     await eventually(all_answered, timeout=60, interval=0.2)
     for chat in chats:
         cards = await a.client.cards(chat)
-        lines = [ln[2:] for c in cards for ln in c["card"]["answer"].splitlines()
-                 if ln.startswith("> ")]
+        lines = [
+            ln[2:] for c in cards for ln in c["card"]["answer"].splitlines() if ln.startswith("> ")
+        ]
         assert lines == sent[chat]  # nothing lost, nothing doubled, arrival order kept
 
     # The audit trail: per conversation, no two turns overlap, whichever replica ran them.
@@ -100,7 +107,7 @@ async def test_one_run_per_session_across_replicas_in_arrival_order(  # type: ig
     assert len(replicas) == 2, "both replicas should have run turns"
     for conv, turns in spans.items():
         intervals = sorted((v[0], v[-1]) for v in turns.values())
-        for (_s1, e1), (s2, _e2) in zip(intervals, intervals[1:], strict=False):
+        for (_s1, e1), (s2, _e2) in itertools.pairwise(intervals):
             assert s2 >= e1, f"overlapping turns in {conv}: {intervals}"
 
 
@@ -119,8 +126,11 @@ async def test_replica_killed_mid_turn_is_finished_by_another_in_the_same_card( 
     assert final["card"]["answer"] == "You said:\n> survive a crash please"
     assert len(await b.client.cards()) == 1
     log = b.log_path.read_text()
-    assert any(json.loads(line).get("event") == "resuming a turn left by another replica"
-               for line in log.splitlines() if line.startswith("{"))
+    assert any(
+        json.loads(line).get("event") == "resuming a turn left by another replica"
+        for line in log.splitlines()
+        if line.startswith("{")
+    )
 
 
 async def _answer_started(daemon: DaemonProcess, card_id: str) -> bool:

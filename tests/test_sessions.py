@@ -23,22 +23,44 @@ def env(event_id: str, text: str = "hi", kind: str = "message") -> str:
     return json.dumps({"eventId": event_id, "kind": kind, "text": text})
 
 
-async def intake(store: SessionStore, event_id: str, now: int, *, window: int = 1000,
-                 maxw: int = 5000, mode: str = "collect", kind: str = "message"):
-    return await store.intake(conversation=CONV, event_id=event_id,
-                              envelope_json=env(event_id, kind=kind), now_ms=now,
-                              window_ms=window, max_window_ms=maxw, mode=mode)  # type: ignore[arg-type]
+async def intake(
+    store: SessionStore,
+    event_id: str,
+    now: int,
+    *,
+    window: int = 1000,
+    maxw: int = 5000,
+    mode: str = "collect",
+    kind: str = "message",
+):
+    return await store.intake(
+        conversation=CONV,
+        event_id=event_id,
+        envelope_json=env(event_id, kind=kind),
+        now_ms=now,
+        window_ms=window,
+        max_window_ms=maxw,
+        mode=mode,
+    )  # type: ignore[arg-type]
 
 
 async def claim(store: SessionStore, now: int, owner: str = "a", lease: int = 10_000):
-    return await store.claim(conversation=CONV, owner=owner, turn_id=f"turn-{owner}-{now}",
-                             now_ms=now, lease_ms=lease)
+    return await store.claim(
+        conversation=CONV, owner=owner, turn_id=f"turn-{owner}-{now}", now_ms=now, lease_ms=lease
+    )
 
 
 def test_keys_share_one_hash_tag_per_conversation() -> None:
     keys = KeyBuilder(prefix="xgw")
-    tagged = [keys.burst(CONV), keys.burst_meta(CONV), keys.turn(CONV), keys.lease(CONV),
-              keys.binding(CONV), keys.dedup(CONV, "ev1"), keys.cancel(CONV)]
+    tagged = [
+        keys.burst(CONV),
+        keys.burst_meta(CONV),
+        keys.turn(CONV),
+        keys.lease(CONV),
+        keys.binding(CONV),
+        keys.dedup(CONV, "ev1"),
+        keys.cancel(CONV),
+    ]
     tags = {k[k.index("{") + 1 : k.index("}")] for k in tagged}
     assert tags == {CONV}
     assert all(k.startswith("xgw:") for k in tagged)
@@ -46,8 +68,9 @@ def test_keys_share_one_hash_tag_per_conversation() -> None:
     assert "}" not in KeyBuilder.conversation("i", "group:a}b{c")
 
 
-async def test_intake_is_one_round_trip_and_deduplicates(store: SessionStore,
-                                                         redis_client: aioredis.Redis) -> None:
+async def test_intake_is_one_round_trip_and_deduplicates(
+    store: SessionStore, redis_client: aioredis.Redis
+) -> None:
     await store.prepare()
     sent: list[str] = []
     real = redis_client.execute_command
@@ -121,7 +144,9 @@ async def test_renew_extends_the_lease_and_reports_cancel(store: SessionStore) -
     assert await store.renew(conversation=CONV, owner="a", now_ms=0, lease_ms=300) == (True, "")
     await store.request_cancel(CONV, got.turn_id, ttl_ms=1000)
     assert await store.renew(conversation=CONV, owner="a", now_ms=0, lease_ms=300) == (
-        True, got.turn_id)
+        True,
+        got.turn_id,
+    )
     assert await store.renew(conversation=CONV, owner="b", now_ms=0, lease_ms=300) == (False, "")
 
 
@@ -132,7 +157,8 @@ async def test_handback_makes_the_turn_due_at_once_without_counting_an_attempt(
     got = await claim(store, 0, owner="a")
     assert got is not None
     assert (await store.finish(conversation=CONV, owner="a", now_ms=50, mode="handback"))[0] == (
-        "handedback")
+        "handedback"
+    )
     again = await claim(store, 50, owner="b")
     assert again is not None and again.resumed and again.attempts == 1
 
@@ -149,14 +175,32 @@ async def test_a_click_is_a_turn_of_its_own(store: SessionStore) -> None:
 
 
 async def test_bindings_continue_then_expire_after_idle_timeout(store: SessionStore) -> None:
-    b1 = await store.open_or_continue(conversation=CONV, now_ms=0, timeout_ms=1000,
-                                      new_session_id="s1", xpert_id="x", snapshot_hash="h")
+    b1 = await store.open_or_continue(
+        conversation=CONV,
+        now_ms=0,
+        timeout_ms=1000,
+        new_session_id="s1",
+        xpert_id="x",
+        snapshot_hash="h",
+    )
     assert b1.state == "new" and b1.session_id == "s1"
-    b2 = await store.open_or_continue(conversation=CONV, now_ms=900, timeout_ms=1000,
-                                      new_session_id="s2", xpert_id="x", snapshot_hash="h")
+    b2 = await store.open_or_continue(
+        conversation=CONV,
+        now_ms=900,
+        timeout_ms=1000,
+        new_session_id="s2",
+        xpert_id="x",
+        snapshot_hash="h",
+    )
     assert b2.state == "continue" and b2.session_id == "s1" and b2.fields["turns"] == "2"
-    b3 = await store.open_or_continue(conversation=CONV, now_ms=2000, timeout_ms=1000,
-                                      new_session_id="s3", xpert_id="x", snapshot_hash="h")
+    b3 = await store.open_or_continue(
+        conversation=CONV,
+        now_ms=2000,
+        timeout_ms=1000,
+        new_session_id="s3",
+        xpert_id="x",
+        snapshot_hash="h",
+    )
     assert b3.state == "new" and b3.session_id == "s3"
     old = await store.end_session(CONV)
     assert old["sessionId"] == "s3"
@@ -170,8 +214,14 @@ async def test_every_key_has_a_ttl_except_the_documented_indexes(
     got = await claim(store, 0)
     assert got is not None
     await intake(store, "e2", 1, window=0)
-    await store.open_or_continue(conversation=CONV, now_ms=0, timeout_ms=1000,
-                                 new_session_id="s1", xpert_id="x", snapshot_hash="h")
+    await store.open_or_continue(
+        conversation=CONV,
+        now_ms=0,
+        timeout_ms=1000,
+        new_session_id="s1",
+        xpert_id="x",
+        snapshot_hash="h",
+    )
     await store.put_snapshot("h", "{}")
     await store.request_cancel(CONV, got.turn_id, 1000)
     await store.audit({"event": "test"})
@@ -183,10 +233,16 @@ async def test_every_key_has_a_ttl_except_the_documented_indexes(
     assert no_ttl == {keys.due(), keys.audit()}  # documented in keys.py / store.audit
 
 
-async def test_idle_binding_costs_under_one_kilobyte(store: SessionStore,
-                                                     redis_client: aioredis.Redis) -> None:
-    await store.open_or_continue(conversation=CONV, now_ms=1795990000000, timeout_ms=3_600_000,
-                                 new_session_id="c480dc8b21e443f4a1a83e9fe43a9f25",
-                                 xpert_id="echo", snapshot_hash="0123456789abcdef01234567")
+async def test_idle_binding_costs_under_one_kilobyte(
+    store: SessionStore, redis_client: aioredis.Redis
+) -> None:
+    await store.open_or_continue(
+        conversation=CONV,
+        now_ms=1795990000000,
+        timeout_ms=3_600_000,
+        new_session_id="c480dc8b21e443f4a1a83e9fe43a9f25",
+        xpert_id="echo",
+        snapshot_hash="0123456789abcdef01234567",
+    )
     usage = await redis_client.memory_usage(store.keys.binding(CONV))
     assert usage is not None and usage < 1024

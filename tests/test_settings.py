@@ -22,14 +22,22 @@ def good() -> dict[str, Any]:
         "redis": {"url": "redis://:hunter2@127.0.0.1:6379/0"},
         "admin": {"token": "${ADMIN_TOKEN}"},
         "experts": [{"id": "echo", "kind": "echo"}],
-        "integrations": [{"id": "console", "platform": "console", "xpertId": "echo",
-                          "routes": [{"chatId": "team", "xpertId": "echo"}]}],
+        "integrations": [
+            {
+                "id": "console",
+                "platform": "console",
+                "xpertId": "echo",
+                "routes": [{"chatId": "team", "xpertId": "echo"}],
+            }
+        ],
     }
 
 
 def problems(config: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        load_settings(config, model=settings_model(), env={"ADMIN_TOKEN": "t0k3n"} if env is None else env)
+        load_settings(
+            config, model=settings_model(), env={"ADMIN_TOKEN": "t0k3n"} if env is None else env
+        )
     return info.value.problems
 
 
@@ -43,25 +51,37 @@ def test_good_config_loads_and_masks_secrets() -> None:
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda c: c["integrations"][0].update(colour="blue"),
-         "integrations.0.colour: unknown key"),
+        (
+            lambda c: c["integrations"][0].update(colour="blue"),
+            "integrations.0.colour: unknown key",
+        ),
         (lambda c: c.update(servr={}), "servr: unknown key"),
-        (lambda c: c["integrations"][0].update(summaryWindowSeconds="soon"),
-         "integrations.0.summaryWindowSeconds"),
-        (lambda c: c["integrations"][0].update(xpertId="nobody"),
-         "integrations.0.xpertId: 'nobody' names no expert"),
-        (lambda c: c["integrations"][0]["routes"][0].update(xpertId="ghost"),
-         "integrations.0.routes.0.xpertId: 'ghost' names no expert"),
-        (lambda c: c["experts"].append({"id": "echo", "kind": "echo"}),
-         "experts.1.id: duplicate id 'echo'"),
-        (lambda c: c["integrations"].append(dict(c["integrations"][0])),
-         "integrations.1.id: duplicate id 'console'"),
-        (lambda c: c["integrations"][0].update(platform="telegram"),
-         "integrations.0"),
-        (lambda c: c["integrations"][0].update(maxWindowSeconds=1, summaryWindowSeconds=2),
-         "maxWindowSeconds must be at least summaryWindowSeconds"),
-        (lambda c: c["integrations"][0].update(timezone="Mars/Olympus"),
-         "unknown time zone"),
+        (
+            lambda c: c["integrations"][0].update(summaryWindowSeconds="soon"),
+            "integrations.0.summaryWindowSeconds",
+        ),
+        (
+            lambda c: c["integrations"][0].update(xpertId="nobody"),
+            "integrations.0.xpertId: 'nobody' names no expert",
+        ),
+        (
+            lambda c: c["integrations"][0]["routes"][0].update(xpertId="ghost"),
+            "integrations.0.routes.0.xpertId: 'ghost' names no expert",
+        ),
+        (
+            lambda c: c["experts"].append({"id": "echo", "kind": "echo"}),
+            "experts.1.id: duplicate id 'echo'",
+        ),
+        (
+            lambda c: c["integrations"].append(dict(c["integrations"][0])),
+            "integrations.1.id: duplicate id 'console'",
+        ),
+        (lambda c: c["integrations"][0].update(platform="telegram"), "integrations.0"),
+        (
+            lambda c: c["integrations"][0].update(maxWindowSeconds=1, summaryWindowSeconds=2),
+            "maxWindowSeconds must be at least summaryWindowSeconds",
+        ),
+        (lambda c: c["integrations"][0].update(timezone="Mars/Olympus"), "unknown time zone"),
         (lambda c: c["experts"][0].update(kind="gpt5"), "experts.0.kind"),
     ],
 )
@@ -90,16 +110,21 @@ def test_committed_schema_matches_the_model() -> None:
     assert committed == json_schema(), "run: xpert-gateway schema > config/gateway.schema.json"
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "config").glob("**/*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "config").glob("**/*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path: Path) -> None:
     env = {"GATEWAY_ADMIN_TOKEN": "x", "REDIS_URL": "redis://127.0.0.1:6379/0"}
     load_settings(path, model=settings_model(), env=env)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_check_prints_integrations_routes_and_experts(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ def render_card(progress: Progress) -> dict[str, Any]:
         "status": progress.status,
         "title": progress.title,
         "steps": [{"title": s.title, "status": s.status} for s in progress.steps],
-        "tools": [{"title": t.title, "status": t.status, "detail": t.detail}
-                  for t in progress.tools],
+        "tools": [
+            {"title": t.title, "status": t.status, "detail": t.detail} for t in progress.tools
+        ],
         "answer": progress.answer,
         "error": progress.error,
-        "buttons": [{"actionId": b.action_id, "label": b.label, "style": b.style}
-                    for b in progress.buttons],
+        "buttons": [
+            {"actionId": b.action_id, "label": b.label, "style": b.style} for b in progress.buttons
+        ],
     }

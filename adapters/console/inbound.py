@@ -37,23 +37,23 @@ class _Request(BaseModel):
 
 
 class MessageRequest(_Request):
-    integrationId: str = Field(min_length=1)  # noqa: N815 - wire names are camelCase
-    chatId: str = Field(pattern=ID)  # noqa: N815
-    chatType: Literal["group", "p2p"]  # noqa: N815
-    senderId: str = Field(pattern=ID)  # noqa: N815
-    senderName: str | None = Field(None, max_length=128)  # noqa: N815
+    integrationId: str = Field(min_length=1)
+    chatId: str = Field(pattern=ID)
+    chatType: Literal["group", "p2p"]
+    senderId: str = Field(pattern=ID)
+    senderName: str | None = Field(None, max_length=128)
     text: str = Field(min_length=1, max_length=20_000)
-    mentionBot: bool = False  # noqa: N815
-    eventId: str | None = Field(None, pattern=ID)  # noqa: N815
+    mentionBot: bool = False
+    eventId: str | None = Field(None, pattern=ID)
 
 
 class ActionRequest(_Request):
-    integrationId: str = Field(min_length=1)  # noqa: N815
-    chatId: str = Field(pattern=ID)  # noqa: N815
-    messageId: str = Field(min_length=1, max_length=256)  # noqa: N815
-    actionId: str = Field(min_length=1, max_length=64)  # noqa: N815
-    senderId: str = Field(pattern=ID)  # noqa: N815
-    eventId: str | None = Field(None, pattern=ID)  # noqa: N815
+    integrationId: str = Field(min_length=1)
+    chatId: str = Field(pattern=ID)
+    messageId: str = Field(min_length=1, max_length=256)
+    actionId: str = Field(min_length=1, max_length=64)
+    senderId: str = Field(pattern=ID)
+    eventId: str | None = Field(None, pattern=ID)
 
 
 class ConsoleAdapter(Adapter):
@@ -63,7 +63,9 @@ class ConsoleAdapter(Adapter):
         super().__init__(settings=settings, context=context)
         self.outbound = ConsoleOutbound(integration_id=settings.id, timeline=context.timeline)
 
-    async def send_card(self, reply_to: Envelope, progress: Progress, *, idempotency_key: str) -> str:
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
         return await self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
@@ -116,19 +118,31 @@ class ConsoleApi:
         adapter = self.adapters.get(integration_id)
         if adapter is None:
             raise web.HTTPNotFound(
-                text=json.dumps({"error": f"integrationId: unknown integration {integration_id!r}"}),
+                text=json.dumps(
+                    {"error": f"integrationId: unknown integration {integration_id!r}"}
+                ),
                 content_type="application/json",
             )
         return adapter
 
     async def config(self, request: web.Request) -> web.Response:
-        return web.json_response({"integrations": [
-            {"id": a.settings.id, "botName": a.settings.bot_name,
-             "users": [u.model_dump(by_alias=True) for u in a.settings.users],
-             "chats": [c.model_dump(by_alias=True, exclude_none=True) for c in a.settings.chats()],
-             "summaryWindowSeconds": a.settings.summary_window_seconds}
-            for a in self.adapters.values()
-        ]})
+        return web.json_response(
+            {
+                "integrations": [
+                    {
+                        "id": a.settings.id,
+                        "botName": a.settings.bot_name,
+                        "users": [u.model_dump(by_alias=True) for u in a.settings.users],
+                        "chats": [
+                            c.model_dump(by_alias=True, exclude_none=True)
+                            for c in a.settings.chats()
+                        ],
+                        "summaryWindowSeconds": a.settings.summary_window_seconds,
+                    }
+                    for a in self.adapters.values()
+                ]
+            }
+        )
 
     async def post_message(self, request: web.Request) -> web.Response:
         body: MessageRequest = await self._body(request, MessageRequest)
@@ -137,7 +151,9 @@ class ConsoleApi:
         name = body.senderName or adapter.user_name(body.senderId) or body.senderId
         bot = adapter.settings.bot_name
         envelope = Envelope(
-            integration_id=adapter.integration_id, platform="console", event_id=event_id,
+            integration_id=adapter.integration_id,
+            platform="console",
+            event_id=event_id,
             chat=Chat(id=body.chatId, type=body.chatType),
             sender=Sender(id=body.senderId, name=name),
             text=body.text,
@@ -145,12 +161,20 @@ class ConsoleApi:
             bot_mentioned=body.mentionBot or body.chatType == "p2p",
             reply_to=ReplyTo(message_id=event_id),
         )
-        record = {"id": event_id, "role": "user", "senderId": body.senderId, "senderName": name,
-                  "text": body.text, "mentionBot": body.mentionBot, "at": int(time.time() * 1000)}
+        record = {
+            "id": event_id,
+            "role": "user",
+            "senderId": body.senderId,
+            "senderName": name,
+            "text": body.text,
+            "mentionBot": body.mentionBot,
+            "at": int(time.time() * 1000),
+        }
         try:
             # The platform's own record first (idempotent by event id), then durable intake.
-            await adapter.context.timeline.put(adapter.integration_id, body.chatId, record,
-                                               mode="create")
+            await adapter.context.timeline.put(
+                adapter.integration_id, body.chatId, record, mode="create"
+            )
             outcome = await adapter.context.ingest(envelope)
         except (StoreUnavailable, ConnectionError, OSError) as exc:
             log.warning("console message not stored", error=str(exc))
@@ -168,26 +192,40 @@ class ConsoleApi:
         body: ActionRequest = await self._body(request, ActionRequest)
         adapter = self._adapter(body.integrationId)
         try:
-            card = await adapter.context.timeline.get(adapter.integration_id, body.chatId,
-                                                      body.messageId)
+            card = await adapter.context.timeline.get(
+                adapter.integration_id, body.chatId, body.messageId
+            )
         except Exception:
             return _error(503, "storage unavailable")
         if card is None or card.get("type") != "card":
             return _error(404, f"messageId: no card {body.messageId!r} in chat {body.chatId!r}")
         offered = {b["actionId"] for b in card["card"]["buttons"]}
         if body.actionId not in offered:
-            return _error(400, f"actionId: {body.actionId!r} is not a button of this card "
-                               f"(offered: {', '.join(sorted(offered)) or 'none'})")
+            return _error(
+                400,
+                f"actionId: {body.actionId!r} is not a button of this card "
+                f"(offered: {', '.join(sorted(offered)) or 'none'})",
+            )
         event_id = body.eventId or uuid.uuid4().hex
-        chat_type = "group" if body.chatId in {c.id for c in adapter.settings.group_chats} else "p2p"
+        chat_type = (
+            "group" if body.chatId in {c.id for c in adapter.settings.group_chats} else "p2p"
+        )
         envelope = Envelope(
-            integration_id=adapter.integration_id, platform="console", event_id=event_id,
-            kind="action", chat=Chat(id=body.chatId, type=chat_type),
+            integration_id=adapter.integration_id,
+            platform="console",
+            event_id=event_id,
+            kind="action",
+            chat=Chat(id=body.chatId, type=chat_type),
             sender=Sender(id=body.senderId, name=adapter.user_name(body.senderId)),
             bot_mentioned=True,
-            action=Action(id=body.actionId, message_id=body.messageId,
-                          value={"conversation": card.get("conversation", ""),
-                                 "turnId": card.get("turnId", "")}),
+            action=Action(
+                id=body.actionId,
+                message_id=body.messageId,
+                value={
+                    "conversation": card.get("conversation", ""),
+                    "turnId": card.get("turnId", ""),
+                },
+            ),
             reply_to=ReplyTo(message_id=str(card.get("replyTo") or body.messageId)),
         )
         try:
@@ -222,10 +260,13 @@ class ConsoleApi:
         if not self.adapters:
             return _error(404, "no console integration configured")
         timeline = next(iter(self.adapters.values())).context.timeline
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        })
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
         await response.prepare(request)
         await response.write(b": connected\n\nretry: 1000\n\n")
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)

@@ -17,10 +17,16 @@ def _ms() -> int:
 
 def _card_record(reply_to: Envelope, progress: Progress, record_id: str, at: int) -> dict[str, Any]:
     return {
-        "id": record_id, "role": "bot", "type": "card",
+        "id": record_id,
+        "role": "bot",
+        "type": "card",
         "replyTo": reply_to.reply_to.message_id if reply_to.reply_to else reply_to.event_id,
-        "conversation": progress.conversation, "turnId": progress.turn_id,
-        "card": render_card(progress), "version": progress.version, "at": at, "updatedAt": _ms(),
+        "conversation": progress.conversation,
+        "turnId": progress.turn_id,
+        "card": render_card(progress),
+        "version": progress.version,
+        "at": at,
+        "updatedAt": _ms(),
     }
 
 
@@ -29,7 +35,9 @@ class ConsoleOutbound:
         self.integration_id = integration_id
         self.timeline = timeline
 
-    async def send_card(self, reply_to: Envelope, progress: Progress, *, idempotency_key: str) -> str:
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
         record_id = f"card-{idempotency_key}"
         record = _card_record(reply_to, progress, record_id, _ms())
         # create never overwrites: a retried send (same key) reuses the card already there.
@@ -46,7 +54,11 @@ class ConsoleOutbound:
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         record = {
-            "id": f"text-{idempotency_key}", "role": "bot", "type": "text", "text": text,
-            "replyTo": reply_to.event_id, "at": _ms(),
+            "id": f"text-{idempotency_key}",
+            "role": "bot",
+            "type": "text",
+            "text": text,
+            "replyTo": reply_to.event_id,
+            "at": _ms(),
         }
         await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create")

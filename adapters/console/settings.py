@@ -22,8 +22,11 @@ class DemoChat(GatewayModel):
 
 
 def _users() -> list[DemoUser]:
-    return [DemoUser(id="alice", name="Alice"), DemoUser(id="bob", name="Bob"),
-            DemoUser(id="carol", name="Carol")]
+    return [
+        DemoUser(id="alice", name="Alice"),
+        DemoUser(id="bob", name="Bob"),
+        DemoUser(id="carol", name="Carol"),
+    ]
 
 
 class ConsoleIntegration(IntegrationBase):
@@ -44,6 +47,8 @@ class ConsoleIntegration(IntegrationBase):
         return self
 
     def chats(self) -> list[DemoChat]:
-        direct = [DemoChat(id=f"dm-{u.id}", name=f"{u.name} ↔ {self.bot_name}", type="p2p",
-                           user_id=u.id) for u in self.users]
+        direct = [
+            DemoChat(id=f"dm-{u.id}", name=f"{u.name} ↔ {self.bot_name}", type="p2p", user_id=u.id)
+            for u in self.users
+        ]
         return [*self.group_chats, *direct]
