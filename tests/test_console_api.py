@@ -148,7 +148,7 @@ def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             proc.wait()
 
 
-async def test_full_redis_gets_503_and_nothing_is_claimed(
+async def test_full_redis_gets_503_and_nothing_is_stored(
     private_redis: tuple[str, subprocess.Popen[bytes]],
     make_gateway: Callable[..., Any],
     prefix: str,
@@ -158,17 +158,19 @@ async def test_full_redis_gets_503_and_nothing_is_claimed(
     config = base_config(prefix)
     config["redis"]["url"] = url
     console = await make_gateway(config)
-    filler = aioredis.Redis.from_url(url)
+    admin = aioredis.Redis.from_url(url, decode_responses=True)
     try:
-        for i in range(200):
-            try:
-                await filler.set(f"filler:{i}", b"x" * 100_000)
-            except redis.exceptions.ResponseError:
-                break
+        # Far over the limit with noeviction: every write is refused with an OOM error.
+        await admin.config_set("maxmemory", 1)
         status, body = await console.post("/console/api/messages", VALID)
         assert status == 503 and "not stored" in body["error"]
+        await admin.config_set("maxmemory", 0)
+        assert await console.messages() == []
+        assert [k async for k in admin.scan_iter(match=f"{prefix}:*burst*")] == []
+        status, _ = await console.post("/console/api/messages", VALID)
+        assert status == 202  # and it recovers once Redis has room again
     finally:
-        await filler.aclose()
+        await admin.aclose()
 
 
 async def test_unreachable_redis_gets_503(

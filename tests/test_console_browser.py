@@ -47,6 +47,7 @@ CONFIG = """\
 redis: {{url: "{redis}", keyPrefix: "{prefix}"}}
 dataDir: {data}
 logging: {{format: json}}
+runtime: {{shutdownGraceSeconds: 2}}
 experts:
   - {{id: echo, kind: echo, stepDelayMs: 300, charDelayMs: 30, chunkChars: 2}}
 integrations:
@@ -131,6 +132,7 @@ async def page(daemon: Daemon) -> AsyncIterator[Page]:
             context = await browser.new_context(viewport={"width": 1280, "height": 800})
             pg = await context.new_page()
             pg.set_default_timeout(TIMEOUT_MS)
+            expect.set_options(timeout=TIMEOUT_MS)
             errors: list[str] = []
             pg.on("pageerror", lambda exc: errors.append(str(exc)))
             await pg.goto(daemon.url + "/console/")
@@ -299,18 +301,19 @@ async def test_screenshot(page: Page, tmp_path: Path) -> None:
     """Saves docs/console.png: a finished answer and one still streaming."""
     await open_chat(page, "team")
     await page.locator("#user").select_option("bob")
-    await send(page, "What can you do?", mention=False)
+    await send(page, "Morning! The database migration finished overnight.", mention=False)
     await page.locator("#user").select_option("alice")
-    first = await send(page, "Summarise yesterday's incident report, please", mention=True)
+    first = await send(page, "Nice. Can you note that for the weekly report?", mention=True)
     await expect(card_after(page, first)).to_have_attribute("data-status", "done")
+    await page.locator("#user").select_option("carol")
     text = (
-        "Draft a short status update for the team: the migration finished, "
-        "two services still need a restart, and the dashboard is green again."
+        "Also draft a short status update: two services still need a restart "
+        "and the dashboard is green again."
     )
     second = await send(page, text, mention=True)
     card = card_after(page, second)
     await expect(card.locator(".steps li[data-step-status='done']")).to_have_count(3)
-    await expect(card.locator(".answer blockquote")).to_contain_text("two services")
+    await expect(card.locator(".answer blockquote")).to_contain_text("restart")
     await expect(card).to_have_attribute("data-status", "running")
     shot = tmp_path / "console.png"
     await page.screenshot(path=str(shot))

@@ -9,7 +9,7 @@
     return e;
   };
   const STATUS_LABEL = {
-    running: "Working…", waiting: "Waiting for you", done: "Done",
+    running: "Running", waiting: "Needs you", done: "Done",
     error: "Error", cancelled: "Cancelled", ended: "Ended",
   };
   const STEP_MARK = { done: "✓", failed: "✗", error: "✗", cancelled: "–", pending: "○" };
@@ -41,7 +41,7 @@
   }
   const chat = (id) => state.integ.chats.find((c) => c.id === id);
   const user = (id) => state.integ.users.find((u) => u.id === id);
-  const version = (r) => r.updatedAt ?? r.at;
+  const version = (r) => r.version ?? r.updatedAt ?? r.at;
   function timeOf(at) {
     if (at == null) return "";
     const d = typeof at === "number" ? new Date(at < 1e12 ? at * 1000 : at) : new Date(at);
@@ -67,7 +67,8 @@
     const row = el("div", "msg user");
     if (r.senderId === state.userId) row.classList.add("mine");
     row.dataset.sender = r.senderId || "";
-    row.appendChild(el("div", "avatar", (r.senderName || r.senderId || "?").slice(0, 1).toUpperCase()));
+    const av = row.appendChild(el("div", "avatar", (r.senderName || r.senderId || "?").slice(0, 1).toUpperCase()));
+    av.style.setProperty("--h", [...(r.senderId || "")].reduce((h, ch) => (h * 31 + ch.charCodeAt(0)) % 360, 200));
     const body = row.appendChild(el("div", "body"));
     const meta = body.appendChild(el("div", "meta"));
     meta.append(el("b", null, r.senderName || r.senderId), el("time", null, timeOf(r.at)));
@@ -82,8 +83,9 @@
     const card = el("div", "card");
     card.dataset.status = status;
     const head = card.appendChild(el("div", "card-head"));
-    head.append(el("span", "dot"), el("span", "card-title", c.title || STATUS_LABEL[status] || status),
-      el("span", "pill", STATUS_LABEL[status] || status));
+    const label = STATUS_LABEL[status] || status;
+    head.append(el("span", "dot"), el("span", "card-title", c.title || label));
+    if (c.title && c.title.replace(/…$/, "") !== label.replace(/…$/, "")) head.append(el("span", "pill", label));
     if (c.steps && c.steps.length) {
       const ul = card.appendChild(el("ul", "steps"));
       for (const s of c.steps) {
@@ -183,7 +185,7 @@
       tl.textContent = "";
       state.records.clear();
       const msgs = data.messages || [];
-      if (!msgs.length) tl.appendChild(el("div", "empty", "No messages yet. Say hello 👋")).id = "empty";
+      if (!msgs.length) tl.appendChild(el("div", "empty", "No messages yet. Say hello!")).id = "empty";
       for (const r of msgs) upsert(r);
       for (const r of state.buffered) upsert(r);
       tl.scrollTop = tl.scrollHeight;
