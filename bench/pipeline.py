@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -79,14 +80,26 @@ def write_config(path: Path, *, redis_url: str, prefix: str, port: int, data_dir
         "dataDir": str(data_dir),
         "logging": {"level": "warning", "format": "json"},
         "runtime": {"shutdownGraceSeconds": 3},
-        "experts": [{
-            "id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0,
-            "chunkChars": 10000, "stepTitles": ["Echo"],
-        }],
-        "integrations": [{
-            "id": INTEGRATION, "platform": "console", "xpertId": "echo",
-            "summaryWindowSeconds": 0, "maxWindowSeconds": 0, "updateIntervalMs": 100,
-        }],
+        "experts": [
+            {
+                "id": "echo",
+                "kind": "echo",
+                "stepDelayMs": 0,
+                "charDelayMs": 0,
+                "chunkChars": 10000,
+                "stepTitles": ["Echo"],
+            }
+        ],
+        "integrations": [
+            {
+                "id": INTEGRATION,
+                "platform": "console",
+                "xpertId": "echo",
+                "summaryWindowSeconds": 0,
+                "maxWindowSeconds": 0,
+                "updateIntervalMs": 100,
+            }
+        ],
     }
     # JSON is YAML; no ${...} appears in it, so the loader's substitution leaves it alone.
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
@@ -102,9 +115,21 @@ class Daemon:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with self.logfile.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "run", "--config", str(self.config),
-                 "--port", str(self.port)],
-                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "gateway",
+                    "run",
+                    "--config",
+                    str(self.config),
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
 
     def log_tail(self, lines: int = 40) -> str:
@@ -123,8 +148,9 @@ class Daemon:
                     f"daemon exited with code {self.proc.returncode}:\n{self.log_tail()}"
                 )
             with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-                async with session.get(f"{self.base}/healthz",
-                                       timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                async with session.get(
+                    f"{self.base}/healthz", timeout=aiohttp.ClientTimeout(total=2)
+                ) as resp:
                     if resp.status == 200:
                         return
             await asyncio.sleep(0.1)
@@ -142,6 +168,36 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
         return self.proc.returncode
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU the daemon has used so far (Linux /proc)."""
+        if self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def log_summary(self) -> dict[str, Any]:
+        """Warnings and errors the daemon logged (JSON lines), by event, with the first one."""
+        counts: dict[str, int] = {}
+        first: str | None = None
+        try:
+            lines = self.logfile.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return {}
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                entry = {"level": "raw", "event": line[:120]}
+            if not isinstance(entry, dict):
+                continue
+            key = f"{entry.get('level', '?')}: {entry.get('event', '?')}"
+            counts[key] = counts.get(key, 0) + 1
+            first = first or line[:400]
+        return {"lines": len(lines), "by_event": counts, "first": first}
 
 
 # --- the SSE stream ----------------------------------------------------------------------------
@@ -178,7 +234,7 @@ class Stream:
         self.changed.set()
 
     async def run(self, resp: aiohttp.ClientResponse) -> None:
-        event, data = "message", []
+        event, data = "message", list[str]()
         try:
             async for raw in resp.content:
                 line = raw.decode("utf-8").rstrip("\r\n")
@@ -226,10 +282,13 @@ class RedisProbe:
             url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5
         )
         self.prefix = prefix
-        self.issued = 0
+        self.issued: dict[str, int] = {}  # by command, as commandstats names them
+
+    def count(self, command: str) -> None:
+        self.issued[command] = self.issued.get(command, 0) + 1
 
     async def commandstats(self) -> dict[str, int]:
-        self.issued += 1
+        self.count("info")
         stats = await self.client.info("commandstats")
         out: dict[str, int] = {}
         for key, value in stats.items():
@@ -242,15 +301,15 @@ class RedisProbe:
         cursor = 0
         deadline = now() + limit_s
         while True:
-            self.issued += 1
+            self.count("scan")
             cursor, keys = await self.client.scan(cursor=cursor, match=pattern, count=1000)
-            found += keys
+            found += [k if isinstance(k, str) else k.decode() for k in keys]
             if cursor == 0 or now() > deadline:
                 return found
 
     async def pending_work(self) -> int:
         """Conversations still scheduled (the due index) plus live leases."""
-        self.issued += 1
+        self.count("zcard")
         due = int(await self.client.zcard(f"{self.prefix}:due"))
         leases = await self.scan(f"{self.prefix}:*:lease", limit_s=5)
         return due + len(leases)
@@ -263,8 +322,11 @@ class RedisProbe:
 
 
 def diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in after
-            if after.get(k, 0) - before.get(k, 0) > 0}
+    return {
+        k: after.get(k, 0) - before.get(k, 0)
+        for k in after
+        if after.get(k, 0) - before.get(k, 0) > 0
+    }
 
 
 def script_names() -> dict[str, str]:
@@ -298,11 +360,18 @@ class Bench:
         self.sent: list[Sent] = []
 
     async def post(self, chat_id: str, sender: str, text: str) -> tuple[int, dict[str, Any]]:
-        body = {"integrationId": INTEGRATION, "chatId": chat_id, "chatType": "p2p",
-                "senderId": sender, "senderName": f"Bench {sender}", "text": text,
-                "mentionBot": False}
-        async with self.http.post(f"{self.base}/console/api/messages", json=body,
-                                  timeout=aiohttp.ClientTimeout(total=15)) as resp:
+        body = {
+            "integrationId": INTEGRATION,
+            "chatId": chat_id,
+            "chatType": "p2p",
+            "senderId": sender,
+            "senderName": f"Bench {sender}",
+            "text": text,
+            "mentionBot": False,
+        }
+        async with self.http.post(
+            f"{self.base}/console/api/messages", json=body, timeout=aiohttp.ClientTimeout(total=15)
+        ) as resp:
             data = await resp.json(content_type=None)
             return resp.status, data if isinstance(data, dict) else {}
 
@@ -328,7 +397,7 @@ class Bench:
                     item.status = str(data.get("status", ""))
                 else:
                     item.error = f"HTTP {status}: {data}"
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                 item.acked = now()
                 item.error = f"{type(exc).__name__}: {exc}"
 
@@ -367,8 +436,9 @@ async def wait_quiet(probe: RedisProbe, deadline: float) -> bool:
     return False
 
 
-async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int = 5
-                         ) -> dict[str, Any] | None:
+async def monitor_sample(
+    probe: RedisProbe, bench: Bench, stream: Stream, n: int = 5
+) -> dict[str, Any] | None:
     """Where the Redis work of one message goes, from MONITOR while ``n`` messages go through
     one at a time (after the counted window, so MONITOR's own cost does not skew the load).
 
@@ -404,8 +474,7 @@ async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int
             if status != 202:
                 return None
             event_id = str(data["eventId"])
-            if not await stream.wait_for(lambda e=event_id: e in stream.first_card_for,
-                                         now() + 10):
+            if not await stream.wait_for(lambda e=event_id: e in stream.first_card_for, now() + 10):
                 return None
             await asyncio.sleep(0.5)  # the turn's last card update and finish
         end = time.time()
@@ -423,15 +492,17 @@ async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int
     idle_s, busy_s = idle1 - idle0, end - windows[0][0]
     per_msg: dict[str, Any] = {
         "sample_messages": n,
-        "idle_commands_per_s": round((count(idle0, idle1, False) + count(idle0, idle1, True))
-                                     / idle_s, 1),
+        "idle_commands_per_s": round(
+            (count(idle0, idle1, False) + count(idle0, idle1, True)) / idle_s, 1
+        ),
     }
     for label, lua in (("round_trips", False), ("in_script_commands", True)):
         busy = count(windows[0][0], end, lua)
         idle = count(idle0, idle1, lua) / idle_s * busy_s
         per_msg[f"{label}_per_message"] = round(max(0.0, busy - idle) / n, 2)
     per_msg["intake_round_trips_per_message"] = round(
-        sum(count(a, b, False) for a, b in windows) / n, 2)  # POST sent .. 202 received
+        sum(count(a, b, False) for a, b in windows) / n, 2
+    )  # POST sent .. 202 received
     scripts: dict[str, int] = {}
     for t, in_lua, command in seen:
         words = command.split(" ", 2)
@@ -439,15 +510,17 @@ async def monitor_sample(probe: RedisProbe, bench: Bench, stream: Stream, n: int
             name = names.get(words[1].lower(), words[1][:12])
             scripts[name] = scripts.get(name, 0) + 1
     per_msg["evalsha_by_script_per_message"] = {
-        k: round(v / n, 2) for k, v in sorted(scripts.items())}
+        k: round(v / n, 2) for k, v in sorted(scripts.items())
+    }
     return per_msg
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     redis_url = args.redis_url
     parts = urlsplit(redis_url)
-    if parts.scheme not in ("redis", "unix") or (parts.scheme == "redis"
-                                                  and parts.hostname not in LOOPBACK):
+    if parts.scheme not in ("redis", "unix") or (
+        parts.scheme == "redis" and parts.hostname not in LOOPBACK
+    ):
         raise SystemExit(f"refusing a Redis that is not on 127.0.0.1: {redis_url}")
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     port = free_port()
@@ -455,18 +528,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xgw-bench-") as tmp:
         tmpdir = Path(tmp)
         config = tmpdir / "gateway.yaml"
-        write_config(config, redis_url=redis_url, prefix=prefix, port=port,
-                     data_dir=tmpdir / "data")
+        write_config(
+            config, redis_url=redis_url, prefix=prefix, port=port, data_dir=tmpdir / "data"
+        )
         daemon = Daemon(config, port, tmpdir / "daemon.log")
         probe = RedisProbe(redis_url, prefix)
         await probe.client.ping()
-        connector = aiohttp.TCPConnector(limit=max(10, min(args.conversations, 100)),
-                                         limit_per_host=0)
+        connector = aiohttp.TCPConnector(
+            limit=max(10, min(args.conversations, 100)), limit_per_host=0
+        )
         sse_timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
         daemon.start()
         try:
-            async with aiohttp.ClientSession(connector=connector) as http, \
-                    aiohttp.ClientSession(timeout=sse_timeout, read_bufsize=1 << 20) as sse:
+            async with (
+                aiohttp.ClientSession(connector=connector) as http,
+                aiohttp.ClientSession(timeout=sse_timeout, read_bufsize=1 << 20) as sse,
+            ):
                 await daemon.wait_healthy(http)
                 bench = Bench(args, daemon.base, http)
                 result = await run_bench(args, bench, sse, probe, daemon)
@@ -474,6 +551,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             code = daemon.stop()
             if code not in (0, None):
                 log(f"daemon exited with code {code}:\n{daemon.log_tail()}")
+            if result:
+                result["daemon_exit_code"] = code
+                result["daemon_log"] = daemon.log_summary()
             if args.keep_daemon_log:
                 log(f"daemon log:\n{daemon.log_tail(200)}")
             with contextlib.suppress(Exception):
@@ -483,13 +563,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-async def run_bench(args: argparse.Namespace, bench: Bench, sse: aiohttp.ClientSession,
-                    probe: RedisProbe, daemon: Daemon) -> dict[str, Any]:
+async def run_bench(
+    args: argparse.Namespace,
+    bench: Bench,
+    sse: aiohttp.ClientSession,
+    probe: RedisProbe,
+    daemon: Daemon,
+) -> dict[str, Any]:
     # 1. Baseline on the idle daemon.
     healthz = await bench.healthz_baseline(500)
     # 2. One SSE connection for the whole run.
-    resp = await sse.get(f"{bench.base}/console/api/events",
-                         params={"integrationId": INTEGRATION})
+    resp = await sse.get(f"{bench.base}/console/api/events", params={"integrationId": INTEGRATION})
     if resp.status != 200:
         raise RuntimeError(f"SSE answered {resp.status}: {await resp.text()}")
     stream = Stream()
@@ -503,8 +587,14 @@ async def run_bench(args: argparse.Namespace, bench: Bench, sse: aiohttp.ClientS
         resp.close()
 
 
-async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe: RedisProbe,
-                  daemon: Daemon, healthz: list[float]) -> dict[str, Any]:
+async def measure(
+    args: argparse.Namespace,
+    bench: Bench,
+    stream: Stream,
+    probe: RedisProbe,
+    daemon: Daemon,
+    healthz: list[float],
+) -> dict[str, Any]:
     # 3. The SSE connection is proven live by a warm-up message whose card must come back.
     warm_deadline = now() + 20
     warm_ids: list[str] = []
@@ -514,8 +604,10 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         if status != 202:
             raise RuntimeError(f"warm-up message refused: {status} {data}")
         warm_ids.append(str(data["eventId"]))
-        await stream.wait_for(lambda: any(e in stream.first_card_for for e in warm_ids),
-                              min(warm_deadline, now() + 1.0))
+        await stream.wait_for(
+            lambda: any(e in stream.first_card_for for e in warm_ids),
+            min(warm_deadline, now() + 1.0),
+        )
     if not any(e in stream.first_card_for for e in warm_ids):
         raise RuntimeError(f"no card for the warm-up message within 20 s:\n{daemon.log_tail()}")
 
@@ -526,7 +618,8 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         status, data = await bench.post("bench-unloaded", "uidle", f"unloaded {j}")
         event_id = str(data.get("eventId"))
         if status != 202 or not await stream.wait_for(
-                lambda e=event_id: e in stream.first_card_for, now() + 10):
+            lambda e=event_id: e in stream.first_card_for, now() + 10
+        ):
             break
         unloaded.append(stream.first_card_for[event_id] - t)
         await asyncio.sleep(0.3)  # let the turn finish: the next message starts a fresh turn
@@ -540,14 +633,24 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
     idle_rate = max(0, sum(diff(idle_before, idle_after).values()) - 1) / (now() - t_idle)
 
     # 5. The load, between two INFO commandstats snapshots.
-    issued_before = probe.issued
+    cpu_before, rusage_before = daemon.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
+    issued_before = dict(probe.issued)
     stats_before = await probe.commandstats()
     t_stats = now()
     t0 = now() + 0.2
     cap_deadline = t0 + args.duration_cap
-    await asyncio.gather(*(bench.conversation(i, t0, cap_deadline)
-                           for i in range(args.conversations)))
+    await asyncio.gather(
+        *(bench.conversation(i, t0, cap_deadline) for i in range(args.conversations))
+    )
     sends_done = now()
+    cpu_after, rusage_after = daemon.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
+    daemon_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    client_cpu = (
+        rusage_after.ru_utime
+        + rusage_after.ru_stime
+        - rusage_before.ru_utime
+        - rusage_before.ru_stime
+    )
     ok = [s for s in bench.sent if s.event_id]
 
     def all_rendered() -> bool:
@@ -566,10 +669,16 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
     quiet = await wait_quiet(probe, now() + 20)
     stats_after = await probe.commandstats()
     stats_window = now() - t_stats
-    # Our own commands in the window: all we issued since, except the last INFO (not in itself).
-    own_issued = probe.issued - issued_before
+    # Leave out our own commands in the window: all we issued since, except the last INFO
+    # (a snapshot does not count itself).
     delta = diff(stats_before, stats_after)
-    total_cmds = sum(delta.values()) - (own_issued - 1)
+    ours = diff(issued_before, probe.issued)
+    ours["info"] = ours.get("info", 0) - 1
+    for name, calls in ours.items():
+        if name in delta:
+            delta[name] = max(0, delta[name] - calls)
+    delta = {k: v for k, v in delta.items() if v > 0}
+    total_cmds = sum(delta.values())
     background = idle_rate * stats_window
     evalsha = delta.get("evalsha", 0) + delta.get("evalsha_ro", 0)
 
@@ -584,10 +693,14 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
     binding_type = await probe.client.type(binding_key) if binding_key else None
 
     # 8. Results.
-    own = [stream.first_card_for[s.event_id] - s.started
-           for s in ok if s.event_id in stream.first_card_for]
-    rendered_at = [stream.first_card_for[s.event_id] for s in ok
-                   if s.event_id in stream.first_card_for]
+    own = [
+        stream.first_card_for[s.event_id] - s.started
+        for s in ok
+        if s.event_id in stream.first_card_for
+    ]
+    rendered_at = [
+        stream.first_card_for[s.event_id] for s in ok if s.event_id in stream.first_card_for
+    ]
     first_send = min((s.started for s in bench.sent), default=t0)
     end = max(rendered_at, default=sends_done)
     duration = max(end - first_send, 1e-9)
@@ -617,8 +730,10 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         "duration_s": round(duration, 3),
         "throughput_msg_s": round(len(own) / duration, 1),
         "first_card_ms": {
-            "p50": ms(percentile(own, 50)), "p90": ms(percentile(own, 90)),
-            "p99": ms(p99), "max": ms(max(own, default=None) if own else None),
+            "p50": ms(percentile(own, 50)),
+            "p90": ms(percentile(own, 90)),
+            "p99": ms(p99),
+            "max": ms(max(own, default=None) if own else None),
         },
         "own_card_messages": len(own),
         "redis_commands_per_message": round(total_cmds / n_ok, 2) if n_ok else None,
@@ -626,8 +741,10 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         "binding_memory_bytes": binding_bytes,
         "baseline_healthz_ms": {"p50": ms(hz_p50), "p99": ms(hz_p99)},
         "p99_vs_healthz_ratio": round(p99 / hz_p99, 1) if p99 and hz_p99 else None,
-        "unloaded_first_card_ms": {"p50": ms(percentile(unloaded, 50)),
-                                   "max": ms(max(unloaded, default=None) if unloaded else None)},
+        "unloaded_first_card_ms": {
+            "p50": ms(percentile(unloaded, 50)),
+            "max": ms(max(unloaded, default=None) if unloaded else None),
+        },
         # diagnostics
         "planned_messages": planned,
         "target_rate_msg_s": args.rate,
@@ -641,12 +758,22 @@ async def measure(args: argparse.Namespace, bench: Bench, stream: Stream, probe:
         "redis_idle_commands_per_s": round(idle_rate, 1),
         "redis_idle_commands_per_s_ours": (sample or {}).get("idle_commands_per_s"),
         "settled": quiet,
+        "daemon_cpu_s_during_sends": round(daemon_cpu, 2) if daemon_cpu is not None else None,
+        "bench_client_cpu_s_during_sends": round(client_cpu, 2),
+        "cpus": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "redis_commands_per_message_net_of_idle": (
-            round(max(0.0, total_cmds - background) / n_ok, 2) if n_ok else None),
+            round(max(0.0, total_cmds - background) / n_ok, 2) if n_ok else None
+        ),
         "redis_commands_by_type_per_message": (
-            {k: round(v / n_ok, 2) for k, v in sorted(delta.items(), key=lambda kv: -kv[1])
-             if k not in ("info",) and v / n_ok >= 0.05} if n_ok else {}),
+            {
+                k: round(v / n_ok, 2)
+                for k, v in sorted(delta.items(), key=lambda kv: -kv[1])
+                if v / n_ok >= 0.05
+            }
+            if n_ok
+            else {}
+        ),
         "monitor_sample": sample,
         "binding_key_type": binding_type,
         "sse_records": stream.records,
@@ -659,12 +786,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20, help="messages per conversation")
     parser.add_argument("--rate", type=float, default=200, help="target messages per second")
-    parser.add_argument("--duration-cap", type=float, default=60,
-                        help="seconds: no message is scheduled later, no card awaited longer")
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL",
-                                                              "redis://127.0.0.1:6379/0"))
-    parser.add_argument("--keep-daemon-log", action="store_true",
-                        help="print the daemon's log to stderr at the end")
+    parser.add_argument(
+        "--duration-cap",
+        type=float,
+        default=60,
+        help="seconds: no message is scheduled later, no card awaited longer",
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
+    parser.add_argument(
+        "--keep-daemon-log", action="store_true", help="print the daemon's log to stderr at the end"
+    )
     args = parser.parse_args(argv)
     if args.conversations < 1 or args.messages < 1 or args.rate <= 0 or args.duration_cap <= 0:
         parser.error("--conversations, --messages, --rate and --duration-cap must be positive")
@@ -677,6 +810,9 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(main_async(args))
     except RuntimeError as exc:
         log(f"failed: {exc}")
+        return 1
+    except (aiohttp.ClientError, OSError, TimeoutError, aioredis.RedisError) as exc:
+        log(f"failed: {type(exc).__name__}: {exc}")
         return 1
     print(json.dumps(result, separators=(",", ":")), flush=True)
     return 0

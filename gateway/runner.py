@@ -117,7 +117,8 @@ class Runner:
         except Exception:
             log.exception("turn crashed", conversation=claim.conversation)
         finally:
-            self.active.pop(claim.conversation, None)
+            if self.active.get(claim.conversation) is run:
+                del self.active[claim.conversation]
 
     def stop_local(self, conversation: str, turn_id: str | None, reason: str = "stop") -> bool:
         """Cancel the running expert stream of ``conversation`` if it runs here."""

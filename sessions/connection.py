@@ -144,21 +144,25 @@ async def connect_redis(
     *,
     data_dir: Path,
     connect_timeout_s: float = 30.0,
-    max_connections: int = 64,
+    max_connections: int = 256,
 ) -> RedisHandle:
     """Connect to ``url`` (retrying with backoff for a bounded time) or start embedded Redis."""
     embedded: EmbeddedRedis | None = None
     if url is None:
         embedded = EmbeddedRedis(data_dir=data_dir)
         url = await asyncio.to_thread(embedded.start)
-    client: aioredis.Redis = aioredis.Redis.from_url(
+    # A blocking pool waits (up to 5 s) for a free connection under load, where the default pool
+    # fails at once with "Too many connections" - which the API would have turned into 503s.
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
         decode_responses=True,
         max_connections=max_connections,
+        timeout=5,
         socket_connect_timeout=5,
         socket_timeout=10,
         health_check_interval=30,
     )
+    client: aioredis.Redis = aioredis.Redis(connection_pool=pool)
     deadline = time.monotonic() + connect_timeout_s
     delay = 0.1
     last: Exception | None = None

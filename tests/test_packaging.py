@@ -279,10 +279,10 @@ def test_compose_file() -> None:
 
 # --- CI entry point and README agree ----------------------------------------------------------
 def _commands(text: str) -> list[str]:
-    """Non-comment lines, with a leading ``$ `` prompt removed."""
+    """Non-comment lines, without a leading ``$ `` prompt or a trailing ``# comment``."""
     lines = []
     for raw in text.splitlines():
-        line = raw.strip().removeprefix("$ ").strip()
+        line = re.sub(r"\s+#.*$", "", raw.strip().removeprefix("$ ")).strip()
         if line and not line.startswith("#"):
             lines.append(line)
     return lines

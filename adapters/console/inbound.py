@@ -92,6 +92,11 @@ def _validation_message(exc: ValidationError) -> str:
 class ConsoleApi:
     def __init__(self, adapters: Mapping[str, ConsoleAdapter]) -> None:
         self.adapters = adapters
+        self.closing = asyncio.Event()
+
+    async def close(self, app: web.Application) -> None:
+        """On shutdown, end every open event stream at once (not at its next ping)."""
+        self.closing.set()
 
     async def _body(self, request: web.Request, model: type[BaseModel]) -> Any:
         try:
@@ -277,13 +282,19 @@ class ConsoleApi:
                     queue.put_nowait(change)
 
         task = asyncio.create_task(pump())
+        closing = asyncio.create_task(self.closing.wait())
         try:
-            while not task.done():
-                try:
-                    change = await asyncio.wait_for(queue.get(), 15)
-                except TimeoutError:
-                    await response.write(b": ping\n\n")
+            while not task.done() and not self.closing.is_set():
+                getter = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait(
+                    {getter, task, closing}, timeout=15, return_when=asyncio.FIRST_COMPLETED
+                )
+                if getter not in done:
+                    getter.cancel()
+                    if not done:  # quiet for 15 s: a ping also finds clients that left
+                        await response.write(b": ping\n\n")
                     continue
+                change = getter.result()
                 if wanted and change.get("integrationId") != wanted:
                     continue
                 if change.get("integrationId") not in self.adapters:
@@ -292,11 +303,12 @@ class ConsoleApi:
                     continue
                 data = json.dumps(change, ensure_ascii=False, separators=(",", ":"))
                 await response.write(f"event: record\ndata: {data}\n\n".encode())
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
             pass
         finally:
             task.cancel()
-            with contextlib.suppress(BaseException):
+            closing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         return response
 
@@ -310,6 +322,7 @@ async def _to_slash(request: web.Request) -> web.StreamResponse:
 
 def setup_routes(app: web.Application, adapters: Mapping[str, ConsoleAdapter]) -> None:
     api = ConsoleApi(adapters)
+    app.on_shutdown.append(api.close)
     app.router.add_get("/console", _to_slash)
     app.router.add_get("/console/", api.page)
     app.router.add_static("/console/static/", STATIC)

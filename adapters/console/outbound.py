@@ -34,6 +34,9 @@ class ConsoleOutbound:
     def __init__(self, *, integration_id: str, timeline: TimelineStore) -> None:
         self.integration_id = integration_id
         self.timeline = timeline
+        # handle -> (created at, replyTo) of cards sent here, so updates need no read first;
+        # a card another replica sent (a resumed turn) is read once.
+        self._cards: dict[str, tuple[int, str]] = {}
 
     async def send_card(
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
@@ -41,16 +44,29 @@ class ConsoleOutbound:
         record_id = f"card-{idempotency_key}"
         record = _card_record(reply_to, progress, record_id, _ms())
         # create never overwrites: a retried send (same key) reuses the card already there.
-        await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create")
+        if await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create"):
+            self._remember(record_id, record)
         return record_id
 
+    def _remember(self, handle: str, record: dict[str, Any]) -> None:
+        if len(self._cards) > 10_000:
+            self._cards.clear()
+        self._cards[handle] = (int(record["at"]), str(record["replyTo"]))
+
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        existing = await self.timeline.get(self.integration_id, reply_to.chat.id, handle)
-        at = int(existing["at"]) if existing else _ms()
-        record = _card_record(reply_to, progress, handle, at)
-        if existing and "replyTo" in existing:
-            record["replyTo"] = existing["replyTo"]
+        known = self._cards.get(handle)
+        if known is None:
+            existing = await self.timeline.get(self.integration_id, reply_to.chat.id, handle)
+            record = _card_record(reply_to, progress, handle, _ms())
+            if existing:
+                record["at"], record["replyTo"] = existing["at"], existing["replyTo"]
+            self._remember(handle, record)
+            known = self._cards[handle]
+        record = _card_record(reply_to, progress, handle, known[0])
+        record["replyTo"] = known[1]
         await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="upsert")
+        if progress.final:
+            self._cards.pop(handle, None)
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         record = {
