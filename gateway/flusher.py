@@ -52,16 +52,17 @@ class Flusher:
 
     async def run(self) -> None:
         backoff = 0.1
+        # Any Redis error (in the tick or in the sleep's look-up) backs off and retries: the
+        # flusher must never die, or this replica would stop claiming work.
         while not self._stopping:
             try:
                 await self._tick()
+                await self._sleep()
                 backoff = 0.1
             except Exception as exc:
                 log.warning("flusher tick failed", error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
-                continue
-            await self._sleep()
 
     async def _tick(self) -> None:
         now = self.clock()

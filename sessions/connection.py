@@ -162,7 +162,7 @@ async def connect_redis(
         socket_timeout=10,
         health_check_interval=30,
     )
-    client: aioredis.Redis = aioredis.Redis(connection_pool=pool)
+    client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # the client owns (closes) the pool
     deadline = time.monotonic() + connect_timeout_s
     delay = 0.1
     last: Exception | None = None
