@@ -19,7 +19,7 @@ from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 
 if TYPE_CHECKING:
-    from sessions import TimelineStore
+    from sessions import RecordStore, TimelineStore
 
 ENTRY_POINT_GROUP = "xpert_gateway.adapters"
 
@@ -42,7 +42,9 @@ class AdapterContext:
 
     ingest: Ingest
     timeline: TimelineStore
+    records: RecordStore
     spawn: Callable[[Awaitable[Any]], None]
+    public_url: str | None = None
 
 
 class Adapter(abc.ABC):

@@ -24,7 +24,14 @@ from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
 from gateway.runner import Runner
 from gateway.settings import Settings
-from sessions import KeyBuilder, RedisHandle, SessionStore, TimelineStore, connect_redis
+from sessions import (
+    KeyBuilder,
+    RecordStore,
+    RedisHandle,
+    SessionStore,
+    TimelineStore,
+    connect_redis,
+)
 
 log = structlog.get_logger("gateway.app")
 
@@ -93,7 +100,9 @@ class Gateway:
         context = AdapterContext(
             ingest=self.metrics.wrap_ingest(self.pipeline.ingest),
             timeline=self.timeline,
+            records=RecordStore(client=client, keys=keys),
             spawn=self.spawn,
+            public_url=s.server.public_url,
         )
         for integ in s.integrations:
             if not integ.enabled:

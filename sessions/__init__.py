@@ -6,6 +6,7 @@ interpret (DESIGN.md §2).
 
 from sessions.connection import RedisHandle, connect_redis
 from sessions.keys import KeyBuilder
+from sessions.records import RecordStore
 from sessions.store import (
     Binding,
     Claim,
@@ -20,6 +21,7 @@ __all__ = [
     "Claim",
     "IntakeResult",
     "KeyBuilder",
+    "RecordStore",
     "RedisHandle",
     "SessionStore",
     "StoreUnavailable",

@@ -72,6 +72,10 @@ class KeyBuilder:
     def audit(self) -> str:
         return self._k("audit")
 
+    def record(self, namespace: str, key: str) -> str:
+        """An adapter's own record (``sessions.records``); every write there carries a TTL."""
+        return self._k("rec", namespace, key)
+
     def replica(self, replica_id: str) -> str:
         return self._k("replica", replica_id)
 

@@ -246,3 +246,19 @@ async def test_idle_binding_costs_under_one_kilobyte(
     )
     usage = await redis_client.memory_usage(store.keys.binding(CONV))
     assert usage is not None and usage < 1024
+
+
+async def test_records_expire_claim_once_and_count_up(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    from sessions import RecordStore
+
+    records = RecordStore(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    await records.put("lark", "token", "t-1", ttl_ms=60_000)
+    assert await records.get("lark", "token") == "t-1"
+    assert 0 < await redis_client.pttl(f"{prefix}:rec:lark:token") <= 60_000
+    assert await records.put_new("wecom", "owner", "replica-a", ttl_ms=60_000)
+    assert not await records.put_new("wecom", "owner", "replica-b", ttl_ms=60_000)
+    assert [await records.incr("cardkit", "card-1", ttl_ms=60_000) for _ in range(3)] == [1, 2, 3]
+    await records.delete("lark", "token")
+    assert await records.get("lark", "token") is None

@@ -1,0 +1,40 @@
+"""Small namespaced records with an expiry, for adapters' own state (reply handles, stream
+sequences, cached tokens shared by replicas): adapters never spell a Redis key themselves."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import redis.asyncio as aioredis
+
+from sessions.keys import KeyBuilder
+
+
+class RecordStore:
+    def __init__(self, *, client: aioredis.Redis, keys: KeyBuilder) -> None:
+        self.redis = client
+        self.keys = keys
+
+    async def put(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> None:
+        await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms)
+
+    async def put_new(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
+        """Store only if absent (a claim / dedup); True when this call stored it."""
+        return bool(
+            await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms, nx=True)
+        )
+
+    async def get(self, namespace: str, key: str) -> str | None:
+        return cast(str | None, await self.redis.get(self.keys.record(namespace, key)))
+
+    async def delete(self, namespace: str, key: str) -> None:
+        await self.redis.delete(self.keys.record(namespace, key))
+
+    async def incr(self, namespace: str, key: str, *, ttl_ms: int) -> int:
+        """A strictly increasing counter shared by all replicas (e.g. a card's update sequence)."""
+        name = self.keys.record(namespace, key)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.incr(name)
+            pipe.pexpire(name, ttl_ms)
+            value, _ = await pipe.execute()
+        return int(value)
