@@ -7,10 +7,10 @@ imports an adapter (DESIGN.md §2).
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -86,6 +86,33 @@ class Adapter(abc.ABC):
         """A plain reply (command answers, busy notices)."""
 
 
+A = TypeVar("A", bound=Adapter)
+
+
+class LiveAdapters(Mapping[str, A], Generic[A]):
+    """A live, read-only view of the replica's adapters of one class.
+
+    Route handlers hold this rather than a copy, so integrations added, changed or removed by a
+    config reload (SIGHUP) are served at once.
+    """
+
+    def __init__(self, adapters: Mapping[str, Adapter], cls: type[A]) -> None:
+        self._adapters = adapters
+        self._cls = cls
+
+    def __getitem__(self, key: str) -> A:
+        adapter = self._adapters[key]
+        if not isinstance(adapter, self._cls):
+            raise KeyError(key)
+        return adapter
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, a in list(self._adapters.items()) if isinstance(a, self._cls))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class AdapterFactory(Protocol):
     """Registered under the ``xpert_gateway.adapters`` entry point group."""
 
@@ -95,7 +122,8 @@ class AdapterFactory(Protocol):
     def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter: ...
 
     def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
-        """Add the platform's HTTP routes; ``adapters`` maps integrationId to its adapter."""
+        """Add the platform's HTTP routes; ``adapters`` is the live map of integrationId to
+        adapter (wrap it in ``LiveAdapters``; a copy would miss reloads)."""
         ...
 
 

@@ -11,7 +11,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -23,7 +23,7 @@ from gateway.flusher import Flusher
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
 from gateway.runner import Runner
-from gateway.settings import Settings
+from gateway.settings import ConfigError, IntegrationBase, Settings
 from sessions import (
     KeyBuilder,
     RecordStore,
@@ -104,13 +104,10 @@ class Gateway:
             spawn=self.spawn,
             public_url=s.server.public_url,
         )
+        self.context = context
         for integ in s.integrations:
-            if not integ.enabled:
-                continue
-            factory = self.factories[integ.platform]
-            self.adapters[integ.id] = factory.create(settings=integ, context=context)
-        for adapter in self.adapters.values():
-            await adapter.start()
+            if integ.enabled:
+                await self._add_adapter(integ)
         self._loops = [
             asyncio.create_task(self.flusher.run(), name="flusher"),
             asyncio.create_task(self._control_loop(), name="control"),
@@ -123,6 +120,32 @@ class Gateway:
             embedded_redis=self.redis.embedded is not None,
         )
 
+    async def _add_adapter(self, integ: IntegrationBase) -> None:
+        adapter = self.factories[integ.platform].create(settings=integ, context=self.context)
+        await adapter.start()
+        self.adapters[integ.id] = adapter
+
+    async def reload(self, settings: Settings) -> None:
+        """Apply a new config (SIGHUP): experts, routes and integration options take effect for
+        new sessions (running sessions keep their snapshot); changed integrations get a new
+        adapter and the old one is closed. Server, Redis and runtime settings need a restart."""
+        old = self.settings
+        fixed = ("server", "redis", "data_dir", "runtime")
+        if any(getattr(settings, f) != getattr(old, f) for f in fixed):
+            log.warning("server, redis, dataDir and runtime changes apply after a restart")
+            settings = settings.model_copy(update={f: getattr(old, f) for f in fixed})
+        wanted = {i.id: i for i in settings.integrations if i.enabled}
+        for integ_id, adapter in list(self.adapters.items()):
+            if wanted.get(integ_id) != adapter.settings:
+                del self.adapters[integ_id]
+                with contextlib.suppress(Exception):
+                    await adapter.stop()
+        self.settings = self.runner.settings = self.pipeline.settings = settings
+        for integ_id, integ in wanted.items():
+            if integ_id not in self.adapters:
+                await self._add_adapter(integ)
+        log.info("configuration reloaded", integrations=sorted(self.adapters))
+
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.server.max_body_bytes)
         app[APP_KEY] = self
@@ -130,9 +153,8 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self.metrics.handler)
         app.router.add_get("/", self._root)
-        for platform, factory in self.factories.items():
-            mine = {k: a for k, a in self.adapters.items() if a.settings.platform == platform}
-            factory.setup_routes(app, mine)
+        for factory in self.factories.values():
+            factory.setup_routes(app, self.adapters)
         return app
 
     # --- loops -----------------------------------------------------------------------------
@@ -234,8 +256,13 @@ class Gateway:
         log.info("gateway stopped")
 
 
-async def serve(settings: Settings, *, port: int | None = None) -> None:
-    """Run a replica until SIGTERM / SIGINT."""
+async def serve(
+    settings: Settings,
+    *,
+    port: int | None = None,
+    reload: Callable[[], Settings] | None = None,
+) -> None:
+    """Run a replica until SIGTERM / SIGINT; SIGHUP re-reads the config through ``reload``."""
     gateway = Gateway(settings=settings)
     await gateway.start()
     app = gateway.web_app()
@@ -248,6 +275,18 @@ async def serve(settings: Settings, *, port: int | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    async def reread() -> None:
+        assert reload is not None
+        try:
+            new = await asyncio.to_thread(reload)
+        except ConfigError as exc:
+            log.error("configuration not reloaded: invalid", problems=exc.problems)
+            return
+        await gateway.reload(new)
+
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: gateway.spawn(reread()))
     await stop.wait()
     await gateway.shutdown()
     await runner.cleanup()

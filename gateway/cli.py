@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     from sessions.connection import RedisStartupError
 
     try:
-        _event_loop_runner()(serve(settings, port=args.port))
+        _event_loop_runner()(serve(settings, port=args.port, reload=lambda: _load(args.config)))
     except RedisStartupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

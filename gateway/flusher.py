@@ -37,6 +37,7 @@ class Flusher:
         self.clock = clock
         self._event = asyncio.Event()
         self._soonest: int | None = None
+        self._next_due: int | None = None
         self._stopping = False
         self.claims = 0
 
@@ -67,9 +68,10 @@ class Flusher:
     async def _tick(self) -> None:
         now = self.clock()
         self._soonest = None
+        due, self._next_due = await self.store.due_and_next(now, limit=self.max_runs)
         if len(self.runner.active) >= self.max_runs:
             return
-        for conv in await self.store.due_conversations(now, limit=self.max_runs):
+        for conv in due:
             if self._stopping or len(self.runner.active) >= self.max_runs:
                 return
             if conv in self.runner.active:
@@ -88,13 +90,12 @@ class Flusher:
 
     async def _sleep(self) -> None:
         timeout = self.poll_ms / 1000
-        nxt = await self.store.next_due_ms()
-        for candidate in (nxt, self._soonest):
+        for candidate in (self._next_due, self._soonest):
             if candidate is not None:
                 timeout = min(timeout, max(0.0, (candidate - self.clock()) / 1000))
         if timeout <= 0:
-            # Due now but not claimable by us (running here, or at capacity): yield briefly.
-            timeout = 0.01 if len(self.runner.active) < self.max_runs else 0.05
+            # Due again already (a burst's window just closed): yield briefly, then look.
+            timeout = 0.005 if len(self.runner.active) < self.max_runs else 0.05
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
         except TimeoutError:

@@ -152,6 +152,7 @@ class Runner:
             event_id=last.event_id,
         )
         mode = "finish"
+        session_id = ""
         with bound:
             integ = self.settings.integration(last.integration_id)
             adapter = self.adapters.get(last.integration_id)
@@ -164,27 +165,22 @@ class Runner:
                 else:
                     if claim.resumed:
                         log.info("resuming a turn left by another replica", attempts=claim.attempts)
-                    await self.store.audit(
-                        {
-                            "event": "turn.start",
-                            "turn": claim.turn_id,
-                            "conversation": conv,
-                            "replica": self.replica_id,
-                            "at": self.clock(),
-                            "resumed": int(claim.resumed),
-                        }
-                    )
+                    started = self.clock()
                     if last.kind == "action":
-                        await self._resume_turn(claim, integ, adapter, last)
+                        session_id = await self._resume_turn(claim, integ, adapter, last)
                     else:
-                        await self._message_turn(claim, integ, adapter, items)
+                        session_id = await self._message_turn(claim, integ, adapter, items)
+                    # One record per completed turn, written while the lease is still held.
                     await self.store.audit(
                         {
-                            "event": "turn.end",
+                            "event": "turn",
                             "turn": claim.turn_id,
                             "conversation": conv,
+                            "session": session_id,
                             "replica": self.replica_id,
-                            "at": self.clock(),
+                            "start": started,
+                            "end": self.clock(),
+                            "resumed": int(claim.resumed),
                         }
                     )
                     self.turns_done += 1
@@ -197,11 +193,14 @@ class Runner:
                 keeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await keeper
+            timeout_ms = (integ.session_timeout_seconds if integ else 3600) * 1000
             status, due = await self.store.finish(
                 conversation=conv,
                 owner=owner,
                 now_ms=self.clock(),
                 mode=mode,  # type: ignore[arg-type]
+                session_id=session_id,
+                binding_ttl_ms=timeout_ms + 60_000,
             )
             if status == "lost":
                 log.warning("lease was lost before the turn finished")
@@ -272,10 +271,7 @@ class Runner:
             stored = await self.store.get_snapshot(bound_digest)
             snapshot = json.loads(stored) if stored else json.loads(snap_json)
             digest = bound_digest if stored else digest
-        if not known_session:
-            await self.store.set_turn_fields(
-                conversation=claim.conversation, owner=claim.owner, session=session_id
-            )
+        # binding.lua has recorded the session on the turn, for a replica that resumes it.
         return session_id, self._expert_for(digest, snapshot, snapshot["xpertId"]), snapshot
 
     def _renderer(
@@ -303,7 +299,7 @@ class Runner:
 
     async def _message_turn(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, items: list[Envelope]
-    ) -> None:
+    ) -> str:
         last = items[-1]
         session_id, expert, snapshot = await self._bind(claim, integ, last)
         structlog.contextvars.bind_contextvars(session_id=session_id)
@@ -339,14 +335,12 @@ class Runner:
             await self.store.set_binding_fields(
                 claim.conversation, session_id, interrupt=json.dumps(interrupt)
             )
-        await self.store.set_binding_fields(
-            claim.conversation, session_id, lastActiveAt=str(self.clock())
-        )
         log.info("turn finished", status=final.status, renders=renderer.renders)
+        return session_id
 
     async def _resume_turn(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
-    ) -> None:
+    ) -> str:
         """Confirm / Reject: resume the interrupted run in its own card."""
         assert action.action is not None
         raw = claim.turn.get("interrupt")
@@ -367,7 +361,7 @@ class Runner:
             await adapter.send_text(
                 action, "Nothing is waiting for a confirmation.", idempotency_key=claim.turn_id
             )
-            return
+            return session_id
         interrupt = json.loads(raw)
         snapshot = interrupt["snapshot"]
         digest = snapshot_digest(snapshot)
@@ -394,6 +388,7 @@ class Runner:
         stream = expert.resume(turn_input, decision, {"text": interrupt["text"]})
         final = await self._drive(claim, stream, progress, renderer)
         log.info("resumed turn finished", decision=decision, status=final.status)
+        return session_id
 
     async def _drive(
         self,

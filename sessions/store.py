@@ -163,6 +163,16 @@ class SessionStore:
         )
         return cast(list[str], members)
 
+    async def due_and_next(self, now_ms: int, limit: int = 64) -> tuple[list[str], int | None]:
+        """Conversations due now, and when the next one after now is due, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(self.keys.due(), "-inf", now_ms, start=0, num=limit)
+            pipe.zrangebyscore(
+                self.keys.due(), f"({now_ms}", "+inf", start=0, num=1, withscores=True
+            )
+            due, nxt = await pipe.execute()
+        return cast(list[str], due), (int(nxt[0][1]) if nxt else None)
+
     async def next_due_ms(self) -> int | None:
         first = await self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
         return int(first[0][1]) if first else None
@@ -217,7 +227,10 @@ class SessionStore:
         owner: str,
         now_ms: int,
         mode: Literal["finish", "handback"] = "finish",
+        session_id: str = "",
+        binding_ttl_ms: int = 0,
     ) -> tuple[str, int]:
+        """Release the lease; ``finish`` also drops the turn and touches the session's binding."""
         k = self.keys
         res = await self._finish(
             keys=[
@@ -227,8 +240,9 @@ class SessionStore:
                 k.burst(conversation),
                 k.burst_meta(conversation),
                 k.cancel(conversation),
+                k.binding(conversation),
             ],
-            args=[owner, conversation, now_ms, mode],
+            args=[owner, conversation, now_ms, mode, session_id, binding_ttl_ms],
         )
         return str(res[0]), int(res[1]) if len(res) > 1 else 0
 
@@ -255,7 +269,7 @@ class SessionStore:
     ) -> Binding:
         # The binding outlives its idle timeout by a minute so the check in the script decides.
         state, data = await self._binding(
-            keys=[self.keys.binding(conversation)],
+            keys=[self.keys.binding(conversation), self.keys.turn(conversation)],
             args=[
                 now_ms,
                 timeout_ms,

@@ -101,8 +101,11 @@ async def test_one_run_per_session_across_replicas_in_arrival_order(  # type: ig
     spans: dict[str, dict[str, list[int]]] = defaultdict(dict)
     replicas = set()
     for _id, fields in rows:
-        if fields["event"] in ("turn.start", "turn.end"):
-            spans[fields["conversation"]].setdefault(fields["turn"], []).append(int(fields["at"]))
+        if fields["event"] == "turn":
+            spans[fields["conversation"]][fields["turn"]] = [
+                int(fields["start"]),
+                int(fields["end"]),
+            ]
             replicas.add(fields.get("replica"))
     assert len(replicas) == 2, "both replicas should have run turns"
     for conv, turns in spans.items():

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from adapters.console.inbound import ConsoleAdapter, setup_routes
 from adapters.console.settings import ConsoleIntegration
-from gateway.adapter import Adapter, AdapterContext
+from gateway.adapter import Adapter, AdapterContext, LiveAdapters
 from gateway.settings import IntegrationBase
 
 
@@ -21,7 +21,7 @@ class ConsoleAdapterFactory:
         return ConsoleAdapter(settings=settings, context=context)
 
     def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
-        setup_routes(app, {k: a for k, a in adapters.items() if isinstance(a, ConsoleAdapter)})
+        setup_routes(app, LiveAdapters(adapters, ConsoleAdapter))
 
 
 __all__ = ["ConsoleAdapterFactory", "ConsoleIntegration"]

@@ -1,6 +1,6 @@
 -- Continue the conversation's session, or open a new one when there is none, it was ended, or it
 -- was idle longer than sessionTimeoutSeconds (DESIGN.md §6).
--- KEYS: 1 binding
+-- KEYS: 1 binding, 2 the conversation's in-flight turn (gets the session id, if it exists)
 -- ARGV: 1 now ms, 2 idle timeout ms, 3 new session id, 4 xpert id, 5 snapshot hash,
 --       6 ttl ms, 7 count this turn (1/0)
 -- Returns {'continue'|'new', json of the binding}
@@ -16,6 +16,9 @@ end
 redis.call('HSET', KEYS[1], 'lastActiveAt', now)
 if ARGV[7] == '1' then redis.call('HINCRBY', KEYS[1], 'turns', 1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
+if redis.call('EXISTS', KEYS[2]) == 1 and not redis.call('HGET', KEYS[2], 'session') then
+  redis.call('HSET', KEYS[2], 'session', redis.call('HGET', KEYS[1], 'sessionId'))
+end
 local flat = redis.call('HGETALL', KEYS[1])
 local t = {}
 for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
