@@ -30,13 +30,20 @@ def _load(path: str) -> Settings:
     return load_settings(Path(path), model=settings_model())
 
 
-def _check(args: argparse.Namespace) -> int:
+def _load_or_report(path: str) -> Settings | None:
+    """The settings, or None after printing every problem as ``key.path: reason``."""
     try:
-        settings = _load(args.config)
+        return _load(path)
     except ConfigError as exc:
-        print(f"{args.config}: invalid configuration", file=sys.stderr)
+        print(f"{path}: invalid configuration", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def _check(args: argparse.Namespace) -> int:
+    settings = _load_or_report(args.config)
+    if settings is None:
         return 1
     redis = (
         f"embedded (under {settings.data_dir})" if settings.redis.url is None else ("**********")
@@ -68,12 +75,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        settings = _load(args.config)
-    except ConfigError as exc:
-        print(f"{args.config}: invalid configuration", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+    settings = _load_or_report(args.config)
+    if settings is None:
         return 1
     configure_logging(settings.logging.level, settings.logging.format)
     from gateway.app import serve

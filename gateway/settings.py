@@ -266,11 +266,18 @@ def substitute_env(node: Any, env: Mapping[str, str], path: str = "") -> tuple[A
     return node, problems
 
 
-def _format_errors(exc: ValidationError) -> list[str]:
+def _format_errors(exc: ValidationError, raw: Any = None) -> list[str]:
     problems = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-        # Discriminated unions add the tag to the path (integrations.0.console.appId); keep it.
+        parts = [p for p in err["loc"] if not str(p).startswith("function-")]
+        # A discriminated union puts the tag into the path (integrations.0.lark.appId); the user
+        # wrote integrations.0.appId with platform: lark, so the tag is dropped.
+        if len(parts) > 2 and parts[0] == "integrations" and isinstance(parts[1], int):
+            items = raw.get("integrations") if isinstance(raw, dict) else None
+            item = items[parts[1]] if isinstance(items, list) and parts[1] < len(items) else None
+            if isinstance(item, dict) and item.get("platform") == parts[2]:
+                del parts[2]
+        loc = ".".join(str(p) for p in parts)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
@@ -304,7 +311,7 @@ def load_settings(
     try:
         settings = model.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(problems + _format_errors(exc)) from exc
+        raise ConfigError(problems + _format_errors(exc, raw)) from exc
     if problems:
         raise ConfigError(problems)
     return settings
