@@ -25,6 +25,7 @@ from gateway.pipeline import Pipeline
 from gateway.runner import Runner
 from gateway.settings import ConfigError, IntegrationBase, Settings
 from sessions import (
+    HistoryStore,
     KeyBuilder,
     RecordStore,
     RedisHandle,
@@ -51,6 +52,7 @@ class Gateway:
         self.metrics = Metrics()
         self.started_at = time.time()
         self.stopping = False
+        self._stop_event = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
 
     # --- assembly --------------------------------------------------------------------------
@@ -81,7 +83,11 @@ class Gateway:
         await self.store.prepare()
         self.timeline = TimelineStore(client=client, keys=keys)
         self.runner = Runner(
-            store=self.store, settings=s, adapters=self.adapters, replica_id=self.replica_id
+            store=self.store,
+            settings=s,
+            adapters=self.adapters,
+            replica_id=self.replica_id,
+            history=HistoryStore(client=client, keys=keys),
         )
         self.flusher = Flusher(
             store=self.store,
@@ -194,7 +200,8 @@ class Gateway:
                     },
                     ttl_ms=15_000,
                 )
-            await asyncio.sleep(5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_event.wait(), 5)
 
     # --- HTTP ------------------------------------------------------------------------------
     async def _root(self, request: web.Request) -> web.StreamResponse:
@@ -234,15 +241,24 @@ class Gateway:
             return
         self.stopping = True
         self.pipeline.accepting = False
-        self.flusher.stop()
         grace = self.settings.runtime.shutdown_grace_seconds
         log.info("shutting down", active_runs=len(self.runner.active), grace_s=grace)
+        # Order matters. 1: no new claims - the flusher ends its tick by itself (a tick that is
+        # mid-claim would otherwise start a run after the snapshot below, and a task cancelled
+        # inside a Redis call drops its connection unclosed).
+        self.flusher.stop()
+        self._stop_event.set()
+        flusher, _control, heartbeat = self._loops
+        await asyncio.wait([flusher, heartbeat], timeout=3)
+        # 2: runs get the grace period, then are handed back to another replica.
         running = [r.task for r in self.runner.active.values() if r.task is not None]
         if running:
             _done, pending = await asyncio.wait(running, timeout=grace)
             if pending:
                 log.info("handing back unfinished turns", count=len(pending))
                 await self.runner.hand_back_all()
+        await self.runner.close()
+        # 3: what is left of the loops (the pub/sub listener) is cancelled.
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)

@@ -4,7 +4,6 @@ and the final state always delivered (pitfalls.md #4, #6)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -81,6 +80,11 @@ class CardRenderer:
             try:
                 await self._render(progress)
             except Exception as exc:  # an intermediate update may fail; the final one retries
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # A cancel that a library turned into another error (asyncio.timeout in
+                    # 3.11 can) is still a cancel: the loop must end, or close() waits forever.
+                    raise asyncio.CancelledError() from exc
                 log.warning("card update failed", key=self.idempotency_key, error=str(exc))
                 self._last_at = time.monotonic()
 
@@ -89,8 +93,7 @@ class CardRenderer:
         self._latest = final
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task], timeout=10)
         if final.version == self._rendered_version and self.handle is not None:
             return
         delay = 0.2

@@ -20,19 +20,20 @@ import structlog
 
 from gateway.adapter import Adapter
 from gateway.envelope import Envelope
-from gateway.events import Finished, RunEvent
+from gateway.events import Finished, RunEvent, Started
 from gateway.experts import Decision, Expert, TurnInput, build_expert
 from gateway.progress import Progress
 from gateway.render import CardRenderer
 from gateway.routing import route
 from gateway.settings import (
-    EchoExpertSettings,
     IntegrationBase,
     Settings,
+    expert_from_snapshot,
     snapshot_digest,
     snapshot_of,
 )
-from sessions import Claim, SessionStore
+from gateway.variables import system_variables
+from sessions import Claim, HistoryStore, SessionStore
 
 log = structlog.get_logger("gateway.runner")
 
@@ -73,9 +74,11 @@ class Runner:
         settings: Settings,
         adapters: Mapping[str, Adapter],
         replica_id: str,
+        history: HistoryStore | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
+        self.history = history
         self.settings = settings
         self.adapters = adapters
         self.replica_id = replica_id
@@ -128,6 +131,13 @@ class Runner:
         run.stop_reason = reason
         run.consume.cancel()
         return True
+
+    async def close(self) -> None:
+        """Release the experts' connections (at shutdown, after the runs ended)."""
+        for expert in self._experts.values():
+            with contextlib.suppress(Exception):
+                await expert.close()
+        self._experts.clear()
 
     async def hand_back_all(self) -> None:
         """Shutdown: interrupt every local run and give its turn back for another replica."""
@@ -224,24 +234,20 @@ class Runner:
             if cancel == turn_id:
                 self.stop_local(conv, turn_id, reason="stop")
 
-    def _expert_for(self, digest: str, snapshot: dict[str, Any] | None, xpert_id: str) -> Expert:
-        key = digest if snapshot is not None else f"current:{xpert_id}"
-        expert = self._experts.get(key)
+    def _expert_for(self, digest: str, snapshot: dict[str, Any]) -> Expert:
+        """The expert of a session's snapshot (one instance per distinct snapshot)."""
+        expert = self._experts.get(digest)
         if expert is None:
-            if snapshot is not None:
-                expert = build_expert(EchoExpertSettings.model_validate(snapshot["expert"]))
-            else:
-                cfg = self.settings.expert(xpert_id)
-                if cfg is None:
-                    raise LookupError(f"expert {xpert_id!r} is not configured")
-                expert = build_expert(cfg)
-            self._experts[key] = expert
+            current = self.settings.expert(str(snapshot["expert"].get("id", "")))
+            settings = expert_from_snapshot(snapshot["expert"], current)
+            expert = build_expert(settings, history=self.history)
+            self._experts[digest] = expert
         return expert
 
     async def _bind(
         self, claim: Claim, integ: IntegrationBase, last: Envelope
-    ) -> tuple[str, Expert, dict[str, Any]]:
-        """Continue or open the session; returns (session id, expert, snapshot)."""
+    ) -> tuple[str, Expert, dict[str, Any], dict[str, str]]:
+        """Continue or open the session; returns (session id, expert, snapshot, binding)."""
         xpert_id = route(integ, last)
         expert_cfg = self.settings.expert(xpert_id)
         if expert_cfg is None:
@@ -272,7 +278,7 @@ class Runner:
             snapshot = json.loads(stored) if stored else json.loads(snap_json)
             digest = bound_digest if stored else digest
         # binding.lua has recorded the session on the turn, for a replica that resumes it.
-        return session_id, self._expert_for(digest, snapshot, snapshot["xpertId"]), snapshot
+        return session_id, self._expert_for(digest, snapshot), snapshot, binding.fields
 
     def _renderer(
         self,
@@ -301,8 +307,9 @@ class Runner:
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, items: list[Envelope]
     ) -> str:
         last = items[-1]
-        session_id, expert, snapshot = await self._bind(claim, integ, last)
+        session_id, expert, snapshot, binding = await self._bind(claim, integ, last)
         structlog.contextvars.bind_contextvars(session_id=session_id)
+        thread = binding.get("threadId") or None
         turn_input = TurnInput(
             turn_id=claim.turn_id,
             session_id=session_id,
@@ -315,6 +322,8 @@ class Runner:
             sender_name=last.sender.name,
             thread_id=last.chat.thread_id,
             attachments=tuple(a.model_dump(by_alias=True) for e in items for a in e.attachments),
+            variables=self._variables(snapshot, last, thread or session_id),
+            expert_thread_id=thread,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
         progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
@@ -322,7 +331,9 @@ class Runner:
             claim, adapter, last, interval, claim.turn.get("card"), claim.turn_id
         )
         await renderer.start(progress)
-        final = await self._drive(claim, expert.run(turn_input), progress, renderer)
+        final = await self._drive(
+            claim, expert.run(turn_input), progress, renderer, expert, turn_input
+        )
         if final.status == "waiting":
             interrupt = {
                 "turnId": claim.turn_id,
@@ -365,7 +376,7 @@ class Runner:
         interrupt = json.loads(raw)
         snapshot = interrupt["snapshot"]
         digest = snapshot_digest(snapshot)
-        expert = self._expert_for(digest, snapshot, snapshot["xpertId"])
+        expert = self._expert_for(digest, snapshot)
         reply_to = Envelope.from_json(interrupt["replyTo"])
         decision: Decision = "confirm" if action.action.id == "confirm" else "reject"
         turn_input = TurnInput(
@@ -378,6 +389,8 @@ class Runner:
             chat_type=reply_to.chat.type,
             sender_id=action.sender.id,
             sender_name=action.sender.name,
+            variables=self._variables(snapshot, reply_to, binding.get("threadId") or session_id),
+            expert_thread_id=binding.get("threadId") or None,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
         progress = Progress(turn_id=interrupt["turnId"], conversation=claim.conversation)
@@ -386,9 +399,20 @@ class Runner:
         )
         await renderer.start(progress)
         stream = expert.resume(turn_input, decision, {"text": interrupt["text"]})
-        final = await self._drive(claim, stream, progress, renderer)
+        final = await self._drive(claim, stream, progress, renderer, expert, turn_input)
         log.info("resumed turn finished", decision=decision, status=final.status)
         return session_id
+
+    def _variables(self, snapshot: dict[str, Any], last: Envelope, thread: str) -> dict[str, str]:
+        options = snapshot["integration"]
+        return system_variables(
+            language=options.get("language"),
+            locale=last.locale,
+            timezone=options.get("timezone"),
+            thread_id=thread,
+            user_id=last.sender.id,
+            user_email=last.sender.email,
+        )
 
     async def _drive(
         self,
@@ -396,6 +420,8 @@ class Runner:
         stream: AsyncIterator[RunEvent],
         progress: Progress,
         renderer: CardRenderer,
+        expert: Expert,
+        turn: TurnInput,
     ) -> Progress:
         """Fold the expert's events into Progress and the renderer; the final state always lands."""
         state = progress
@@ -403,6 +429,15 @@ class Runner:
         async def consume() -> Progress:
             nonlocal state
             async for event in stream:
+                if (
+                    isinstance(event, Started)
+                    and event.thread_id
+                    and event.thread_id != turn.expert_thread_id
+                ):
+                    # The backend's conversation lives as long as the session (DESIGN.md §6).
+                    await self.store.set_binding_fields(
+                        claim.conversation, turn.session_id, threadId=event.thread_id
+                    )
                 state = state.apply(event)
                 renderer.push(state)
                 if state.final or (state.status == "waiting" and _is_finished(event)):
@@ -427,6 +462,10 @@ class Runner:
                 raise
             state = state.finish("cancelled")
             log.info("run stopped by the user")
+            try:
+                await expert.cancel(turn)
+            except Exception as exc:
+                log.warning("expert cancel failed", error=str(exc))
         except Exception as exc:
             log.exception("expert failed")
             state = state.finish("error", f"The expert failed: {type(exc).__name__}")

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     create_model,
     field_validator,
@@ -101,7 +102,76 @@ class EchoExpertSettings(GatewayModel):
     reply_prefix: str = "You said:"
 
 
-ExpertSettings = EchoExpertSettings
+class XpertExpertSettings(GatewayModel):
+    """An XpertAI agent through its Agent-Protocol API (threads, runs/stream SSE)."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    kind: Literal["xpert"]
+    base_url: str = Field(description="The API root, e.g. https://api.xpertai.cn/api/ai")
+    api_key: SecretStr
+    assistant_id: str | None = Field(None, description="The xpertId; defaults to the expert id")
+    organization_id: str | None = None
+    principal_user_id: str | None = Field(
+        None, description="Sent as x-principal-user-id: act as this end user"
+    )
+    connect_retries: int = Field(3, ge=0, le=10, description="Retries before the first byte")
+    idle_timeout_seconds: float = Field(
+        120, gt=0, description="A stream silent this long ends the turn with an error"
+    )
+    show_reasoning: bool = False
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value)
+
+
+class OpenAIExpertSettings(GatewayModel):
+    """Any OpenAI-compatible /chat/completions endpoint; the gateway keeps the history."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    kind: Literal["openai"]
+    base_url: str = Field(description="e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
+    api_key: SecretStr | None = None
+    model: str
+    system_prompt: str = Field(
+        "You are a helpful assistant. Reply in {{sys.language}}. Today is {{sys.date}}.",
+        description="Template; {{sys.*}}, {{memory.*}} and {{var.*}} are filled in",
+    )
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_history_messages: int = Field(20, ge=0, le=1000)
+    max_history_chars: int = Field(24_000, ge=0)
+    vision: bool = Field(False, description="Pass image attachments to the model")
+    timeout_seconds: float = Field(120, gt=0)
+    retries: int = Field(2, ge=0, le=10, description="Retries of 429 / 5xx / connect errors")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value)
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+AnyExpert = EchoExpertSettings | XpertExpertSettings | OpenAIExpertSettings
+ExpertSettings = Annotated[AnyExpert, Field(discriminator="kind")]
+EXPERTS: TypeAdapter[AnyExpert] = TypeAdapter(ExpertSettings)
+
+
+def expert_from_snapshot(snapshot: dict[str, Any], current: AnyExpert | None) -> AnyExpert:
+    """Rebuild a session's expert from its snapshot. Snapshots hold no secrets (they are masked
+    there); the secrets of the expert with the same id in the current config are put back."""
+    data = dict(snapshot)
+    if current is not None and current.id == data.get("id"):
+        for name, field in type(current).model_fields.items():
+            value = getattr(current, name)
+            if isinstance(value, SecretStr):
+                data[field.alias or name] = value.get_secret_value()
+    return EXPERTS.validate_python(data)
 
 
 class Route(GatewayModel):
@@ -209,7 +279,7 @@ class Settings(GatewayModel):
                 return integ
         return None
 
-    def expert(self, expert_id: str) -> ExpertSettings | None:
+    def expert(self, expert_id: str) -> AnyExpert | None:
         for expert in self.experts:
             if expert.id == expert_id:
                 return expert
@@ -281,6 +351,11 @@ def _format_errors(exc: ValidationError, raw: Any = None) -> list[str]:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "union_tag_invalid":
+            ctx = err.get("ctx", {})
+            name = str(ctx.get("discriminator", "")).strip("'")
+            loc = f"{loc}.{name}"
+            msg = f"unknown {name} {ctx.get('tag')!r} (expected one of: {ctx.get('expected_tags')})"
         problems.append(f"{loc or '(top level)'}: {msg}")
     return problems
 
@@ -317,9 +392,7 @@ def load_settings(
     return settings
 
 
-def snapshot_of(
-    integration: IntegrationBase, expert: ExpertSettings, xpert_id: str
-) -> tuple[str, str]:
+def snapshot_of(integration: IntegrationBase, expert: AnyExpert, xpert_id: str) -> tuple[str, str]:
     """The config a new session locks in (secrets excluded), as JSON and its hash."""
     data = {
         "xpertId": xpert_id,

@@ -5,6 +5,7 @@ interpret (DESIGN.md §2).
 """
 
 from sessions.connection import RedisHandle, connect_redis
+from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.records import RecordStore
 from sessions.store import (
@@ -19,6 +20,7 @@ from sessions.timeline import TimelineStore
 __all__ = [
     "Binding",
     "Claim",
+    "HistoryStore",
     "IntakeResult",
     "KeyBuilder",
     "RecordStore",

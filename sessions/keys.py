@@ -66,6 +66,9 @@ class KeyBuilder:
         """
         return self._k("due")
 
+    def history(self, session_id: str) -> str:
+        return self._k("history", session_id)
+
     def snapshot(self, digest: str) -> str:
         return self._k("snapshot", digest)
 

@@ -76,13 +76,16 @@ def test_good_config_loads_and_masks_secrets() -> None:
             lambda c: c["integrations"].append(dict(c["integrations"][0])),
             "integrations.1.id: duplicate id 'console'",
         ),
-        (lambda c: c["integrations"][0].update(platform="telegram"), "integrations.0"),
+        (
+            lambda c: c["integrations"][0].update(platform="telegram"),
+            "integrations.0.platform: unknown platform 'telegram'",
+        ),
         (
             lambda c: c["integrations"][0].update(maxWindowSeconds=1, summaryWindowSeconds=2),
             "maxWindowSeconds must be at least summaryWindowSeconds",
         ),
         (lambda c: c["integrations"][0].update(timezone="Mars/Olympus"), "unknown time zone"),
-        (lambda c: c["experts"][0].update(kind="gpt5"), "experts.0.kind"),
+        (lambda c: c["experts"][0].update(kind="gpt5"), "experts.0.kind: unknown kind 'gpt5'"),
     ],
 )
 def test_bad_configs_name_the_key(mutate: Any, expected: str) -> None:

@@ -28,6 +28,8 @@ class TurnInput:
     thread_id: str | None = None
     attachments: tuple[dict[str, Any], ...] = ()
     state: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, str] = field(default_factory=dict)
+    expert_thread_id: str | None = None  # the backend's conversation, kept with the session
 
 
 class Expert(abc.ABC):

@@ -1,0 +1,138 @@
+"""Any OpenAI-compatible ``/chat/completions`` endpoint, streamed; the gateway keeps the history."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import structlog
+
+from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
+from gateway.experts.base import Decision, Expert, TurnInput
+from gateway.experts.http import ExpertHttpError, error_for
+from gateway.experts.sse import read_sse
+from gateway.settings import OpenAIExpertSettings
+from gateway.variables import render_template
+from sessions import HistoryStore
+
+log = structlog.get_logger("gateway.experts.openai")
+
+
+class OpenAIExpert(Expert):
+    kind = "openai"
+
+    def __init__(self, *, settings: OpenAIExpertSettings, history: HistoryStore) -> None:
+        self.settings = settings
+        self.history = history
+        self._http: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            headers = {"Content-Type": "application/json"}
+            if self.settings.api_key is not None:
+                headers["Authorization"] = f"Bearer {self.settings.api_key.get_secret_value()}"
+            self._http = aiohttp.ClientSession(
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=10, sock_read=self.settings.timeout_seconds
+                ),
+            )
+        return self._http
+
+    def _user_content(self, turn: TurnInput) -> Any:
+        images = [a for a in turn.attachments if a.get("kind") == "image" and a.get("url")]
+        if not (self.settings.vision and images):
+            return turn.text
+        parts: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
+        parts += [{"type": "image_url", "image_url": {"url": a["url"]}} for a in images]
+        return parts
+
+    async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
+        yield Started(run_id=turn.turn_id, thread_id=turn.session_id)
+        s = self.settings
+        system = render_template(s.system_prompt, turn.variables)
+        past = await self.history.load(turn.session_id)
+        user = {"role": "user", "content": self._user_content(turn)}
+        body: dict[str, Any] = {
+            "model": s.model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "system", "content": system}, *past, user],
+        }
+        if s.temperature is not None:
+            body["temperature"] = s.temperature
+        yield StepEvent("model", f"Asking {s.model}", "running")
+        answer: list[str] = []
+        try:
+            async for event in self._stream(body):
+                if isinstance(event, TextDelta):
+                    answer.append(event.text)
+                yield event
+        except ExpertHttpError as exc:
+            log.error("openai expert failed", error=str(exc), model=s.model)
+            yield StepEvent("model", f"Asking {s.model}", "failed")
+            yield Finished("error", str(exc))
+            return
+        yield StepEvent("model", f"Asking {s.model}", "done")
+        await self.history.append(
+            turn.session_id,
+            [
+                {"role": "user", "content": turn.text},
+                {"role": "assistant", "content": "".join(answer)},
+            ],
+            max_messages=s.max_history_messages,
+            max_chars=s.max_history_chars,
+        )
+        yield Finished("success")
+
+    async def _stream(self, body: dict[str, Any]) -> AsyncIterator[RunEvent]:
+        url = f"{self.settings.base_url}/chat/completions"
+        delay = 0.5
+        sent = False  # retry only before the first token: a retry after it would double text
+        for attempt in range(self.settings.retries + 1):
+            try:
+                async with self._session().post(url, json=body) as resp:
+                    if resp.status != 200:
+                        raise await error_for(resp, "The model")
+                    async for sse in read_sse(resp):
+                        if sse.data.strip() == "[DONE]":
+                            return
+                        chunk = json.loads(sse.data)
+                        if chunk.get("error"):
+                            message = chunk["error"].get("message", "unknown error")
+                            raise ExpertHttpError(f"The model reported an error: {message}")
+                        for choice in chunk.get("choices") or []:
+                            text = (choice.get("delta") or {}).get("content")
+                            if text:
+                                sent = True
+                                yield TextDelta(text)
+                        usage = chunk.get("usage")
+                        if usage:
+                            yield UsageEvent(
+                                input_tokens=int(usage.get("prompt_tokens", 0)),
+                                output_tokens=int(usage.get("completion_tokens", 0)),
+                            )
+                    return
+            except ExpertHttpError as exc:
+                if sent or not exc.retryable or attempt == self.settings.retries:
+                    raise
+                await asyncio.sleep(max(delay, exc.retry_after))
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                if sent or attempt == self.settings.retries:
+                    raise ExpertHttpError(
+                        f"The model could not be reached ({type(exc).__name__})."
+                    ) from exc
+                await asyncio.sleep(delay)
+            delay = min(delay * 2, 8)
+
+    async def resume(
+        self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
+    ) -> AsyncIterator[RunEvent]:
+        yield Finished("error", "This expert does not ask for confirmations.")
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()

@@ -1,0 +1,40 @@
+"""A small server-sent-events reader for aiohttp responses (XpertAI runs, OpenAI streams)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    event: str
+    data: str
+    id: str | None
+
+
+async def read_sse(response: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
+    """Yield each event (``event:``/``data:``/``id:`` fields, blank-line terminated)."""
+    event, last_id = "message", None
+    data: list[str] = []
+    async for raw in response.content:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield SseEvent(event, "\n".join(data), last_id)
+            event, data = "message", []
+            continue
+        if line.startswith(":"):
+            continue  # comment / heartbeat
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id":
+            last_id = value
+    if data:
+        yield SseEvent(event, "\n".join(data), last_id)
