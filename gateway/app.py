@@ -19,6 +19,7 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.adapter import Adapter, AdapterContext, AdapterFactory, discover_adapters
+from gateway.admin import AdminApi
 from gateway.flusher import Flusher
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
@@ -29,6 +30,7 @@ from sessions import (
     KeyBuilder,
     RecordStore,
     RedisHandle,
+    SessionRecords,
     SessionStore,
     TimelineStore,
     connect_redis,
@@ -81,6 +83,7 @@ class Gateway:
             client=client, keys=keys, dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000)
         )
         await self.store.prepare()
+        self.records = SessionRecords(client=client, keys=keys)
         self.timeline = TimelineStore(client=client, keys=keys)
         self.runner = Runner(
             store=self.store,
@@ -88,6 +91,7 @@ class Gateway:
             adapters=self.adapters,
             replica_id=self.replica_id,
             history=HistoryStore(client=client, keys=keys),
+            records=self.records,
         )
         self.flusher = Flusher(
             store=self.store,
@@ -98,6 +102,7 @@ class Gateway:
         )
         self.pipeline = Pipeline(
             store=self.store,
+            records=self.records,
             settings=s,
             adapters=self.adapters,
             wake=self.flusher.wake,
@@ -159,6 +164,7 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self.metrics.handler)
         app.router.add_get("/", self._root)
+        AdminApi(settings=lambda: self.settings, store=self.store, records=self.records).setup(app)
         for factory in self.factories.values():
             factory.setup_routes(app, self.adapters)
         return app

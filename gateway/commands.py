@@ -9,13 +9,16 @@ HELP_TEXT = (
     "Commands:\n"
     "/new [text] - start a new conversation (any text becomes its first message)\n"
     "/stop - stop the answer being written\n"
+    "/remember <text> - add a rule or fact to this chat's memory (kept across conversations)\n"
+    "/memory - list this chat's memory\n"
+    "/forget <n> - remove item n from this chat's memory\n"
     "/help - this list"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    name: Literal["new", "stop", "help"]
+    name: Literal["new", "stop", "help", "remember", "memory", "forget"]
     rest: str = ""
 
 
@@ -35,4 +38,6 @@ def parse_command(text: str) -> Command | None:
         return Command("stop")
     if name == "help":
         return Command("help")
+    if name in ("remember", "memory", "forget"):
+        return Command(name, rest.strip())  # type: ignore[arg-type]
     return None

@@ -21,7 +21,7 @@ from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_S
 from gateway.routing import scope_key
 from gateway.runner import now_ms
 from gateway.settings import IntegrationBase, Settings
-from sessions import KeyBuilder, SessionStore
+from sessions import KeyBuilder, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.intake")
 
@@ -37,6 +37,7 @@ class Pipeline:
         self,
         *,
         store: SessionStore,
+        records: SessionRecords,
         settings: Settings,
         adapters: Mapping[str, Adapter],
         wake: Callable[[int], None],
@@ -44,6 +45,7 @@ class Pipeline:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
+        self.records = records
         self.settings = settings
         self.adapters = adapters
         self.wake = wake
@@ -91,6 +93,9 @@ class Pipeline:
                 if command.name == "stop":
                     await self._stop(conv, env, None)
                     return IngestOutcome("handled", "stop")
+                if command.name in ("remember", "memory", "forget"):
+                    await self._memory_command(integ, env, command.name, command.rest)
+                    return IngestOutcome("handled", command.name)
                 await self._new(conv, env, announce=not command.rest)
                 if not command.rest:
                     return IngestOutcome("handled", "new")
@@ -160,6 +165,34 @@ class Pipeline:
         await self.store.request_cancel(conv, running, ttl_ms=3 * lease_ms)
         await self.store.publish_control({"op": "cancel", "conversation": conv, "turnId": running})
         await asyncio.sleep(0)
+
+    async def _memory_command(
+        self, integ: IntegrationBase, env: Envelope, name: str, rest: str
+    ) -> None:
+        """Group memory: rules and facts a chat keeps across sessions (offered as memory.*)."""
+        chat = env.chat.id
+        if name == "memory":
+            items = await self.records.memory(integ.id, chat)
+            listing = "\n".join(f"{i}. {item['text']}" for i, item in enumerate(items, 1))
+            self._reply(env, f"This chat's memory:\n{listing}" if items else "Memory is empty.")
+            return
+        if integ.memory_admins and env.sender.id not in integ.memory_admins:
+            self._reply(env, "Only this chat's memory admins can change its memory.")
+            return
+        if name == "remember":
+            if not rest:
+                self._reply(env, "Usage: /remember <text>")
+                return
+            count = await self.records.remember(
+                integ.id, chat, {"text": rest, "by": env.sender.id, "at": self.clock()}
+            )
+            self._reply(env, f"Remembered (item {count}).")
+            return
+        if not rest.isdigit() or int(rest) < 1:
+            self._reply(env, "Usage: /forget <n> (see /memory for the numbers)")
+            return
+        removed = await self.records.forget(integ.id, chat, int(rest))
+        self._reply(env, f"Forgot: {removed['text']}" if removed else f"There is no item {rest}.")
 
     async def _new(self, conv: str, env: Envelope, *, announce: bool) -> None:
         old = await self.store.end_session(conv)

@@ -33,7 +33,7 @@ from gateway.settings import (
     snapshot_of,
 )
 from gateway.variables import system_variables
-from sessions import Claim, HistoryStore, SessionStore
+from sessions import Claim, HistoryStore, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.runner")
 
@@ -74,10 +74,12 @@ class Runner:
         settings: Settings,
         adapters: Mapping[str, Adapter],
         replica_id: str,
+        records: SessionRecords,
         history: HistoryStore | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
+        self.records = records
         self.history = history
         self.settings = settings
         self.adapters = adapters
@@ -267,6 +269,19 @@ class Runner:
         bound_digest = binding.fields.get("snapshot", digest)
         if binding.state == "new":
             log.info("session opened", session_id=session_id, xpert_id=xpert_id)
+            await self.records.opened(
+                session_id,
+                {
+                    "conversation": claim.conversation,
+                    "integrationId": integ.id,
+                    "chatId": last.chat.id,
+                    "chatType": last.chat.type,
+                    "xpertId": xpert_id,
+                    "senderId": last.sender.id,
+                    "snapshot": digest,
+                },
+                at_ms=self.clock(),
+            )
         if bound_digest == digest:
             if digest not in self._known_snapshots:
                 await self.store.put_snapshot(digest, snap_json)
@@ -310,6 +325,12 @@ class Runner:
         session_id, expert, snapshot, binding = await self._bind(claim, integ, last)
         structlog.contextvars.bind_contextvars(session_id=session_id)
         thread = binding.get("threadId") or None
+        variables = self._variables(snapshot, last, thread or session_id)
+        memory = await self.records.memory(integ.id, last.chat.id)
+        if memory:
+            variables["memory.rules"] = "\n".join(
+                f"{i}. {item['text']}" for i, item in enumerate(memory, 1)
+            )
         turn_input = TurnInput(
             turn_id=claim.turn_id,
             session_id=session_id,
@@ -322,7 +343,7 @@ class Runner:
             sender_name=last.sender.name,
             thread_id=last.chat.thread_id,
             attachments=tuple(a.model_dump(by_alias=True) for e in items for a in e.attachments),
-            variables=self._variables(snapshot, last, thread or session_id),
+            variables=variables,
             expert_thread_id=thread,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
@@ -331,6 +352,8 @@ class Runner:
             claim, adapter, last, interval, claim.turn.get("card"), claim.turn_id
         )
         await renderer.start(progress)
+        # After the first card: the session's variables as this turn sees them (admin API).
+        await self.records.set_variables(session_id, variables)
         final = await self._drive(
             claim, expert.run(turn_input), progress, renderer, expert, turn_input
         )

@@ -215,6 +215,10 @@ class IntegrationBase(GatewayModel):
     language: str | None = None
     timezone: str | None = None
     store_raw: bool = Field(False, description="Keep the platform payload with stored envelopes")
+    memory_admins: list[str] = Field(
+        default_factory=list,
+        description="Sender ids allowed to /remember and /forget; empty: everyone in the chat",
+    )
     routes: list[Route] = Field(default_factory=list)
 
     @model_validator(mode="after")

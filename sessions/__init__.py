@@ -8,6 +8,7 @@ from sessions.connection import RedisHandle, connect_redis
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.records import RecordStore
+from sessions.records_admin import SessionRecords
 from sessions.store import (
     Binding,
     Claim,
@@ -25,6 +26,7 @@ __all__ = [
     "KeyBuilder",
     "RecordStore",
     "RedisHandle",
+    "SessionRecords",
     "SessionStore",
     "StoreUnavailable",
     "TimelineStore",

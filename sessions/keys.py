@@ -66,6 +66,18 @@ class KeyBuilder:
         """
         return self._k("due")
 
+    def session_record(self, session_id: str) -> str:
+        return self._k("session", session_id)
+
+    def session_variables(self, session_id: str) -> str:
+        return self._k("session", session_id, "vars")
+
+    def chat_sessions(self, integration_id: str, chat_id: str) -> str:
+        return self._k("chat-sessions", _tag_safe(f"{integration_id}|{chat_id}"))
+
+    def memory(self, integration_id: str, chat_id: str) -> str:
+        return self._k("memory", _tag_safe(f"{integration_id}|{chat_id}"))
+
     def history(self, session_id: str) -> str:
         return self._k("history", session_id)
 

@@ -1,0 +1,139 @@
+"""The admin HTTP API under ``/v1.0`` (bearer ``admin.token``), answering
+``{"success": true, "result": …, "t": <ms>}`` or ``{"success": false, "code": …, "msg": …}``."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from gateway.settings import Settings
+from sessions import SessionRecords, SessionStore
+
+log = structlog.get_logger("gateway.admin")
+
+
+def ok(result: Any) -> web.Response:
+    return web.json_response({"success": True, "result": result, "t": int(time.time() * 1000)})
+
+
+def fail(status: int, code: str, msg: str) -> web.Response:
+    return web.json_response({"success": False, "code": code, "msg": msg}, status=status)
+
+
+class AdminApi:
+    def __init__(
+        self, *, settings: Callable[[], Settings], store: SessionStore, records: SessionRecords
+    ) -> None:
+        self.settings = settings  # read per request, so a reloaded admin.token applies
+        self.store = store
+        self.records = records
+
+    @web.middleware
+    async def auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if not request.path.startswith("/v1.0/"):
+            response: web.StreamResponse = await handler(request)
+            return response
+        token = self.settings().admin.token
+        if token is None:
+            return fail(404, "admin_disabled", "the admin API is off: set admin.token")
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+            log.info("admin request refused", path=request.path)
+            return fail(401, "unauthorized", "a valid bearer token is required")
+        try:
+            response = await handler(request)
+        except web.HTTPException:
+            raise
+        except Exception as exc:
+            if type(exc).__module__.startswith("redis") or isinstance(exc, OSError):
+                return fail(503, "storage_unavailable", "Redis did not answer")
+            raise
+        return response
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        integration_id = request.query.get("integrationId", "")
+        chat_id = request.query.get("chatId", "")
+        if not integration_id or not chat_id:
+            return fail(400, "bad_request", "integrationId and chatId are required")
+        ids = await self.records.of_chat(integration_id, chat_id)
+        result = [r for r in [await self._session(i) for i in ids] if r]
+        return ok(result)
+
+    async def _session(self, session_id: str) -> dict[str, Any] | None:
+        record = await self.records.get(session_id)
+        if not record:
+            return None
+        binding = await self.store.binding(record["conversation"])
+        current = binding.get("sessionId") == session_id
+        result: dict[str, Any] = {k: v for k, v in record.items() if k != "conversation"}
+        result["status"] = "active" if current else "ended"
+        if current:
+            result["turns"] = int(binding.get("turns", "0"))
+            result["lastActiveAt"] = int(binding.get("lastActiveAt", "0"))
+            result["threadId"] = binding.get("threadId")
+        return result
+
+    async def session(self, request: web.Request) -> web.Response:
+        result = await self._session(request.match_info["sessionId"])
+        return ok(result) if result else fail(404, "not_found", "no such session")
+
+    async def variables(self, request: web.Request) -> web.Response:
+        session_id = request.match_info["sessionId"]
+        if not await self.records.get(session_id):
+            return fail(404, "not_found", "no such session")
+        prefix = request.query.get("prefix", "")
+        values = await self.records.variables(session_id)
+        return ok(
+            [
+                {"variable_key": k, "variable_value": v}
+                for k, v in sorted(values.items())
+                if k.startswith(prefix)
+            ]
+        )
+
+    async def end(self, request: web.Request) -> web.Response:
+        session_id = request.match_info["sessionId"]
+        record = await self.records.get(session_id)
+        if not record:
+            return fail(404, "not_found", "no such session")
+        binding = await self.store.binding(record["conversation"])
+        if binding.get("sessionId") != session_id:
+            return fail(409, "not_active", "the session has already ended")
+        await self.store.end_session(record["conversation"])
+        await self.store.audit(
+            {
+                "event": "session.end",
+                "session": session_id,
+                "conversation": record["conversation"],
+                "at": int(time.time() * 1000),
+                "by": "admin",
+            }
+        )
+        return ok({"sessionId": session_id, "status": "ended"})
+
+    async def memory(self, request: web.Request) -> web.Response:
+        items = await self.records.memory(
+            request.match_info["integrationId"], request.match_info["chatId"]
+        )
+        return ok([{"index": i, **item} for i, item in enumerate(items, 1)])
+
+    async def audit(self, request: web.Request) -> web.Response:
+        try:
+            count = min(int(request.query.get("count", "100")), 1000)
+        except ValueError:
+            return fail(400, "bad_request", "count must be a number")
+        return ok(await self.store.audit_records(count=count))
+
+    def setup(self, app: web.Application) -> None:
+        app.middlewares.append(self.auth)
+        app.router.add_get("/v1.0/sessions", self.sessions)
+        app.router.add_get("/v1.0/sessions/{sessionId}", self.session)
+        app.router.add_get("/v1.0/sessions/{sessionId}/variables", self.variables)
+        app.router.add_delete("/v1.0/sessions/{sessionId}", self.end)
+        app.router.add_get("/v1.0/chats/{integrationId}/{chatId}/memory", self.memory)
+        app.router.add_get("/v1.0/audit", self.audit)

@@ -1,0 +1,89 @@
+"""Session records, session variables and group memory: what the admin API and the experts'
+context read. Bindings (``store.py``) decide which session is current; these describe them."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+
+from sessions.keys import KeyBuilder
+
+DAY_MS = 24 * 3_600_000
+
+
+class SessionRecords:
+    def __init__(
+        self,
+        *,
+        client: aioredis.Redis,
+        keys: KeyBuilder,
+        retention_ms: int = 7 * DAY_MS,
+        memory_ttl_ms: int = 400 * DAY_MS,
+        memory_max_items: int = 50,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.retention_ms = retention_ms
+        self.memory_ttl_ms = memory_ttl_ms
+        self.memory_max_items = memory_max_items
+        self._forget = client.register_script(
+            resources.files("sessions").joinpath("lua", "forget.lua").read_text("utf-8")
+        )
+
+    # --- sessions --------------------------------------------------------------------------
+    async def opened(self, session_id: str, fields: dict[str, str], *, at_ms: int) -> None:
+        """Record a new session and index it under its chat (both kept ``retention_ms``)."""
+        key = self.keys.session_record(session_id)
+        index = self.keys.chat_sessions(fields["integrationId"], fields["chatId"])
+        async with self.redis.pipeline(transaction=False) as pipe:
+            record: dict[Any, Any] = {**fields, "sessionId": session_id, "createdAt": str(at_ms)}
+            pipe.hset(key, mapping=record)
+            pipe.pexpire(key, self.retention_ms)
+            pipe.zadd(index, {session_id: at_ms})
+            pipe.zremrangebyrank(index, 0, -1001)  # the newest thousand per chat
+            pipe.pexpire(index, self.retention_ms)
+            await pipe.execute()
+
+    async def get(self, session_id: str) -> dict[str, str]:
+        return cast(dict[str, str], await self.redis.hgetall(self.keys.session_record(session_id)))
+
+    async def of_chat(self, integration_id: str, chat_id: str, limit: int = 100) -> list[str]:
+        index = self.keys.chat_sessions(integration_id, chat_id)
+        return cast(list[str], await self.redis.zrevrange(index, 0, limit - 1))
+
+    async def set_variables(self, session_id: str, values: dict[str, str]) -> None:
+        if not values:
+            return
+        key = self.keys.session_variables(session_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=cast(dict[Any, Any], values))
+            pipe.pexpire(key, self.retention_ms)
+            await pipe.execute()
+
+    async def variables(self, session_id: str) -> dict[str, str]:
+        key = self.keys.session_variables(session_id)
+        return cast(dict[str, str], await self.redis.hgetall(key))
+
+    # --- group memory ----------------------------------------------------------------------
+    async def remember(self, integration_id: str, chat_id: str, item: dict[str, Any]) -> int:
+        """Append a memory item; returns how many the chat keeps (oldest dropped past the cap)."""
+        key = self.keys.memory(integration_id, chat_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, json.dumps(item, ensure_ascii=False))
+            pipe.ltrim(key, -self.memory_max_items, -1)
+            # Group memory outlives sessions; it expires only after a long unused stretch.
+            pipe.pexpire(key, self.memory_ttl_ms)
+            pipe.llen(key)
+            *_, count = await pipe.execute()
+        return int(count)
+
+    async def memory(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]:
+        raw = await self.redis.lrange(self.keys.memory(integration_id, chat_id), 0, -1)
+        return [json.loads(r) for r in cast(list[str], raw)]
+
+    async def forget(self, integration_id: str, chat_id: str, n: int) -> dict[str, Any] | None:
+        removed = await self._forget(keys=[self.keys.memory(integration_id, chat_id)], args=[n])
+        return json.loads(removed) if removed else None

@@ -1,0 +1,117 @@
+"""Group memory commands and the admin API (sessions, variables, memory, audit)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from tests.conftest import base_config, eventually
+from tests.helpers import ConsoleClient
+
+TOKEN = "admin-secret-token"
+
+
+def config(prefix: str, **integration: Any) -> dict[str, Any]:
+    cfg = base_config(prefix, language="zh-Hans", timezone="Asia/Shanghai", **integration)
+    cfg["admin"] = {"token": TOKEN}
+    return cfg
+
+
+async def admin(
+    console: ConsoleClient, method: str, path: str, token: str = TOKEN, **params: str
+) -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with console.http.request(
+        method, console.base + path, headers=headers, params=params
+    ) as resp:
+        return resp.status, await resp.json()
+
+
+async def _texts(console: ConsoleClient, chat: str) -> list[str]:
+    return await console.texts(chat)
+
+
+async def test_group_memory_commands(make_gateway: Callable[..., Any], prefix: str) -> None:
+    console = await make_gateway(config(prefix, memoryAdmins=["alice"]))
+    chat = "team"
+    await console.send("/remember Answer in bullet points", chat=chat, mention=True)
+    await console.send("/remember Our fiscal year starts in April", chat=chat, mention=True)
+    await eventually(lambda: _count(console, chat, "Remembered", 2))
+    await console.send("/remember I am not an admin", chat=chat, sender="bob", mention=True)
+    await eventually(lambda: _count(console, chat, "Only this chat's memory admins", 1))
+    await console.send("/forget 1", chat=chat, mention=True)
+    await eventually(lambda: _count(console, chat, "Forgot: Answer in bullet points", 1))
+    await console.send("/memory", chat=chat, sender="bob", mention=True)
+    await eventually(lambda: _count(console, chat, "1. Our fiscal year starts in April", 1))
+    status, body = await admin(console, "GET", f"/v1.0/chats/console/{chat}/memory")
+    assert status == 200 and body["success"]
+    assert [(m["index"], m["text"], m["by"]) for m in body["result"]] == [
+        (1, "Our fiscal year starts in April", "alice")
+    ]
+
+
+async def _count(console: ConsoleClient, chat: str, fragment: str, n: int) -> bool:
+    return sum(fragment in t for t in await console.texts(chat)) >= n
+
+
+async def test_admin_api_sessions_variables_and_end(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    console = await make_gateway(config(prefix))
+    await console.send("/remember Be brief", chat="team", mention=True)
+    await eventually(lambda: _count(console, "team", "Remembered", 1))
+    await console.send("hello", chat="team", mention=True)
+    await console.wait_cards(chat="team")
+    status, body = await admin(
+        console, "GET", "/v1.0/sessions", integrationId="console", chatId="team"
+    )
+    assert status == 200 and body["success"] and isinstance(body["t"], int)
+    [session] = body["result"]
+    assert session["status"] == "active" and session["turns"] == 1
+    assert session["xpertId"] == "echo" and session["chatType"] == "group"
+    sid = session["sessionId"]
+    status, body = await admin(console, "GET", f"/v1.0/sessions/{sid}/variables", prefix="sys.")
+    values = {v["variable_key"]: v["variable_value"] for v in body["result"]}
+    assert values["sys.language"] == "zh-Hans" and values["sys.timezone"] == "Asia/Shanghai"
+    assert values["sys.workspace_path"] == "/user/alice/" and "sys.date" in values
+    status, body = await admin(console, "GET", f"/v1.0/sessions/{sid}/variables")
+    assert {"variable_key": "memory.rules", "variable_value": "1. Be brief"} in body["result"]
+    status, body = await admin(console, "DELETE", f"/v1.0/sessions/{sid}")
+    assert status == 200 and body["result"]["status"] == "ended"
+    status, body = await admin(console, "DELETE", f"/v1.0/sessions/{sid}")
+    assert status == 409 and body == {
+        "success": False,
+        "code": "not_active",
+        "msg": "the session has already ended",
+    }
+    status, body = await admin(console, "GET", f"/v1.0/sessions/{sid}")
+    assert body["result"]["status"] == "ended"
+    await console.send("again", chat="team", mention=True)
+    await console.wait_cards(chat="team", count=2)
+    status, body = await admin(
+        console, "GET", "/v1.0/sessions", integrationId="console", chatId="team"
+    )
+    assert len(body["result"]) == 2 and body["result"][0]["sessionId"] != sid
+    status, body = await admin(console, "GET", "/v1.0/audit")
+    assert any(r["event"] == "session.end" and r["by"] == "admin" for r in body["result"])
+
+
+async def test_admin_api_refuses_bad_tokens_and_unknown_sessions(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    console = await make_gateway(config(prefix))
+    status, body = await admin(console, "GET", "/v1.0/sessions/x", token="wrong")
+    assert status == 401 and body["code"] == "unauthorized"
+    status, body = await admin(console, "GET", "/v1.0/sessions/nope")
+    assert status == 404 and body == {
+        "success": False,
+        "code": "not_found",
+        "msg": "no such session",
+    }
+    status, body = await admin(console, "GET", "/v1.0/sessions")
+    assert status == 400 and body["code"] == "bad_request"
+    plain = await make_gateway(base_config(prefix))
+    async with aiohttp.ClientSession() as http, http.get(plain.base + "/v1.0/audit") as resp:
+        assert resp.status == 404 and (await resp.json())["code"] == "admin_disabled"
