@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -88,9 +89,10 @@ class AdminApi:
             return fail(404, "not_found", "no such session")
         prefix = request.query.get("prefix", "")
         values = await self.records.variables(session_id)
+        # Conversation variables (var.*) are stored as JSON and answered as values.
         return ok(
             [
-                {"variable_key": k, "variable_value": v}
+                {"variable_key": k, "variable_value": json.loads(v) if k.startswith("var.") else v}
                 for k, v in sorted(values.items())
                 if k.startswith(prefix)
             ]

@@ -264,10 +264,11 @@ class Gateway:
                 log.info("handing back unfinished turns", count=len(pending))
                 await self.runner.hand_back_all()
         await self.runner.close()
-        # 3: what is left of the loops (the pub/sub listener) is cancelled.
+        # 3: what is left of the loops (the pub/sub listener) is cancelled; bounded, since a
+        # cancel that lands inside a pub/sub (re)subscribe can be slow to take effect.
         for task in self._loops:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.wait(self._loops, timeout=5)
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=5)
         for adapter in self.adapters.values():

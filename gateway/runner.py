@@ -20,7 +20,7 @@ import structlog
 
 from gateway.adapter import Adapter
 from gateway.envelope import Envelope
-from gateway.events import Finished, RunEvent, Started
+from gateway.events import Finished, RunEvent, Started, VariablesEvent
 from gateway.experts import Decision, Expert, TurnInput, build_expert
 from gateway.progress import Progress
 from gateway.render import CardRenderer
@@ -282,6 +282,16 @@ class Runner:
                 },
                 at_ms=self.clock(),
             )
+            snap = json.loads(snap_json) if bound_digest == digest else None
+            if snap is not None:
+                await self.records.apply_variables(
+                    session_id,
+                    [
+                        (d["name"], "default", d["default"])
+                        for d in _declared(snap)
+                        if d.get("default") is not None
+                    ],
+                )
         if bound_digest == digest:
             if digest not in self._known_snapshots:
                 await self.store.put_snapshot(digest, snap_json)
@@ -327,6 +337,9 @@ class Runner:
         thread = binding.get("threadId") or None
         variables = self._variables(snapshot, last, thread or session_id)
         memory = await self.records.memory(integ.id, last.chat.id)
+        conversation_vars = await self.records.conversation_variables(session_id)
+        for name, value in conversation_vars.items():
+            variables[f"var.{name}"] = value if isinstance(value, str) else json.dumps(value)
         if memory:
             variables["memory.rules"] = "\n".join(
                 f"{i}. {item['text']}" for i, item in enumerate(memory, 1)
@@ -344,6 +357,7 @@ class Runner:
             thread_id=last.chat.thread_id,
             attachments=tuple(a.model_dump(by_alias=True) for e in items for a in e.attachments),
             variables=variables,
+            state=dict(conversation_vars),
             expert_thread_id=thread,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
@@ -355,7 +369,7 @@ class Runner:
         # After the first card: the session's variables as this turn sees them (admin API).
         await self.records.set_variables(session_id, variables)
         final = await self._drive(
-            claim, expert.run(turn_input), progress, renderer, expert, turn_input
+            claim, expert.run(turn_input), progress, renderer, expert, turn_input, snapshot
         )
         if final.status == "waiting":
             interrupt = {
@@ -422,7 +436,7 @@ class Runner:
         )
         await renderer.start(progress)
         stream = expert.resume(turn_input, decision, {"text": interrupt["text"]})
-        final = await self._drive(claim, stream, progress, renderer, expert, turn_input)
+        final = await self._drive(claim, stream, progress, renderer, expert, turn_input, snapshot)
         log.info("resumed turn finished", decision=decision, status=final.status)
         return session_id
 
@@ -445,9 +459,11 @@ class Runner:
         renderer: CardRenderer,
         expert: Expert,
         turn: TurnInput,
+        snapshot: dict[str, Any],
     ) -> Progress:
         """Fold the expert's events into Progress and the renderer; the final state always lands."""
         state = progress
+        declared = _declared(snapshot)
 
         async def consume() -> Progress:
             nonlocal state
@@ -460,6 +476,12 @@ class Runner:
                     # The backend's conversation lives as long as the session (DESIGN.md §6).
                     await self.store.set_binding_fields(
                         claim.conversation, turn.session_id, threadId=event.thread_id
+                    )
+                if isinstance(event, VariablesEvent) and event.values:
+                    reducers = {d["name"]: d.get("reducer", "replace") for d in declared}
+                    await self.records.apply_variables(
+                        turn.session_id,
+                        [(k, reducers.get(k, "replace"), v) for k, v in event.values.items()],
                     )
                 state = state.apply(event)
                 renderer.push(state)
@@ -511,6 +533,11 @@ class Runner:
             claim, adapter, last, integ.update_interval_ms, claim.turn.get("card"), claim.turn_id
         )
         await renderer.close(final)
+
+
+def _declared(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """Conversation variables declared by the session's integration and expert."""
+    return [*snapshot["integration"].get("variables", []), *snapshot["expert"].get("variables", [])]
 
 
 def _is_finished(event: RunEvent) -> bool:

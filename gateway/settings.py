@@ -119,6 +119,7 @@ class XpertExpertSettings(GatewayModel):
         120, gt=0, description="A stream silent this long ends the turn with an error"
     )
     show_reasoning: bool = False
+    variables: list[VariableDecl] = Field(default_factory=list)
 
     @field_validator("base_url")
     @classmethod
@@ -144,6 +145,7 @@ class OpenAIExpertSettings(GatewayModel):
     vision: bool = Field(False, description="Pass image attachments to the model")
     timeout_seconds: float = Field(120, gt=0)
     retries: int = Field(2, ge=0, le=10, description="Retries of 429 / 5xx / connect errors")
+    variables: list[VariableDecl] = Field(default_factory=list)
 
     @field_validator("base_url")
     @classmethod
@@ -172,6 +174,23 @@ def expert_from_snapshot(snapshot: dict[str, Any], current: AnyExpert | None) ->
             if isinstance(value, SecretStr):
                 data[field.alias or name] = value.get_secret_value()
     return EXPERTS.validate_python(data)
+
+
+class VariableDecl(GatewayModel):
+    """A conversation variable: kept with the session, written back by the expert."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    type: Literal["string", "number", "boolean", "array", "object"] = "string"
+    default: Any = None
+    reducer: Literal["replace", "append", "merge"] = "replace"
+
+    @model_validator(mode="after")
+    def _reducer_fits(self) -> VariableDecl:
+        if self.reducer == "append" and self.type != "array":
+            raise ValueError("reducer append needs type array")
+        if self.reducer == "merge" and self.type != "object":
+            raise ValueError("reducer merge needs type object")
+        return self
 
 
 class Route(GatewayModel):
@@ -215,6 +234,9 @@ class IntegrationBase(GatewayModel):
     language: str | None = None
     timezone: str | None = None
     store_raw: bool = Field(False, description="Keep the platform payload with stored envelopes")
+    variables: list[VariableDecl] = Field(
+        default_factory=list, description="Conversation variables (also declarable per expert)"
+    )
     memory_admins: list[str] = Field(
         default_factory=list,
         description="Sender ids allowed to /remember and /forget; empty: everyone in the chat",
@@ -405,6 +427,7 @@ def snapshot_of(integration: IntegrationBase, expert: AnyExpert, xpert_id: str) 
             mode="json",
             by_alias=True,
             include={
+                "variables",
                 "id",
                 "platform",
                 "session_timeout_seconds",

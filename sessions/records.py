@@ -24,6 +24,32 @@ class RecordStore:
             await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms, nx=True)
         )
 
+    async def renew(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
+        """Extend the expiry only while the record still holds ``value`` (an owner lease),
+        atomically; False when it expired or someone else holds it."""
+        return bool(
+            await self.redis.eval(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end",
+                1,
+                self.keys.record(namespace, key),
+                value,
+                ttl_ms,
+            )
+        )
+
+    async def release(self, namespace: str, key: str, value: str) -> bool:
+        """Delete the record only while it still holds ``value``, atomically."""
+        return bool(
+            await self.redis.eval(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                "return redis.call('DEL', KEYS[1]) else return 0 end",
+                1,
+                self.keys.record(namespace, key),
+                value,
+            )
+        )
+
     async def get(self, namespace: str, key: str) -> str | None:
         return cast(str | None, await self.redis.get(self.keys.record(namespace, key)))
 

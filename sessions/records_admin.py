@@ -32,6 +32,9 @@ class SessionRecords:
         self._forget = client.register_script(
             resources.files("sessions").joinpath("lua", "forget.lua").read_text("utf-8")
         )
+        self._vars = client.register_script(
+            resources.files("sessions").joinpath("lua", "vars_apply.lua").read_text("utf-8")
+        )
 
     # --- sessions --------------------------------------------------------------------------
     async def opened(self, session_id: str, fields: dict[str, str], *, at_ms: int) -> None:
@@ -62,6 +65,21 @@ class SessionRecords:
             pipe.hset(key, mapping=cast(dict[Any, Any], values))
             pipe.pexpire(key, self.retention_ms)
             await pipe.execute()
+
+    async def apply_variables(self, session_id: str, writes: list[tuple[str, str, Any]]) -> None:
+        """Conversation variables ``(name, reducer, value)``: replace | append | merge, or
+        default (set only if unset); applied in one atomic step."""
+        if not writes:
+            return
+        args: list[Any] = [self.retention_ms]
+        for name, reducer, value in writes:
+            args += [name, reducer, json.dumps(value, ensure_ascii=False)]
+        await self._vars(keys=[self.keys.session_variables(session_id)], args=args)
+
+    async def conversation_variables(self, session_id: str) -> dict[str, Any]:
+        """The ``var.*`` values, decoded."""
+        values = await self.variables(session_id)
+        return {k[4:]: json.loads(v) for k, v in values.items() if k.startswith("var.")}
 
     async def variables(self, session_id: str) -> dict[str, str]:
         key = self.keys.session_variables(session_id)

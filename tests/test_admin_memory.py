@@ -115,3 +115,44 @@ async def test_admin_api_refuses_bad_tokens_and_unknown_sessions(
     plain = await make_gateway(base_config(prefix))
     async with aiohttp.ClientSession() as http, http.get(plain.base + "/v1.0/audit") as resp:
         assert resp.status == 404 and (await resp.json())["code"] == "admin_disabled"
+
+
+async def test_conversation_variables_defaults_reducers_and_write_back(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    cfg = config(prefix)
+    cfg["integrations"][0]["variables"] = [
+        {"name": "topic", "type": "string", "default": "none"},
+        {"name": "notes", "type": "array", "default": [], "reducer": "append"},
+        {"name": "profile", "type": "object", "default": {"tier": "free"}, "reducer": "merge"},
+    ]
+    console = await make_gateway(cfg)
+    await console.send("hi [set topic=refunds] [set notes=first]")
+    await console.wait_cards()
+    await console.send("again [set notes=second] [set topic=billing]")
+    await console.wait_cards(count=2)
+    _status, body = await admin(
+        console, "GET", "/v1.0/sessions", integrationId="console", chatId="dm-alice"
+    )
+    sid = body["result"][0]["sessionId"]
+    _, body = await admin(console, "GET", f"/v1.0/sessions/{sid}/variables", prefix="var.")
+    values = {v["variable_key"]: v["variable_value"] for v in body["result"]}
+    assert values == {
+        "var.topic": "billing",
+        "var.notes": ["first", "second"],
+        "var.profile": {"tier": "free"},
+    }
+
+
+def test_reducers_must_fit_the_type() -> None:
+    from gateway.cli import settings_model
+    from gateway.settings import ConfigError, load_settings
+
+    cfg = config("x")
+    cfg["integrations"][0]["variables"] = [{"name": "n", "type": "string", "reducer": "append"}]
+    try:
+        load_settings(cfg, model=settings_model(), env={})
+    except ConfigError as exc:
+        assert any("reducer append needs type array" in p for p in exc.problems)
+    else:
+        raise AssertionError("accepted an append reducer on a string")

@@ -262,3 +262,19 @@ async def test_records_expire_claim_once_and_count_up(
     assert [await records.incr("cardkit", "card-1", ttl_ms=60_000) for _ in range(3)] == [1, 2, 3]
     await records.delete("lark", "token")
     assert await records.get("lark", "token") is None
+
+
+async def test_record_leases_renew_and_release_only_for_their_holder(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    from sessions import RecordStore
+
+    records = RecordStore(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    assert await records.put_new("wecom", "owner", "a", ttl_ms=1000)
+    assert await records.renew("wecom", "owner", "a", ttl_ms=60_000)
+    assert await redis_client.pttl(f"{prefix}:rec:wecom:owner") > 1000
+    assert not await records.renew("wecom", "owner", "b", ttl_ms=60_000)
+    assert not await records.release("wecom", "owner", "b")
+    assert await records.get("wecom", "owner") == "a"
+    assert await records.release("wecom", "owner", "a")
+    assert await records.get("wecom", "owner") is None

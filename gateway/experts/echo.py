@@ -6,14 +6,24 @@ Input containing ``[confirm]`` raises an interrupt; Confirm carries on, Reject s
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.events import Finished, Interrupt, RunEvent, Started, StepEvent, TextDelta
+from gateway.events import (
+    Finished,
+    Interrupt,
+    RunEvent,
+    Started,
+    StepEvent,
+    TextDelta,
+    VariablesEvent,
+)
 from gateway.experts.base import Decision, Expert, TurnInput
 from gateway.settings import EchoExpertSettings
 
 CONFIRM_MARKER = "[confirm]"
+SET_MARKER = re.compile(r"\[set ([A-Za-z_]\w*)=([^\]]*)\]")
 
 
 class EchoExpert(Expert):
@@ -53,6 +63,9 @@ class EchoExpert(Expert):
             return
         async for ev in self._steps(titles, "s"):
             yield ev
+        writes = dict(SET_MARKER.findall(turn.text))
+        if writes:  # "[set name=value]" writes conversation variables back, like an agent would
+            yield VariablesEvent(values=writes)
         async for ev in self._stream(self.reply_for(turn.text)):
             yield ev
         yield Finished("success")
