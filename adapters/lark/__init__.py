@@ -1,0 +1,124 @@
+"""Lark / Feishu: webhook or long connection in, live cards and button callbacks out (issue 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from adapters.lark.api import LarkApi
+from adapters.lark.inbound import LarkInbound, setup_routes
+from adapters.lark.outbound import LarkOutbound
+from adapters.lark.settings import LarkIntegration
+from gateway.adapter import Adapter, AdapterContext, LiveAdapters
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from gateway.settings import IntegrationBase
+
+log = structlog.get_logger("adapters.lark")
+
+
+class LarkAdapter(Adapter):
+    settings: LarkIntegration
+
+    def __init__(self, *, settings: LarkIntegration, context: AdapterContext) -> None:
+        super().__init__(settings=settings, context=context)
+        self.api = LarkApi(
+            base_url=settings.api_base,
+            app_id=settings.app_id,
+            app_secret=settings.app_secret.get_secret_value(),
+        )
+        self.inbound = LarkInbound(settings=settings, adapter=self)
+        self.outbound = LarkOutbound(settings=settings, api=self.api, records=context.records)
+        self.bot_open_id: str | None = None
+        self.bot_error = ""
+        self._bot_task: asyncio.Task[None] | None = None
+        self.connection: Any = None  # adapters.lark.connection.LongConnection, when configured
+
+    async def start(self) -> None:
+        """Learn the bot's own open_id (pitfalls #11), then open the long connection if any."""
+        if not await self._fetch_bot():
+            self._bot_task = asyncio.create_task(
+                self._retry_bot(), name=f"lark-bot:{self.settings.id}"
+            )
+        if self.settings.connection_mode == "long_connection":
+            from adapters.lark.connection import LongConnection
+
+            self.connection = LongConnection(
+                settings=self.settings, inbound=self.inbound, loop=asyncio.get_running_loop()
+            )
+            self.connection.start()
+
+    async def _fetch_bot(self) -> bool:
+        try:
+            bot = await self.api.bot_info()
+        except Exception as exc:
+            self.bot_error = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "lark bot info unavailable", integration_id=self.settings.id, error=str(exc)
+            )
+            return False
+        self.bot_open_id = str(bot.get("open_id") or "") or None
+        self.bot_error = "" if self.bot_open_id else "bot info has no open_id"
+        log.info(
+            "lark bot identified", integration_id=self.settings.id, known=bool(self.bot_open_id)
+        )
+        return self.bot_open_id is not None
+
+    async def _retry_bot(self) -> None:
+        delay = 1.0
+        while not await self._fetch_bot():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 60.0)
+
+    async def stop(self) -> None:
+        if self._bot_task is not None:
+            self._bot_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._bot_task
+        if self.connection is not None:
+            await asyncio.to_thread(self.connection.stop)
+        await self.api.close()
+
+    def readiness(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "ready": self.bot_open_id is not None,
+            "mode": self.settings.connection_mode,
+            "botIdentified": self.bot_open_id is not None,
+        }
+        if self.bot_error:
+            state["error"] = self.bot_error
+        if self.connection is not None:
+            state["connection"] = self.connection.state
+            state["ready"] = state["ready"] and self.connection.state == "connected"
+        return state
+
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
+        return await self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        await self.outbound.update_card(reply_to, handle, progress)
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
+
+
+class LarkAdapterFactory:
+    platform = "lark"
+    settings_model: type[IntegrationBase] = LarkIntegration
+
+    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter:
+        assert isinstance(settings, LarkIntegration)
+        return LarkAdapter(settings=settings, context=context)
+
+    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
+        setup_routes(app, LiveAdapters(adapters, LarkAdapter))
+
+
+__all__ = ["LarkAdapter", "LarkAdapterFactory", "LarkIntegration"]

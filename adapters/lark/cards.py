@@ -1,0 +1,135 @@
+"""Progress -> Lark card JSON 2.0 (platforms.md §1.9) and callback toasts (§1.10).
+
+Card JSON 2.0 rejects unknown attributes, so only documented fields are used. Element ids are
+letters, digits and underscores, at most 20 characters. A card and a post are limited to 30 KB,
+so the answer shown in a card is capped and the rest is sent as follow-up text (pitfalls #5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.progress import Progress
+
+ANSWER_ELEMENT = "answer"
+# Bytes of answer kept in one card: the 30 KB limit also has to hold the escaped JSON around it.
+CARD_ANSWER_BYTES = 20_000
+TEXT_PART_BYTES = 60_000  # text messages may be 150 KB; stay well below
+
+TEMPLATES = {
+    "running": "blue",
+    "waiting": "orange",
+    "done": "green",
+    "error": "red",
+    "cancelled": "grey",
+    "ended": "grey",
+}
+STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌"}
+TOASTS = {
+    "stop": ("info", "Stopping…"),
+    "new": ("success", "Starting a new conversation"),
+    "confirm": ("success", "Confirmed"),
+    "reject": ("info", "Rejected"),
+}
+CONTINUED = "\n\n_(continued below)_"
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Parts of at most ``limit`` UTF-8 bytes, cut at a line break where one is near."""
+    parts: list[str] = []
+    rest = text
+    while len(rest.encode()) > limit:
+        cut = len(rest.encode()[:limit].decode(errors="ignore"))
+        nl = rest.rfind("\n", 0, cut)
+        if nl > cut // 2:
+            cut = nl + 1
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    parts.append(rest)
+    return parts
+
+
+def answer_parts(answer: str) -> list[str]:
+    """The card's share of the answer first, then the follow-up text parts."""
+    first, *more = split_text(answer, CARD_ANSWER_BYTES)
+    if not more:
+        return [first]
+    return [first, *split_text("".join(more), TEXT_PART_BYTES)]
+
+
+def card_answer(progress: Progress) -> str:
+    """The answer element's text: what fits in the card, or a placeholder while empty."""
+    parts = answer_parts(progress.answer)
+    if len(parts) > 1:
+        return parts[0] + CONTINUED
+    if parts[0]:
+        return parts[0]
+    return "…" if progress.status == "running" else " "
+
+
+def _steps(progress: Progress) -> str:
+    lines = [f"{STEP_ICONS.get(s.status, '•')} {s.title}" for s in progress.steps]
+    for tool in progress.tools:
+        icon = STEP_ICONS.get(tool.status, "•")
+        detail = f": {tool.detail}" if tool.detail else ""
+        lines.append(f"{icon} 🔧 {tool.title}{detail[:200]}")
+    return "\n".join(lines)
+
+
+def button_value(progress: Progress, action_id: str, chat_type: str) -> dict[str, str]:
+    """Every click must bring back its conversation and turn (the contract of action envelopes)."""
+    return {
+        "conversation": progress.conversation,
+        "turnId": progress.turn_id,
+        "action": action_id,
+        "chatType": chat_type,
+    }
+
+
+def render_card(progress: Progress, *, chat_type: str, streaming: bool = False) -> dict[str, Any]:
+    elements: list[dict[str, Any]] = []
+    steps = _steps(progress)
+    if steps:
+        elements.append({"tag": "markdown", "element_id": "steps", "content": steps})
+    elements.append(
+        {"tag": "markdown", "element_id": ANSWER_ELEMENT, "content": card_answer(progress)}
+    )
+    if progress.error:
+        elements.append(
+            {"tag": "markdown", "element_id": "error", "content": f"**Error:** {progress.error}"}
+        )
+    for button in progress.buttons:
+        elements.append(
+            {
+                "tag": "button",
+                "element_id": f"btn_{button.action_id}"[:20],
+                "type": button.style,
+                "text": {"tag": "plain_text", "content": button.label},
+                "behaviors": [
+                    {
+                        "type": "callback",
+                        "value": button_value(progress, button.action_id, chat_type),
+                    }
+                ],
+            }
+        )
+    config: dict[str, Any] = {"update_multi": True, "summary": {"content": progress.title}}
+    if streaming:
+        config["streaming_mode"] = True
+    return {
+        "schema": "2.0",
+        "config": config,
+        "header": {
+            "title": {"tag": "plain_text", "content": progress.title},
+            "template": TEMPLATES.get(progress.status, "blue"),
+        },
+        "body": {"elements": elements},
+    }
+
+
+def toast(action_id: str, *, duplicate: bool = False) -> dict[str, Any]:
+    """The callback answer (within Lark's 3 s); the card itself changes through the renderer."""
+    kind, text = TOASTS.get(action_id, ("info", "OK"))
+    if duplicate:
+        kind, text = "info", "Already received"
+    return {"toast": {"type": kind, "content": text, "i18n": {"en_us": text}}}

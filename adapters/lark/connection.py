@@ -1,0 +1,158 @@
+"""The long connection (platforms.md §1.6): lark-oapi's WebSocket client in its own thread.
+
+The SDK runs on a module-level event loop and calls the event handler synchronously inside it.
+So each connection gets a thread with its own loop (the SDK's ``loop`` global is pointed at
+"whichever loop is running", which lets several integrations each have a thread), and the
+handler hands each payload to the daemon's loop and waits for intake there: the SDK acks the
+frame only when the handler returns, so an event is acked only once it is durable. A handler
+that fails (storage down, shutting down) makes the SDK answer 500 and Lark re-pushes.
+The SDK reconnects by itself with the interval and jitter the server configures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+import warnings
+from typing import Any, Literal
+
+import structlog
+
+from adapters.lark.inbound import LarkInbound, Rejected
+from adapters.lark.settings import LarkIntegration
+
+log = structlog.get_logger("adapters.lark")
+
+State = Literal["connecting", "connected", "retrying", "failed", "stopped"]
+HANDLER_TIMEOUT_S = 2.5  # Lark wants an answer within 3 s
+
+
+class _RunningLoop:
+    """Stands in for the SDK's module-level loop: tasks go to the loop running them."""
+
+    def create_task(self, coro: Any) -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
+
+
+def sdk_client() -> Any:
+    """The SDK's ws client module, its module-level loop replaced (see the module doc)."""
+    with warnings.catch_warnings():  # the SDK calls get_event_loop() at import time
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import lark_oapi.ws.client as ws_client
+    old = ws_client.loop
+    ws_client.loop = _RunningLoop()
+    # The loop the SDK made at import time is never run; close it rather than leak it.
+    if isinstance(old, asyncio.AbstractEventLoop) and not old.is_running():
+        old.close()
+    return ws_client
+
+
+class _Bridge:
+    """What the SDK calls an event handler: payload bytes in, callback answer out."""
+
+    def __init__(self, conn: LongConnection) -> None:
+        self.conn = conn
+
+    def _do_without_validation(self, payload: bytes) -> dict[str, Any] | None:
+        data = json.loads(payload)
+        if not isinstance(data, dict):
+            raise ValueError("event payload is not an object")
+        future = asyncio.run_coroutine_threadsafe(
+            self.conn.inbound.dispatch(data), self.conn.daemon_loop
+        )
+        try:
+            answer = future.result(timeout=HANDLER_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+        except Rejected as exc:
+            if exc.status >= 500:
+                raise
+            log.info("lark event rejected", reason=exc.reason)  # re-pushing would not help
+            return None
+        self.conn.acked += 1
+        return answer or None
+
+
+class LongConnection:
+    def __init__(
+        self,
+        *,
+        settings: LarkIntegration,
+        inbound: LarkInbound,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.settings = settings
+        self.inbound = inbound
+        self.daemon_loop = loop
+        self.state: State = "connecting"
+        self.acked = 0
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"lark-ws:{self.settings.id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the socket and end the thread (called from a worker thread at shutdown)."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.state = "stopped"
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception:
+            log.exception("lark long connection thread failed", integration_id=self.settings.id)
+            self.state = "failed"
+
+    def _set(self, state: State) -> None:
+        if state != self.state:
+            log.info("lark long connection", integration_id=self.settings.id, state=state)
+        self.state = state
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        sdk = sdk_client()
+        client = sdk.Client(
+            self.settings.app_id,
+            self.settings.app_secret.get_secret_value(),
+            event_handler=_Bridge(self),
+            domain=self.settings.api_base,
+            auto_reconnect=True,
+        )
+        client.on_reconnecting = lambda: self._set("retrying")
+        client.on_reconnected = lambda: self._set("connected")
+        connect = asyncio.create_task(self._connect(client, sdk))
+        await self._stop.wait()
+        client._auto_reconnect = False
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await client._disconnect()
+        connect.cancel()
+
+    async def _connect(self, client: Any, sdk: Any) -> None:
+        try:
+            await client._connect()
+        except sdk.ClientException as exc:  # bad credentials, too many connections: fatal
+            log.error("lark long connection refused", error=str(exc))
+            self._set("failed")
+            return
+        except Exception as exc:
+            log.warning("lark long connection failed; retrying", error=str(exc))
+            self._set("retrying")
+            await client._reconnect()
+        self._set("connected")
+        asyncio.get_running_loop().create_task(client._ping_loop())

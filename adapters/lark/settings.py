@@ -1,0 +1,70 @@
+"""Lark / Feishu integration options (platforms.md §1; the XpertAI Lark plugin's option names)."""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from gateway.settings import IntegrationBase
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class LarkIntegration(IntegrationBase):
+    """A Lark or Feishu custom app bot."""
+
+    platform: Literal["lark"]
+    app_id: str = Field(min_length=1, description="App ID (cli_…)")
+    app_secret: SecretStr = Field(description="App Secret")
+    verification_token: SecretStr | None = Field(
+        None, description="Verification Token of the event subscription (required for webhooks)"
+    )
+    encrypt_key: SecretStr | None = Field(
+        None, description="Encrypt Key: webhook bodies are AES-encrypted and signed when set"
+    )
+    connection_mode: Literal["webhook", "long_connection"] = Field(
+        "webhook",
+        description="webhook: Lark POSTs to us; long_connection: we dial Lark's WebSocket",
+    )
+    api_base: str = Field(
+        "https://open.feishu.cn",
+        description="OpenAPI origin: https://open.feishu.cn, https://open.larksuite.com, or a fake",
+    )
+    card_mode: Literal["patch", "cardkit"] = Field(
+        "patch", description="patch: update the card message; cardkit: CardKit streaming"
+    )
+    typing_reaction: bool = Field(
+        True, description="Put a 'Typing' reaction on the user's message while the bot works"
+    )
+    timestamp_tolerance_seconds: int = Field(
+        300, ge=1, le=86_400, description="Webhooks whose request timestamp is further off are 401"
+    )
+
+    @field_validator("api_base")
+    @classmethod
+    def _origin(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.path not in ("", "/")
+        ):
+            raise ValueError("apiBase must be an origin like https://open.feishu.cn (no path)")
+        if parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
+            raise ValueError("apiBase may use plain http only for a local fake (127.0.0.1)")
+        return value.rstrip("/")
+
+    @field_validator("app_secret", "verification_token", "encrypt_key")
+    @classmethod
+    def _not_empty(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _webhook_needs_token(self) -> LarkIntegration:
+        if self.connection_mode == "webhook" and self.verification_token is None:
+            raise ValueError("a webhook integration needs verificationToken")
+        return self

@@ -1,0 +1,259 @@
+"""Lark webhook ingest benchmark (issue 3): signed, encrypted ``im.message.receive_v1`` POSTs.
+
+Three servers, each its own process on 127.0.0.1, get the same pre-built payloads at rising
+concurrency: the daemon (``python -m gateway run``: verify, decrypt, parse, dedup, store, ack),
+a bare aiohttp handler answering ``{}``, and lark-oapi's ``EventDispatcherHandler`` (verify,
+decrypt, parse, no storage) inside aiohttp. Turns are held back (a long summary window) so the
+daemon's figure is intake alone. Prints ONE JSON line: events/s per server and concurrency, the
+ratio to bare aiohttp, and p50/p99 ack latency.
+
+Usage: python bench/lark_ingest.py [--events 3000] [--concurrency 1,16,64]
+       python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
+REDIS_URL defaults to redis://127.0.0.1:6379/0; the bench's keys are deleted on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fakes.lark import FakeLark  # noqa: E402
+from tests.helpers import DaemonProcess, free_port  # noqa: E402
+from tests.lark_support import (  # noqa: E402
+    ENCRYPT_KEY,
+    INTEGRATION,
+    TOKEN,
+    bot_mention,
+    lark_integration,
+    message_event,
+    sealed,
+)
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def payloads(n: int) -> list[tuple[bytes, dict[str, str]]]:
+    out = []
+    for i in range(n):
+        event = message_event(
+            f"@_user_1 question {i}",
+            chat_id=f"oc_bench{i % 200}",
+            chat_type="group",
+            message_id=f"om_{uuid.uuid4().hex[:16]}",
+            mentions=[bot_mention()],
+        )
+        out.append(sealed(event))
+    return out
+
+
+# --- the two comparison servers (run as subprocesses of this script) -------------------------
+def serve(kind: str, port: int) -> None:
+    from aiohttp import web
+
+    if kind == "bare":
+
+        async def handle(request: web.Request) -> web.Response:
+            await request.read()
+            return web.json_response({})
+
+    else:
+        import lark_oapi as lark
+        from lark_oapi.core.model import RawRequest
+
+        def on_message(data: Any) -> None:
+            return None
+
+        dispatcher = (
+            lark.EventDispatcherHandler.builder(ENCRYPT_KEY, TOKEN)
+            .register_p2_im_message_receive_v1(on_message)
+            .build()
+        )
+
+        async def handle(request: web.Request) -> web.Response:
+            raw = RawRequest()
+            raw.uri = request.path
+            raw.body = await request.read()
+            raw.headers = dict(request.headers)
+            resp = dispatcher.do(raw)
+            return web.Response(status=resp.status_code, body=resp.content)
+
+    app = web.Application()
+    app.router.add_post("/api/lark/webhook/{integrationId}", handle)
+    import uvloop
+
+    uvloop.run(web._run_app(app, host="127.0.0.1", port=port, print=None))
+
+
+async def wait_up(port: int, deadline_s: float = 20) -> None:
+    deadline = time.monotonic() + deadline_s
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.post(f"http://127.0.0.1:{port}/api/lark/webhook/x", data=b"{}"):
+                    return
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"server on {port} did not come up")
+
+
+# --- load --------------------------------------------------------------------------------
+async def drive(
+    port: int, items: list[tuple[bytes, dict[str, str]]], concurrency: int
+) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}/api/lark/webhook/{INTEGRATION}"
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    queue = list(reversed(items))
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=conn) as http:
+
+        async def worker() -> None:
+            while queue:
+                body, headers = queue.pop()
+                t0 = time.perf_counter()
+                async with http.post(url, data=body, headers=headers) as resp:
+                    await resp.read()
+                latencies.append((time.perf_counter() - t0) * 1000)
+                statuses[resp.status] = statuses.get(resp.status, 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "events_s": round(len(items) / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+        "statuses": statuses,
+    }
+
+
+async def run(events: int, levels: list[int]) -> dict[str, Any]:
+    fake = FakeLark()
+    await fake.start()
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    integ = lark_integration(fake, summaryWindowSeconds=600, maxWindowSeconds=600)
+    config = {
+        "redis": {"url": REDIS_URL, "keyPrefix": prefix},
+        "logging": {"level": "warning", "format": "json"},
+        "experts": [{"id": "echo", "kind": "echo"}],
+        "integrations": [integ],
+    }
+    results: dict[str, Any] = {"events_per_level": events, "levels": levels, "servers": {}}
+    procs: list[asyncio.subprocess.Process] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        daemon = DaemonProcess(config, Path(tmp), "lark-bench")
+        try:
+            await daemon.start()
+            ports = {"daemon": daemon.port}
+            for kind in ("bare", "lark_oapi"):
+                port = free_port()
+                cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
+                procs.append(
+                    await asyncio.create_subprocess_exec(
+                        *cmd, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL
+                    )
+                )
+                await wait_up(port)
+                ports[kind] = port
+            for name, port in ports.items():
+                await drive(port, payloads(200), 8)  # warm-up
+                results["servers"][name] = {
+                    str(c): await drive(port, payloads(events), c) for c in levels
+                }
+                log(f"{name}: {results['servers'][name]}")
+        finally:
+            await daemon.stop()
+            for proc in procs:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 10)
+            await fake.stop()
+            client = aioredis.Redis.from_url(REDIS_URL)
+            async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                await client.delete(key)
+            await client.aclose()
+    bare = results["servers"]["bare"]
+    results["ratio_to_bare"] = {
+        name: {c: round(r[c]["events_s"] / bare[c]["events_s"], 2) for c in r}
+        for name, r in results["servers"].items()
+    }
+    return results
+
+
+async def profile(events: int) -> None:
+    """cProfile of the daemon's webhook path in this process (handler, verify, ingest)."""
+    import cProfile
+    import pstats
+
+    from gateway.logging import configure_logging
+    from tests.helpers import InProcessGateway
+
+    configure_logging("warning", "json")
+    fake = FakeLark()
+    await fake.start()
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    integ = lark_integration(fake, summaryWindowSeconds=600, maxWindowSeconds=600)
+    config = {
+        "redis": {"url": REDIS_URL, "keyPrefix": prefix},
+        "logging": {"level": "warning", "format": "json"},
+        "experts": [{"id": "echo", "kind": "echo"}],
+        "integrations": [integ],
+    }
+    gw = InProcessGateway(config)
+    await gw.start()
+    items = payloads(events)
+    prof = cProfile.Profile()
+    prof.enable()
+    await drive(gw.port, items, 16)
+    prof.disable()
+    await gw.stop()
+    await fake.stop()
+    client = aioredis.Redis.from_url(REDIS_URL)
+    async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        await client.delete(key)
+    await client.aclose()
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=3000)
+    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--serve", choices=["bare", "lark_oapi"])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port)
+        return
+    if args.profile:
+        asyncio.run(profile(args.events))
+        return
+    levels = [int(c) for c in args.concurrency.split(",")]
+    print(json.dumps(asyncio.run(run(args.events, levels))))
+
+
+if __name__ == "__main__":
+    main()

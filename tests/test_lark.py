@@ -1,0 +1,332 @@
+"""Lark end to end: signed, encrypted webhooks through the daemon (real Redis, echo expert) to the
+fake Lark OpenAPI; verification failures; dedup; callbacks; rate limits; CardKit (issue 3)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.conftest import eventually
+from tests.fakes.lark import FakeLark
+from tests.helpers import InProcessGateway
+from tests.lark_support import (
+    INTEGRATION,
+    TOKEN,
+    LarkHarness,
+    bot_mention,
+    card_click,
+    lark_config,
+    message_event,
+    sealed,
+)
+
+SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 150, "charDelayMs": 25, "chunkChars": 1}
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeLark]:
+    server = FakeLark()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def make_lark(
+    fake: FakeLark, prefix: str, redis_client: aioredis.Redis
+) -> AsyncIterator[Callable[..., Any]]:
+    started: list[LarkHarness] = []
+
+    async def factory(*, slow: bool = False, **options: Any) -> LarkHarness:
+        config = lark_config(prefix, fake, **options)
+        if slow:
+            config["experts"] = [SLOW_ECHO]
+        gw = InProcessGateway(config)
+        await gw.start()
+        harness = LarkHarness(fake, gw)
+        started.append(harness)
+        return harness
+
+    yield factory
+    for harness in started:
+        await harness.close()
+
+
+@pytest.fixture
+async def lark(make_lark: Callable[..., Any]) -> LarkHarness:
+    harness: LarkHarness = await make_lark()
+    return harness
+
+
+def reply_to(fake: FakeLark, message_id: str) -> list[str]:
+    return [m["message_id"] for m in fake.messages.values() if m["parent_id"] == message_id]
+
+
+def final_card(fake: FakeLark, message_id: str, title: str = "Done") -> Callable[[], Any]:
+    def check() -> Any:
+        replies = reply_to(fake, message_id)
+        if len(replies) != 1:
+            return None
+        card = fake.card_of(replies[0])
+        return card if card["header"]["title"]["content"] == title else None
+
+    return check
+
+
+def answer(card: dict[str, Any]) -> str:
+    return next(e["content"] for e in card["body"]["elements"] if e.get("element_id") == "answer")
+
+
+async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:
+    return [
+        k
+        async for k in redis_client.scan_iter(match=f"{prefix}:*")
+        if ":dedup" in k or ":burst" in k or ":turn" in k
+    ]
+
+
+async def test_signed_encrypted_message_gets_one_quoting_card_patched_to_done(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    event = message_event("hello there", message_id="om_user1")
+    status, body = await lark.post(event)
+    assert (status, body) == (200, {})
+    card = await eventually(final_card(fake, "om_user1"))
+    assert answer(card) == "You said:\n> hello there"
+    assert card["header"]["template"] == "green"
+    [reply] = fake.of("reply")
+    assert reply.path == "/open-apis/im/v1/messages/om_user1/reply"  # quotes the message
+    assert reply.body["msg_type"] == "interactive" and reply.body["uuid"]
+    assert fake.of("patch"), "the card is updated in place"
+    buttons = [e for e in card["body"]["elements"] if e["tag"] == "button"]
+    value = buttons[0]["behaviors"][0]["value"]
+    assert value["action"] == "new" and value["conversation"].startswith(INTEGRATION)
+    # The typing reaction was on the user's message while working, and is gone now.
+    [added] = fake.of("reaction_add")
+    assert added.path.endswith("/om_user1/reactions")
+    await eventually(lambda: fake.of("reaction_delete"))
+    assert fake.reactions == {}
+
+
+async def test_url_verification_encrypted_and_plain(
+    make_lark: Callable[..., Any], fake: FakeLark
+) -> None:
+    challenge = {"type": "url_verification", "challenge": "c-123", "token": TOKEN}
+    lark = await make_lark()
+    body, headers = sealed(challenge)
+    assert await lark.post_raw(body, headers) == (200, {"challenge": "c-123"})
+    unsigned = {"Content-Type": "application/json"}  # the SDK answers it on the token alone
+    assert await lark.post_raw(body, unsigned) == (200, {"challenge": "c-123"})
+    wrong = dict(challenge, token="nope")
+    assert (await lark.post_raw(*sealed(wrong)))[0] == 401
+    plain = await make_lark(encryptKey=None)
+    raw = json.dumps(challenge).encode()
+    assert await plain.post_raw(raw, {"Content-Type": "application/json"}) == (
+        200,
+        {"challenge": "c-123"},
+    )
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    ["signature", "token", "stale", "garbage", "not_json_inside", "unsigned", "wrong_key"],
+)
+async def test_bad_input_is_4xx_and_nothing_is_stored(
+    lark: LarkHarness, fake: FakeLark, redis_client: aioredis.Redis, prefix: str, tamper: str
+) -> None:
+    event = message_event("should not arrive")
+    if tamper == "signature":
+        body, headers = sealed(event)
+        headers["X-Lark-Signature"] = "0" * 64
+    elif tamper == "token":
+        body, headers = sealed(message_event("x", token="forged"))
+    elif tamper == "stale":
+        body, headers = sealed(event, timestamp=1_700_000_000)
+    elif tamper == "garbage":
+        body, headers = b"\x00not json{", {"Content-Type": "application/json"}
+    elif tamper == "not_json_inside":
+        body, headers = sealed(b"hello world")
+    elif tamper == "unsigned":
+        body, headers = sealed(event)
+        del headers["X-Lark-Signature"]
+    else:
+        body, headers = sealed(event, key="another key")
+    status, answer_body = await lark.post_raw(body, headers)
+    assert status in (400, 401) and "error" in answer_body
+    expected = 400 if tamper in ("garbage", "not_json_inside") else 401
+    assert status == expected
+    assert await stored_keys(redis_client, prefix) == []
+    assert fake.of("reply") == []
+
+
+async def test_unknown_integration_is_404(lark: LarkHarness) -> None:
+    body, headers = sealed(message_event())
+    async with lark.http.post(lark.url + "-nope", data=body, headers=headers) as resp:
+        assert resp.status == 404
+
+
+async def test_same_event_three_times_gets_one_reply(lark: LarkHarness, fake: FakeLark) -> None:
+    event = message_event("once only", message_id="om_dup")
+    for _ in range(3):
+        assert (await lark.post(event))[0] == 200
+    await eventually(final_card(fake, "om_dup"))
+    assert (await lark.post(event))[0] == 200  # a late retry after the turn
+    assert len(reply_to(fake, "om_dup")) == 1
+    assert len(fake.of("reply")) == 1
+
+
+async def test_group_message_needs_a_mention_of_this_bot(lark: LarkHarness, fake: FakeLark) -> None:
+    other = {"key": "@_user_2", "id": {"open_id": "ou_bob"}, "name": "Bob"}
+    quiet = message_event(
+        "@_user_2 lunch?", chat_id="oc_g1", chat_type="group", message_id="om_g0", mentions=[other]
+    )
+    assert (await lark.post(quiet))[0] == 200
+    asked = message_event(
+        "@_user_1 summarize for @_user_2",
+        chat_id="oc_g1",
+        chat_type="group",
+        message_id="om_g1",
+        mentions=[bot_mention(), other],
+    )
+    assert (await lark.post(asked))[0] == 200
+    card = await eventually(final_card(fake, "om_g1"))
+    assert answer(card) == "You said:\n> summarize for @Bob"
+    assert reply_to(fake, "om_g0") == []
+
+
+async def test_stop_click_cancels_the_run_with_a_toast(
+    make_lark: Callable[..., Any], fake: FakeLark
+) -> None:
+    lark = await make_lark(slow=True)
+    await lark.post(message_event("please write a long answer " * 3, message_id="om_s1"))
+
+    def stop_button() -> Any:
+        replies = reply_to(fake, "om_s1")
+        if not replies:
+            return None
+        card = fake.card_of(replies[0])
+        for el in card["body"]["elements"]:
+            if el["tag"] == "button" and el["behaviors"][0]["value"]["action"] == "stop":
+                return replies[0], el["behaviors"][0]["value"]
+        return None
+
+    card_id, value = await eventually(stop_button)
+    click = card_click(value, message_id=card_id, event_id="cb-stop-1")
+    status, body = await lark.post(click)
+    assert status == 200 and body["toast"]["content"] == "Stopping…"
+    status, again = await lark.post(click)
+    assert status == 200 and again["toast"]["content"] == "Already received"
+    card = await eventually(final_card(fake, "om_s1", "Stopped"))
+    assert card["header"]["template"] == "grey"
+
+
+async def test_new_click_ends_the_conversation(lark: LarkHarness, fake: FakeLark) -> None:
+    await lark.post(message_event("first", message_id="om_n1"))
+    card = await eventually(final_card(fake, "om_n1"))
+    [button] = [e for e in card["body"]["elements"] if e["tag"] == "button"]
+    click = card_click(button["behaviors"][0]["value"], message_id=reply_to(fake, "om_n1")[0])
+    status, body = await lark.post(click)
+    assert status == 200 and body["toast"]["type"] == "success"
+
+    def new_notice() -> Any:
+        return [
+            c
+            for c in fake.of("reply")
+            if c.body["msg_type"] == "text" and "new conversation" in c.body["content"]
+        ]
+
+    await eventually(new_notice)
+
+
+async def test_confirm_click_resumes_the_interrupted_run(lark: LarkHarness, fake: FakeLark) -> None:
+    await lark.post(message_event("[confirm] deploy", message_id="om_c1"))
+    card = await eventually(final_card(fake, "om_c1", "Please confirm: shall I go ahead?"))
+    values = {
+        e["behaviors"][0]["value"]["action"]: e["behaviors"][0]["value"]
+        for e in card["body"]["elements"]
+        if e["tag"] == "button"
+    }
+    assert set(values) == {"confirm", "reject"}
+    await eventually(lambda: fake.of("reaction_delete"))  # waiting for the user, not typing
+    click = card_click(values["confirm"], message_id=reply_to(fake, "om_c1")[0])
+    status, body = await lark.post(click)
+    assert status == 200 and body["toast"]["content"] == "Confirmed"
+    done = await eventually(final_card(fake, "om_c1"))
+    assert "deploy" in answer(done)
+    assert len(reply_to(fake, "om_c1")) == 1
+
+
+async def test_rate_limits_are_retried_and_the_final_state_lands(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    fake.fail("reply", status=429, code=99991400, times=2)
+    fake.fail("patch", code=230020, times=3)
+    await lark.post(message_event("busy day", message_id="om_r1"))
+    card = await eventually(final_card(fake, "om_r1"))
+    assert answer(card) == "You said:\n> busy day"
+    assert len(reply_to(fake, "om_r1")) == 1
+    assert len(fake.of("reply")) == 3  # two refused, one sent; uuid kept it single
+
+
+async def test_card_error_degrades_to_a_text_reply(lark: LarkHarness, fake: FakeLark) -> None:
+    fake.fail("reply", status=400, code=230099, times=1)
+    await lark.post(message_event("plain please", message_id="om_t1"))
+
+    def texts() -> list[str]:
+        return [
+            json.loads(fake.messages[m]["content"])["text"]
+            for m in reply_to(fake, "om_t1")
+            if fake.messages[m]["msg_type"] == "text"
+        ]
+
+    await eventually(lambda: "You said:\n> plain please" in texts())
+
+
+async def test_updates_stay_under_five_per_second_per_message(
+    make_lark: Callable[..., Any], fake: FakeLark
+) -> None:
+    lark = await make_lark(slow=True)
+    await lark.post(message_event("count the updates " * 4, message_id="om_q1"))
+    await eventually(final_card(fake, "om_q1"), timeout=20)
+    times = [c.at for c in fake.of("patch")]
+    assert len(times) >= 5
+    for i in range(len(times) - 5):
+        assert times[i + 5] - times[i] >= 0.99, "more than 5 updates within one second"
+
+
+async def test_cardkit_streams_with_strictly_increasing_sequence(
+    make_lark: Callable[..., Any], fake: FakeLark
+) -> None:
+    lark = await make_lark(slow=True, cardMode="cardkit")
+    await lark.post(message_event("stream this", message_id="om_k1"))
+    card = await eventually(final_card(fake, "om_k1"), timeout=20)
+    assert answer(card) == "You said:\n> stream this"
+    [entity] = fake.cards.values()
+    seqs = entity["sequences"]
+    assert seqs == sorted(set(seqs)) and entity["rejected"] == []
+    assert fake.of("card_content"), "the answer streamed into its element"
+    assert entity["streaming"] is False, "streaming mode closed at the end"
+    assert fake.of("patch") == []
+
+
+async def test_cardkit_failure_falls_back_to_message_cards(
+    lark: LarkHarness, fake: FakeLark, make_lark: Callable[..., Any]
+) -> None:
+    ck = await make_lark(cardMode="cardkit")
+    fake.fail("card_create", status=400, code=300100)
+    await ck.post(message_event("no cardkit today", message_id="om_k2"))
+    card = await eventually(final_card(fake, "om_k2"))
+    assert answer(card) == "You said:\n> no cardkit today"
+    assert fake.of("patch")
+
+
+async def test_readyz_shows_the_bot_identified(lark: LarkHarness) -> None:
+    url = f"http://127.0.0.1:{lark.gw.port}/readyz"
+    async with lark.http.get(url) as resp:
+        body = await resp.json()
+    assert resp.status == 200
+    assert body["checks"][INTEGRATION]["botIdentified"] is True

@@ -1,0 +1,103 @@
+"""Lark long connection: lark-oapi's WebSocket client against the fake server's protobuf frames;
+events are acked only after durable intake, callbacks answer with their toast (issue 3)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+
+from tests.conftest import eventually
+from tests.fakes.lark import FakeLark
+from tests.helpers import InProcessGateway
+from tests.lark_support import INTEGRATION, card_click, lark_config, message_event
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeLark]:
+    server = FakeLark()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def gateway(
+    fake: FakeLark, prefix: str, redis_client: aioredis.Redis
+) -> AsyncIterator[InProcessGateway]:
+    config = lark_config(
+        prefix, fake, connectionMode="long_connection", verificationToken=None, encryptKey=None
+    )
+    gw = InProcessGateway(config)
+    await gw.start()
+    yield gw
+    await gw.stop()
+
+
+async def readyz(gw: InProcessGateway) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{gw.port}/readyz") as resp:
+            body: dict[str, Any] = await resp.json()
+            return body
+
+
+async def test_event_over_the_long_connection_is_acked_after_intake_and_answered(
+    gateway: InProcessGateway, fake: FakeLark, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    await eventually(lambda: fake.sockets)
+    state = await eventually(readyz_connected(gateway))
+    assert state["checks"][INTEGRATION]["connection"] == "connected"
+    frame = await fake.push(message_event("over the socket", message_id="om_ws1"))
+    ack = await fake.wait_ack(frame)
+    assert ack["code"] == 200
+    # Acked means stored: the message's dedup record exists in Redis.
+    dedup = [k async for k in redis_client.scan_iter(match=f"{prefix}:*dedup*om_ws1")]
+    assert dedup
+
+    def done() -> Any:
+        replies = [m for m in fake.messages.values() if m["parent_id"] == "om_ws1"]
+        return (
+            replies
+            and fake.card_of(replies[0]["message_id"])["header"]["title"]["content"] == "Done"
+        )
+
+    await eventually(done)
+    again = await fake.push(message_event("over the socket", message_id="om_ws1"))
+    assert (await fake.wait_ack(again))["code"] == 200
+    assert len([m for m in fake.messages.values() if m["parent_id"] == "om_ws1"]) == 1
+
+
+async def test_callback_over_the_long_connection_answers_with_a_toast(
+    gateway: InProcessGateway, fake: FakeLark
+) -> None:
+    await eventually(lambda: fake.sockets)
+    value = {"conversation": f"{INTEGRATION}|p2p:oc_p2p1", "turnId": "t1", "action": "stop"}
+    frame = await fake.push(card_click(value, message_id="om_card"))
+    ack = await fake.wait_ack(frame)
+    assert ack["code"] == 200
+    answer = json.loads(base64.b64decode(ack["data"]))
+    assert answer["toast"]["content"] == "Stopping…"
+
+
+async def test_no_ack_success_when_intake_refuses(
+    gateway: InProcessGateway, fake: FakeLark
+) -> None:
+    await eventually(lambda: fake.sockets)
+    gateway.gateway.pipeline.accepting = False  # as during shutdown: intake refuses
+    frame = await fake.push(message_event("too late", message_id="om_ws2"))
+    ack = await fake.wait_ack(frame)
+    assert ack["code"] == 500  # Lark re-pushes it to another client
+    gateway.gateway.pipeline.accepting = True
+
+
+def readyz_connected(gw: InProcessGateway) -> Any:
+    async def check() -> Any:
+        body = await readyz(gw)
+        return body if body["checks"][INTEGRATION].get("connection") == "connected" else None
+
+    return check

@@ -1,0 +1,176 @@
+"""Lark pieces on their own: the official crypto vectors, verification with an injected clock,
+event parsing (text, post, attachments, mentions), card rendering and answer splitting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adapters.lark.cards import CARD_ANSWER_BYTES, answer_parts, render_card, split_text
+from adapters.lark.crypto import CryptoError, EventCipher
+from adapters.lark.events import BadEvent, action_envelope, message_envelope
+from adapters.lark.inbound import LarkInbound, Rejected
+from adapters.lark.outbound import lark_uuid
+from adapters.lark.settings import LarkIntegration
+from gateway.progress import Progress, Step
+from tests.lark_support import bot_mention, card_click, message_event, sealed
+
+VECTOR = "P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk="
+
+
+def test_official_decrypt_vector() -> None:
+    assert EventCipher("test key").decrypt(VECTOR) == b"hello world"
+
+
+def test_signature_vector() -> None:
+    body = b'{"encrypt":"' + VECTOR.encode() + b'"}'
+    expected = "bed8fdd3e4bbc581364c140b572ec676edff3db612d57bbc07a24d062c40ddf3"
+    assert EventCipher("test key").signature("1700000000", "n0nce", body) == expected
+    assert EventCipher("test key").signature_ok("1700000000", "n0nce", body, expected.upper())
+
+
+@pytest.mark.parametrize("bad", ["not base64!", "QUJD", VECTOR[:-8] + "AAAAAAA="])
+def test_undecryptable_bodies_raise(bad: str) -> None:
+    with pytest.raises(CryptoError):
+        EventCipher("test key").decrypt(bad)
+
+
+def settings(**kw: Any) -> LarkIntegration:
+    base = {
+        "id": "lk",
+        "platform": "lark",
+        "xpertId": "echo",
+        "appId": "cli_x",
+        "appSecret": "s",
+        "verificationToken": "v_token_test",
+        "encryptKey": "test key",
+    }
+    return LarkIntegration.model_validate(base | kw)
+
+
+def test_timestamp_window_uses_the_injected_clock() -> None:
+    clock = lambda: 1_700_000_000.0  # noqa: E731
+    inbound = LarkInbound(settings=settings(), adapter=None, clock=clock)  # type: ignore[arg-type]
+    body, headers = sealed(message_event(), timestamp=1_700_000_000 - 299)
+    assert inbound.verify(headers, body)["header"]["event_type"] == "im.message.receive_v1"
+    body, headers = sealed(message_event(), timestamp=1_700_000_000 - 301)
+    with pytest.raises(Rejected) as err:
+        inbound.verify(headers, body)
+    assert err.value.status == 401
+
+
+def test_settings_reject_plain_http_off_localhost_and_webhooks_without_token() -> None:
+    with pytest.raises(ValueError, match="plain http"):
+        settings(apiBase="http://open.feishu.cn")
+    with pytest.raises(ValueError, match="verificationToken"):
+        settings(verificationToken=None)
+    assert settings(apiBase="https://open.larksuite.com/").api_base == "https://open.larksuite.com"
+    assert repr(settings()).count("test key") == 0  # secrets masked
+
+
+def test_text_message_mentions() -> None:
+    other = {"key": "@_user_2", "id": {"open_id": "ou_bob"}, "name": "Bob"}
+    env = message_event(
+        "@_user_1  ask @_user_2 please",
+        chat_type="group",
+        chat_id="oc_g",
+        mentions=[bot_mention(), other],
+    )
+    envelope = message_envelope("lk", env, "ou_bot")
+    assert envelope.text == "ask @Bob please"
+    assert envelope.bot_mentioned and envelope.chat.type == "group"
+    assert [(m.id, m.is_bot) for m in envelope.mentions] == [("ou_bot", True), ("ou_bob", False)]
+    assert envelope.event_id == env["event"]["message"]["message_id"]
+    # Another bot's open_id is not ours: no mention of this bot.
+    assert not message_envelope("lk", env, "ou_other_bot").bot_mentioned
+
+
+def test_post_is_flattened_with_links_images_and_locale_wrapper() -> None:
+    post = {
+        "zh_cn": {
+            "title": "Notes",
+            "content": [
+                [
+                    {"tag": "at", "user_id": "@_user_1", "user_name": "Xpert"},
+                    {"tag": "text", "text": " see "},
+                    {"tag": "a", "text": "here", "href": "https://example.com"},
+                ],
+                [{"tag": "img", "image_key": "img_v3_1"}],
+            ],
+        }
+    }
+    event = message_event(message_type="post", content=post, mentions=[bot_mention()])
+    envelope = message_envelope("lk", event, "ou_bot")
+    assert envelope.text == "**Notes**\nsee [here](https://example.com)\n[image]"
+    assert [(a.kind, a.key) for a in envelope.attachments] == [("image", "img_v3_1")]
+
+
+@pytest.mark.parametrize(
+    ("msg_type", "content", "kind", "key"),
+    [
+        ("image", {"image_key": "img_1"}, "image", "img_1"),
+        ("file", {"file_key": "file_1", "file_name": "r.pdf"}, "file", "file_1"),
+        ("audio", {"file_key": "au_1", "duration": 3}, "audio", "au_1"),
+        ("media", {"file_key": "mv_1", "image_key": "thumb"}, "video", "mv_1"),
+        ("sticker", {"file_key": "st_1"}, "image", "st_1"),
+    ],
+)
+def test_resource_messages_become_attachments(
+    msg_type: str, content: dict[str, Any], kind: str, key: str
+) -> None:
+    envelope = message_envelope("lk", message_event(message_type=msg_type, content=content), None)
+    assert [(a.kind, a.key) for a in envelope.attachments] == [(kind, key)]
+
+
+def test_bot_messages_are_marked_and_bad_content_rejected() -> None:
+    assert message_envelope("lk", message_event(sender_type="app"), "ou_bot").sender.is_bot
+    assert message_envelope("lk", message_event(sender="ou_bot"), "ou_bot").sender.is_bot
+    broken = message_event()
+    broken["event"]["message"]["content"] = "{not json"
+    with pytest.raises(BadEvent):
+        message_envelope("lk", broken, "ou_bot")
+
+
+def test_card_click_becomes_an_action_envelope() -> None:
+    value = {"conversation": "lk|group:oc_g", "turnId": "t1", "action": "confirm"}
+    envelope = action_envelope("lk", card_click(value, message_id="om_c", chat_id="oc_g"))
+    assert envelope.kind == "action" and envelope.action is not None
+    assert envelope.action.id == "confirm" and envelope.action.message_id == "om_c"
+    with pytest.raises(BadEvent):
+        action_envelope("lk", card_click({"action": "explode"}, message_id="om_c"))
+
+
+def test_card_is_json_2_with_valid_element_ids_and_button_values() -> None:
+    progress = Progress(
+        turn_id="t1",
+        conversation="lk|p2p:oc_1",
+        steps=(Step("s1", "Reading", "done"), Step("s2", "Thinking", "running")),
+        answer="partial",
+    )
+    card = render_card(progress, chat_type="p2p", streaming=True)
+    assert card["schema"] == "2.0" and card["config"]["update_multi"] is True
+    ids = [e["element_id"] for e in card["body"]["elements"]]
+    assert len(ids) == len(set(ids)) and all(len(i) <= 20 and i[0].isalpha() for i in ids)
+    [button] = [e for e in card["body"]["elements"] if e["tag"] == "button"]
+    value = button["behaviors"][0]["value"]
+    assert value == {
+        "conversation": "lk|p2p:oc_1",
+        "turnId": "t1",
+        "action": "stop",
+        "chatType": "p2p",
+    }
+
+
+def test_long_answers_are_split_within_byte_limits() -> None:
+    text = ("长" * 50 + "\n") * 400  # ~60 KB of three-byte characters
+    parts = answer_parts(text)
+    assert len(parts) >= 2 and "".join(parts) == text
+    assert len(parts[0].encode()) <= CARD_ANSWER_BYTES
+    assert all(len(p.encode()) <= 1000 for p in split_text(text, 1000))
+    assert "".join(split_text(text, 1000)) == text
+
+
+def test_uuid_fits_lark_limit() -> None:
+    assert lark_uuid("short-key") == "short-key"
+    assert len(lark_uuid("x" * 80)) <= 50 and lark_uuid("x" * 80) == lark_uuid("x" * 80)
