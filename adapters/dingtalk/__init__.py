@@ -1,0 +1,224 @@
+"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies (§2)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+from pydantic import ValidationError
+
+from adapters.dingtalk.api import DingTalkApi
+from adapters.dingtalk.cards import Message, clicked_params, phase, render_messages
+from adapters.dingtalk.connection import StreamConnection, ack_error
+from adapters.dingtalk.crypto import sign_action
+from adapters.dingtalk.inbound import (
+    Unavailable,
+    action_envelope,
+    card_callback_params,
+    ingest,
+    robot_message,
+    setup_routes,
+)
+from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras
+from adapters.dingtalk.settings import DingTalkIntegration
+from gateway.adapter import Adapter, AdapterContext, LiveAdapters
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from gateway.settings import IntegrationBase
+
+log = structlog.get_logger("adapters.dingtalk")
+
+
+class DingTalkAdapter(Adapter):
+    settings: DingTalkIntegration
+
+    def __init__(
+        self,
+        *,
+        settings: DingTalkIntegration,
+        context: AdapterContext,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(settings=settings, context=context)
+        self.clock = clock
+        secret = settings.client_secret.get_secret_value()
+        self.api = DingTalkApi(
+            base=settings.base, client_id=settings.client_id, client_secret=secret
+        )
+        self.sender = Sender(
+            integration_id=settings.id,
+            robot_code=settings.robot,
+            api=self.api,
+            records=context.records,
+            clock_ms=lambda: int(self.clock() * 1000),
+        )
+        self.cards = (
+            CardOutbound(
+                integration_id=settings.id,
+                robot_code=settings.robot,
+                template_id=settings.card_template_id,
+                api=self.api,
+                records=context.records,
+                card_ttl_ms=settings.action_token_ttl_seconds * 1000,
+            )
+            if settings.card_template_id
+            else None
+        )
+        self.connection = (
+            StreamConnection(
+                api_base=settings.base,
+                client_id=settings.client_id,
+                client_secret=secret,
+                integration_id=settings.id,
+                on_message=self.on_robot_message,
+                on_card=self.on_card_callback,
+            )
+            if settings.connection_mode == "stream"
+            else None
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.connection is not None:
+            self.connection.begin()
+
+    async def stop(self) -> None:
+        if self.connection is not None:
+            await self.connection.close()
+        await self.api.close()
+
+    def readiness(self) -> dict[str, Any]:
+        if self.connection is None:
+            return {"ready": True, "mode": "http"}
+        return self.connection.readiness()
+
+    # --- inbound (stream) ----------------------------------------------------------------
+    async def on_robot_message(
+        self, data: dict[str, Any], stream_id: str | None
+    ) -> tuple[int, Any]:
+        try:
+            envelope = robot_message(data, integration_id=self.integration_id, stream_id=stream_id)
+        except (ValueError, ValidationError) as exc:
+            log.warning(
+                "dingtalk frame rejected",
+                integration_id=self.integration_id,
+                error=type(exc).__name__,
+            )
+            return 400, {"error": "bad message"}
+        try:
+            outcome = await ingest(self.context, envelope)
+        except Unavailable as exc:
+            log.warning(
+                "dingtalk message not stored",
+                integration_id=self.integration_id,
+                event_id=envelope.event_id,
+                reason=str(exc),
+            )
+            return ack_error()
+        log.debug(
+            "dingtalk message",
+            integration_id=self.integration_id,
+            event_id=envelope.event_id,
+            status=outcome.status,
+        )
+        return 200, None
+
+    async def on_card_callback(
+        self, data: dict[str, Any], stream_id: str | None
+    ) -> tuple[int, Any]:
+        """A card button (§2.6): its params carry action, conversation and turnId."""
+        params = card_callback_params(data)
+        track = str(data.get("outTrackId") or "")
+        where = await self.cards.where(track) if self.cards is not None and track else None
+        action = str(params.get("action") or "")
+        if where is None or not action or not params.get("conversation"):
+            log.info("card callback for an unknown card", integration_id=self.integration_id)
+            return 200, {}
+        envelope = action_envelope(
+            integration_id=self.integration_id,
+            event_id=f"card-{stream_id or track + ':' + action}",
+            action_id=action,
+            conversation=str(params["conversation"]),
+            turn_id=str(params.get("turnId") or ""),
+            chat_id=str(where["chatId"]),
+            group=bool(where["group"]),
+            sender_id=str(data.get("userId") or ""),
+            message_id=f"card:{track}",
+            extras=where["extras"],
+        )
+        try:
+            await ingest(self.context, envelope)
+        except Unavailable:
+            return ack_error()
+        return 200, {
+            "cardData": {"cardParamMap": clicked_params(action)},
+            "cardUpdateOptions": {"updateCardDataByKey": True},
+        }
+
+    # --- outbound ------------------------------------------------------------------------
+    def _links(
+        self, reply_to: Envelope, progress: Progress, handle: str
+    ) -> Callable[[str], str] | None:
+        """Button links to ``/api/dingtalk/action/…`` with a signed token (needs publicUrl)."""
+        base = self.context.public_url
+        if not base:
+            return None
+        extras = reply_extras(reply_to)
+        claims = {
+            "c": progress.conversation,
+            "tu": progress.turn_id,
+            "ch": str(extras.get("conversationId") or reply_to.chat.id),
+            "g": 1 if reply_to.chat.type == "group" else 0,
+            "u": str(extras.get("senderStaffId") or reply_to.sender.id),
+            "m": handle,
+        }
+        secret = self.settings.client_secret.get_secret_value()
+        expires = int(self.clock()) + self.settings.action_token_ttl_seconds
+        url = f"{base.rstrip('/')}/api/dingtalk/action/{self.integration_id}?t="
+        return lambda action: url + sign_action(secret, {**claims, "a": action}, expires_at=expires)
+
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
+        if self.cards is not None:
+            return await self.cards.create(reply_to, progress, idempotency_key)
+        handle = f"md:{idempotency_key}"
+        messages = render_messages(progress, self._links(reply_to, progress, handle))
+        # A first state that is already final (a turn given up) is claimed as "final", so the
+        # update with the same state that follows sends nothing more.
+        await self.sender.once(
+            f"{idempotency_key}:{phase(progress) or 'start'}", messages, reply_to
+        )
+        return handle
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        if handle.startswith("card:") and self.cards is not None:
+            await self.cards.update(handle, progress)
+            return
+        step = phase(progress)
+        if step is None:  # messages can't be edited: intermediate states are not sent
+            return
+        messages = render_messages(progress, self._links(reply_to, progress, handle))
+        await self.sender.once(f"{handle.removeprefix('md:')}:{step}", messages, reply_to)
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        title = text.splitlines()[0][:30] if text else "Xpert"
+        await self.sender.once(f"text:{idempotency_key}", [Message(title, text)], reply_to)
+
+
+class DingTalkAdapterFactory:
+    platform = "dingtalk"
+    settings_model: type[IntegrationBase] = DingTalkIntegration
+
+    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter:
+        assert isinstance(settings, DingTalkIntegration)
+        return DingTalkAdapter(settings=settings, context=context)
+
+    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
+        setup_routes(app, LiveAdapters(adapters, DingTalkAdapter))
+
+
+__all__ = ["DingTalkAdapter", "DingTalkAdapterFactory", "DingTalkIntegration"]

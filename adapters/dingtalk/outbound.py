@@ -1,0 +1,227 @@
+"""Replies: markdown / actionCard messages through the sessionWebhook while it is valid, else
+the robot OpenAPI (§2.5); and the AI card (createAndDeliver, streaming, instance updates, §2.6)
+when a template is configured. Every send is claimed in Redis first, so one idempotency key
+never makes a second message, across retries and replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from adapters.dingtalk.api import DingTalkApi, DingTalkApiError, WebhookGone
+from adapters.dingtalk.cards import Message, card_content, card_params
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from sessions import RecordStore
+
+log = structlog.get_logger("adapters.dingtalk")
+
+SENT_NS = "dingtalk.sent"
+CARD_NS = "dingtalk.card"
+SENT_TTL_MS = 24 * 3_600_000
+WEBHOOK_MARGIN_MS = 60_000  # don't start a post on a webhook about to expire
+BATCH_ATTEMPTS = 5
+
+
+def reply_extras(envelope: Envelope) -> dict[str, Any]:
+    return dict(envelope.reply_to.model_extra or {}) if envelope.reply_to else {}
+
+
+def target(envelope: Envelope) -> tuple[bool, str, str]:
+    """(group?, openConversationId, staff id) for OpenAPI sends; schedules have no reply
+    handle, so the chat and sender stand in."""
+    extras = reply_extras(envelope)
+    ctype = extras.get("conversationType") or ("2" if envelope.chat.type == "group" else "1")
+    conversation = str(extras.get("conversationId") or envelope.chat.id)
+    staff = str(extras.get("senderStaffId") or envelope.sender.id)
+    return ctype == "2", conversation, staff
+
+
+class Sender:
+    """Delivers robot messages for one integration."""
+
+    def __init__(
+        self,
+        *,
+        integration_id: str,
+        robot_code: str,
+        api: DingTalkApi,
+        records: RecordStore,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.integration_id = integration_id
+        self.robot_code = robot_code
+        self.api = api
+        self.records = records
+        self.clock_ms = clock_ms
+
+    async def once(self, key: str, messages: list[Message], reply_to: Envelope) -> None:
+        """Send each message at most once for ``key`` (claimed before, released on failure)."""
+        for i, message in enumerate(messages):
+            claim = f"{self.integration_id}:{key}:{i}"
+            if not await self.records.put_new(SENT_NS, claim, "1", ttl_ms=SENT_TTL_MS):
+                continue
+            try:
+                await self.deliver(reply_to, message)
+            except BaseException:
+                await self.records.delete(SENT_NS, claim)
+                raise
+
+    async def deliver(self, reply_to: Envelope, message: Message) -> None:
+        extras = reply_extras(reply_to)
+        webhook = extras.get("sessionWebhook")
+        expires = int(extras.get("sessionWebhookExpiredTime") or 0)
+        if webhook and expires - WEBHOOK_MARGIN_MS > self.clock_ms():
+            try:
+                await self.api.post_webhook(str(webhook), message.webhook_body())
+                return
+            except WebhookGone as exc:
+                log.info("sessionWebhook unusable; using the robot OpenAPI", reason=str(exc))
+        group, conversation, staff = target(reply_to)
+        msg_key, msg_param = message.openapi_param()
+        if group:
+            await self.api.call(
+                "POST",
+                "/v1.0/robot/groupMessages/send",
+                {
+                    "robotCode": self.robot_code,
+                    "openConversationId": conversation,
+                    "msgKey": msg_key,
+                    "msgParam": msg_param,
+                },
+            )
+            return
+        users = [staff]
+        for attempt in range(BATCH_ATTEMPTS):
+            result = await self.api.call(
+                "POST",
+                "/v1.0/robot/oToMessages/batchSend",
+                {
+                    "robotCode": self.robot_code,
+                    "userIds": users,
+                    "msgKey": msg_key,
+                    "msgParam": msg_param,
+                },
+            )
+            users = [str(u) for u in result.get("flowControlledStaffIdList") or []]
+            if not users:
+                return
+            log.warning("recipient flow-controlled; retrying", attempt=attempt)
+            await asyncio.sleep(min(0.25 * 2**attempt, 4.0))
+        raise DingTalkApiError(403, "FlowControlled", "recipient still throttled")
+
+
+class CardOutbound:
+    """The AI card of one turn: created and delivered once, then updated in place.
+
+    ``PUT /v1.0/card/instances`` carries status, steps and button flags when they change; the
+    answer goes through ``PUT /v1.0/card/streaming`` as full text with a fresh guid each time,
+    ``isFinalize`` on the final state (§2.6)."""
+
+    def __init__(
+        self,
+        *,
+        integration_id: str,
+        robot_code: str,
+        template_id: str,
+        api: DingTalkApi,
+        records: RecordStore,
+        card_ttl_ms: int,
+    ) -> None:
+        self.integration_id = integration_id
+        self.robot_code = robot_code
+        self.template_id = template_id
+        self.api = api
+        self.records = records
+        self.card_ttl_ms = card_ttl_ms
+        # handle -> (params, content) last shown, so unchanged parts are not re-sent.
+        self._shown: dict[str, tuple[dict[str, str], str]] = {}
+
+    async def create(self, reply_to: Envelope, progress: Progress, key: str) -> str:
+        track = f"xgw-{key}"[:64]
+        handle = f"card:{track}"
+        if not await self.records.put_new(
+            SENT_NS, f"{self.integration_id}:{track}", "1", ttl_ms=SENT_TTL_MS
+        ):
+            return handle
+        group, conversation, staff = target(reply_to)
+        params = card_params(progress)
+        body: dict[str, Any] = {
+            "cardTemplateId": self.template_id,
+            "outTrackId": track,
+            "callbackType": "STREAM",
+            "cardData": {"cardParamMap": {**params, "content": card_content(progress)}},
+            "userIdType": 1,
+        }
+        if group:
+            body["openSpaceId"] = f"dtv1.card//IM_GROUP.{conversation}"
+            body["imGroupOpenSpaceModel"] = {"supportForward": True}
+            body["imGroupOpenDeliverModel"] = {"robotCode": self.robot_code}
+        else:
+            body["openSpaceId"] = f"dtv1.card//IM_ROBOT.{staff}"
+            body["imRobotOpenSpaceModel"] = {"supportForward": True}
+            body["imRobotOpenDeliverModel"] = {
+                "spaceType": "IM_ROBOT",
+                "robotCode": self.robot_code,
+            }
+        # Where a click on this card belongs (the callback names only the card).
+        where = {"chatId": reply_to.chat.id, "group": group, "extras": reply_extras(reply_to)}
+        await self.records.put(
+            CARD_NS, f"{self.integration_id}:{track}", json.dumps(where), ttl_ms=self.card_ttl_ms
+        )
+        try:
+            await self.api.call("POST", "/v1.0/card/instances/createAndDeliver", body)
+        except BaseException:
+            await self.records.delete(SENT_NS, f"{self.integration_id}:{track}")
+            raise
+        self._shown[handle] = (params, card_content(progress))
+        log.info("card created", out_track_id=track, turn_id=progress.turn_id)
+        return handle
+
+    async def update(self, handle: str, progress: Progress) -> None:
+        track = handle.removeprefix("card:")
+        params = card_params(progress)
+        content = card_content(progress)
+        shown_params, shown_content = self._shown.get(handle, ({}, None))
+        if params.get("status") != shown_params.get("status"):
+            log.info(
+                "card state", out_track_id=track, turn_id=progress.turn_id, status=progress.status
+            )
+        if params != shown_params:
+            await self.api.call(
+                "PUT",
+                "/v1.0/card/instances",
+                {
+                    "outTrackId": track,
+                    "cardData": {"cardParamMap": params},
+                    "cardUpdateOptions": {"updateCardDataByKey": True},
+                },
+            )
+            self._shown[handle] = (params, shown_content or "")
+        if content != shown_content or progress.final:
+            await self.api.call(
+                "PUT",
+                "/v1.0/card/streaming",
+                {
+                    "outTrackId": track,
+                    "guid": uuid.uuid4().hex,
+                    "key": "content",
+                    "content": content,
+                    "isFull": True,
+                    "isFinalize": progress.final,
+                    "isError": progress.status == "error",
+                },
+            )
+            self._shown[handle] = (params, content)
+        if progress.final:
+            self._shown.pop(handle, None)
+
+    async def where(self, track: str) -> dict[str, Any] | None:
+        raw = await self.records.get(CARD_NS, f"{self.integration_id}:{track}")
+        return json.loads(raw) if raw else None

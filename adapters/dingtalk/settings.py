@@ -1,0 +1,52 @@
+"""DingTalk integration options (platforms.md §2): the robot's app credentials, how events
+arrive (stream or HTTP), and the optional AI-card template."""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, SecretStr, field_validator
+
+from gateway.settings import IntegrationBase
+
+
+class DingTalkIntegration(IntegrationBase):
+    """A DingTalk enterprise robot (an internal app with the robot capability)."""
+
+    platform: Literal["dingtalk"]
+    client_id: str = Field(min_length=1, description="The app's AppKey (Client ID)")
+    client_secret: SecretStr = Field(description="The app's AppSecret (Client Secret)")
+    robot_code: str | None = Field(
+        None, description="The robot code for OpenAPI sends; defaults to clientId"
+    )
+    connection_mode: Literal["stream", "http"] = Field(
+        "stream", description="stream: outbound WebSocket (no public URL needed); http: webhook"
+    )
+    api_base: str = Field(
+        "https://api.dingtalk.com", description="OpenAPI and stream-open base URL"
+    )
+    card_template_id: str | None = Field(
+        None, description="AI card template id; without it replies are markdown messages"
+    )
+    action_token_ttl_seconds: int = Field(
+        86_400, ge=60, le=30 * 86_400, description="How long a button link in a message works"
+    )
+
+    @field_validator("api_base")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        # The app secret travels to apiBase: plain http only for a local fake.
+        url = urlparse(value)
+        local = url.hostname in ("127.0.0.1", "localhost", "::1")
+        if url.scheme != "https" and not (url.scheme == "http" and local):
+            raise ValueError("apiBase must be an https URL (plain http only for 127.0.0.1)")
+        return value
+
+    @property
+    def robot(self) -> str:
+        return self.robot_code or self.client_id
+
+    @property
+    def base(self) -> str:
+        return self.api_base.rstrip("/")

@@ -1,0 +1,135 @@
+"""DingTalk test helpers: a fake DingTalk plus an in-process gateway pointed at it, and
+realistic robot messages (platforms.md §2.2)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from adapters.dingtalk.crypto import robot_sign
+from tests.conftest import base_config
+from tests.fakes.dingtalk import FakeDingTalk
+from tests.helpers import InProcessGateway, free_port
+
+SECRET = "dt-app-secret"
+BOT_ID = "$:LWCP_v1:$bot"
+
+
+def dingtalk_config(prefix: str, fake: FakeDingTalk, port: int, **options: Any) -> dict[str, Any]:
+    config = base_config(prefix)
+    config["server"] = {"publicUrl": f"http://127.0.0.1:{port}"}
+    integration = {
+        "id": "dt",
+        "platform": "dingtalk",
+        "xpertId": "echo",
+        "clientId": "dingappkey",
+        "clientSecret": SECRET,
+        "connectionMode": "http",
+        "apiBase": fake.base,
+        "summaryWindowSeconds": 0,
+        "maxWindowSeconds": 5,
+        "updateIntervalMs": 100,
+    }
+    integration.update(options)
+    config["integrations"] = [integration]
+    return config
+
+
+class DingTalkHarness:
+    def __init__(self, fake: FakeDingTalk, gateway: InProcessGateway) -> None:
+        self.fake = fake
+        self.gateway = gateway
+        self.base = f"http://127.0.0.1:{gateway.port}"
+        self.http = aiohttp.ClientSession()
+
+    async def post(
+        self, body: dict[str, Any], *, timestamp: int | None = None, sign: str | None = None
+    ) -> tuple[int, Any]:
+        ts = str(timestamp if timestamp is not None else int(time.time() * 1000))
+        headers = {"timestamp": ts, "sign": sign if sign is not None else robot_sign(SECRET, ts)}
+        url = f"{self.base}/api/dingtalk/webhook/dt"
+        async with self.http.post(url, json=body, headers=headers) as resp:
+            return resp.status, await resp.text()
+
+    async def get(self, url: str) -> tuple[int, str]:
+        async with self.http.get(url) as resp:
+            return resp.status, await resp.text()
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+async def start_harness(
+    prefix: str, fake: FakeDingTalk, *, experts: list[dict[str, Any]] | None = None, **options: Any
+) -> tuple[InProcessGateway, DingTalkHarness]:
+    port = free_port()
+    config = dingtalk_config(prefix, fake, port, **options)
+    if experts is not None:
+        config["experts"] = experts
+    gateway = InProcessGateway(config)
+    gateway.port = port
+    await gateway.start()
+    return gateway, DingTalkHarness(fake, gateway)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    prefix: str, *, experts: list[dict[str, Any]] | None = None, **options: Any
+) -> AsyncIterator[tuple[FakeDingTalk, DingTalkHarness]]:
+    """A fake DingTalk and a gateway with one ``dt`` integration pointed at it."""
+    fake = FakeDingTalk()
+    await fake.start()
+    gateway, harness = await start_harness(prefix, fake, experts=experts, **options)
+    try:
+        yield fake, harness
+    finally:
+        await harness.close()
+        await gateway.stop()
+        await fake.stop()
+
+
+def robot_message(
+    fake: FakeDingTalk,
+    text: str = "hello",
+    *,
+    group: bool = False,
+    mention: bool = True,
+    msg_id: str | None = None,
+    expired_webhook: bool = False,
+    webhook: bool = True,
+    sender: str = "staff1",
+    conversation: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    now = int(time.time() * 1000)
+    url, expires = fake.session_webhook(expired=expired_webhook)
+    body: dict[str, Any] = {
+        "msgId": msg_id or f"msg{uuid.uuid4().hex[:12]}",
+        "msgtype": "text",
+        "text": {"content": f" {text}" if group else text},
+        "conversationId": conversation or ("cidGROUP" if group else f"cidP2P{sender}"),
+        "conversationType": "2" if group else "1",
+        "senderId": f"$:LWCP_v1:${sender}",
+        "senderStaffId": sender,
+        "senderNick": sender.capitalize(),
+        "senderCorpId": "dingcorp",
+        "chatbotUserId": BOT_ID,
+        "chatbotCorpId": "dingcorp",
+        "robotCode": "dingappkey",
+        "isAdmin": False,
+        "createAt": now,
+        "isInAtList": group and mention,
+        "atUsers": [{"dingtalkId": BOT_ID}] if group and mention else [],
+    }
+    if group:
+        body["conversationTitle"] = "Team"
+    if webhook:
+        body["sessionWebhook"] = url
+        body["sessionWebhookExpiredTime"] = expires
+    body.update(extra)
+    return body

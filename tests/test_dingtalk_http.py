@@ -1,0 +1,156 @@
+"""DingTalk HTTP mode end to end: signed webhook -> Envelope -> echo expert -> markdown replies
+through the sessionWebhook or the robot OpenAPI; signed action links (platforms.md §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from adapters.dingtalk.crypto import sign_action, verify_action
+from tests.conftest import eventually
+from tests.dingtalk_support import SECRET, DingTalkHarness, robot_message, running
+from tests.fakes.dingtalk import FakeDingTalk
+
+Harness = tuple[FakeDingTalk, DingTalkHarness]
+
+
+@pytest.fixture
+async def dt(prefix: str, redis_client: Any) -> AsyncIterator[Harness]:
+    async with running(prefix) as pair:
+        yield pair
+
+
+async def final_answer(fake: FakeDingTalk, count: int = 2) -> list[dict[str, Any]]:
+    """Waits for ``count`` messages: the "working on it" one and the answer."""
+    return await eventually(lambda: len(fake.sent()) >= count and fake.sent())  # type: ignore[no-any-return]
+
+
+async def test_signed_message_gets_working_then_final_answer_by_webhook(dt: Harness) -> None:
+    fake, h = dt
+    status, body = await h.post(robot_message(fake, "hello world"))
+    assert status == 200 and json.loads(body)["status"] == "queued"
+    working, final = await final_answer(fake)
+    assert working["via"] == final["via"] == "webhook"
+    assert working["text"] == "**Working on it…**" and working["buttons"] == ["Stop"]
+    assert final["text"] == "You said:\n> hello world"
+    assert final["buttons"] == ["New conversation"]
+    await asyncio.sleep(0.3)  # intermediate states are not sent: messages can't be edited
+    assert len(fake.sent()) == 2
+    assert fake.token_requests == 0  # the webhook needs no token
+
+
+async def test_bad_sign_and_stale_timestamp_are_401_and_store_nothing(dt: Harness) -> None:
+    fake, h = dt
+    message = robot_message(fake, "forged", msg_id="msg-once")
+    assert (await h.post(message, sign="AAAA" + "="))[0] == 401
+    stale = int(time.time() * 1000) - 3_601_000
+    assert (await h.post(message, timestamp=stale))[0] == 401
+    assert (await h.post(message, sign=""))[0] == 401
+    status, body = await h.post({"not": "a message"})
+    assert status == 400
+    # Nothing was stored: the same msgId, properly signed, is still new.
+    status, body = await h.post(message)
+    assert status == 200 and json.loads(body)["status"] == "queued"
+    await final_answer(fake)
+
+
+async def test_group_message_without_mention_is_ignored(dt: Harness) -> None:
+    fake, h = dt
+    _, body = await h.post(robot_message(fake, "chatter", group=True, mention=False))
+    assert json.loads(body)["status"] == "ignored"
+    _, body = await h.post(robot_message(fake, "@Xpert what now?", group=True))
+    assert json.loads(body)["status"] == "queued"
+    _, final = await final_answer(fake)
+    assert final["text"] == "You said:\n> what now?"  # the leading @-mention stripped
+
+
+async def test_duplicate_msg_id_gets_one_reply(dt: Harness) -> None:
+    fake, h = dt
+    message = robot_message(fake, "once", msg_id="msg-dup")
+    statuses = [json.loads((await h.post(message))[1])["status"] for _ in range(3)]
+    assert statuses == ["queued", "duplicate", "duplicate"]
+    await final_answer(fake)
+    await asyncio.sleep(0.4)
+    assert len(fake.sent()) == 2
+
+
+@pytest.mark.parametrize("group", [False, True])
+async def test_expired_session_webhook_falls_back_to_openapi(dt: Harness, group: bool) -> None:
+    fake, h = dt
+    await h.post(robot_message(fake, "late", group=group, expired_webhook=True))
+    working, final = await final_answer(fake)
+    assert working["via"] == final["via"] == "openapi"
+    assert final["msgKey"] == "sampleActionCard" and final["text"] == "You said:\n> late"
+    path = "/v1.0/robot/groupMessages/send" if group else "/v1.0/robot/oToMessages/batchSend"
+    [first, *_] = fake.bodies(path)
+    assert first["robotCode"] == "dingappkey"
+    if group:
+        assert first["openConversationId"] == "cidGROUP"
+    else:
+        assert first["userIds"] == ["staff1"]
+    assert fake.token_requests == 1  # cached for the second send
+
+
+async def test_no_webhook_and_flow_control_retry_until_the_answer_lands(dt: Harness) -> None:
+    fake, h = dt
+    fake.flow_control("/v1.0/robot/groupMessages/send", times=2)
+    fake.fail("/v1.0/robot/groupMessages/send", status=502, times=1)
+    await h.post(robot_message(fake, "busy day", group=True, webhook=False))
+    _, final = await final_answer(fake)
+    assert final["text"] == "You said:\n> busy day"
+    fake.flow_controlled = 2  # batchSend lists the recipient as throttled twice
+    await h.post(robot_message(fake, "direct", webhook=False))
+    await eventually(lambda: len(fake.sent()) >= 4)
+    assert fake.sent()[-1]["text"] == "You said:\n> direct"
+
+
+def _token(url: str) -> str:
+    return parse_qs(urlparse(url).query)["t"][0]
+
+
+async def test_signed_action_links_valid_forged_and_expired(dt: Harness) -> None:
+    fake, h = dt
+    await h.post(robot_message(fake, "first"))
+    _, final = await final_answer(fake)
+    [new_url] = final["urls"]
+    assert new_url.startswith(f"{h.base}/api/dingtalk/action/dt?t=")
+    claims = verify_action(SECRET, _token(new_url), now_s=time.time())
+    assert claims["a"] == "new" and claims["c"].startswith("dt|")
+
+    _payload, _, mac = _token(new_url).partition(".")
+    forged = new_url.replace(mac, mac[:-2] + ("AA" if mac[-2:] != "AA" else "BB"))
+    status, page = await h.get(forged)
+    assert status == 403 and "not valid" in page
+    stale = sign_action(
+        SECRET, {k: v for k, v in claims.items() if k != "exp"}, expires_at=int(time.time()) - 1
+    )
+    status, _ = await h.get(new_url.replace(_token(new_url), stale))
+    assert status == 403
+    assert len(fake.sent()) == 2  # neither did anything
+
+    status, page = await h.get(new_url)
+    assert status == 200 and "New conversation started" in page
+    notice = await eventually(lambda: len(fake.sent()) >= 3 and fake.sent()[2])
+    assert notice["text"].startswith("Started a new conversation")
+    assert notice["via"] == "openapi"  # a link click carries no sessionWebhook
+    status, page = await h.get(new_url)  # the same link again is the same click
+    assert status == 200 and "Already done" in page
+
+
+async def test_stop_link_cancels_the_running_turn(prefix: str, redis_client: Any) -> None:
+    slow = [{"id": "echo", "kind": "echo", "stepDelayMs": 400, "charDelayMs": 40}]
+    async with running(prefix, experts=slow) as (fake, h):
+        await h.post(robot_message(fake, "a long one " * 5))
+        working = await eventually(lambda: fake.sent() and fake.sent()[0])
+        [stop_url] = working["urls"]
+        status, page = await h.get(stop_url)
+        assert status == 200 and "Stop requested" in page
+        final = await eventually(lambda: len(fake.sent()) >= 2 and fake.sent()[1])
+        assert final["text"].endswith("*Stopped*")
+        assert final["buttons"] == ["New conversation"]

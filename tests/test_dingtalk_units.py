@@ -1,0 +1,177 @@
+"""DingTalk pieces without the daemon: the sign (official-style vector §2.3), its window with an
+injected clock, action tokens, robot message parsing (§2.2) and message rendering."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from adapters.dingtalk.cards import Message, render_messages, split
+from adapters.dingtalk.crypto import (
+    BadSignature,
+    robot_sign,
+    sign_action,
+    verify_action,
+    verify_robot_sign,
+)
+from adapters.dingtalk.inbound import card_callback_params, robot_message
+from gateway.progress import Progress
+
+SECRET = "dt-app-secret"
+TS = 1_700_000_000_000
+
+
+def test_sign_matches_the_reference_vector() -> None:
+    assert robot_sign(SECRET, str(TS)) == "INrz4sN8SDL9wUtr7EEfaMVif4hHF8xA51V0ARHhITU="
+
+
+def test_sign_window_uses_the_injected_clock() -> None:
+    sign = robot_sign(SECRET, str(TS))
+    verify_robot_sign(SECRET, str(TS), sign, now_ms=TS + 3_600_000)
+    verify_robot_sign(SECRET, str(TS), sign, now_ms=TS - 3_600_000)
+    for now in (TS + 3_600_001, TS - 3_600_001):
+        with pytest.raises(BadSignature, match="window"):
+            verify_robot_sign(SECRET, str(TS), sign, now_ms=now)
+    with pytest.raises(BadSignature, match="mismatch"):
+        verify_robot_sign("other-secret", str(TS), sign, now_ms=TS)
+    for ts, sg in ((None, sign), (str(TS), None), ("abc", sign)):
+        with pytest.raises(BadSignature):
+            verify_robot_sign(SECRET, ts, sg, now_ms=TS)
+
+
+def test_action_tokens_verify_and_expire() -> None:
+    token = sign_action(SECRET, {"a": "stop", "c": "dt|p2p:x"}, expires_at=1000)
+    assert verify_action(SECRET, token, now_s=999)["a"] == "stop"
+    with pytest.raises(BadSignature, match="expired"):
+        verify_action(SECRET, token, now_s=1001)
+    with pytest.raises(BadSignature, match="mismatch"):
+        verify_action("other", token, now_s=0)
+    _payload, _, mac = token.partition(".")
+    other = sign_action(SECRET, {"a": "new", "c": "dt|p2p:x"}, expires_at=1000)
+    with pytest.raises(BadSignature):
+        verify_action(SECRET, other.partition(".")[0] + "." + mac, now_s=0)
+    for junk in ("", "abc", "a.b", "!!.??", "x" * 5000):
+        with pytest.raises(BadSignature):
+            verify_action(SECRET, junk, now_s=0)
+
+
+def message(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "msgId": "m1",
+        "msgtype": "text",
+        "text": {"content": " hi"},
+        "conversationId": "cid1",
+        "conversationType": "2",
+        "senderId": "$:s1",
+        "senderStaffId": "staff1",
+        "senderNick": "Alice",
+        "chatbotUserId": "$:bot",
+        "isInAtList": True,
+        "atUsers": [{"dingtalkId": "$:bot"}],
+        "sessionWebhook": "http://x/session/1",
+        "sessionWebhookExpiredTime": 1,
+        "robotCode": "dingappkey",
+    }
+    base.update(fields)
+    return base
+
+
+def test_group_text_mentions_and_reply_handles() -> None:
+    env = robot_message(message(text={"content": " @Xpert  what is up"}), integration_id="dt")
+    assert env.event_id == "m1" and env.chat.type == "group" and env.chat.id == "cid1"
+    assert env.text == "what is up" and env.bot_mentioned
+    assert env.sender.id == "staff1" and env.sender.name == "Alice" and not env.sender.is_bot
+    assert env.mentions[0].is_bot
+    extras = env.reply_to.model_extra if env.reply_to else {}
+    assert extras == {
+        "sessionWebhook": "http://x/session/1",
+        "sessionWebhookExpiredTime": 1,
+        "robotCode": "dingappkey",
+        "conversationId": "cid1",
+        "conversationType": "2",
+        "senderStaffId": "staff1",
+    }
+
+
+def test_mention_rules() -> None:
+    # chatbotUserId among atUsers counts even without isInAtList
+    assert robot_message(message(isInAtList=False), integration_id="dt").bot_mentioned
+    other = message(isInAtList=False, atUsers=[{"dingtalkId": "$:bob", "staffId": "bob"}])
+    env = robot_message({**other, "text": {"content": "@Bob look"}}, integration_id="dt")
+    assert not env.bot_mentioned and env.text == "@Bob look"  # another person's @ is kept
+    assert not robot_message(
+        message(isInAtList=False, atUsers=[]), integration_id="dt"
+    ).bot_mentioned
+    assert robot_message(
+        message(conversationType="1", isInAtList=False), integration_id="dt"
+    ).bot_mentioned
+    own = robot_message(message(senderId="$:bot"), integration_id="dt")
+    assert own.sender.is_bot
+
+
+def test_media_messages_become_attachments() -> None:
+    rich = message(
+        msgtype="richText",
+        content={
+            "richText": [
+                {"text": "see "},
+                {"downloadCode": "dc1", "type": "picture"},
+                {"text": "this"},
+            ]
+        },
+    )
+    env = robot_message(rich, integration_id="dt")
+    assert env.text == "see this"
+    assert [(a.kind, a.key) for a in env.attachments] == [("image", "dc1")]
+    for msgtype, kind, content in (
+        ("picture", "image", {"downloadCode": "p1"}),
+        ("file", "file", {"downloadCode": "f1", "fileName": "a.pdf"}),
+        ("audio", "audio", {"downloadCode": "v1", "recognition": "spoken words"}),
+        ("video", "video", {"downloadCode": "vd1", "duration": 3}),
+    ):
+        env = robot_message(message(msgtype=msgtype, content=content), integration_id="dt")
+        [att] = env.attachments
+        assert att.kind == kind and att.key == content["downloadCode"]
+    assert env.text == ""
+    audio = robot_message(
+        message(msgtype="audio", content={"downloadCode": "v", "recognition": "hello"}),
+        integration_id="dt",
+    )
+    assert audio.text == "hello"
+
+
+def test_stream_message_id_is_the_fallback_event_id() -> None:
+    data = message()
+    del data["msgId"]
+    assert robot_message(data, integration_id="dt", stream_id="s-1").event_id == "s-1"
+    with pytest.raises(ValueError):
+        robot_message(data, integration_id="dt")
+
+
+def test_card_callback_params() -> None:
+    content = {"cardPrivateData": {"actionIds": ["stop"], "params": {"action": "stop"}}}
+    assert card_callback_params({"content": json.dumps(content)}) == {"action": "stop"}
+    assert card_callback_params({"content": ""}) == {}
+    assert card_callback_params({}) == {}
+
+
+def test_two_buttons_use_sample_action_card_2() -> None:
+    msg = Message("Please confirm", "Go?", (("Confirm", "http://a"), ("Reject", "http://b")))
+    key, param = msg.openapi_param()
+    assert key == "sampleActionCard2"
+    assert json.loads(param)["actionURL2"] == "http://b"
+    body = msg.webhook_body()
+    assert body["msgtype"] == "actionCard" and len(body["actionCard"]["btns"]) == 2
+
+
+def test_long_answers_are_split_with_buttons_on_the_last() -> None:
+    answer = "\n\n".join(f"paragraph {i} " + "x" * 300 for i in range(40))
+    progress = Progress(turn_id="t", status="done", answer=answer)
+    messages = render_messages(progress, lambda action: f"http://gw/{action}")
+    assert len(messages) > 1
+    assert all(len(m.text) <= 3500 for m in messages)
+    assert "\n\n".join(m.text for m in messages) == answer
+    assert [bool(m.buttons) for m in messages] == [False] * (len(messages) - 1) + [True]
+    assert split("short") == ["short"]
