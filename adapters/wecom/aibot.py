@@ -1,0 +1,139 @@
+"""AI bot callback mode (platforms.md §3.5): replies are ``stream`` messages that WeCom polls.
+
+The user's message is answered at once with a stream id; WeCom then POSTs refresh callbacks for
+that id and each is answered with the current full content, kept in ``context.records`` so any
+replica can answer. WeCom stops polling 6 minutes after the message: a turn still running near
+that point ends its stream with a note, and its answer is sent through ``response_url`` when done.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+
+from adapters.wecom import cards
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from sessions import RecordStore
+
+log = structlog.get_logger("adapters.wecom")
+
+NS = "wecom"
+STREAM_TTL_MS = 15 * 60_000  # past WeCom's 6-minute polling window
+PENDING = "⏳"
+CUT_NOTE = "\n\n_(This is taking longer; the answer will follow in a new message.)_"
+
+
+def _extra(env: Envelope, name: str) -> str | None:
+    extra = env.reply_to.model_extra if env.reply_to is not None else None
+    value = (extra or {}).get(name)
+    return str(value) if value else None
+
+
+class StreamOutbound:
+    def __init__(
+        self,
+        *,
+        integration_id: str,
+        records: RecordStore,
+        window_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.integration_id = integration_id
+        self.records = records
+        self.window_ms = int(window_s * 1000)
+        self.clock = clock
+        self._http: aiohttp.ClientSession | None = None
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.integration_id, *parts))
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    # --- inbound side ------------------------------------------------------------------------
+    async def opened(self, stream_id: str) -> None:
+        """The message's stream starts now (a retried message keeps its first start)."""
+        now = str(int(self.clock() * 1000))
+        await self.records.put_new(NS, self._key("start", stream_id), now, ttl_ms=STREAM_TTL_MS)
+
+    async def finish_with(self, stream_id: str, text: str, *, overwrite: bool) -> None:
+        value = json.dumps({"content": text, "finish": True})
+        if overwrite:
+            await self.records.put(NS, self._key("stream", stream_id), value, ttl_ms=STREAM_TTL_MS)
+        else:
+            await self.records.put_new(
+                NS, self._key("stream", stream_id), value, ttl_ms=STREAM_TTL_MS
+            )
+
+    async def refresh(self, stream_id: str) -> dict[str, Any]:
+        """The answer to a refresh callback: the current full content, or the cut-off note."""
+        raw = await self.records.get(NS, self._key("stream", stream_id))
+        state = json.loads(raw) if raw else {"content": "", "finish": False}
+        if state["finish"]:
+            return {"id": stream_id, "finish": True, "content": state["content"]}
+        cut = await self.records.get(NS, self._key("cut", stream_id))
+        if cut is None:
+            started = await self.records.get(NS, self._key("start", stream_id))
+            age_ms = self.clock() * 1000 - int(started) if started else 0
+            if age_ms < self.window_ms:
+                return {"id": stream_id, "finish": False, "content": state["content"] or PENDING}
+            await self.records.put_new(
+                NS, self._key("cut", stream_id), str(state["content"]), ttl_ms=STREAM_TTL_MS
+            )
+            cut = await self.records.get(NS, self._key("cut", stream_id)) or ""
+            log.info("stream window ending; the answer follows as a new message", stream=stream_id)
+        return {
+            "id": stream_id,
+            "finish": True,
+            "content": cards.clip_bytes(cut + CUT_NOTE, cards.STREAM_BYTES),
+        }
+
+    # --- the renderer's side ------------------------------------------------------------------
+    async def show(self, reply_to: Envelope, progress: Progress) -> str:
+        stream_id = _extra(reply_to, "stream_id") or ""
+        if not stream_id:  # nothing WeCom polls for (a scheduled task): no way to deliver
+            log.info("no stream to answer on; turn not shown", event_id=reply_to.event_id)
+            return ""
+        value = json.dumps({"content": cards.stream_markdown(progress), "finish": progress.final})
+        await self.records.put(NS, self._key("stream", stream_id), value, ttl_ms=STREAM_TTL_MS)
+        if progress.final and await self.records.get(NS, self._key("cut", stream_id)) is not None:
+            await self._send_rest(reply_to, stream_id, cards.final_text(progress))
+        return stream_id
+
+    async def _send_rest(self, reply_to: Envelope, stream_id: str, text: str) -> None:
+        url = _extra(reply_to, "response_url")
+        if not url or not text:
+            return
+        if not await self.records.put_new(
+            NS, self._key("rest", stream_id), "1", ttl_ms=STREAM_TTL_MS
+        ):
+            return
+        body = {
+            "msgtype": "markdown",
+            "markdown": {"content": cards.clip_bytes(text, cards.STREAM_BYTES)},
+        }
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        try:
+            async with self._http.post(url, json=body) as resp:
+                data = await resp.json(content_type=None)
+            if resp.status != 200 or data.get("errcode", 0) != 0:
+                raise RuntimeError(f"response_url refused: {resp.status} {data.get('errcode')}")
+        except BaseException:
+            await self.records.delete(NS, self._key("rest", stream_id))
+            raise
+        log.info("late answer sent through response_url", stream=stream_id)
+
+    async def send_text(self, reply_to: Envelope, text: str) -> None:
+        stream_id = _extra(reply_to, "stream_id")
+        if stream_id is None:
+            log.info("no stream to answer on; text dropped", event_id=reply_to.event_id)
+            return
+        await self.finish_with(stream_id, text, overwrite=True)

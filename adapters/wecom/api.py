@@ -1,0 +1,101 @@
+"""The WeCom server API a self-built app uses (platforms.md §3.3): a cached access token,
+message/send and update_template_card, with the platform's error codes handled.
+
+wechatpy's client is synchronous and hardcodes the gettoken URL (§3.7), so this is a small
+aiohttp client against ``apiBase``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+
+log = structlog.get_logger("adapters.wecom")
+
+TOKEN_ERRORS = {40001, 40014, 42001}  # invalid / expired access token: refetch, retry once
+RATE_LIMITED = 45009
+
+
+class WeComApiError(RuntimeError):
+    def __init__(self, errcode: int, errmsg: str) -> None:
+        super().__init__(f"WeCom API error {errcode}: {errmsg}")
+        self.errcode = errcode
+        self.errmsg = errmsg
+
+
+class WeComApi:
+    def __init__(
+        self,
+        *,
+        api_base: str,
+        corp_id: str,
+        corp_secret: str,
+        backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.base = api_base.rstrip("/")
+        self.corp_id = corp_id
+        self.corp_secret = corp_secret
+        self.backoff_s = backoff_s
+        self.clock = clock
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self._token_lock = asyncio.Lock()
+        self._http: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    async def token(self, *, refresh: bool = False) -> str:
+        async with self._token_lock:
+            if not refresh and self._token and self.clock() < self._token_expires:
+                return self._token
+            params = {"corpid": self.corp_id, "corpsecret": self.corp_secret}
+            async with self._session().get(f"{self.base}/cgi-bin/gettoken", params=params) as r:
+                data = await r.json(content_type=None)
+            if data.get("errcode", 0) != 0 or "access_token" not in data:
+                raise WeComApiError(int(data.get("errcode", -1)), str(data.get("errmsg", "")))
+            # Renew five minutes early so a token never expires in flight.
+            self._token = str(data["access_token"])
+            self._token_expires = self.clock() + max(60, int(data.get("expires_in", 7200)) - 300)
+            log.info("access token fetched")
+            return self._token
+
+    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``/cgi-bin/<path>``; an expired token is refreshed and the call retried once,
+        a frequency limit (45009) backs off and retries a few times."""
+        refreshed = False
+        limited = 0
+        while True:
+            token = await self.token(refresh=False)
+            async with self._session().post(
+                f"{self.base}/cgi-bin/{path}", params={"access_token": token}, json=body
+            ) as resp:
+                if resp.status >= 500:
+                    raise WeComApiError(-resp.status, "server error")
+                data: dict[str, Any] = await resp.json(content_type=None)
+            code = int(data.get("errcode", 0))
+            if code == 0:
+                return data
+            if code in TOKEN_ERRORS and not refreshed:
+                refreshed = True
+                log.info("access token rejected; refreshing", errcode=code)
+                await self.token(refresh=True)
+                continue
+            if code == RATE_LIMITED and limited < len(self.backoff_s):
+                log.warning("frequency limit; backing off", path=path, attempt=limited + 1)
+                await asyncio.sleep(self.backoff_s[limited])
+                limited += 1
+                continue
+            raise WeComApiError(code, str(data.get("errmsg", "")))

@@ -1,0 +1,119 @@
+"""Progress -> WeCom JSON: the app's ``button_interaction`` template card (platforms.md §3.3)
+and the markdown an AI-bot stream shows (steps above the answer)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gateway.progress import Progress
+
+# Button styles of template cards (⚠ docs: 1..4, 1 = blue); Stop is red, New is grey.
+STYLES = {"primary": 1, "default": 2, "danger": 3}
+MARKS = {"running": "⏳", "done": "✅", "failed": "❌"}
+APP_MARKDOWN_BYTES = 2048  # message/send markdown content limit
+STREAM_BYTES = 20_480  # AI-bot stream content limit (§3.5)
+
+
+def task_id_for(idempotency_key: str) -> str:
+    """``task_id`` is unique per app, ≤128 bytes of ``[0-9a-zA-Z_-@]``."""
+    return ("xgw-" + re.sub(r"[^0-9A-Za-z_@-]", "-", idempotency_key))[:128]
+
+
+def button_key(progress: Progress, action_id: str) -> str:
+    value = {"conversation": progress.conversation, "turnId": progress.turn_id, "action": action_id}
+    return json.dumps(value, separators=(",", ":"))
+
+
+def parse_button_key(key: str) -> dict[str, str] | None:
+    try:
+        value = json.loads(key)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
+        return None
+    return {k: str(value.get(k) or "") for k in ("conversation", "turnId", "action")}
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def steps_text(progress: Progress) -> str:
+    items = (*progress.steps, *progress.tools)
+    return "\n".join(f"{MARKS.get(s.status, '•')} {s.title}" for s in items)
+
+
+def template_card(progress: Progress, task_id: str) -> dict[str, Any]:
+    desc = progress.error if progress.status == "error" else ""
+    if progress.final and progress.answer and not desc:
+        desc = "The answer follows in the next message"
+    card: dict[str, Any] = {
+        "card_type": "button_interaction",
+        "task_id": task_id,
+        "main_title": {"title": _clip(progress.title, 36), "desc": _clip(desc, 44)},
+        "button_list": [
+            {"text": b.label, "style": STYLES[b.style], "key": button_key(progress, b.action_id)}
+            for b in progress.buttons
+        ],
+    }
+    steps = steps_text(progress)
+    if steps:
+        card["sub_title_text"] = _clip(steps, 112)
+    return card
+
+
+def card_update(progress: Progress, task_id: str) -> dict[str, Any]:
+    """The body part of update_template_card: a new card, or (no buttons left) a greyed one."""
+    if not progress.buttons:
+        return {"button": {"replace_name": _clip(progress.title, 20)}}
+    return {"template_card": template_card(progress, task_id)}
+
+
+def final_text(progress: Progress) -> str:
+    """What is sent as markdown after the final card update."""
+    parts = [progress.answer.strip()] if progress.answer.strip() else []
+    if progress.status == "error" and progress.error:
+        parts.append(f"**{progress.title}**: {progress.error}")
+    elif progress.status == "cancelled" and parts:
+        parts.append("_(stopped)_")
+    return "\n\n".join(parts)
+
+
+def stream_markdown(progress: Progress) -> str:
+    """The AI-bot stream content: the status and steps, then the answer so far."""
+    lines = [] if progress.status == "done" else [f"**{progress.title}**"]
+    lines += [f"- {line}" for line in steps_text(progress).splitlines()]
+    head = "\n".join(lines)
+    body = final_text(progress) if progress.final else progress.answer
+    return clip_bytes("\n\n".join(p for p in (head, body) if p), STREAM_BYTES)
+
+
+def clip_bytes(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    note = "\n\n…"
+    return data[: limit - len(note.encode())].decode(errors="ignore") + note
+
+
+def split_bytes(text: str, limit: int = APP_MARKDOWN_BYTES) -> list[str]:
+    """Split at line ends (else anywhere) so each part is at most ``limit`` UTF-8 bytes."""
+    parts: list[str] = []
+    current = ""
+    for line in text.splitlines(keepends=True):
+        while len(line.encode()) > limit:
+            head = line.encode()[:limit].decode(errors="ignore")
+            if current:
+                parts.append(current)
+                current = ""
+            parts.append(head)
+            line = line[len(head) :]
+        if len((current + line).encode()) > limit:
+            parts.append(current)
+            current = ""
+        current += line
+    if current.strip():
+        parts.append(current)
+    return [p.rstrip("\n") for p in parts if p.strip()]

@@ -1,0 +1,114 @@
+"""Self-built app replies (platforms.md §3.3).
+
+WeCom app messages cannot be edited: the only change a sent card allows is one
+``update_template_card`` per ``response_code`` (single use, 72 h; each click hands out a new
+one). So the turn's card is sent once with a Stop button, updated once more when the turn waits
+for a confirmation and once when it ends, and the answer then arrives as markdown messages.
+Intermediate progress is not shown live on this platform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+
+from adapters.wecom import cards
+from adapters.wecom.api import RATE_LIMITED, WeComApi, WeComApiError
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from sessions import RecordStore
+
+log = structlog.get_logger("adapters.wecom")
+
+NS = "wecom"
+TTL_MS = 72 * 3_600_000  # a response_code's lifetime
+
+
+class AppOutbound:
+    def __init__(
+        self, *, integration_id: str, agent_id: int, api: WeComApi, records: RecordStore
+    ) -> None:
+        self.integration_id = integration_id
+        self.agent_id = agent_id
+        self.api = api
+        self.records = records
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.integration_id, *parts))
+
+    async def _send(self, touser: str, msg: Mapping[str, object]) -> dict[str, object]:
+        body = {"touser": touser, "agentid": self.agent_id, **msg}
+        return await self.api.call("message/send", body)
+
+    async def _once(self, guard: str, touser: str, msg: Mapping[str, object]) -> dict[str, object]:
+        """Send at most once per ``guard`` across replicas; a failed send frees the guard."""
+        if not await self.records.put_new(NS, self._key("sent", guard), "1", ttl_ms=TTL_MS):
+            return {}
+        try:
+            return await self._send(touser, msg)
+        except BaseException:
+            await self.records.delete(NS, self._key("sent", guard))
+            raise
+
+    async def remember_response_code(self, task_id: str, response_code: str) -> None:
+        """The newest unused response_code of a card (from send, or from a click)."""
+        await self.records.put(NS, self._key("rc", task_id), response_code, ttl_ms=TTL_MS)
+
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
+        task_id = cards.task_id_for(idempotency_key)
+        msg = {"msgtype": "template_card", "template_card": cards.template_card(progress, task_id)}
+        data = await self._once(f"card:{task_id}", reply_to.chat.id, msg)
+        if data.get("response_code"):
+            await self.remember_response_code(task_id, str(data["response_code"]))
+        log.info("card sent", task_id=task_id, turn_id=progress.turn_id)
+        return task_id
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        if not (progress.final or progress.status == "waiting"):
+            return  # no live edits on WeCom app messages (module docstring)
+        stage = f"{handle}:{progress.status}"
+        if await self.records.get(NS, self._key("updated", stage)) is None:
+            await self._update_template_card(reply_to, handle, progress)
+            await self.records.put(NS, self._key("updated", stage), "1", ttl_ms=TTL_MS)
+        if progress.final:
+            text = cards.final_text(progress)
+            for i, part in enumerate(cards.split_bytes(text)):
+                await self._once(
+                    f"answer:{handle}:{i}",
+                    reply_to.chat.id,
+                    {"msgtype": "markdown", "markdown": {"content": part}},
+                )
+            log.info("turn answer sent", task_id=handle, status=progress.status)
+
+    async def _update_template_card(
+        self, reply_to: Envelope, task_id: str, progress: Progress
+    ) -> None:
+        rc = await self.records.get(NS, self._key("rc", task_id))
+        if rc is None:
+            log.info("card not updated: no unused response_code", task_id=task_id)
+            return
+        body = {
+            "userids": [reply_to.chat.id],
+            "agentid": self.agent_id,
+            "response_code": rc,
+            **cards.card_update(progress, task_id),
+        }
+        try:
+            await self.api.call("message/update_template_card", body)
+        except WeComApiError as exc:
+            if exc.errcode == RATE_LIMITED or exc.errcode < 0:
+                raise  # worth the renderer's retry
+            # A spent or expired code will not work on retry; the answer still goes out.
+            log.warning("card update refused", task_id=task_id, errcode=exc.errcode)
+        await self.records.delete(NS, self._key("rc", task_id))
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        for i, part in enumerate(cards.split_bytes(text)):
+            await self._once(
+                f"text:{idempotency_key}:{i}",
+                reply_to.chat.id,
+                {"msgtype": "text", "text": {"content": part}},
+            )

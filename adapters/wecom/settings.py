@@ -1,0 +1,70 @@
+"""WeCom (企业微信) integration options: a self-built app (XML callbacks, template cards) or an
+AI bot (智能机器人) over JSON callbacks or the long connection (platforms.md §3)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from gateway.settings import IntegrationBase
+
+
+class WeComIntegration(IntegrationBase):
+    """One WeCom app or AI bot."""
+
+    platform: Literal["wecom"]
+    connection_mode: Literal["app", "aibot", "aibot_ws"] = Field(
+        "app",
+        description="app: self-built app callbacks; aibot: AI bot JSON callbacks with stream "
+        "replies; aibot_ws: AI bot long connection",
+    )
+    corp_id: str = Field("", description="CorpID; the receive-id of app callbacks")
+    agent_id: int | None = Field(None, description="AgentID of the self-built app")
+    corp_secret: SecretStr | None = Field(None, description="The app's Secret (gettoken)")
+    token: SecretStr | None = Field(None, description="Callback Token (signatures)")
+    encoding_aes_key: SecretStr | None = Field(
+        None, description="Callback EncodingAESKey (43 characters)"
+    )
+    bot_id: str = Field("", description="AI bot id (aibot_ws)")
+    bot_secret: SecretStr | None = Field(None, description="AI bot long-connection secret")
+    api_base: str = "https://qyapi.weixin.qq.com"
+    ws_url: str = "wss://openws.work.weixin.qq.com"
+    signature_window_seconds: int = Field(
+        600, ge=10, description="Callbacks whose timestamp is further off are refused"
+    )
+    stream_window_seconds: float = Field(
+        330,
+        ge=1,
+        le=360,
+        description="AI bot: a stream still open this long after the message is closed with a "
+        "note and the rest sent as a new message (WeCom stops polling at 6 minutes)",
+    )
+    ping_interval_seconds: float = Field(30, gt=0, description="aibot_ws application ping")
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> WeComIntegration:
+        key = self.encoding_aes_key.get_secret_value() if self.encoding_aes_key else ""
+        if self.connection_mode in ("app", "aibot"):
+            if self.token is None or not key:
+                raise ValueError(
+                    f"connectionMode {self.connection_mode} needs token and encodingAesKey"
+                )
+            if len(key) != 43 or len(_b64(key + "=")) != 32:
+                raise ValueError("encodingAesKey must be 43 base64 characters")
+        if self.connection_mode == "app" and (
+            not self.corp_id or self.agent_id is None or self.corp_secret is None
+        ):
+            raise ValueError("connectionMode app needs corpId, agentId and corpSecret")
+        if self.connection_mode == "aibot_ws" and (not self.bot_id or self.bot_secret is None):
+            raise ValueError("connectionMode aibot_ws needs botId and botSecret")
+        return self
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        return b""

@@ -1,0 +1,149 @@
+"""WeCom AI bot over the long connection, end to end against a fake WebSocket server:
+subscribe, ping, stream frames reusing the inbound req_id, reconnect, one owner per bot."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.conftest import eventually
+from tests.fakes.wecom import FakeWeCom
+from tests.helpers import InProcessGateway
+from tests.wecom_support import ECHO_SLOW, start_gateway
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeWeCom]:
+    server = FakeWeCom()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def gateways(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[list[Any]]:
+    started: list[InProcessGateway] = []
+    yield started
+    for gw in reversed(started):
+        await gw.stop()
+
+
+async def ws_gateway(
+    gateways: list[Any], prefix: str, fake: FakeWeCom, **kw: Any
+) -> InProcessGateway:
+    kw.setdefault("pingIntervalSeconds", 0.2)
+    gw = await start_gateway(prefix, fake, "aibot_ws", **kw)
+    gateways.append(gw)
+    return gw
+
+
+def message(msg_id: str, text: str, user: str = "alice") -> dict[str, Any]:
+    return {
+        "msgid": msg_id,
+        "aibotid": "aib-1",
+        "chattype": "single",
+        "from": {"userid": user},
+        "msgtype": "text",
+        "text": {"content": text},
+        "create_time": 1700000000,
+    }
+
+
+def finished(fake: FakeWeCom, req_id: str) -> list[dict[str, Any]]:
+    frames = fake.stream_frames(req_id)
+    return frames if frames and frames[-1]["body"]["stream"]["finish"] else []
+
+
+async def test_subscribe_ping_and_stream_frames_reuse_the_req_id(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    gw = await ws_gateway(gateways, prefix, fake, expert=ECHO_SLOW)
+    await eventually(lambda: fake.subscribes == 1)
+    subscribe = next(f for f in fake.frames if f["cmd"] == "aibot_subscribe")
+    assert subscribe["body"] == {"bot_id": "aib-1", "secret": "bs3cret"}
+    await fake.push("aibot_msg_callback", message("w-1", "hello ws"), "req-1")
+    frames = await eventually(lambda: finished(fake, "req-1"), timeout=15)
+    streams = [f["body"]["stream"] for f in frames]
+    assert len({s["id"] for s in streams}) == 1
+    assert streams[-1]["content"].endswith("You said:\n> hello ws")
+    assert len(streams) >= 3  # streamed, not only a final frame
+    assert all(len(s["content"].encode()) <= 20_480 for s in streams)
+    assert all(not s["finish"] for s in streams[:-1])
+    await eventually(lambda: fake.pings >= 2)
+    assert gw.gateway.adapters["wc"].readiness()["state"] == "connected"
+
+
+async def test_duplicate_callback_makes_one_reply(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    await ws_gateway(gateways, prefix, fake)
+    await eventually(lambda: fake.subscribes == 1)
+    await fake.push("aibot_msg_callback", message("w-2", "once"), "req-2")
+    await fake.push("aibot_msg_callback", message("w-2", "once"), "req-2b")
+    await eventually(lambda: finished(fake, "req-2"))
+    await asyncio.sleep(0.3)
+    assert fake.stream_frames("req-2b") == []
+
+
+async def test_reconnects_after_the_server_drops_the_socket(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    await ws_gateway(gateways, prefix, fake)
+    await eventually(lambda: fake.subscribes == 1)
+    await fake.drop()
+    await eventually(lambda: fake.subscribes == 2, timeout=10)
+    await fake.push("aibot_msg_callback", message("w-3", "after reconnect"), "req-3")
+    frames = await eventually(lambda: finished(fake, "req-3"))
+    assert frames[-1]["body"]["stream"]["content"].endswith("> after reconnect")
+
+
+async def test_two_replicas_keep_one_connection_and_both_answer(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    first = await ws_gateway(gateways, prefix, fake)
+    await eventually(lambda: fake.subscribes == 1)
+    second = await ws_gateway(gateways, prefix, fake)
+    await eventually(
+        lambda: (
+            {
+                first.gateway.adapters["wc"].readiness()["state"],
+                second.gateway.adapters["wc"].readiness()["state"],
+            }
+            == {"connected", "standby"}
+        )
+    )
+    for i in range(6):  # turns run on either replica; the owner relays the other's frames
+        await fake.push("aibot_msg_callback", message(f"w-4{i}", f"n{i}", f"u{i}"), f"req-4{i}")
+    for i in range(6):
+        frames = await eventually(lambda i=i: finished(fake, f"req-4{i}"))
+        assert frames[-1]["body"]["stream"]["content"].endswith(f"> n{i}")
+    assert fake.subscribes == 1 and len(fake.sockets) == 1
+
+
+async def test_refused_subscription_is_not_ready(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    fake.refuse_subscribe = True
+    gw = await ws_gateway(gateways, prefix, fake)
+    await eventually(lambda: any(f["cmd"] == "aibot_subscribe" for f in fake.frames))
+    await asyncio.sleep(0.1)
+    assert gw.gateway.adapters["wc"].readiness()["ready"] is False  # type: ignore[union-attr]
+
+
+async def test_a_turn_past_the_stream_window_finishes_in_a_new_message(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    await ws_gateway(gateways, prefix, fake, expert=ECHO_SLOW, streamWindowSeconds=1)
+    await eventually(lambda: fake.subscribes == 1)
+    await fake.push("aibot_msg_callback", message("w-5", "a slow one"), "req-5")
+    frames = await eventually(lambda: finished(fake, "req-5"), timeout=15)
+    assert "new message" in frames[-1]["body"]["stream"]["content"]
+    sent = await eventually(lambda: [f for f in fake.frames if f["cmd"] == "aibot_send_msg"])
+    assert sent[0]["body"]["chatid"] == "alice"
+    assert sent[0]["body"]["markdown"]["content"] == "You said:\n> a slow one"
+    await asyncio.sleep(0.3)
+    assert len(finished(fake, "req-5")) == len(frames)
