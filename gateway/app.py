@@ -184,6 +184,8 @@ class Gateway:
                     data = json.loads(message["data"])
                     if data.get("op") == "cancel":
                         self.runner.stop_local(data["conversation"], data.get("turnId"))
+                    elif data.get("op") == "steer":
+                        self.runner.steer_local(data["conversation"])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -17,7 +17,13 @@ import structlog
 from gateway.adapter import Adapter, IngestOutcome
 from gateway.commands import HELP_TEXT, parse_command
 from gateway.envelope import Envelope
-from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_STOP
+from gateway.progress import (
+    ACTION_CONFIRM,
+    ACTION_NEW,
+    ACTION_REJECT,
+    ACTION_RETRY,
+    ACTION_STOP,
+)
 from gateway.routing import scope_key
 from gateway.runner import now_ms
 from gateway.settings import IntegrationBase, Settings
@@ -81,6 +87,20 @@ class Pipeline:
                 and integ.group_reply_strategy == "mention_only"
                 and not env.bot_mentioned
             ):
+                if integ.history_context_limit and env.text.strip():
+                    # Context for the next turn in this chat (historyContextLimit).
+                    await self.records.add_group_message(
+                        integ.id,
+                        env.chat.id,
+                        {
+                            "senderId": env.sender.id,
+                            "name": env.sender.name or env.sender.id,
+                            "text": env.text,
+                            "at": self.clock(),
+                        },
+                        limit=integ.history_context_limit,
+                        window_ms=integ.history_context_window_seconds * 1000,
+                    )
                 return IngestOutcome("ignored", "group message without a mention")
             command = parse_command(env.text)
             if command is not None:
@@ -119,7 +139,7 @@ class Pipeline:
                 else:
                     await self._new(conv, env, announce=True)
                 return IngestOutcome("handled", action_id)
-            if action_id not in (ACTION_CONFIRM, ACTION_REJECT):
+            if action_id not in (ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY):
                 return IngestOutcome("ignored", f"unknown action {action_id!r}")
             mode = "urgent"
         result = await self.store.intake(
@@ -138,6 +158,10 @@ class Pipeline:
             return IngestOutcome("busy")
         if not result.busy:
             self.wake(result.due_ms)
+        elif integ.busy_policy == "steer":
+            # Stored first (durable); the replica running the turn hands it to the agent and
+            # only then drops it from the burst. Missed or failed, it becomes the next turn.
+            await self.store.publish_control({"op": "steer", "conversation": conv})
         return IngestOutcome("queued")
 
     def _conversation_of(self, integ: IntegrationBase, env: Envelope) -> str:

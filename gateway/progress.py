@@ -23,6 +23,7 @@ ACTION_STOP = "stop"
 ACTION_NEW = "new"
 ACTION_CONFIRM = "confirm"
 ACTION_REJECT = "reject"
+ACTION_RETRY = "retry"
 
 STATUS_TITLES: dict[str, str] = {
     "running": "Working on it…",
@@ -87,6 +88,11 @@ class Progress:
             )
         if self.status == "ended":
             return ()
+        if self.status == "error":
+            return (
+                Button(ACTION_RETRY, "Retry", "primary"),
+                Button(ACTION_NEW, "New conversation"),
+            )
         return (Button(ACTION_NEW, "New conversation"),)
 
     def apply(self, event: RunEvent) -> Progress:

@@ -42,6 +42,7 @@ class CardRenderer:
         self._rendered_version = -1
         self._last_at = 0.0
         self._changed = asyncio.Event()
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, progress: Progress) -> None:
@@ -68,11 +69,17 @@ class CardRenderer:
         self._last_at = time.monotonic()
 
     async def _loop(self) -> None:
-        while True:
+        # Ends cooperatively when close() sets _closing: cancelling it mid-update could cut a
+        # platform or Redis call in half (and some libraries lose such a cancel on 3.11).
+        while not self._closing:
             await self._changed.wait()
+            if self._closing:
+                return
             wait = self._last_at + self.interval - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+            if self._closing:
+                return
             self._changed.clear()
             progress = self._latest
             if progress is None or progress.version == self._rendered_version:
@@ -92,8 +99,12 @@ class CardRenderer:
         """Stop the loop and deliver ``final`` (retrying with backoff); never raises on cancel."""
         self._latest = final
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait([self._task], timeout=10)
+            self._closing = True
+            self._changed.set()
+            _done, pending = await asyncio.wait([self._task], timeout=30)
+            if pending:  # an update hung for 30 s: give up on it
+                self._task.cancel()
+                await asyncio.wait([self._task], timeout=5)
         if final.version == self._rendered_version and self.handle is not None:
             return
         delay = 0.2

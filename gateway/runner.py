@@ -20,7 +20,7 @@ import structlog
 
 from gateway.adapter import Adapter
 from gateway.envelope import Envelope
-from gateway.events import Finished, RunEvent, Started, VariablesEvent
+from gateway.events import Finished, RunEvent, Started, StepEvent, VariablesEvent
 from gateway.experts import Decision, Expert, TurnInput, build_expert
 from gateway.progress import Progress
 from gateway.render import CardRenderer
@@ -54,6 +54,10 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     consume: asyncio.Task[Progress] | None = None
     stop_reason: str = ""
+    expert: Expert | None = None
+    turn: TurnInput | None = None
+    inject: Callable[[RunEvent], None] | None = None
+    steering: bool = False
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -89,6 +93,7 @@ class Runner:
         self.handing_back = False
         self._experts: dict[str, Expert] = {}
         self._known_snapshots: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self.turns_done = 0
 
     @property
@@ -134,6 +139,50 @@ class Runner:
         run.consume.cancel()
         return True
 
+    def steer_local(self, conversation: str) -> bool:
+        """busyPolicy steer: hand what collected in the burst to the run going on here."""
+        run = self.active.get(conversation)
+        if (
+            run is None
+            or run.steering
+            or run.consume is None
+            or run.expert is None
+            or not run.expert.supports_steer
+        ):
+            return False
+        run.steering = True
+        task = asyncio.create_task(self._steer(run))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return True
+
+    async def _steer(self, run: ActiveRun) -> None:
+        try:
+            while run.consume is not None and run.expert and run.turn:
+                items = await self.store.burst_items(run.conversation)
+                take: list[Envelope] = []
+                for item in items:
+                    envelope = Envelope.from_json(item)
+                    if envelope.kind != "message":
+                        break
+                    take.append(envelope)
+                if not take:
+                    return
+                text = merge_input(take)
+                await run.expert.steer(run.turn, text)
+                await self.store.burst_take(
+                    conversation=run.conversation, owner=run.owner, count=len(take)
+                )
+                log.info("follow-up steered into the running turn", messages=len(take))
+                if run.inject is not None:
+                    title = "Follow-up: " + (text if len(text) <= 80 else text[:79] + "…")
+                    run.inject(StepEvent(f"steer-{uuid.uuid4().hex[:8]}", title, "done"))
+        except Exception as exc:
+            # The messages stay in the burst and become the next turn (collect).
+            log.warning("steer failed; the message will be the next turn", error=str(exc))
+        finally:
+            run.steering = False
+
     async def close(self) -> None:
         """Release the experts' connections (at shutdown, after the runs ended)."""
         for expert in self._experts.values():
@@ -178,7 +227,9 @@ class Runner:
                     if claim.resumed:
                         log.info("resuming a turn left by another replica", attempts=claim.attempts)
                     started = self.clock()
-                    if last.kind == "action":
+                    if last.kind == "action" and last.action and last.action.id == "retry":
+                        session_id = await self._retry_turn(claim, integ, adapter, last)
+                    elif last.kind == "action":
                         session_id = await self._resume_turn(claim, integ, adapter, last)
                     else:
                         session_id = await self._message_turn(claim, integ, adapter, items)
@@ -328,8 +379,43 @@ class Runner:
             on_handle=remember,
         )
 
+    async def _retry_turn(
+        self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
+    ) -> str:
+        """Retry: run the failed turn's input again, in its own card."""
+        raw = claim.turn.get("failed")
+        if raw is None:
+            binding = await self.store.binding(claim.conversation)
+            raw = binding.get("failed")
+            if raw:
+                await self.store.set_turn_fields(
+                    conversation=claim.conversation, owner=claim.owner, failed=raw
+                )
+                await self.store.set_binding_fields(
+                    claim.conversation, binding.get("sessionId", ""), failed=""
+                )
+        if not raw:
+            log.info("retry click on a turn that is no longer failed")
+            await adapter.send_text(
+                action, "There is nothing to retry.", idempotency_key=claim.turn_id
+            )
+            return ""
+        failed = json.loads(raw)
+        original = Envelope.from_json(failed["replyTo"])
+        items = [original.model_copy(update={"text": failed["text"]})]
+        return await self._message_turn(
+            claim, integ, adapter, items, card=failed.get("card"), key=failed["turnId"]
+        )
+
     async def _message_turn(
-        self, claim: Claim, integ: IntegrationBase, adapter: Adapter, items: list[Envelope]
+        self,
+        claim: Claim,
+        integ: IntegrationBase,
+        adapter: Adapter,
+        items: list[Envelope],
+        *,
+        card: str | None = None,
+        key: str | None = None,
     ) -> str:
         last = items[-1]
         session_id, expert, snapshot, binding = await self._bind(claim, integ, last)
@@ -337,6 +423,12 @@ class Runner:
         thread = binding.get("threadId") or None
         variables = self._variables(snapshot, last, thread or session_id)
         memory = await self.records.memory(integ.id, last.chat.id)
+        group_history: list[dict[str, Any]] = []
+        if integ.history_context_limit and last.chat.type == "group":
+            since = self.clock() - integ.history_context_window_seconds * 1000
+            group_history = await self.records.group_messages(
+                integ.id, last.chat.id, since_ms=since
+            )
         conversation_vars = await self.records.conversation_variables(session_id)
         for name, value in conversation_vars.items():
             variables[f"var.{name}"] = value if isinstance(value, str) else json.dumps(value)
@@ -359,11 +451,12 @@ class Runner:
             variables=variables,
             state=dict(conversation_vars),
             expert_thread_id=thread,
+            group_history=tuple(group_history[-integ.history_context_limit :]),
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
         progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
         renderer = self._renderer(
-            claim, adapter, last, interval, claim.turn.get("card"), claim.turn_id
+            claim, adapter, last, interval, claim.turn.get("card") or card, key or claim.turn_id
         )
         await renderer.start(progress)
         # After the first card: the session's variables as this turn sees them (admin API).
@@ -371,6 +464,16 @@ class Runner:
         final = await self._drive(
             claim, expert.run(turn_input), progress, renderer, expert, turn_input, snapshot
         )
+        if final.status == "error":
+            failed = {
+                "turnId": key or claim.turn_id,
+                "card": renderer.handle,
+                "text": turn_input.text,
+                "replyTo": last.to_json(),
+            }
+            await self.store.set_binding_fields(
+                claim.conversation, session_id, failed=json.dumps(failed)
+            )
         if final.status == "waiting":
             interrupt = {
                 "turnId": claim.turn_id,
@@ -449,6 +552,8 @@ class Runner:
             thread_id=thread,
             user_id=last.sender.id,
             user_email=last.sender.email,
+            project_id=options.get("projectId"),
+            workspace_base_url=options.get("workspaceBaseUrl"),
         )
 
     async def _drive(
@@ -490,9 +595,15 @@ class Runner:
             return state
 
         run = self.active.get(claim.conversation)
+
+        def inject(event: RunEvent) -> None:
+            nonlocal state
+            state = state.apply(event)
+            renderer.push(state)
+
         task = asyncio.create_task(consume())
         if run is not None:
-            run.consume = task
+            run.consume, run.expert, run.turn, run.inject = task, expert, turn, inject
         try:
             state = await task
             if not state.final and state.status != "waiting":

@@ -227,8 +227,10 @@ class IntegrationBase(GatewayModel):
     session_timeout_seconds: int = Field(3600, ge=1, description="Idle time that ends a session")
     session_scope: Literal["chat", "chat_sender", "thread"] = "chat"
     group_reply_strategy: Literal["mention_only", "all_messages"] = "mention_only"
-    busy_policy: Literal["collect", "reject"] = Field(
-        "collect", description="A message arriving during a run: next turn, or 'busy' answer"
+    busy_policy: Literal["collect", "steer", "reject"] = Field(
+        "collect",
+        description="A message arriving during a run: next turn, into the running agent (xpert "
+        "experts), or a 'busy' answer",
     )
     update_interval_ms: int = Field(1000, ge=100, le=60_000, description="Card update throttle")
     language: str | None = None
@@ -236,6 +238,18 @@ class IntegrationBase(GatewayModel):
     store_raw: bool = Field(False, description="Keep the platform payload with stored envelopes")
     variables: list[VariableDecl] = Field(
         default_factory=list, description="Conversation variables (also declarable per expert)"
+    )
+    project_id: str | None = Field(
+        None, description="XpertAI project: sys.workspace_path becomes /project/<projectId>/"
+    )
+    workspace_base_url: str | None = Field(
+        None, description="sys.workspace_url is this plus sys.workspace_path"
+    )
+    history_context_limit: int = Field(
+        0, ge=0, le=200, description="Group messages the bot saw but was not asked about, per turn"
+    )
+    history_context_window_seconds: int = Field(
+        3600, ge=1, description="How long such group messages are kept for context"
     )
     memory_admins: list[str] = Field(
         default_factory=list,
@@ -284,7 +298,15 @@ class Settings(GatewayModel):
                     problems.append(f"{section}.{i}.id: duplicate id {item.id!r}")
                 seen.add(item.id)
         experts = {e.id for e in self.experts}
+        kinds = {e.id: e.kind for e in self.experts}
         for i, integ in enumerate(self.integrations):
+            if integ.busy_policy == "steer":
+                used = {integ.xpert_id, *(r.xpert_id for r in integ.routes)}
+                if any(kinds.get(x) not in (None, "xpert") for x in used):
+                    problems.append(
+                        f"integrations.{i}.busyPolicy: steer needs experts of kind xpert "
+                        f"(this integration uses {', '.join(sorted(used))})"
+                    )
             if integ.xpert_id not in experts:
                 problems.append(
                     f"integrations.{i}.xpertId: {integ.xpert_id!r} names no expert "
@@ -428,6 +450,8 @@ def snapshot_of(integration: IntegrationBase, expert: AnyExpert, xpert_id: str) 
             by_alias=True,
             include={
                 "variables",
+                "project_id",
+                "workspace_base_url",
                 "id",
                 "platform",
                 "session_timeout_seconds",

@@ -18,6 +18,8 @@ def system_variables(
     thread_id: str,
     user_id: str,
     user_email: str | None = None,
+    project_id: str | None = None,
+    workspace_base_url: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, str]:
     """``sys.*`` as XpertAI defines them: the integration's language (else the sender's locale,
@@ -30,8 +32,10 @@ def system_variables(
         "sys.date": moment.strftime("%Y-%m-%d"),
         "sys.datetime": moment.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "sys.thread_id": thread_id,
-        "sys.workspace_path": f"/user/{user_id}/",
+        "sys.workspace_path": f"/project/{project_id}/" if project_id else f"/user/{user_id}/",
     }
+    if workspace_base_url:
+        values["sys.workspace_url"] = workspace_base_url.rstrip("/") + values["sys.workspace_path"]
     if user_email:
         values["sys.user_email"] = user_email
     return values

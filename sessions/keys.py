@@ -78,6 +78,9 @@ class KeyBuilder:
     def memory(self, integration_id: str, chat_id: str) -> str:
         return self._k("memory", _tag_safe(f"{integration_id}|{chat_id}"))
 
+    def group_history(self, integration_id: str, chat_id: str) -> str:
+        return self._k("group-history", _tag_safe(f"{integration_id}|{chat_id}"))
+
     def history(self, session_id: str) -> str:
         return self._k("history", session_id)
 

@@ -85,6 +85,30 @@ class SessionRecords:
         key = self.keys.session_variables(session_id)
         return cast(dict[str, str], await self.redis.hgetall(key))
 
+    # --- recent group messages the bot was not asked about ---------------------------------
+    async def add_group_message(
+        self,
+        integration_id: str,
+        chat_id: str,
+        item: dict[str, Any],
+        *,
+        limit: int,
+        window_ms: int,
+    ) -> None:
+        key = self.keys.group_history(integration_id, chat_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, json.dumps(item, ensure_ascii=False))
+            pipe.ltrim(key, -limit, -1)
+            pipe.pexpire(key, window_ms)
+            await pipe.execute()
+
+    async def group_messages(
+        self, integration_id: str, chat_id: str, *, since_ms: int
+    ) -> list[dict[str, Any]]:
+        raw = await self.redis.lrange(self.keys.group_history(integration_id, chat_id), 0, -1)
+        items = [json.loads(r) for r in cast(list[str], raw)]
+        return [i for i in items if int(i.get("at", 0)) >= since_ms]
+
     # --- group memory ----------------------------------------------------------------------
     async def remember(self, integration_id: str, chat_id: str, item: dict[str, Any]) -> int:
         """Append a memory item; returns how many the chat keeps (oldest dropped past the cap)."""

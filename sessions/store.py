@@ -93,6 +93,7 @@ class SessionStore:
         self._finish = client.register_script(_load("finish.lua"))
         self._binding = client.register_script(_load("binding.lua"))
         self._binding_set = client.register_script(_load("binding_set.lua"))
+        self._burst_take = client.register_script(_load("burst_take.lua"))
 
     async def prepare(self) -> None:
         """Load every script once at start-up, so each later call is a single EVALSHA."""
@@ -104,6 +105,7 @@ class SessionStore:
             self._finish,
             self._binding,
             self._binding_set,
+            self._burst_take,
         ):
             script.sha = await self.redis.script_load(script.script)
 
@@ -251,6 +253,19 @@ class SessionStore:
 
     async def turn(self, conversation: str) -> dict[str, str]:
         return cast(dict[str, str], await self.redis.hgetall(self.keys.turn(conversation)))
+
+    async def burst_items(self, conversation: str) -> list[dict[str, Any]]:
+        raw = cast(list[str], await self.redis.lrange(self.keys.burst(conversation), 0, -1))
+        return [json.loads(r) for r in raw]
+
+    async def burst_take(self, *, conversation: str, owner: str, count: int) -> bool:
+        k = self.keys
+        return bool(
+            await self._burst_take(
+                keys=[k.lease(conversation), k.burst(conversation), k.burst_meta(conversation)],
+                args=[owner, count],
+            )
+        )
 
     async def burst_length(self, conversation: str) -> int:
         return int(await self.redis.llen(self.keys.burst(conversation)))

@@ -156,3 +156,22 @@ def test_reducers_must_fit_the_type() -> None:
         assert any("reducer append needs type array" in p for p in exc.problems)
     else:
         raise AssertionError("accepted an append reducer on a string")
+
+
+async def test_workspace_variables_follow_the_project(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    console = await make_gateway(
+        config(prefix, projectId="p-7", workspaceBaseUrl="https://files.example.com/ws")
+    )
+    await console.send("hello")
+    await console.wait_cards()
+    _, body = await admin(
+        console, "GET", "/v1.0/sessions", integrationId="console", chatId="dm-alice"
+    )
+    sid = body["result"][0]["sessionId"]
+    _, body = await admin(console, "GET", f"/v1.0/sessions/{sid}/variables", prefix="sys.work")
+    assert {v["variable_key"]: v["variable_value"] for v in body["result"]} == {
+        "sys.workspace_path": "/project/p-7/",
+        "sys.workspace_url": "https://files.example.com/ws/project/p-7/",
+    }

@@ -226,3 +226,64 @@ async def test_openai_errors_become_readable_error_cards(
     await console.send("hello")
     [card] = await console.wait_cards(status="error")
     assert message in card["card"]["error"]
+
+
+async def test_retry_button_reruns_a_failed_turn_in_the_same_card(
+    openai: tuple[FakeOpenAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = openai
+    fake.fail_with = [500]
+    console = await make_gateway(config(prefix, openai_expert(url, retries=0)))
+    await console.send("try me")
+    [card] = await console.wait_cards(status="error")
+    assert [b["actionId"] for b in card["card"]["buttons"]] == ["retry", "new"]
+    assert await console.click("dm-alice", card["id"], "retry") == 202
+    [again] = await console.wait_cards(status="done")
+    assert again["id"] == card["id"] and again["card"]["answer"] == "Echo: try me"
+
+
+async def test_recent_group_messages_reach_the_model_as_context(
+    openai: tuple[FakeOpenAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = openai
+    console = await make_gateway(
+        config(prefix, openai_expert(url), historyContextLimit=2, summaryWindowSeconds=0)
+    )
+    for i, who in enumerate(("bob", "carol", "bob")):
+        await console.send(f"chatter {i}", chat="team", sender=who)
+    await console.send("summarise please", chat="team", mention=True)
+    await console.wait_cards(chat="team")
+    notes = [m["content"] for m in fake.requests[0]["messages"] if m["role"] == "system"]
+    assert notes[1] == "Recent messages in this group chat:\n- Carol: chatter 1\n- Bob: chatter 2"
+
+
+async def test_steer_hands_a_message_to_the_running_xpert_run(
+    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    console = await make_gateway(config(prefix, xpert_expert(url), busyPolicy="steer"))
+    await console.send("draft the plan [slow]")
+    await console.wait_cards(status="running")
+    await eventually(lambda: fake.runs)
+    await console.send("also cover the budget")
+    [card] = await console.wait_cards(status="done", timeout=20)
+    assert fake.steers == [(fake.threads[0], "also cover the budget")]
+    assert "(steer: also cover the budget)" in card["card"]["answer"]
+    assert {"title": "Follow-up: also cover the budget", "status": "done"} in card["card"]["steps"]
+    assert len(await console.cards()) == 1 and len(fake.runs) == 1  # no second turn
+
+
+def test_steer_needs_xpert_experts(prefix: str) -> None:
+    from gateway.cli import settings_model
+    from gateway.settings import ConfigError, load_settings
+
+    cfg = base_config(prefix, busyPolicy="steer")
+    try:
+        load_settings(cfg, model=settings_model(), env={})
+    except ConfigError as exc:
+        assert any(
+            "integrations.0.busyPolicy: steer needs experts of kind xpert" in p
+            for p in exc.problems
+        )
+    else:
+        raise AssertionError("steer accepted with an echo expert")

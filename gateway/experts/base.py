@@ -30,6 +30,7 @@ class TurnInput:
     state: dict[str, Any] = field(default_factory=dict)
     variables: dict[str, str] = field(default_factory=dict)
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
+    group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
 
 
 class Expert(abc.ABC):
@@ -44,6 +45,12 @@ class Expert(abc.ABC):
     def resume(
         self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
     ) -> AsyncIterator[RunEvent]: ...
+
+    supports_steer = False
+
+    async def steer(self, turn: TurnInput, text: str) -> None:
+        """Hand a follow-up message to the running run (busyPolicy steer)."""
+        raise NotImplementedError(f"{self.kind} experts cannot be steered")
 
     async def cancel(self, turn: TurnInput) -> None:  # noqa: B027 - optional hook
         """Ask the backend to stop the run; the runner cancels the local stream itself."""

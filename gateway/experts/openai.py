@@ -21,6 +21,14 @@ from sessions import HistoryStore
 log = structlog.get_logger("gateway.experts.openai")
 
 
+def _context(turn: TurnInput) -> list[dict[str, Any]]:
+    """Recent group messages the bot saw but was not asked about, as a system note."""
+    if not turn.group_history:
+        return []
+    lines = "\n".join(f"- {m['name']}: {m['text']}" for m in turn.group_history)
+    return [{"role": "system", "content": f"Recent messages in this group chat:\n{lines}"}]
+
+
 class OpenAIExpert(Expert):
     kind = "openai"
 
@@ -60,7 +68,7 @@ class OpenAIExpert(Expert):
             "model": s.model,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "messages": [{"role": "system", "content": system}, *past, user],
+            "messages": [{"role": "system", "content": system}, *past, *_context(turn), user],
         }
         if s.temperature is not None:
             body["temperature"] = s.temperature

@@ -79,6 +79,10 @@ class XpertExpert(Expert):
 
     def _state(self, turn: TurnInput) -> dict[str, Any]:
         state: dict[str, Any] = dict(turn.state)
+        if turn.group_history:
+            state["group_history"] = [
+                {"name": m["name"], "text": m["text"]} for m in turn.group_history
+            ]
         for key, value in turn.variables.items():
             if not key.startswith("sys."):
                 state[key] = value
@@ -221,6 +225,28 @@ class XpertExpert(Expert):
             if data.get("type") == "reasoning" and self.settings.show_reasoning:
                 return [StepEvent("reasoning", "Reasoning", "running", str(data.get("text", "")))]
         return []
+
+    supports_steer = True
+
+    async def steer(self, turn: TurnInput, text: str) -> None:
+        """``follow_up`` / ``steer`` into the thread's running run (reference/xpertai.md §6)."""
+        ids = self._runs.get(turn.turn_id)
+        thread_id = ids[0] if ids else turn.expert_thread_id
+        if not thread_id:
+            raise ExpertHttpError("the run has no thread yet")
+        body = {
+            "assistant_id": self.assistant_id,
+            "input": {
+                "action": "follow_up",
+                "mode": "steer",
+                "message": {"input": {"input": text}},
+            },
+        }
+        async with self._session().post(
+            f"{self.settings.base_url}/threads/{thread_id}/runs", json=body
+        ) as resp:
+            if resp.status not in (200, 201, 202):
+                raise await error_for(resp, "XpertAI")
 
     async def cancel(self, turn: TurnInput) -> None:
         ids = self._runs.pop(turn.turn_id, None)

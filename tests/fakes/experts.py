@@ -29,6 +29,8 @@ class FakeXpert:
     runs: list[dict[str, Any]] = field(default_factory=list)
     resumes: list[dict[str, str]] = field(default_factory=list)
     cancels: list[str] = field(default_factory=list)
+    steers: list[tuple[str, str]] = field(default_factory=list)
+    _pending: dict[str, list[str]] = field(default_factory=dict)
     headers: list[dict[str, str]] = field(default_factory=list)
     _frames: dict[str, list[bytes]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -39,6 +41,7 @@ class FakeXpert:
         app.router.add_post("/api/ai/threads/{tid}/runs/stream", self.run_stream)
         app.router.add_get("/api/ai/threads/{tid}/runs/{rid}/stream", self.resume_stream)
         app.router.add_post("/api/ai/threads/{tid}/runs/{rid}/cancel", self.cancel)
+        app.router.add_post("/api/ai/threads/{tid}/runs", self.follow_up)
         return app
 
     def _authorised(self, request: web.Request) -> bool:
@@ -137,6 +140,9 @@ class FakeXpert:
                 await asyncio.sleep(3)
             if "[slow]" in text:
                 await asyncio.sleep(0.3)
+            for steered in self._pending.pop(tid, []):
+                payload = {"type": "message", "data": f" (steer: {steered})"}
+                await response.write(f"data: {json.dumps(payload)}\n\n".encode())
             await response.write(frame)
         return response
 
@@ -150,6 +156,20 @@ class FakeXpert:
         for frame in frames[after:]:
             await response.write(frame)
         return response
+
+    async def follow_up(self, request: web.Request) -> web.Response:
+        """A background run; a follow_up/steer is fed into the thread's running stream."""
+        if not self._authorised(request):
+            return web.json_response({"message": "Unauthorized"}, status=401)
+        body = await request.json()
+        data = body["input"]
+        if data.get("action") != "follow_up" or data.get("mode") != "steer":
+            return web.json_response({"message": "unsupported"}, status=400)
+        tid = request.match_info["tid"]
+        text = data["message"]["input"]["input"]
+        self.steers.append((tid, text))
+        self._pending.setdefault(tid, []).append(text)
+        return web.json_response({"run_id": f"run-{next(self._ids)}", "status": "pending"})
 
     async def cancel(self, request: web.Request) -> web.Response:
         self.cancels.append(request.match_info["rid"])
