@@ -17,7 +17,7 @@ import redis
 import redis.asyncio as aioredis
 
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config
+from tests.conftest import base_config, eventually
 from tests.helpers import ConsoleClient, free_port
 
 VALID = {
@@ -190,3 +190,43 @@ async def test_unreachable_redis_gets_503(
         assert resp.status == 503
     async with console.http.get(console.base + "/healthz") as resp:
         assert resp.status == 200
+
+
+async def test_event_streams_share_one_redis_subscription(
+    console: ConsoleClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    from sessions import KeyBuilder
+
+    channel = KeyBuilder(prefix=prefix).timeline_channel()
+    async with aiohttp.ClientSession() as http:
+        streams = [
+            await http.get(
+                console.base + "/console/api/events", params={"integrationId": "console"}
+            )
+            for _ in range(3)
+        ]
+        try:
+            for resp in streams:
+                await resp.content.readline()
+
+            async def subscribers() -> int:
+                [(_, count)] = await redis_client.pubsub_numsub(channel)
+                return int(count)
+
+            await eventually(lambda: _equals(subscribers(), 1))
+            await console.send("fan out")
+            for resp in streams:  # every stream still gets every change
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    line = (await resp.content.readline()).decode()
+                    if line.startswith("data: ") and "fan out" in line:
+                        break
+                else:
+                    raise AssertionError("a stream missed the change")
+        finally:
+            for resp in streams:
+                resp.close()
+
+
+async def _equals(value: Any, expected: int) -> bool:
+    return bool(await value == expected)

@@ -25,7 +25,7 @@ from gateway.adapter import Adapter, AdapterContext
 from gateway.envelope import Action, Chat, Envelope, Mention, ReplyTo, Sender
 from gateway.pipeline import ShuttingDown
 from gateway.progress import Progress
-from sessions import StoreUnavailable
+from sessions import StoreUnavailable, TimelineStore
 
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
@@ -93,10 +93,37 @@ class ConsoleApi:
     def __init__(self, adapters: Mapping[str, ConsoleAdapter]) -> None:
         self.adapters = adapters
         self.closing = asyncio.Event()
+        # One Redis subscription per replica, fanned out to every open event stream (a
+        # subscription per browser tab would take a pool connection each).
+        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._pump: asyncio.Task[None] | None = None
 
     async def close(self, app: web.Application) -> None:
         """On shutdown, end every open event stream at once (not at its next ping)."""
         self.closing.set()
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.wait([self._pump], timeout=5)
+
+    def _subscribe(self, timeline: TimelineStore) -> asyncio.Queue[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+        self._subscribers.add(queue)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._fan_out(timeline), name="console-events")
+        return queue
+
+    async def _fan_out(self, timeline: TimelineStore) -> None:
+        while not self.closing.is_set():
+            try:
+                async for change in timeline.changes():
+                    for queue in list(self._subscribers):
+                        with contextlib.suppress(asyncio.QueueFull):
+                            queue.put_nowait(change)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("console event subscription lost; resubscribing", error=str(exc))
+                await asyncio.sleep(1)
 
     async def _body(self, request: web.Request, model: type[BaseModel]) -> Any:
         try:
@@ -274,20 +301,13 @@ class ConsoleApi:
         )
         await response.prepare(request)
         await response.write(b": connected\n\nretry: 1000\n\n")
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
-
-        async def pump() -> None:
-            async for change in timeline.changes():
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(change)
-
-        task = asyncio.create_task(pump())
+        queue = self._subscribe(timeline)
         closing = asyncio.create_task(self.closing.wait())
         try:
-            while not task.done() and not self.closing.is_set():
+            while not self.closing.is_set():
                 getter = asyncio.create_task(queue.get())
                 done, _ = await asyncio.wait(
-                    {getter, task, closing}, timeout=15, return_when=asyncio.FIRST_COMPLETED
+                    {getter, closing}, timeout=15, return_when=asyncio.FIRST_COMPLETED
                 )
                 if getter not in done:
                     getter.cancel()
@@ -306,10 +326,8 @@ class ConsoleApi:
         except ConnectionResetError:
             pass
         finally:
-            task.cancel()
+            self._subscribers.discard(queue)
             closing.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
         return response
 
     async def page(self, request: web.Request) -> web.FileResponse:
