@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from aiohttp import web
 
-from gateway.envelope import Envelope
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 
@@ -47,6 +47,15 @@ class AdapterContext:
     public_url: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FetchedFile:
+    """An attachment's content, fetched from the platform on demand."""
+
+    data: bytes
+    mime: str
+    name: str | None = None
+
+
 class Adapter(abc.ABC):
     """One integration's platform connection: inbound wiring plus outbound rendering."""
 
@@ -67,6 +76,13 @@ class Adapter(abc.ABC):
     def readiness(self) -> dict[str, Any]:
         """Connection state for ``/readyz``; ``ready`` False makes the replica unready."""
         return {"ready": True}
+
+    async def fetch_attachment(
+        self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
+    ) -> FetchedFile | None:
+        """Download an attachment (image, file, …) for an expert that accepts files; None when
+        the platform cannot, or it is larger than ``max_bytes``."""
+        return None
 
     @abc.abstractmethod
     async def send_card(

@@ -8,6 +8,7 @@ final card -> release the lease (finish.lua), which reschedules whatever collect
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import time
@@ -447,7 +448,7 @@ class Runner:
             sender_id=last.sender.id,
             sender_name=last.sender.name,
             thread_id=last.chat.thread_id,
-            attachments=tuple(a.model_dump(by_alias=True) for e in items for a in e.attachments),
+            attachments=await self._attachments(adapter, items, expert),
             variables=variables,
             state=dict(conversation_vars),
             expert_thread_id=thread,
@@ -542,6 +543,30 @@ class Runner:
         final = await self._drive(claim, stream, progress, renderer, expert, turn_input, snapshot)
         log.info("resumed turn finished", decision=decision, status=final.status)
         return session_id
+
+    async def _attachments(
+        self, adapter: Adapter, items: list[Envelope], expert: Expert
+    ) -> tuple[dict[str, Any], ...]:
+        """The turn's attachments; images are fetched through the adapter (as data URLs) for
+        experts that accept them, up to 10 MB each."""
+        out: list[dict[str, Any]] = []
+        for envelope in items:
+            for attachment in envelope.attachments:
+                entry = attachment.model_dump(by_alias=True, exclude_none=True)
+                if expert.accepts_images and attachment.kind == "image" and not attachment.url:
+                    try:
+                        fetched = await adapter.fetch_attachment(
+                            envelope, attachment, max_bytes=10 * 1024 * 1024
+                        )
+                    except Exception as exc:
+                        log.warning("attachment download failed", error=str(exc))
+                        fetched = None
+                    if fetched is not None:
+                        encoded = base64.b64encode(fetched.data).decode()
+                        entry["url"] = f"data:{fetched.mime};base64,{encoded}"
+                        entry["size"] = len(fetched.data)
+                out.append(entry)
+        return tuple(out)
 
     def _variables(self, snapshot: dict[str, Any], last: Envelope, thread: str) -> dict[str, str]:
         options = snapshot["integration"]

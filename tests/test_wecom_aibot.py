@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -179,3 +180,50 @@ async def test_bad_signature_is_refused(env: dict[str, Any], fake: FakeWeCom) ->
     query, body = encrypt_json(text_message("m-5", "x", fake), receive_id="wwcorp")
     assert (await post(env["http"], url(gw), query, body))[0] == 400
     assert (await post(env["http"], url(gw), query, "{not json"))[0] == 400
+
+
+async def test_card_click_becomes_an_action_and_is_answered_with_a_card_update(
+    env: dict[str, Any], fake: FakeWeCom
+) -> None:
+    gw = await env["start"](expert=ECHO_SLOW)
+    stream_id = (await send(env, gw, text_message("m-6", "long task", fake)))["stream"]["id"]
+    runs = await eventually(lambda: list(gw.gateway.runner.active.values()))
+    value = {"conversation": runs[0].conversation, "turnId": runs[0].turn_id, "action": "stop"}
+    click = {
+        "msgid": "ev-6",
+        "aibotid": "aib-1",
+        "chattype": "single",
+        "from": {"userid": "alice"},
+        "msgtype": "event",
+        "event": {
+            "eventtype": "template_card_event",
+            "template_card_event": {"event_key": json.dumps(value), "task_id": "task-6"},
+        },
+    }
+    reply = await send(env, gw, click)
+    assert reply["response_type"] == "update_template_card"
+    assert reply["userids"] == ["alice"]
+    card = reply["template_card"]
+    assert card["task_id"] == "task-6" and card["main_title"]["title"] == "Stop requested"
+    assert json.loads(card["button_list"][0]["key"]) == value
+
+    async def done() -> Any:
+        s = await poll(env, gw, stream_id)
+        return s["finish"] and s["content"]
+
+    # The click stopped the turn: its stream ends without the echo's full answer.
+    assert "You said:\n> long task" not in await eventually(done, timeout=10)
+
+
+async def test_enter_chat_is_answered_with_a_welcome(env: dict[str, Any], fake: FakeWeCom) -> None:
+    gw = await env["start"]()
+    event = {
+        "msgid": "ev-7",
+        "aibotid": "aib-1",
+        "chattype": "single",
+        "from": {"userid": "bob"},
+        "msgtype": "event",
+        "event": {"eventtype": "enter_chat"},
+    }
+    reply = await send(env, gw, event)
+    assert reply["msgtype"] == "text" and "/help" in reply["text"]["content"]

@@ -4,6 +4,8 @@ subscribe, ping, stream frames reusing the inbound req_id, reconnect, one owner 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +16,8 @@ from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
 from tests.helpers import InProcessGateway
 from tests.wecom_support import ECHO_SLOW, start_gateway
+
+ECHO_SILENT = {"id": "echo", "kind": "echo", "stepDelayMs": 1200, "charDelayMs": 0}
 
 
 @pytest.fixture
@@ -51,6 +55,14 @@ def message(msg_id: str, text: str, user: str = "alice") -> dict[str, Any]:
         "text": {"content": text},
         "create_time": 1700000000,
     }
+
+
+def sent_messages(fake: FakeWeCom, msgtype: str) -> list[dict[str, Any]]:
+    return [
+        f
+        for f in fake.frames
+        if f.get("cmd") == "aibot_send_msg" and f["body"].get("msgtype") == msgtype
+    ]
 
 
 def finished(fake: FakeWeCom, req_id: str) -> list[dict[str, Any]]:
@@ -142,8 +154,82 @@ async def test_a_turn_past_the_stream_window_finishes_in_a_new_message(
     await fake.push("aibot_msg_callback", message("w-5", "a slow one"), "req-5")
     frames = await eventually(lambda: finished(fake, "req-5"), timeout=15)
     assert "new message" in frames[-1]["body"]["stream"]["content"]
-    sent = await eventually(lambda: [f for f in fake.frames if f["cmd"] == "aibot_send_msg"])
+    sent = await eventually(lambda: sent_messages(fake, "markdown"))
     assert sent[0]["body"]["chatid"] == "alice"
     assert sent[0]["body"]["markdown"]["content"] == "You said:\n> a slow one"
     await asyncio.sleep(0.3)
     assert len(finished(fake, "req-5")) == len(frames)
+
+
+async def test_a_silent_expert_gets_keep_alive_frames_then_the_cut(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    # A 1.5 s window: keep-alives every 0.5 s; each step of the expert is 1.2 s of silence.
+    await ws_gateway(gateways, prefix, fake, expert=ECHO_SILENT, streamWindowSeconds=1.5)
+    await eventually(lambda: fake.subscribes == 1)
+    await fake.push("aibot_msg_callback", message("w-6", "quiet please"), "req-6")
+    frames = await eventually(lambda: finished(fake, "req-6"), timeout=10)
+    streams = [f["body"]["stream"] for f in frames]
+    # Frames repeating the previous content are keep-alives: no progress came in between.
+    repeats = [b for a, b in itertools.pairwise(streams) if a["content"] == b["content"]]
+    assert repeats and all(not s["finish"] for s in repeats)
+    assert "new message" in streams[-1]["content"]
+    assert len({s["id"] for s in streams}) == 1
+    sent = await eventually(lambda: sent_messages(fake, "markdown"), timeout=10)
+    assert sent[0]["body"]["markdown"]["content"] == "You said:\n> quiet please"
+    await asyncio.sleep(0.6)  # longer than a keep-alive period: nothing more on the cut stream
+    assert len(fake.stream_frames("req-6")) == len(frames)
+
+
+async def test_stop_card_click_stops_the_turn_and_updates_the_card(
+    gateways: list[Any], prefix: str, fake: FakeWeCom
+) -> None:
+    await ws_gateway(gateways, prefix, fake, expert=ECHO_SLOW)
+    await eventually(lambda: fake.subscribes == 1)
+    await fake.push("aibot_msg_callback", message("w-7", "stop me"), "req-7")
+    [card_frame] = await eventually(lambda: sent_messages(fake, "template_card"))
+    card = card_frame["body"]["template_card"]
+    assert card_frame["body"]["chatid"] == "alice" and card["card_type"] == "button_interaction"
+    [stop] = [b for b in card["button_list"] if json.loads(b["key"])["action"] == "stop"]
+    value = json.loads(stop["key"])
+    assert value["conversation"] and value["turnId"]
+    click = {
+        "msgid": "ev-7",
+        "aibotid": "aib-1",
+        "chattype": "single",
+        "from": {"userid": "alice"},
+        "msgtype": "event",
+        "event": {
+            "eventtype": "template_card_event",
+            "template_card_event": {"event_key": stop["key"], "task_id": card["task_id"]},
+        },
+    }
+    await fake.push("aibot_event_callback", click, "req-click-7")
+    [update] = await eventually(
+        lambda: [f for f in fake.frames if f["cmd"] == "aibot_respond_update_msg"]
+    )
+    assert update["headers"]["req_id"] == "req-click-7"
+    assert update["body"]["response_type"] == "update_template_card"
+    assert update["body"]["template_card"]["task_id"] == card["task_id"]
+    assert update["body"]["template_card"]["main_title"]["title"] == "Stop requested"
+    frames = await eventually(lambda: finished(fake, "req-7"), timeout=10)
+    assert "You said:\n> stop me" not in frames[-1]["body"]["stream"]["content"]
+
+
+async def test_enter_chat_gets_a_welcome(gateways: list[Any], prefix: str, fake: FakeWeCom) -> None:
+    await ws_gateway(gateways, prefix, fake)
+    await eventually(lambda: fake.subscribes == 1)
+    event = {
+        "msgid": "ev-8",
+        "aibotid": "aib-1",
+        "chattype": "single",
+        "from": {"userid": "bob"},
+        "msgtype": "event",
+        "event": {"eventtype": "enter_chat"},
+    }
+    await fake.push("aibot_event_callback", event, "req-8")
+    [welcome] = await eventually(
+        lambda: [f for f in fake.frames if f["cmd"] == "aibot_respond_welcome_msg"]
+    )
+    assert welcome["headers"]["req_id"] == "req-8"
+    assert "/new" in welcome["body"]["text"]["content"]

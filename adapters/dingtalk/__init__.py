@@ -24,8 +24,8 @@ from adapters.dingtalk.inbound import (
 )
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
-from gateway.adapter import Adapter, AdapterContext, LiveAdapters
-from gateway.envelope import Envelope
+from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 
@@ -34,6 +34,11 @@ log = structlog.get_logger("adapters.dingtalk")
 
 class DingTalkAdapter(Adapter):
     settings: DingTalkIntegration
+
+    async def fetch_attachment(
+        self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
+    ) -> FetchedFile | None:
+        return await _fetch(self, attachment, max_bytes)
 
     def __init__(
         self,
@@ -207,6 +212,28 @@ class DingTalkAdapter(Adapter):
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         title = text.splitlines()[0][:30] if text else "Xpert"
         await self.sender.once(f"text:{idempotency_key}", [Message(title, text)], reply_to)
+
+
+async def _fetch(
+    adapter: DingTalkAdapter, attachment: Attachment, max_bytes: int
+) -> FetchedFile | None:
+    """A robot message file: its downloadCode buys a short-lived URL (robot file API)."""
+    result = await adapter.api.call(
+        "POST",
+        "/v1.0/robot/messageFiles/download",
+        {"downloadCode": attachment.key, "robotCode": adapter.settings.robot},
+    )
+    url = result.get("downloadUrl")
+    if not url:
+        return None
+    async with adapter.api.http.get(str(url)) as resp:
+        if resp.status != 200 or (resp.content_length or 0) > max_bytes:
+            return None
+        data = await resp.content.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            return None
+        mime = resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
+    return FetchedFile(data=data, mime=mime, name=attachment.name)
 
 
 class DingTalkAdapterFactory:

@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from gateway.envelope import Action
 from gateway.progress import Progress
 
 # Button styles of template cards (⚠ docs: 1..4, 1 = blue); Stop is red, New is grey.
@@ -14,6 +15,13 @@ STYLES = {"primary": 1, "default": 2, "danger": 3}
 MARKS = {"running": "⏳", "done": "✅", "failed": "❌"}
 APP_MARKDOWN_BYTES = 2048  # message/send markdown content limit
 STREAM_BYTES = 20_480  # AI-bot stream content limit (§3.5)
+WELCOME = "Hi! Send me a message to get started. Commands: /new, /stop, /help."
+CLICKED = {
+    "stop": "Stop requested",
+    "new": "New conversation",
+    "confirm": "Confirmed",
+    "reject": "Rejected",
+}
 
 
 def task_id_for(idempotency_key: str) -> str:
@@ -69,6 +77,24 @@ def card_update(progress: Progress, task_id: str) -> dict[str, Any]:
     if not progress.buttons:
         return {"button": {"replace_name": _clip(progress.title, 20)}}
     return {"template_card": template_card(progress, task_id)}
+
+
+def clicked_card(action: Action, user: str) -> dict[str, Any]:
+    """An AI-bot card after a click (``update_template_card``, same ``task_id``): it says
+    what was clicked and by whom, and keeps one grey button with the same value."""
+    label = CLICKED.get(action.id, "Done")
+    return {
+        "card_type": "button_interaction",
+        "task_id": action.message_id or "",
+        "main_title": {"title": label, "desc": _clip(f"by {user}", 44)},
+        "button_list": [
+            {
+                "text": label,
+                "style": STYLES["default"],
+                "key": json.dumps(action.value, separators=(",", ":")),
+            }
+        ],
+    }
 
 
 def final_text(progress: Progress) -> str:

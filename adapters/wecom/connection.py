@@ -2,30 +2,26 @@
 
 WeCom allows one connection per bot and a new one kicks the old, so replicas do not fight: the
 connection belongs to whoever holds an owner record (``put_new`` with a lease, renewed while
-connected). Replies are ``aibot_respond_msg`` stream frames reusing the inbound ``req_id``; a
-replica without the connection hands its frames to the owner through a numbered outbox of
-records, which the owner relays in order.
+connected). What is sent is built in ``ws_replies``; a replica without the connection hands its
+frames to the owner through a numbered outbox of records, which the owner relays in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import uuid
 from collections.abc import Awaitable
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import structlog
 
-from adapters.wecom import cards
-from adapters.wecom.aibot import CUT_NOTE, STREAM_TTL_MS
 from adapters.wecom.inbound import ingest
-from adapters.wecom.messages import BadPayload, aibot_envelope
+from adapters.wecom.messages import BadPayload, aibot_envelope, event_type
 from adapters.wecom.settings import WeComIntegration
+from adapters.wecom.ws_replies import WsReplies
 from gateway.adapter import AdapterContext, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.progress import Progress
@@ -54,6 +50,7 @@ class AibotConnection:
         self._task: asyncio.Task[None] | None = None
         self._backoff = [1.0, 2.0, 5.0, 10.0, 30.0]
         self._stopping = asyncio.Event()
+        self.replies = WsReplies(settings=settings, records=self.records, send=self._send)
 
     async def _pause(self, seconds: float, *events: asyncio.Event) -> bool:
         """Sleep; True at once when stopping (or any of ``events``) is set."""
@@ -82,6 +79,7 @@ class AibotConnection:
         """Loops end at their next pause (never cancelled inside a Redis call, which would
         leak the pooled connection); cancelling is only the fallback."""
         self._stopping.set()
+        await self.replies.close()
         if self._ws is not None:
             await self._ws.close()
         if self._task is not None:
@@ -191,6 +189,9 @@ class AibotConnection:
         cmd = frame.get("cmd")
         req_id = str((frame.get("headers") or {}).get("req_id") or "")
         if cmd in ("aibot_msg_callback", "aibot_event_callback"):
+            if event_type(frame.get("body") or {}) == "enter_chat":
+                await self.replies.welcome(req_id)
+                return
             try:
                 envelope = aibot_envelope(self.settings.id, frame.get("body") or {}, req_id=req_id)
             except BadPayload as exc:
@@ -198,7 +199,10 @@ class AibotConnection:
                 return
             if envelope is not None:
                 outcome = await ingest(self.context, envelope)
-                if not isinstance(outcome, IngestOutcome):
+                if envelope.kind == "action":
+                    if isinstance(outcome, IngestOutcome):  # else not stored: no answer, retry
+                        await self.replies.answer_click(envelope)
+                elif not isinstance(outcome, IngestOutcome):
                     # Not stored (Redis trouble, shutting down): there is no redelivery on this
                     # connection, so the user is told rather than left waiting.
                     await self.send_text(
@@ -239,81 +243,13 @@ class AibotConnection:
         seq = await self.records.incr(NS, self._key("outseq"), ttl_ms=24 * 3_600_000)
         await self.records.put(NS, self._key("out", str(seq)), data, ttl_ms=OUTBOX_TTL_MS)
 
-    def _stream_frame(
-        self, reply_to: Envelope, stream_id: str, content: str, finish: bool
-    ) -> dict[str, Any]:
-        return {
-            "cmd": "aibot_respond_msg",
-            "headers": {"req_id": _req_id(reply_to)},
-            "body": {
-                "msgtype": "stream",
-                "stream": {
-                    "id": stream_id,
-                    "finish": finish,
-                    "content": cards.clip_bytes(content, cards.STREAM_BYTES),
-                },
-            },
-        }
-
     async def send_card(
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
-        stream_id = (
-            "t" + hashlib.sha1(f"{self.settings.id}:{idempotency_key}".encode()).hexdigest()[:24]
-        )
-        await self.update_card(reply_to, stream_id, progress)
-        return stream_id
+        return await self.replies.send_card(reply_to, progress, idempotency_key=idempotency_key)
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        """Full content each frame. WeCom ends a stream 6 minutes after the message (846608):
-        near that point the stream is finished with a note, and the final answer is then
-        sent as a new message with ``aibot_send_msg``."""
-        if not _req_id(reply_to):
-            # No inbound frame to answer (a scheduled task): only the final answer, as a message.
-            if progress.final and await self.records.put_new(
-                NS, self._key("late", handle), "1", ttl_ms=OUTBOX_TTL_MS
-            ):
-                await self._send_markdown(reply_to, cards.final_text(progress))
-            return
-        cut_key = self._key("cut", handle)
-        age = (datetime.now(UTC) - reply_to.received_at).total_seconds()
-        if await self.records.get(NS, cut_key) is not None:
-            if progress.final and await self.records.put_new(
-                NS, self._key("late", handle), "1", ttl_ms=OUTBOX_TTL_MS
-            ):
-                await self._send_markdown(reply_to, cards.final_text(progress))
-            return
-        content = cards.stream_markdown(progress)
-        if not progress.final and age >= self.settings.stream_window_seconds:
-            await self.records.put(NS, cut_key, "1", ttl_ms=STREAM_TTL_MS)
-            content += CUT_NOTE
-            await self._send(self._stream_frame(reply_to, handle, content, True))
-            return
-        await self._send(self._stream_frame(reply_to, handle, content, progress.final))
-
-    async def _send_markdown(self, reply_to: Envelope, text: str) -> None:
-        if not text:
-            return
-        body = {
-            "chatid": reply_to.chat.id,
-            "msgtype": "markdown",
-            "markdown": {"content": cards.clip_bytes(text, cards.STREAM_BYTES)},
-        }
-        frame = {"cmd": "aibot_send_msg", "headers": {"req_id": uuid.uuid4().hex}, "body": body}
-        await self._send(frame)
+        await self.replies.update_card(reply_to, handle, progress)
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
-        if not await self.records.put_new(
-            NS, self._key("text", idempotency_key), "1", ttl_ms=OUTBOX_TTL_MS
-        ):
-            return
-        if not _req_id(reply_to):
-            await self._send_markdown(reply_to, text)
-            return
-        stream_id = "x" + hashlib.sha1(idempotency_key.encode()).hexdigest()[:24]
-        await self._send(self._stream_frame(reply_to, stream_id, text, True))
-
-
-def _req_id(reply_to: Envelope) -> str:
-    extra = reply_to.reply_to.model_extra if reply_to.reply_to is not None else None
-    return str((extra or {}).get("req_id") or "")
+        await self.replies.send_text(reply_to, text, idempotency_key=idempotency_key)

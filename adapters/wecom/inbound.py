@@ -15,8 +15,15 @@ import structlog
 import xmltodict  # type: ignore[import-untyped]
 from aiohttp import web
 
+from adapters.wecom import cards
 from adapters.wecom.crypto import CryptoError
-from adapters.wecom.messages import BadPayload, aibot_envelope, app_envelope, parse_app_xml
+from adapters.wecom.messages import (
+    BadPayload,
+    aibot_envelope,
+    app_envelope,
+    event_type,
+    parse_app_xml,
+)
 from gateway.adapter import AdapterContext, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.pipeline import ShuttingDown
@@ -137,6 +144,9 @@ class WeComWebhook:
                     raise BadPayload("stream refresh without id")
                 reply = {"msgtype": "stream", "stream": await adapter.stream.refresh(stream_id)}
                 return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
+            if event_type(message) == "enter_chat":
+                reply = {"msgtype": "text", "text": {"content": cards.WELCOME}}
+                return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
             envelope = aibot_envelope(adapter.integration_id, message)
         except (BadPayload, ValueError) as exc:
             log.info("callback refused", integration_id=adapter.integration_id, reason=str(exc))
@@ -146,7 +156,15 @@ class WeComWebhook:
         outcome = await ingest(adapter.context, envelope)
         if isinstance(outcome, web.Response):
             return outcome
-        if envelope.kind == "action" or outcome.status == "ignored":
+        if envelope.kind == "action":
+            assert envelope.action is not None
+            reply = {
+                "response_type": "update_template_card",
+                "userids": [envelope.sender.id],
+                "template_card": cards.clicked_card(envelope.action, envelope.sender.id),
+            }
+            return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
+        if outcome.status == "ignored":
             return web.Response(status=200, text="")
         stream_id = (
             str((envelope.reply_to.model_extra or {})["stream_id"]) if envelope.reply_to else ""

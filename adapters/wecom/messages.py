@@ -162,6 +162,13 @@ def _aibot_content(kind: str, m: dict[str, Any]) -> tuple[str | None, list[Attac
     return None, []
 
 
+def event_type(m: dict[str, Any]) -> str:
+    """The ``event.eventtype`` of an AI-bot event message ("" for other messages)."""
+    if m.get("msgtype") != "event":
+        return ""
+    return str((m.get("event") or {}).get("eventtype") or "")
+
+
 def _aibot_click(
     integration_id: str,
     m: dict[str, Any],

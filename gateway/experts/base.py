@@ -47,6 +47,7 @@ class Expert(abc.ABC):
     ) -> AsyncIterator[RunEvent]: ...
 
     supports_steer = False
+    accepts_images = False  # the runner fetches image attachments through the adapter for it
 
     async def steer(self, turn: TurnInput, text: str) -> None:
         """Hand a follow-up message to the running run (busyPolicy steer)."""

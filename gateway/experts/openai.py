@@ -34,6 +34,7 @@ class OpenAIExpert(Expert):
 
     def __init__(self, *, settings: OpenAIExpertSettings, history: HistoryStore) -> None:
         self.settings = settings
+        self.accepts_images = settings.vision
         self.history = history
         self._http: aiohttp.ClientSession | None = None
 

@@ -19,6 +19,8 @@ from tests.helpers import free_port
 TOKEN = "fake-access-token"
 SEND_PATHS = ("/v1.0/robot/groupMessages/send", "/v1.0/robot/oToMessages/batchSend")
 
+PNG = b"\x89PNG\r\n\x1a\n"  # the signature is enough for a fake image
+
 
 @dataclass
 class Call:
@@ -62,6 +64,7 @@ class FakeDingTalk:
         app.router.add_post("/v1.0/oauth2/accessToken", self._token)
         app.router.add_post("/v1.0/gateway/connections/open", self._open)
         app.router.add_get("/connect", self._connect)
+        app.router.add_get("/f/{code}", self._file)
         app.router.add_post("/session/{sid}", self._webhook)
         app.router.add_post("/v1.0/robot/messageFiles/download", self._download)
         app.router.add_route("*", "/v1.0/{tail:.*}", self._openapi)
@@ -215,6 +218,13 @@ class FakeDingTalk:
         if (fault := self._fault("/session")) is not None:
             return fault
         return web.json_response({"errcode": 0, "errmsg": "ok"})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        """The download URL the robot file API hands out: a tiny PNG per download code."""
+        self.calls.append(Call("GET", request.path, {}))
+        return web.Response(
+            body=PNG + request.match_info["code"].encode(), content_type="image/png"
+        )
 
     async def _download(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -1,0 +1,211 @@
+"""What the AI bot long connection sends back (``aibot_ws``, platforms.md §3.5).
+
+Replies are ``aibot_respond_msg`` stream frames reusing the inbound ``req_id``, full content each
+frame. WeCom ends a stream 6 minutes after the message (846608), whether or not new progress
+arrived, so each open stream has a watchdog: while the expert is silent it repeats the current
+content every ``keepalive_s`` (a keep-alive frame), and when ``streamWindowSeconds`` is reached it
+finishes the stream with a note; the final answer then follows with ``aibot_send_msg``.
+
+A turn with a Stop button also gets a ``button_interaction`` template card (``aibot_send_msg``);
+a click on it is answered with ``aibot_respond_update_msg`` (``update_template_card``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from adapters.wecom import cards
+from adapters.wecom.aibot import CUT_NOTE, STREAM_TTL_MS
+from adapters.wecom.settings import WeComIntegration
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+from sessions import RecordStore
+
+log = structlog.get_logger("adapters.wecom")
+
+NS = "wecom-ws"
+ONCE_TTL_MS = 120_000
+KEEPALIVE_S = 60.0  # the longest a stream goes without a frame; a third of a short window
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class _Live:
+    """An open stream on this replica: what was last sent, and when."""
+
+    reply_to: Envelope
+    content: str = ""
+    sent_at: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    over: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def req_id_of(reply_to: Envelope) -> str:
+    extra = reply_to.reply_to.model_extra if reply_to.reply_to is not None else None
+    return str((extra or {}).get("req_id") or "")
+
+
+class WsReplies:
+    def __init__(self, *, settings: WeComIntegration, records: RecordStore, send: Send) -> None:
+        self.settings = settings
+        self.records = records
+        self._send = send
+        self.window_s = settings.stream_window_seconds
+        self.keepalive_s = min(KEEPALIVE_S, self.window_s / 3)
+        self._live: dict[str, _Live] = {}
+        self._watchdogs: set[asyncio.Task[None]] = set()
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.settings.bot_id, *parts))
+
+    async def close(self) -> None:
+        """Watchdogs end at their next wait (never cancelled inside a Redis call)."""
+        for live in self._live.values():
+            live.over.set()
+        if self._watchdogs:
+            await asyncio.wait(list(self._watchdogs), timeout=5)
+
+    def _frame(self, reply_to: Envelope, stream_id: str, content: str, finish: bool) -> Any:
+        stream = {
+            "id": stream_id,
+            "finish": finish,
+            "content": cards.clip_bytes(content, cards.STREAM_BYTES),
+        }
+        return {
+            "cmd": "aibot_respond_msg",
+            "headers": {"req_id": req_id_of(reply_to)},
+            "body": {"msgtype": "stream", "stream": stream},
+        }
+
+    async def _once(self, name: str) -> bool:
+        return await self.records.put_new(NS, self._key(name), "1", ttl_ms=ONCE_TTL_MS)
+
+    # --- the renderer's side ------------------------------------------------------------------
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
+        stream_id = (
+            "t" + hashlib.sha1(f"{self.settings.id}:{idempotency_key}".encode()).hexdigest()[:24]
+        )
+        await self.update_card(reply_to, stream_id, progress)
+        if req_id_of(reply_to) and progress.buttons and await self._once(f"card:{stream_id}"):
+            card = cards.template_card(progress, cards.task_id_for(idempotency_key))
+            await self._send_msg(reply_to, {"msgtype": "template_card", "template_card": card})
+        return stream_id
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        if not req_id_of(reply_to):
+            # No inbound frame to answer (a scheduled task): only the final answer, as a message.
+            if progress.final and await self._once(f"late:{handle}"):
+                await self._send_markdown(reply_to, cards.final_text(progress))
+            return
+        live = self._live.setdefault(handle, _Live(reply_to=reply_to))
+        async with live.lock:
+            if await self.records.get(NS, self._key("cut", handle)) is not None:
+                self._end(handle, live)
+                if progress.final and await self._once(f"late:{handle}"):
+                    await self._send_markdown(reply_to, cards.final_text(progress))
+                return
+            content = cards.stream_markdown(progress)
+            if not progress.final and self._remaining(reply_to) <= 0:
+                await self._cut(handle, live, content)
+                return
+            await self._send(self._frame(reply_to, handle, content, progress.final))
+            live.content, live.sent_at = content, asyncio.get_running_loop().time()
+            if progress.final:
+                self._end(handle, live)
+            elif not any(t.get_name() == f"wecom-keepalive:{handle}" for t in self._watchdogs):
+                task = asyncio.create_task(
+                    self._watch(handle, live), name=f"wecom-keepalive:{handle}"
+                )
+                self._watchdogs.add(task)
+                task.add_done_callback(self._watchdogs.discard)
+
+    def _remaining(self, reply_to: Envelope) -> float:
+        return self.window_s - (datetime.now(UTC) - reply_to.received_at).total_seconds()
+
+    def _end(self, handle: str, live: _Live) -> None:
+        live.over.set()
+        if self._live.get(handle) is live:
+            del self._live[handle]
+
+    async def _cut(self, handle: str, live: _Live, content: str) -> None:
+        """The window is used up: finish the stream with a note; the answer follows later."""
+        await self.records.put(NS, self._key("cut", handle), "1", ttl_ms=STREAM_TTL_MS)
+        await self._send(self._frame(live.reply_to, handle, content + CUT_NOTE, True))
+        self._end(handle, live)
+        log.info("stream window ending; the answer follows as a new message", stream=handle)
+
+    async def _watch(self, handle: str, live: _Live) -> None:
+        """Keep-alive frames while the expert is silent; the cut when the window runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._remaining(live.reply_to)
+        try:
+            while not live.over.is_set():
+                wake = min(live.sent_at + self.keepalive_s, deadline)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(live.over.wait(), max(0.0, wake - loop.time()))
+                async with live.lock:
+                    if live.over.is_set():
+                        return
+                    if loop.time() >= deadline:
+                        await self._cut(handle, live, live.content)
+                    elif loop.time() >= live.sent_at + self.keepalive_s:
+                        await self._send(self._frame(live.reply_to, handle, live.content, False))
+                        live.sent_at = loop.time()
+        except Exception as exc:  # Redis or socket trouble: the next progress update retries
+            log.warning("stream keep-alive failed", stream=handle, error=str(exc))
+            self._end(handle, live)
+
+    async def _send_msg(self, reply_to: Envelope, body: dict[str, Any]) -> None:
+        frame = {
+            "cmd": "aibot_send_msg",
+            "headers": {"req_id": uuid.uuid4().hex},
+            "body": {"chatid": reply_to.chat.id, **body},
+        }
+        await self._send(frame)
+
+    async def _send_markdown(self, reply_to: Envelope, text: str) -> None:
+        if text:
+            markdown = {"content": cards.clip_bytes(text, cards.STREAM_BYTES)}
+            await self._send_msg(reply_to, {"msgtype": "markdown", "markdown": markdown})
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        if not await self._once(f"text:{idempotency_key}"):
+            return
+        if not req_id_of(reply_to):
+            await self._send_markdown(reply_to, text)
+            return
+        stream_id = "x" + hashlib.sha1(idempotency_key.encode()).hexdigest()[:24]
+        await self._send(self._frame(reply_to, stream_id, text, True))
+
+    # --- answers to events --------------------------------------------------------------------
+    async def answer_click(self, envelope: Envelope) -> None:
+        """``update_template_card`` for the clicked card (WeCom wants it within 5 s)."""
+        assert envelope.action is not None
+        card = cards.clicked_card(envelope.action, envelope.sender.id)
+        body = {"response_type": "update_template_card", "template_card": card}
+        frame = {
+            "cmd": "aibot_respond_update_msg",
+            "headers": {"req_id": req_id_of(envelope)},
+            "body": body,
+        }
+        await self._send(frame)
+
+    async def welcome(self, req_id: str) -> None:
+        frame = {
+            "cmd": "aibot_respond_welcome_msg",
+            "headers": {"req_id": req_id},
+            "body": {"msgtype": "text", "text": {"content": cards.WELCOME}},
+        }
+        await self._send(frame)
