@@ -312,3 +312,12 @@ def test_ci_runs_the_readme_test_command() -> None:
     ), f".ci/run does not run `{TEST_COMMAND}`"
     script = ROOT / TEST_COMMAND.split()[0]
     assert script.is_file(), f"{script.name} is missing"
+
+
+def test_readme_platform_sections_match_the_platform_docs() -> None:
+    import runpy
+
+    module = runpy.run_path(str(ROOT / "scripts" / "sync_readme_platforms.py"))
+    assert module["render"]() in (ROOT / "README.md").read_text(encoding="utf-8"), (
+        "run: python scripts/sync_readme_platforms.py"
+    )
