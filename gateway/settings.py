@@ -301,10 +301,12 @@ class Settings(GatewayModel):
         kinds = {e.id: e.kind for e in self.experts}
         for i, integ in enumerate(self.integrations):
             if integ.busy_policy == "steer":
+                # Where the running expert cannot be steered the message is collected instead;
+                # an integration none of whose experts can be steered is a mistake.
                 used = {integ.xpert_id, *(r.xpert_id for r in integ.routes)}
-                if any(kinds.get(x) not in (None, "xpert") for x in used):
+                if not any(kinds.get(x) == "xpert" for x in used):
                     problems.append(
-                        f"integrations.{i}.busyPolicy: steer needs experts of kind xpert "
+                        f"integrations.{i}.busyPolicy: steer needs an expert of kind xpert "
                         f"(this integration uses {', '.join(sorted(used))})"
                     )
             if integ.xpert_id not in experts:
@@ -404,6 +406,9 @@ def _format_errors(exc: ValidationError, raw: Any = None) -> list[str]:
             name = str(ctx.get("discriminator", "")).strip("'")
             loc = f"{loc}.{name}"
             msg = f"unknown {name} {ctx.get('tag')!r} (expected one of: {ctx.get('expected_tags')})"
+        if not loc and "; " in msg and ": " in msg:
+            problems += msg.split("; ")  # the cross-checks: already "path: reason" each
+            continue
         problems.append(f"{loc or '(top level)'}: {msg}")
     return problems
 

@@ -281,9 +281,9 @@ def test_steer_needs_xpert_experts(prefix: str) -> None:
     try:
         load_settings(cfg, model=settings_model(), env={})
     except ConfigError as exc:
-        assert any(
-            "integrations.0.busyPolicy: steer needs experts of kind xpert" in p
-            for p in exc.problems
-        )
+        assert exc.problems == [
+            "integrations.0.busyPolicy: steer needs an expert of kind xpert "
+            "(this integration uses echo)"
+        ]
     else:
         raise AssertionError("steer accepted with an echo expert")
