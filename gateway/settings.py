@@ -406,7 +406,7 @@ def _format_errors(exc: ValidationError, raw: Any = None) -> list[str]:
             name = str(ctx.get("discriminator", "")).strip("'")
             loc = f"{loc}.{name}"
             msg = f"unknown {name} {ctx.get('tag')!r} (expected one of: {ctx.get('expected_tags')})"
-        if not loc and "; " in msg and ": " in msg:
+        if not loc and re.match(r"^[A-Za-z][\w.]*: ", msg):
             problems += msg.split("; ")  # the cross-checks: already "path: reason" each
             continue
         problems.append(f"{loc or '(top level)'}: {msg}")
