@@ -18,7 +18,6 @@ from tests.lark_support import (
     TOKEN,
     LarkHarness,
     bot_mention,
-    card_click,
     lark_config,
     message_event,
     sealed,
@@ -196,68 +195,6 @@ async def test_group_message_needs_a_mention_of_this_bot(lark: LarkHarness, fake
     card = await eventually(final_card(fake, "om_g1"))
     assert answer(card) == "You said:\n> summarize for @Bob"
     assert reply_to(fake, "om_g0") == []
-
-
-async def test_stop_click_cancels_the_run_with_a_toast(
-    make_lark: Callable[..., Any], fake: FakeLark
-) -> None:
-    lark = await make_lark(slow=True)
-    await lark.post(message_event("please write a long answer " * 3, message_id="om_s1"))
-
-    def stop_button() -> Any:
-        replies = reply_to(fake, "om_s1")
-        if not replies:
-            return None
-        card = fake.card_of(replies[0])
-        for el in card["body"]["elements"]:
-            if el["tag"] == "button" and el["behaviors"][0]["value"]["action"] == "stop":
-                return replies[0], el["behaviors"][0]["value"]
-        return None
-
-    card_id, value = await eventually(stop_button)
-    click = card_click(value, message_id=card_id, event_id="cb-stop-1")
-    status, body = await lark.post(click)
-    assert status == 200 and body["toast"]["content"] == "Stopping…"
-    status, again = await lark.post(click)
-    assert status == 200 and again["toast"]["content"] == "Already received"
-    card = await eventually(final_card(fake, "om_s1", "Stopped"))
-    assert card["header"]["template"] == "grey"
-
-
-async def test_new_click_ends_the_conversation(lark: LarkHarness, fake: FakeLark) -> None:
-    await lark.post(message_event("first", message_id="om_n1"))
-    card = await eventually(final_card(fake, "om_n1"))
-    [button] = [e for e in card["body"]["elements"] if e["tag"] == "button"]
-    click = card_click(button["behaviors"][0]["value"], message_id=reply_to(fake, "om_n1")[0])
-    status, body = await lark.post(click)
-    assert status == 200 and body["toast"]["type"] == "success"
-
-    def new_notice() -> Any:
-        return [
-            c
-            for c in fake.of("reply")
-            if c.body["msg_type"] == "text" and "new conversation" in c.body["content"]
-        ]
-
-    await eventually(new_notice)
-
-
-async def test_confirm_click_resumes_the_interrupted_run(lark: LarkHarness, fake: FakeLark) -> None:
-    await lark.post(message_event("[confirm] deploy", message_id="om_c1"))
-    card = await eventually(final_card(fake, "om_c1", "Please confirm: shall I go ahead?"))
-    values = {
-        e["behaviors"][0]["value"]["action"]: e["behaviors"][0]["value"]
-        for e in card["body"]["elements"]
-        if e["tag"] == "button"
-    }
-    assert set(values) == {"confirm", "reject"}
-    await eventually(lambda: fake.of("reaction_delete"))  # waiting for the user, not typing
-    click = card_click(values["confirm"], message_id=reply_to(fake, "om_c1")[0])
-    status, body = await lark.post(click)
-    assert status == 200 and body["toast"]["content"] == "Confirmed"
-    done = await eventually(final_card(fake, "om_c1"))
-    assert "deploy" in answer(done)
-    assert len(reply_to(fake, "om_c1")) == 1
 
 
 async def test_rate_limits_are_retried_and_the_final_state_lands(

@@ -82,6 +82,29 @@ async def test_callback_over_the_long_connection_answers_with_a_toast(
     assert ack["code"] == 200
     answer = json.loads(base64.b64decode(ack["data"]))
     assert answer["toast"]["content"] == "Stopping…"
+    assert "card" not in answer  # no card of ours on record under that message id
+
+
+async def test_click_over_the_long_connection_answers_with_the_updated_card(
+    gateway: InProcessGateway, fake: FakeLark
+) -> None:
+    await eventually(lambda: fake.sockets)
+    await fake.wait_ack(await fake.push(message_event("card please", message_id="om_ws3")))
+
+    def done_card() -> Any:
+        replies = [m["message_id"] for m in fake.messages.values() if m["parent_id"] == "om_ws3"]
+        card = fake.card_of(replies[0]) if replies else None
+        return (replies[0], card) if card and card["header"]["title"]["content"] == "Done" else None
+
+    card_id, card = await eventually(done_card)
+    [button] = [e for e in card["body"]["elements"] if e["tag"] == "button"]
+    frame = await fake.push(card_click(button["behaviors"][0]["value"], message_id=card_id))
+    ack = await fake.wait_ack(frame)
+    assert ack["code"] == 200
+    answer = json.loads(base64.b64decode(ack["data"]))
+    assert answer["card"]["type"] == "raw"
+    assert not [e for e in answer["card"]["data"]["body"]["elements"] if e["tag"] == "button"]
+    fake.apply_callback(card_id, answer)
 
 
 async def test_no_ack_success_when_intake_refuses(

@@ -3,11 +3,20 @@ event parsing (text, post, attachments, mentions), card rendering and answer spl
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from adapters.lark.cards import CARD_ANSWER_BYTES, answer_parts, render_card, split_text
+from adapters.lark.cards import (
+    CARD_ANSWER_BYTES,
+    answer_parts,
+    clicked_card,
+    render_card,
+    split_text,
+)
 from adapters.lark.crypto import CryptoError, EventCipher
 from adapters.lark.events import BadEvent, action_envelope, message_envelope
 from adapters.lark.inbound import LarkInbound, Rejected
@@ -174,3 +183,31 @@ def test_long_answers_are_split_within_byte_limits() -> None:
 def test_uuid_fits_lark_limit() -> None:
     assert lark_uuid("short-key") == "short-key"
     assert len(lark_uuid("x" * 80)) <= 50 and lark_uuid("x" * 80) == lark_uuid("x" * 80)
+
+
+@pytest.mark.parametrize("block", [b"A" * 15 + b"\x02", b"A" * 16, b"A" * 15 + b"\x00"])
+def test_bad_padding_is_refused(block: bytes) -> None:
+    iv = b"\x01" * 16
+    key = hashlib.sha256(b"test key").digest()
+    enc = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
+    sealed_block = base64.b64encode(iv + enc.update(block) + enc.finalize()).decode()
+    with pytest.raises(CryptoError):
+        EventCipher("test key").decrypt(sealed_block)
+    assert EventCipher("test key").decrypt(EventCipher("test key").encrypt(b"x" * 16)) == b"x" * 16
+
+
+def test_a_click_turns_the_card_it_changes_and_no_other() -> None:
+    running = Progress(turn_id="t1", conversation="c", steps=(Step("s", "Plan", "running"),))
+    card = render_card(running, chat_type="p2p", streaming=True)
+    stopping = clicked_card(card, "stop", "t1")
+    assert stopping is not None
+    assert stopping["header"]["title"]["content"] == "Stopping…"
+    assert not [e for e in stopping["body"]["elements"] if e["tag"] == "button"]
+    assert "streaming_mode" not in stopping["config"] and stopping["config"]["update_multi"]
+    assert card["body"]["elements"][-1]["tag"] == "button"  # the stored card is left alone
+    assert clicked_card(card, "stop", "another-turn") is None
+    assert clicked_card(card, "new", "t1") is None  # no such button on this card
+    done = render_card(running.finish("done", ""), chat_type="p2p")
+    ended = clicked_card(done, "new", "t1")
+    assert ended is not None and ended["header"] == done["header"]
+    assert "ended" in ended["body"]["elements"][-1]["content"]

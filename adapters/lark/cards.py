@@ -32,6 +32,13 @@ TOASTS = {
     "reject": ("info", "Rejected"),
 }
 CONTINUED = "\n\n_(continued below)_"
+# What a click shows at once: (header title, header template, note); None keeps it as it was.
+CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
+    "stop": ("Stopping…", "grey", None),
+    "new": (None, None, "_This conversation has ended; your next message starts a new one._"),
+    "confirm": ("Continuing…", "blue", None),
+    "reject": ("Continuing…", "blue", None),
+}
 
 
 def split_text(text: str, limit: int) -> list[str]:
@@ -127,9 +134,48 @@ def render_card(progress: Progress, *, chat_type: str, streaming: bool = False) 
     }
 
 
-def toast(action_id: str, *, duplicate: bool = False) -> dict[str, Any]:
-    """The callback answer (within Lark's 3 s); the card itself changes through the renderer."""
+def _value(element: dict[str, Any]) -> dict[str, Any]:
+    for behavior in element.get("behaviors") or ():
+        if isinstance(behavior, dict) and isinstance(behavior.get("value"), dict):
+            return dict(behavior["value"])
+    return {}
+
+
+def clicked_card(card: dict[str, Any], action_id: str, turn_id: str) -> dict[str, Any] | None:
+    """The card as it looks right after a click, from the card as last rendered: buttons gone,
+    the header or a note saying what happens next. None when the card shown has no such button
+    for that turn (already moved on): then the click does not change it."""
+    body, header = card.get("body"), card.get("header")
+    if not isinstance(body, dict) or not isinstance(header, dict):
+        return None
+    elements = body.get("elements")
+    if not isinstance(elements, list):
+        return None
+    buttons = [_value(e) for e in elements if isinstance(e, dict) and e.get("tag") == "button"]
+    if not any(v.get("action") == action_id and v.get("turnId") == turn_id for v in buttons):
+        return None
+    title, template, note = CLICKED.get(action_id, (None, None, None))
+    kept = [e for e in elements if not (isinstance(e, dict) and e.get("tag") == "button")]
+    if note:
+        kept.append({"tag": "markdown", "element_id": "clicked", "content": note})
+    header = dict(header)
+    if title:
+        header["title"] = {"tag": "plain_text", "content": title}
+    if template:
+        header["template"] = template
+    config = {k: v for k, v in (card.get("config") or {}).items() if k != "streaming_mode"}
+    return {**card, "config": config, "header": header, "body": {**body, "elements": kept}}
+
+
+def toast(
+    action_id: str, *, duplicate: bool = False, card: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The callback answer (within Lark's 3 s): a toast and, when the click changes the card,
+    the updated card, which Lark shows at once; later states arrive through the renderer."""
     kind, text = TOASTS.get(action_id, ("info", "OK"))
     if duplicate:
         kind, text = "info", "Already received"
-    return {"toast": {"type": kind, "content": text, "i18n": {"en_us": text}}}
+    answer: dict[str, Any] = {"toast": {"type": kind, "content": text, "i18n": {"en_us": text}}}
+    if card is not None:
+        answer["card"] = {"type": "raw", "data": card}
+    return answer

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
-from gateway.envelope import Action, Attachment, Chat, Envelope, Mention, ReplyTo, Sender
+from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
 from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_STOP
 
 PLATFORM = "lark"
@@ -24,6 +24,9 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "media": ("video", "file_key"),
     "sticker": ("image", "file_key"),
 }
+
+
+_SPACES = re.compile(r"[ \t]{2,}")
 
 
 class BadEvent(ValueError):
@@ -60,7 +63,7 @@ class _Mentions:
 
     def __init__(self, raw: Any, bot_open_id: str | None) -> None:
         self.by_key: dict[str, tuple[str, str]] = {}
-        self.items: list[Mention] = []
+        self.items: list[dict[str, Any]] = []  # Mention fields; validated with the Envelope
         self.bot_keys: set[str] = set()
         for m in raw if isinstance(raw, list) else []:
             if not isinstance(m, dict):
@@ -75,7 +78,7 @@ class _Mentions:
                 if is_bot:
                     self.bot_keys.add(key)
             if open_id:
-                self.items.append(Mention(id=open_id, name=name or None, is_bot=is_bot))
+                self.items.append({"id": open_id, "name": name or None, "is_bot": is_bot})
 
     def render(self, key: str) -> str:
         """The bot's own placeholder is stripped; others read ``@Name``."""
@@ -167,7 +170,7 @@ def message_envelope(
     sender_ids = sub(sender, "sender_id")
     message_id = _str(message.get("message_id"), "event.message.message_id")
     chat_id = _str(message.get("chat_id"), "event.message.chat_id")
-    chat_type = "p2p" if message.get("chat_type") == "p2p" else "group"
+    chat_type: Literal["p2p", "group"] = "p2p" if message.get("chat_type") == "p2p" else "group"
     msg_type = str(message.get("message_type") or "")
     sender_id = str(sender_ids.get("open_id") or sender_ids.get("user_id") or "")
     content = _content(message)
@@ -187,29 +190,35 @@ def message_envelope(
         text = ""
     else:
         text = f"[{msg_type or 'unknown'} message]"
-    bot_mentioned = bool(mentions.bot_keys) or any(m.is_bot for m in mentions.items)
+    bot_mentioned = bool(mentions.bot_keys) or any(m["is_bot"] for m in mentions.items)
     is_bot = sender.get("sender_type") not in (None, "user") or (
         bool(bot_open_id) and sender_id == bot_open_id
     )
     header = sub(payload, "header")
-    return Envelope(
-        integration_id=integration_id,
-        platform=PLATFORM,
-        event_id=message_id,
-        chat=Chat(
-            id=chat_id,
-            type=chat_type,
-            thread_id=str(message.get("thread_id") or message.get("root_id") or "") or None,
-        ),
-        sender=Sender(id=sender_id or "unknown", is_bot=is_bot),
-        text=re.sub(r"[ \t]{2,}", " ", text).strip(),
-        mentions=tuple(mentions.items),
-        bot_mentioned=bot_mentioned or chat_type == "p2p",
-        attachments=tuple(attachments),
-        reply_to=ReplyTo(
-            message_id=message_id, chat_id=chat_id, lark_event_id=header.get("event_id")
-        ),
-        raw=payload,
+    # One validation pass for the whole Envelope from plain dicts: building the sub-models
+    # first would validate them twice, and pydantic's model_construct is slower still.
+    return Envelope.model_validate(
+        {
+            "integration_id": integration_id,
+            "platform": PLATFORM,
+            "event_id": message_id,
+            "chat": {
+                "id": chat_id,
+                "type": chat_type,
+                "thread_id": str(message.get("thread_id") or message.get("root_id") or "") or None,
+            },
+            "sender": {"id": sender_id or "unknown", "is_bot": is_bot},
+            "text": _SPACES.sub(" ", text).strip(),
+            "mentions": mentions.items,
+            "bot_mentioned": bot_mentioned or chat_type == "p2p",
+            "attachments": attachments,
+            "reply_to": {
+                "message_id": message_id,
+                "chat_id": chat_id,
+                "lark_event_id": header.get("event_id"),
+            },
+            "raw": payload,
+        }
     )
 
 

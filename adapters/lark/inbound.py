@@ -48,6 +48,10 @@ def _object(raw: bytes | str, what: str) -> dict[str, Any]:
     return data
 
 
+EMPTY: dict[str, Any] = {}  # the usual answer; never mutated
+EMPTY_RESPONSE = b"{}"
+
+
 def _is_storage_error(exc: Exception) -> bool:
     return isinstance(exc, StoreUnavailable | ConnectionError | OSError) or type(
         exc
@@ -99,7 +103,9 @@ class LarkInbound:
             try:
                 payload = _object(self.cipher.decrypt(encrypted), "encrypt")
             except CryptoError as exc:
-                raise Rejected(400, str(exc)) from None
+                # Unsigned bodies get one answer whatever fails, so no padding oracle.
+                reason = str(exc) if signed else "missing signature"
+                raise Rejected(400 if signed else 401, reason) from None
             # Lark signs events; only the URL check (answered by token alone, as the SDK does)
             # may come unsigned.
             if not signed and payload.get("type") != "url_verification":
@@ -123,36 +129,65 @@ class LarkInbound:
 
     # --- dispatch (webhook and long connection) ---------------------------------------------
     async def dispatch(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Ingest one verified event; returns the answer body. Raises :class:`Rejected`."""
+        """Ingest one verified event; returns the answer body. Raises :class:`Rejected`.
+
+        The hot path binds no log context per event (the pipeline binds integration and event
+        ids for everything logged below it); the few log lines here name them explicitly."""
         kind = event_type(payload)
-        header = sub(payload, "header")
-        with structlog.contextvars.bound_contextvars(
-            integration_id=self.settings.id, lark_event_id=header.get("event_id")
-        ):
-            try:
-                if kind == "im.message.receive_v1":
-                    env = message_envelope(self.settings.id, payload, self.adapter.bot_open_id)
-                elif kind == "card.action.trigger":
-                    env = action_envelope(self.settings.id, payload)
-                else:
-                    log.info("lark event ignored", event_type=kind or "?")
-                    return {}
-            except BadEvent as exc:
-                log.info("lark event rejected", event_type=kind, reason=str(exc))
-                raise Rejected(400, str(exc)) from None
-            try:
-                outcome = await self.adapter.context.ingest(env)
-            except ShuttingDown:
-                raise Rejected(503, "shutting down; retry") from None
-            except Exception as exc:
-                if not _is_storage_error(exc):
-                    raise
-                log.warning("lark event not stored", event_id=env.event_id, error=str(exc))
-                raise Rejected(503, "storage unavailable; retry") from None
-            log.debug("lark event ingested", event_id=env.event_id, status=outcome.status)
-            if env.action is not None:
-                return toast(env.action.id, duplicate=outcome.status == "duplicate")
-            return {}
+        try:
+            if kind == "im.message.receive_v1":
+                env = message_envelope(self.settings.id, payload, self.adapter.bot_open_id)
+            elif kind == "card.action.trigger":
+                env = action_envelope(self.settings.id, payload)
+            else:
+                log.info("lark event ignored", integration_id=self.settings.id, event_type=kind)
+                return {}
+        except BadEvent as exc:
+            log.info(
+                "lark event rejected",
+                integration_id=self.settings.id,
+                lark_event_id=sub(payload, "header").get("event_id"),
+                event_type=kind,
+                reason=str(exc),
+            )
+            raise Rejected(400, str(exc)) from None
+        try:
+            outcome = await self.adapter.context.ingest(env)
+        except ShuttingDown:
+            raise Rejected(503, "shutting down; retry") from None
+        except Exception as exc:
+            if not _is_storage_error(exc):
+                raise
+            log.warning(
+                "lark event not stored",
+                integration_id=self.settings.id,
+                event_id=env.event_id,
+                error=str(exc),
+            )
+            raise Rejected(503, "storage unavailable; retry") from None
+        if env.action is not None:
+            card = await self._clicked_card(env.action.id, env.action.message_id, env.action.value)
+            return toast(env.action.id, duplicate=outcome.status == "duplicate", card=card)
+        return EMPTY
+
+    async def _clicked_card(
+        self, action_id: str, message_id: str | None, value: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The card a click turns into; the click is stored already, so a lookup that fails only
+        costs the immediate card change (the renderer's next update still lands)."""
+        if not message_id:
+            return None
+        try:
+            return await self.adapter.outbound.clicked(
+                message_id, action_id, str(value.get("turnId") or "")
+            )
+        except Exception as exc:
+            if not _is_storage_error(exc):
+                raise
+            log.warning(
+                "lark clicked card unavailable", integration_id=self.settings.id, error=str(exc)
+            )
+            return None
 
 
 class LarkWebhook:
@@ -174,6 +209,8 @@ class LarkWebhook:
         except Rejected as exc:
             log.info("lark webhook rejected", integration_id=integration_id, reason=exc.reason)
             return web.json_response({"error": exc.reason}, status=exc.status)
+        if answer is EMPTY:
+            return web.Response(body=EMPTY_RESPONSE, content_type="application/json")
         return web.json_response(answer)
 
 

@@ -15,14 +15,21 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from adapters.lark.api import LarkApi, LarkApiError
-from adapters.lark.cards import ANSWER_ELEMENT, answer_parts, card_answer, render_card
+from adapters.lark.cards import (
+    ANSWER_ELEMENT,
+    answer_parts,
+    card_answer,
+    clicked_card,
+    render_card,
+)
 from adapters.lark.settings import LarkIntegration
 from gateway.envelope import Envelope
-from gateway.progress import STATUS_TITLES, Progress
+from gateway.progress import ACTION_NEW, STATUS_TITLES, Progress
 from sessions import RecordStore
 
 log = structlog.get_logger("adapters.lark")
@@ -110,8 +117,8 @@ class LarkOutbound:
                     raise
                 log.warning("cardkit card failed; using message cards", code=exc.code)
         try:
-            card = render_card(progress, chat_type=chat_type)
-            message_id = await self._send(env, "interactive", _json(card), idempotency_key)
+            card = _json(render_card(progress, chat_type=chat_type))
+            message_id = await self._send(env, "interactive", card, idempotency_key)
         except LarkApiError as exc:
             if exc.rate_limited:
                 raise
@@ -120,6 +127,7 @@ class LarkOutbound:
                 env, "text", _json({"text": progress.title}), f"{idempotency_key}#tx"
             )
             return f"tx:{message_id}"
+        await self._remember(message_id, card)
         if progress.final:
             await self._finish(env, message_id, progress)
         return message_id
@@ -154,9 +162,9 @@ class LarkOutbound:
 
     async def _patch(self, env: Envelope, message_id: str, handle: str, progress: Progress) -> None:
         await self.pacer.wait(handle, PATCH_SPACING_S)
-        card = render_card(progress, chat_type=env.chat.type)
+        card = _json(render_card(progress, chat_type=env.chat.type))
         try:
-            await self.api.patch(message_id, _json(card))
+            await self.api.patch(message_id, card)
         except LarkApiError as exc:
             if exc.rate_limited or not progress.final:
                 raise
@@ -164,8 +172,28 @@ class LarkOutbound:
             log.warning("final card update failed; answering in text", code=exc.code)
             await self._final_text(env, f"tx:{message_id}", progress)
             return
+        if handle == message_id:  # CardKit cards stay out: callbacks cannot update them at once
+            await self._remember(message_id, card)
         if progress.final:
             await self._finish(env, handle, progress)
+
+    # --- card callbacks -----------------------------------------------------------------------
+    async def _remember(self, message_id: str, card: str) -> None:
+        """The card as last rendered, so a click can be answered with the card it changes into."""
+        await self.records.put(f"{self.ns}:card", message_id, card, ttl_ms=DAY_MS)
+
+    async def clicked(self, message_id: str, action_id: str, turn_id: str) -> dict[str, Any] | None:
+        """The updated card for a click on ``message_id``, or None (unknown card, CardKit card,
+        or the click no longer changes it)."""
+        stored = await self.records.get(f"{self.ns}:card", message_id)
+        if not stored:
+            return None
+        card = clicked_card(json.loads(stored), action_id, turn_id)
+        if card is not None and action_id == ACTION_NEW:
+            # The turn is over and nothing renders this card again: the ended card is its state.
+            # (Stop / Confirm / Reject cards are PATCHed on by the renderer, which stores them.)
+            await self._remember(message_id, _json(card))
+        return card
 
     def _shape(self, progress: Progress) -> tuple[object, ...]:
         return (progress.status, progress.steps, progress.tools, progress.error, progress.prompt)

@@ -110,6 +110,17 @@ class FakeLark:
             return card
         return dict(content)
 
+    def apply_callback(self, message_id: str, answer: dict[str, Any]) -> None:
+        """What Lark does with a callback answer that carries a card: the message shows it at
+        once (``{"type": "raw", "data": <card JSON 2.0>}``). Raises on a card it would refuse."""
+        card = answer["card"]
+        assert card["type"] == "raw", card
+        content = json.dumps(card["data"])
+        assert self._bad_card({"msg_type": "interactive", "content": content}) is None
+        assert self.messages[message_id]["msg_type"] == "interactive"
+        self.calls.append(Call("callback_card", "ANSWER", message_id, {}, card["data"]))
+        self.messages[message_id]["content"] = content
+
     # --- helpers ---------------------------------------------------------------------------
     async def _enter(self, request: web.Request, op: str) -> tuple[Any, web.Response | None]:
         body = None
