@@ -36,9 +36,6 @@ class AdminApi:
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if not request.path.startswith("/v1.0/"):
-            response: web.StreamResponse = await handler(request)
-            return response
         token = self.settings().admin.token
         if token is None:
             return fail(404, "admin_disabled", "the admin API is off: set admin.token")
@@ -47,7 +44,7 @@ class AdminApi:
             log.info("admin request refused", path=request.path)
             return fail(401, "unauthorized", "a valid bearer token is required")
         try:
-            response = await handler(request)
+            response: web.StreamResponse = await handler(request)
         except web.HTTPException:
             raise
         except Exception as exc:
@@ -132,10 +129,12 @@ class AdminApi:
         return ok(await self.store.audit_records(count=count))
 
     def setup(self, app: web.Application) -> None:
-        app.middlewares.append(self.auth)
-        app.router.add_get("/v1.0/sessions", self.sessions)
-        app.router.add_get("/v1.0/sessions/{sessionId}", self.session)
-        app.router.add_get("/v1.0/sessions/{sessionId}/variables", self.variables)
-        app.router.add_delete("/v1.0/sessions/{sessionId}", self.end)
-        app.router.add_get("/v1.0/chats/{integrationId}/{chatId}/memory", self.memory)
-        app.router.add_get("/v1.0/audit", self.audit)
+        # A sub-application: its auth middleware runs for /v1.0 only, not on the hot paths.
+        admin = web.Application(middlewares=[self.auth])
+        admin.router.add_get("/sessions", self.sessions)
+        admin.router.add_get("/sessions/{sessionId}", self.session)
+        admin.router.add_get("/sessions/{sessionId}/variables", self.variables)
+        admin.router.add_delete("/sessions/{sessionId}", self.end)
+        admin.router.add_get("/chats/{integrationId}/{chatId}/memory", self.memory)
+        admin.router.add_get("/audit", self.audit)
+        app.add_subapp("/v1.0/", admin)

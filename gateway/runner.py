@@ -228,14 +228,18 @@ class Runner:
                     if claim.resumed:
                         log.info("resuming a turn left by another replica", attempts=claim.attempts)
                     started = self.clock()
+                    seen: dict[str, str] = {}
                     if last.kind == "action" and last.action and last.action.id == "retry":
-                        session_id = await self._retry_turn(claim, integ, adapter, last)
+                        session_id, seen = await self._retry_turn(claim, integ, adapter, last)
                     elif last.kind == "action":
                         session_id = await self._resume_turn(claim, integ, adapter, last)
                     else:
-                        session_id = await self._message_turn(claim, integ, adapter, items)
-                    # One record per completed turn, written while the lease is still held.
-                    await self.store.audit(
+                        session_id, seen = await self._message_turn(claim, integ, adapter, items)
+                    # One audit record per completed turn, written while the lease is still
+                    # held, with the variables the turn saw (admin API): one round trip.
+                    await self.records.turn_done(
+                        session_id,
+                        seen,
                         {
                             "event": "turn",
                             "turn": claim.turn_id,
@@ -245,7 +249,7 @@ class Runner:
                             "start": started,
                             "end": self.clock(),
                             "resumed": int(claim.resumed),
-                        }
+                        },
                     )
                     self.turns_done += 1
             except Handback:
@@ -382,7 +386,7 @@ class Runner:
 
     async def _retry_turn(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
-    ) -> str:
+    ) -> tuple[str, dict[str, str]]:
         """Retry: run the failed turn's input again, in its own card."""
         raw = claim.turn.get("failed")
         if raw is None:
@@ -400,7 +404,7 @@ class Runner:
             await adapter.send_text(
                 action, "There is nothing to retry.", idempotency_key=claim.turn_id
             )
-            return ""
+            return "", {}
         failed = json.loads(raw)
         original = Envelope.from_json(failed["replyTo"])
         items = [original.model_copy(update={"text": failed["text"]})]
@@ -417,20 +421,28 @@ class Runner:
         *,
         card: str | None = None,
         key: str | None = None,
-    ) -> str:
+    ) -> tuple[str, dict[str, str]]:
         last = items[-1]
         session_id, expert, snapshot, binding = await self._bind(claim, integ, last)
         structlog.contextvars.bind_contextvars(session_id=session_id)
         thread = binding.get("threadId") or None
         variables = self._variables(snapshot, last, thread or session_id)
-        memory = await self.records.memory(integ.id, last.chat.id)
-        group_history: list[dict[str, Any]] = []
+        interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
+        progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
+        renderer = self._renderer(
+            claim, adapter, last, interval, claim.turn.get("card") or card, key or claim.turn_id
+        )
+        # The first card goes out while the turn's context is read (one round trip).
+        since = None
         if integ.history_context_limit and last.chat.type == "group":
             since = self.clock() - integ.history_context_window_seconds * 1000
-            group_history = await self.records.group_messages(
-                integ.id, last.chat.id, since_ms=since
+        first_card = asyncio.create_task(renderer.start(progress))
+        try:
+            memory, conversation_vars, group_history = await self.records.turn_context(
+                integ.id, last.chat.id, session_id, group_since_ms=since
             )
-        conversation_vars = await self.records.conversation_variables(session_id)
+        finally:
+            await first_card
         for name, value in conversation_vars.items():
             variables[f"var.{name}"] = value if isinstance(value, str) else json.dumps(value)
         if memory:
@@ -454,14 +466,6 @@ class Runner:
             expert_thread_id=thread,
             group_history=tuple(group_history[-integ.history_context_limit :]),
         )
-        interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
-        progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
-        renderer = self._renderer(
-            claim, adapter, last, interval, claim.turn.get("card") or card, key or claim.turn_id
-        )
-        await renderer.start(progress)
-        # After the first card: the session's variables as this turn sees them (admin API).
-        await self.records.set_variables(session_id, variables)
         final = await self._drive(
             claim, expert.run(turn_input), progress, renderer, expert, turn_input, snapshot
         )
@@ -488,7 +492,7 @@ class Runner:
                 claim.conversation, session_id, interrupt=json.dumps(interrupt)
             )
         log.info("turn finished", status=final.status, renders=renderer.renders)
-        return session_id
+        return session_id, variables
 
     async def _resume_turn(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope

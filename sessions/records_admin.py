@@ -57,15 +57,6 @@ class SessionRecords:
         index = self.keys.chat_sessions(integration_id, chat_id)
         return cast(list[str], await self.redis.zrevrange(index, 0, limit - 1))
 
-    async def set_variables(self, session_id: str, values: dict[str, str]) -> None:
-        if not values:
-            return
-        key = self.keys.session_variables(session_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=cast(dict[Any, Any], values))
-            pipe.pexpire(key, self.retention_ms)
-            await pipe.execute()
-
     async def apply_variables(self, session_id: str, writes: list[tuple[str, str, Any]]) -> None:
         """Conversation variables ``(name, reducer, value)``: replace | append | merge, or
         default (set only if unset); applied in one atomic step."""
@@ -76,10 +67,50 @@ class SessionRecords:
             args += [name, reducer, json.dumps(value, ensure_ascii=False)]
         await self._vars(keys=[self.keys.session_variables(session_id)], args=args)
 
-    async def conversation_variables(self, session_id: str) -> dict[str, Any]:
-        """The ``var.*`` values, decoded."""
-        values = await self.variables(session_id)
-        return {k[4:]: json.loads(v) for k, v in values.items() if k.startswith("var.")}
+    async def turn_context(
+        self, integration_id: str, chat_id: str, session_id: str, *, group_since_ms: int | None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+        """What a turn reads, in one round trip: the chat's memory, the session's conversation
+        variables and (when ``group_since_ms`` is given) recent unmentioned group messages."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lrange(self.keys.memory(integration_id, chat_id), 0, -1)
+            pipe.hgetall(self.keys.session_variables(session_id))
+            if group_since_ms is not None:
+                pipe.lrange(self.keys.group_history(integration_id, chat_id), 0, -1)
+            results = await pipe.execute()
+        memory = [json.loads(r) for r in results[0]]
+        values = {k[4:]: json.loads(v) for k, v in results[1].items() if k.startswith("var.")}
+        group: list[dict[str, Any]] = []
+        if group_since_ms is not None:
+            group = [
+                m
+                for m in (json.loads(r) for r in results[2])
+                if int(m.get("at", 0)) >= group_since_ms
+            ]
+        return memory, values, group
+
+    async def turn_done(
+        self,
+        session_id: str,
+        variables: dict[str, str],
+        audit: dict[str, Any],
+        *,
+        audit_maxlen: int = 10_000,
+    ) -> None:
+        """At the end of a turn, in one round trip: the variables it saw (for the admin API)
+        and its audit record (the stream is bounded by MAXLEN rather than a TTL)."""
+        fields: dict[Any, Any] = {
+            k: v if isinstance(v, str) else json.dumps(v) for k, v in audit.items()
+        }
+        # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
+        seen = {k: v for k, v in variables.items() if not k.startswith("var.")}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            if session_id and seen:
+                key = self.keys.session_variables(session_id)
+                pipe.hset(key, mapping=cast(dict[Any, Any], seen))
+                pipe.pexpire(key, self.retention_ms)
+            pipe.xadd(self.keys.audit(), fields, maxlen=audit_maxlen, approximate=True)
+            await pipe.execute()
 
     async def variables(self, session_id: str) -> dict[str, str]:
         key = self.keys.session_variables(session_id)
@@ -101,13 +132,6 @@ class SessionRecords:
             pipe.ltrim(key, -limit, -1)
             pipe.pexpire(key, window_ms)
             await pipe.execute()
-
-    async def group_messages(
-        self, integration_id: str, chat_id: str, *, since_ms: int
-    ) -> list[dict[str, Any]]:
-        raw = await self.redis.lrange(self.keys.group_history(integration_id, chat_id), 0, -1)
-        items = [json.loads(r) for r in cast(list[str], raw)]
-        return [i for i in items if int(i.get("at", 0)) >= since_ms]
 
     # --- group memory ----------------------------------------------------------------------
     async def remember(self, integration_id: str, chat_id: str, item: dict[str, Any]) -> int:

@@ -131,6 +131,10 @@ async def test_conversation_variables_defaults_reducers_and_write_back(
     await console.wait_cards()
     await console.send("again [set notes=second] [set topic=billing]")
     await console.wait_cards(count=2)
+    # A third turn reads what the second wrote (regression: the turn's own view of var.* must
+    # not overwrite the reducers' values at its end).
+    await console.send("third [set notes=third]")
+    await console.wait_cards(count=3)
     _status, body = await admin(
         console, "GET", "/v1.0/sessions", integrationId="console", chatId="dm-alice"
     )
@@ -139,7 +143,7 @@ async def test_conversation_variables_defaults_reducers_and_write_back(
     values = {v["variable_key"]: v["variable_value"] for v in body["result"]}
     assert values == {
         "var.topic": "billing",
-        "var.notes": ["first", "second"],
+        "var.notes": ["first", "second", "third"],
         "var.profile": {"tier": "free"},
     }
 
