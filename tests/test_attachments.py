@@ -74,3 +74,48 @@ async def test_experts_without_vision_get_only_the_attachment_keys(
         await harness.post(body)
         await eventually(lambda: model.requests, timeout=15)
         assert not [c for c in fake.calls if c.path == "/v1.0/robot/messageFiles/download"]
+
+
+async def test_lark_image_reaches_a_vision_model(
+    openai: tuple[FakeOpenAI, str], prefix: str, redis_client: Any
+) -> None:
+    from tests.fakes.lark import FakeLark
+    from tests.helpers import InProcessGateway
+    from tests.lark_support import LarkHarness, lark_config, message_event
+
+    model, url = openai
+    lark = FakeLark()
+    await lark.start()
+    config = lark_config(prefix, lark, xpertId="vision")
+    config["experts"] = [
+        {
+            "id": "vision",
+            "kind": "openai",
+            "baseUrl": url,
+            "apiKey": OPENAI_KEY,
+            "model": "qwen-vl",
+            "vision": True,
+        }
+    ]
+    gateway = InProcessGateway(config)
+    await gateway.start()
+    harness = LarkHarness(lark, gateway)
+    try:
+        event = message_event(
+            message_id="om_img1", message_type="image", content={"image_key": "img_v3_9"}
+        )
+        status, _ = await harness.post(event)
+        assert status == 200
+        await eventually(lambda: model.requests, timeout=15)
+        content = model.requests[0]["messages"][-1]["content"]
+        data = base64.b64encode(b"\x89PNG fake bytes").decode()
+        assert {
+            "type": "image_url",
+            "image_url": {"url": f"data:image/png;base64,{data}"},
+        } in content
+        [call] = lark.of("resource")
+        assert call.path == "/open-apis/im/v1/messages/om_img1/resources/img_v3_9"
+        assert call.query == {"type": "image"}
+    finally:
+        await harness.close()
+        await lark.stop()

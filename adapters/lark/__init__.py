@@ -14,8 +14,8 @@ from adapters.lark.api import LarkApi
 from adapters.lark.inbound import LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
-from gateway.adapter import Adapter, AdapterContext, LiveAdapters
-from gateway.envelope import Envelope
+from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 
@@ -24,6 +24,16 @@ log = structlog.get_logger("adapters.lark")
 
 class LarkAdapter(Adapter):
     settings: LarkIntegration
+
+    async def fetch_attachment(
+        self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
+    ) -> FetchedFile | None:
+        message_id = envelope.reply_to.message_id if envelope.reply_to else None
+        if not message_id:
+            return None
+        kind = "image" if attachment.kind == "image" else "file"
+        got = await self.api.resource(message_id, attachment.key, kind, max_bytes=max_bytes)
+        return FetchedFile(data=got[0], mime=got[1], name=attachment.name) if got else None
 
     def __init__(self, *, settings: LarkIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)

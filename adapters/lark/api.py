@@ -130,6 +130,24 @@ class LarkApi:
         raise AssertionError("unreachable")
 
     # --- the calls ---------------------------------------------------------------------------
+    async def resource(
+        self, message_id: str, key: str, kind: str, *, max_bytes: int
+    ) -> tuple[bytes, str] | None:
+        """A message's image or file (``GET /open-apis/im/v1/messages/:id/resources/:key``);
+        None when it is larger than ``max_bytes``."""
+        token = await self._tenant_token()
+        url = f"{self.base_url}/open-apis/im/v1/messages/{message_id}/resources/{key}"
+        async with self.http.get(
+            url, params={"type": kind}, headers={"Authorization": f"Bearer {token}"}
+        ) as resp:
+            if resp.status != 200:
+                raise LarkApiError(resp.status, "resource download failed", resp.status)
+            data = await resp.content.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                return None
+            mime = resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
+            return data, mime
+
     async def bot_info(self) -> dict[str, Any]:
         """``GET /open-apis/bot/v3/info``: the bot sits at top level, not under ``data``."""
         token = await self._tenant_token()

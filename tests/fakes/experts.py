@@ -200,7 +200,10 @@ class FakeOpenAI:
             )
         if body["model"] == "missing":
             return web.json_response({"error": {"message": "model not found"}}, status=404)
-        answer = "Echo: " + body["messages"][-1]["content"]
+        content = body["messages"][-1]["content"]
+        if isinstance(content, list):  # vision: text and image parts
+            content = " ".join(p["text"] for p in content if p.get("type") == "text")
+        answer = "Echo: " + content
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for i in range(0, len(answer), 5):
