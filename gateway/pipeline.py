@@ -58,7 +58,6 @@ class Pipeline:
         self.spawn = spawn
         self.clock = clock
         self.accepting = True
-        self.counts: dict[str, int] = {}
 
     def conversation(self, integ: IntegrationBase, envelope: Envelope) -> str:
         return KeyBuilder.conversation(integ.id, scope_key(integ, envelope))
@@ -70,7 +69,6 @@ class Pipeline:
             integration_id=envelope.integration_id, event_id=envelope.event_id
         ):
             outcome = await self._ingest(envelope)
-        self.counts[outcome.status] = self.counts.get(outcome.status, 0) + 1
         log.debug("ingested", status=outcome.status, reason=outcome.reason)
         return outcome
 

@@ -95,7 +95,6 @@ class Runner:
         self._experts: dict[str, Expert] = {}
         self._known_snapshots: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
-        self.turns_done = 0
 
     @property
     def lease_ms(self) -> int:
@@ -251,7 +250,6 @@ class Runner:
                             "resumed": int(claim.resumed),
                         },
                     )
-                    self.turns_done += 1
             except Handback:
                 mode = "handback"
                 log.info("turn handed back")

@@ -476,9 +476,3 @@ def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
     """Content address of a snapshot: sessions with the same config share one stored copy."""
     body = json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:24]
-
-
-def mask(settings: BaseModel) -> dict[str, Any]:
-    """Settings as JSON with every secret shown as ``**********``."""
-    dumped: dict[str, Any] = json.loads(settings.model_dump_json(by_alias=True))
-    return dumped

@@ -97,9 +97,6 @@ class KeyBuilder:
     def replica(self, replica_id: str) -> str:
         return self._k("replica", replica_id)
 
-    def replicas_pattern(self) -> str:
-        return self._k("replica", "*")
-
     def control_channel(self) -> str:
         return self._k("ctl")
 
@@ -112,6 +109,3 @@ class KeyBuilder:
 
     def timeline_channel(self) -> str:
         return self._k("timeline")
-
-    def all_keys_pattern(self) -> str:
-        return self.prefix + self.sep + "*"

@@ -10,6 +10,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 
 from sessions.keys import KeyBuilder
+from sessions.store import audit_fields
 
 DAY_MS = 24 * 3_600_000
 
@@ -99,9 +100,6 @@ class SessionRecords:
     ) -> None:
         """At the end of a turn, in one round trip: the variables it saw (for the admin API)
         and its audit record (the stream is bounded by MAXLEN rather than a TTL)."""
-        fields: dict[Any, Any] = {
-            k: v if isinstance(v, str) else json.dumps(v) for k, v in audit.items()
-        }
         # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
         seen = {k: v for k, v in variables.items() if not k.startswith("var.")}
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -109,7 +107,7 @@ class SessionRecords:
                 key = self.keys.session_variables(session_id)
                 pipe.hset(key, mapping=cast(dict[Any, Any], seen))
                 pipe.pexpire(key, self.retention_ms)
-            pipe.xadd(self.keys.audit(), fields, maxlen=audit_maxlen, approximate=True)
+            pipe.xadd(self.keys.audit(), audit_fields(audit), maxlen=audit_maxlen, approximate=True)
             await pipe.execute()
 
     async def variables(self, session_id: str) -> dict[str, str]:

@@ -23,6 +23,11 @@ class StoreUnavailable(RuntimeError):
     """Redis did not accept a write (unreachable, out of memory, read-only)."""
 
 
+def audit_fields(record: dict[str, Any]) -> dict[Any, Any]:
+    """An audit record as stream fields: strings as they are, everything else as JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()}
+
+
 def _load(name: str) -> str:
     return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
 
@@ -159,12 +164,6 @@ class SessionStore:
         return bool(ok)
 
     # --- due index and claims --------------------------------------------------------------
-    async def due_conversations(self, now_ms: int, limit: int = 64) -> list[str]:
-        members = await self.redis.zrangebyscore(
-            self.keys.due(), "-inf", now_ms, start=0, num=limit
-        )
-        return cast(list[str], members)
-
     async def due_and_next(self, now_ms: int, limit: int = 64) -> tuple[list[str], int | None]:
         """Conversations due now, and when the next one after now is due, in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -174,10 +173,6 @@ class SessionStore:
             )
             due, nxt = await pipe.execute()
         return cast(list[str], due), (int(nxt[0][1]) if nxt else None)
-
-    async def next_due_ms(self) -> int | None:
-        first = await self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
-        return int(first[0][1]) if first else None
 
     async def claim(
         self, *, conversation: str, owner: str, turn_id: str, now_ms: int, lease_ms: int
@@ -330,10 +325,9 @@ class SessionStore:
     # --- audit -----------------------------------------------------------------------------
     async def audit(self, record: dict[str, Any]) -> None:
         """Append to the audit stream (bounded by MAXLEN rather than a TTL)."""
-        fields: dict[Any, Any] = {
-            k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()
-        }
-        await self.redis.xadd(self.keys.audit(), fields, maxlen=self.audit_maxlen, approximate=True)
+        await self.redis.xadd(
+            self.keys.audit(), audit_fields(record), maxlen=self.audit_maxlen, approximate=True
+        )
 
     async def audit_records(self, count: int = 1000) -> list[dict[str, str]]:
         rows = cast(

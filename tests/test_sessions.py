@@ -111,7 +111,7 @@ async def test_one_claim_at_a_time_and_burst_collects_while_busy(store: SessionS
     second = await claim(store, 30, owner="b")
     assert second is not None and [i["eventId"] for i in second.items] == ["e2"]
     assert (await store.finish(conversation=CONV, owner="b", now_ms=40))[0] == "idle"
-    assert await store.due_conversations(10**13) == []
+    assert await store.due_and_next(10**13) == ([], None)
 
 
 async def test_reject_policy_answers_busy_without_storing(store: SessionStore) -> None:
