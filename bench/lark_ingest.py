@@ -7,7 +7,7 @@ decrypt, parse, no storage) inside aiohttp. Turns are held back (a long summary 
 daemon's figure is intake alone. Prints ONE JSON line: events/s per server and concurrency, the
 ratio to bare aiohttp, and p50/p99 ack latency.
 
-Usage: python bench/lark_ingest.py [--events 3000] [--concurrency 1,16,64]
+Usage: python bench/lark_ingest.py [--events 3000] [--concurrency 1,16,64] [--rounds 3]
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
 REDIS_URL defaults to redis://127.0.0.1:6379/0; the bench's keys are deleted on the way out.
 """
@@ -119,6 +119,16 @@ async def wait_up(port: int, deadline_s: float = 20) -> None:
     raise RuntimeError(f"server on {port} did not come up")
 
 
+async def command_counts() -> dict[str, int]:
+    """Calls per command since the Redis server started (INFO commandstats)."""
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        info = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+
+
 # --- load --------------------------------------------------------------------------------
 async def drive(
     port: int, items: list[tuple[bytes, dict[str, str]]], concurrency: int
@@ -150,7 +160,7 @@ async def drive(
     }
 
 
-async def run(events: int, levels: list[int]) -> dict[str, Any]:
+async def run(events: int, levels: list[int], rounds: int) -> dict[str, Any]:
     fake = FakeLark()
     await fake.start()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
@@ -161,7 +171,12 @@ async def run(events: int, levels: list[int]) -> dict[str, Any]:
         "experts": [{"id": "echo", "kind": "echo"}],
         "integrations": [integ],
     }
-    results: dict[str, Any] = {"events_per_level": events, "levels": levels, "servers": {}}
+    results: dict[str, Any] = {
+        "events_per_round": events,
+        "rounds": rounds,
+        "levels": levels,
+        "servers": {},
+    }
     procs: list[asyncio.subprocess.Process] = []
     with tempfile.TemporaryDirectory() as tmp:
         daemon = DaemonProcess(config, Path(tmp), "lark-bench")
@@ -178,12 +193,41 @@ async def run(events: int, levels: list[int]) -> dict[str, Any]:
                 )
                 await wait_up(port)
                 ports[kind] = port
-            for name, port in ports.items():
-                await drive(port, payloads(200), 8)  # warm-up
+            stats_before = await command_counts()
+            for port in ports.values():
+                await drive(port, payloads(300), 8)  # warm-up
+            # Rounds interleave the servers (rotating who goes first), so a machine that speeds
+            # up or slows down mid-run moves every server alike; each figure is the median round.
+            names = list(ports)
+            runs: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n in names}
+            for c in levels:
+                for r in range(rounds):
+                    for name in names[r % len(names) :] + names[: r % len(names)]:
+                        res = await drive(ports[name], payloads(events), c)
+                        runs[name].setdefault(str(c), []).append(res)
+                log(
+                    f"concurrency {c}: "
+                    + ", ".join(f"{n} {[x['events_s'] for x in runs[n][str(c)]]}" for n in names)
+                )
+            # Only the daemon talks to Redis here: its commands per event, read off the server.
+            stats_after = await command_counts()
+            sent = 300 + events * rounds * len(levels)
+            delta = {k: stats_after.get(k, 0) - stats_before.get(k, 0) for k in stats_after}
+            delta.pop("info", None)
+            results["daemon_redis"] = {
+                "events": sent,
+                "evalsha_per_event": round(delta.get("evalsha", 0) / sent, 3),
+                "commands_per_event": round(sum(delta.values()) / sent, 3),
+                "commands": {k: v for k, v in sorted(delta.items()) if v},
+            }
+            for name in names:
                 results["servers"][name] = {
-                    str(c): await drive(port, payloads(events), c) for c in levels
+                    c: {
+                        **sorted(rs, key=lambda x: x["events_s"])[len(rs) // 2],
+                        "rounds_events_s": [x["events_s"] for x in rs],
+                    }
+                    for c, rs in runs[name].items()
                 }
-                log(f"{name}: {results['servers'][name]}")
         finally:
             await daemon.stop()
             for proc in procs:
@@ -241,6 +285,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=3000)
     parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--serve", choices=["bare", "lark_oapi"])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--profile", action="store_true")
@@ -252,7 +297,7 @@ def main() -> None:
         asyncio.run(profile(args.events))
         return
     levels = [int(c) for c in args.concurrency.split(",")]
-    print(json.dumps(asyncio.run(run(args.events, levels))))
+    print(json.dumps(asyncio.run(run(args.events, levels, args.rounds))))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -16,6 +16,8 @@ from gateway.settings import Settings
 from sessions import SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.admin")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def ok(result: Any) -> web.Response:
@@ -34,8 +36,16 @@ class AdminApi:
         self.store = store
         self.records = records
 
-    @web.middleware
-    async def auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    def guarded(self, handler: Handler) -> Handler:
+        """Bearer auth and storage errors for one admin route. A wrapper, not a middleware: any
+        middleware makes aiohttp build a middleware chain for every request, webhooks included."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            return await self._auth(request, handler)
+
+        return guarded
+
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         token = self.settings().admin.token
         if token is None:
             return fail(404, "admin_disabled", "the admin API is off: set admin.token")
@@ -129,12 +139,10 @@ class AdminApi:
         return ok(await self.store.audit_records(count=count))
 
     def setup(self, app: web.Application) -> None:
-        # A sub-application: its auth middleware runs for /v1.0 only, not on the hot paths.
-        admin = web.Application(middlewares=[self.auth])
-        admin.router.add_get("/sessions", self.sessions)
-        admin.router.add_get("/sessions/{sessionId}", self.session)
-        admin.router.add_get("/sessions/{sessionId}/variables", self.variables)
-        admin.router.add_delete("/sessions/{sessionId}", self.end)
-        admin.router.add_get("/chats/{integrationId}/{chatId}/memory", self.memory)
-        admin.router.add_get("/audit", self.audit)
-        app.add_subapp("/v1.0/", admin)
+        r, g = app.router, self.guarded
+        r.add_get("/v1.0/sessions", g(self.sessions))
+        r.add_get("/v1.0/sessions/{sessionId}", g(self.session))
+        r.add_get("/v1.0/sessions/{sessionId}/variables", g(self.variables))
+        r.add_delete("/v1.0/sessions/{sessionId}", g(self.end))
+        r.add_get("/v1.0/chats/{integrationId}/{chatId}/memory", g(self.memory))
+        r.add_get("/v1.0/audit", g(self.audit))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -64,7 +64,7 @@ EnvelopeKind = Literal["message", "action", "command", "schedule"]
 
 
 class Envelope(_Frozen):
-    envelope_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    envelope_id: str = Field(default_factory=lambda: secrets.token_hex(16))
     integration_id: str
     platform: str
     event_id: str

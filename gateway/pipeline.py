@@ -65,10 +65,14 @@ class Pipeline:
     async def ingest(self, envelope: Envelope) -> IngestOutcome:
         if not self.accepting:
             raise ShuttingDown("shutting down")
-        with structlog.contextvars.bound_contextvars(
+        # bind/reset rather than bound_contextvars(): the same, without a generator per event.
+        tokens = structlog.contextvars.bind_contextvars(
             integration_id=envelope.integration_id, event_id=envelope.event_id
-        ):
+        )
+        try:
             outcome = await self._ingest(envelope)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
         log.debug("ingested", status=outcome.status, reason=outcome.reason)
         return outcome
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from sessions.autopipe import ScriptPipe
 from sessions.keys import KeyBuilder
 
 HOUR_MS = 3_600_000
@@ -99,6 +100,12 @@ class SessionStore:
         self._binding = client.register_script(_load("binding.lua"))
         self._binding_set = client.register_script(_load("binding_set.lua"))
         self._burst_take = client.register_script(_load("burst_take.lua"))
+        # Intake, the one call per inbound event, goes through the auto-pipeline.
+        self.pipe = ScriptPipe(client, name=f"{keys.prefix}-intake")
+
+    async def close(self) -> None:
+        """Give the auto-pipeline's connection back (before the client closes)."""
+        await self.pipe.close()
 
     async def prepare(self) -> None:
         """Load every script once at start-up, so each later call is a single EVALSHA."""
@@ -130,15 +137,16 @@ class SessionStore:
         k = self.keys
         burst_ttl = max(self.dedup_ttl_ms, 3 * max_window_ms)
         try:
-            status, due, busy = await self._intake(
-                keys=[
+            status, due, busy = await self.pipe.evalsha(
+                self._intake,
+                [
                     k.dedup(conversation, event_id),
                     k.burst(conversation),
                     k.burst_meta(conversation),
                     k.due(),
                     k.turn(conversation),
                 ],
-                args=[
+                [
                     envelope_json,
                     now_ms,
                     window_ms,

@@ -1,0 +1,120 @@
+"""The intake auto-pipeline (sessions/autopipe.py) against a real Redis: batching, per-call
+replies and errors, NOSCRIPT and connection-loss recovery, callers that give up, close."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from sessions.autopipe import ScriptPipe
+
+# Appends ARGV[1] to KEYS[1] and answers it; 'boom' is answered with an error reply instead.
+APPEND = """
+if ARGV[1] == 'boom' then return redis.error_reply('boom') end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+return {ARGV[1], tonumber(ARGV[2]) + 1}
+"""
+
+
+@pytest.fixture
+async def pipe(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[ScriptPipe]:
+    pipe = ScriptPipe(redis_client, name=f"{prefix}-intake")
+    yield pipe
+    await pipe.close()
+
+
+def script(client: aioredis.Redis, tag: str = "") -> AsyncScript:
+    # A unique text (the comment) makes a script this Redis has never loaded: NOSCRIPT first.
+    return client.register_script(f"-- {tag or uuid.uuid4().hex}\n{APPEND}")
+
+
+async def pipe_connection_id(client: aioredis.Redis, name: str) -> int:
+    clients = [c for c in await client.client_list() if c.get("name") == name]
+    assert len(clients) == 1, clients
+    return int(clients[0]["id"])
+
+
+async def test_calls_made_together_share_one_write_and_keep_their_order(
+    pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    s = script(redis_client)
+    s.sha = await redis_client.script_load(s.script)
+    key = f"{prefix}:list"
+    replies = await asyncio.gather(*(pipe.evalsha(s, [key], [f"m{i}", i]) for i in range(50)))
+    assert replies == [[f"m{i}", i + 1] for i in range(50)]
+    assert await redis_client.lrange(key, 0, -1) == [f"m{i}" for i in range(50)]
+    assert pipe.stats.calls == 50 and pipe.stats.writes == 1 and pipe.stats.largest_batch == 50
+
+
+async def test_an_error_reply_reaches_only_its_caller(
+    pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    s = script(redis_client)
+    key = f"{prefix}:list"
+    results = await asyncio.gather(
+        pipe.evalsha(s, [key], ["a", 1]),
+        pipe.evalsha(s, [key], ["boom", 1]),
+        pipe.evalsha(s, [key], ["c", 1]),
+        return_exceptions=True,
+    )
+    assert results[0] == ["a", 2] and results[2] == ["c", 2]
+    assert isinstance(results[1], ResponseError) and "boom" in str(results[1])
+    assert await redis_client.lrange(key, 0, -1) == ["a", "c"]
+
+
+async def test_noscript_loads_the_script_and_sends_the_calls_again(
+    pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    s = script(redis_client)  # never loaded on this server
+    key = f"{prefix}:list"
+    replies = await asyncio.gather(*(pipe.evalsha(s, [key], [f"m{i}", 0]) for i in range(5)))
+    assert [r[0] for r in replies] == [f"m{i}" for i in range(5)]
+    assert await redis_client.lrange(key, 0, -1) == [f"m{i}" for i in range(5)]  # once each
+    assert pipe.stats.script_reloads == 1
+
+
+async def test_a_killed_connection_is_reopened_and_nothing_is_lost(
+    pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    s = script(redis_client)
+    key = f"{prefix}:list"
+    assert await pipe.evalsha(s, [key], ["first", 0]) == ["first", 1]
+    before = await pipe_connection_id(redis_client, pipe.name)
+    await redis_client.client_kill_filter(_id=before)
+    replies = await asyncio.gather(*(pipe.evalsha(s, [key], [f"m{i}", 0]) for i in range(3)))
+    assert [r[0] for r in replies] == ["m0", "m1", "m2"]
+    assert await redis_client.lrange(key, 0, -1) == ["first", "m0", "m1", "m2"]
+    assert await pipe_connection_id(redis_client, pipe.name) != before  # named again
+    assert pipe.stats.reconnects == 1
+
+
+async def test_a_caller_that_gives_up_does_not_disturb_the_others(
+    pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    s = script(redis_client)
+    s.sha = await redis_client.script_load(s.script)
+    key = f"{prefix}:list"
+    gone = asyncio.ensure_future(pipe.evalsha(s, [key], ["gone", 0]))
+    kept = asyncio.ensure_future(pipe.evalsha(s, [key], ["kept", 0]))
+    await asyncio.sleep(0)  # both queued
+    gone.cancel()
+    assert await kept == ["kept", 1]
+    assert await pipe.evalsha(s, [key], ["later", 0]) == ["later", 1]
+
+
+async def test_after_close_calls_are_refused(
+    pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    s = script(redis_client)
+    assert await pipe.evalsha(s, [f"{prefix}:l"], ["x", 0]) == ["x", 1]
+    await pipe.close()
+    assert not [c for c in await redis_client.client_list() if c.get("name") == pipe.name]
+    with pytest.raises(RedisConnectionError):
+        await pipe.evalsha(s, [f"{prefix}:l"], ["y", 0])
