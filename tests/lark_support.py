@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -161,3 +162,26 @@ class LarkHarness:
     async def close(self) -> None:
         await self.http.close()
         await self.gw.stop()
+
+
+# A slow echo: a run long enough to click its buttons while it works.
+SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 150, "charDelayMs": 25, "chunkChars": 1}
+
+
+def reply_to(fake: FakeLark, message_id: str) -> list[str]:
+    return [m["message_id"] for m in fake.messages.values() if m["parent_id"] == message_id]
+
+
+def final_card(fake: FakeLark, message_id: str, title: str = "Done") -> Callable[[], Any]:
+    def check() -> Any:
+        replies = reply_to(fake, message_id)
+        if len(replies) != 1:
+            return None
+        card = fake.card_of(replies[0])
+        return card if card["header"]["title"]["content"] == title else None
+
+    return check
+
+
+def answer(card: dict[str, Any]) -> str:
+    return next(e["content"] for e in card["body"]["elements"] if e.get("element_id") == "answer")

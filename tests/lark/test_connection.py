@@ -19,14 +19,6 @@ from tests.lark_support import INTEGRATION, card_click, lark_config, message_eve
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeLark]:
-    server = FakeLark()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def gateway(
     fake: FakeLark, prefix: str, redis_client: aioredis.Redis
 ) -> AsyncIterator[InProcessGateway]:

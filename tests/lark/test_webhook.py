@@ -4,7 +4,7 @@ fake Lark OpenAPI; verification failures; dedup; callbacks; rate limits; CardKit
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,72 +12,17 @@ import redis.asyncio as aioredis
 
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
 from tests.lark_support import (
     INTEGRATION,
     TOKEN,
     LarkHarness,
+    answer,
     bot_mention,
-    lark_config,
+    final_card,
     message_event,
+    reply_to,
     sealed,
 )
-
-SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 150, "charDelayMs": 25, "chunkChars": 1}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeLark]:
-    server = FakeLark()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def make_lark(
-    fake: FakeLark, prefix: str, redis_client: aioredis.Redis
-) -> AsyncIterator[Callable[..., Any]]:
-    started: list[LarkHarness] = []
-
-    async def factory(*, slow: bool = False, **options: Any) -> LarkHarness:
-        config = lark_config(prefix, fake, **options)
-        if slow:
-            config["experts"] = [SLOW_ECHO]
-        gw = InProcessGateway(config)
-        await gw.start()
-        harness = LarkHarness(fake, gw)
-        started.append(harness)
-        return harness
-
-    yield factory
-    for harness in started:
-        await harness.close()
-
-
-@pytest.fixture
-async def lark(make_lark: Callable[..., Any]) -> LarkHarness:
-    harness: LarkHarness = await make_lark()
-    return harness
-
-
-def reply_to(fake: FakeLark, message_id: str) -> list[str]:
-    return [m["message_id"] for m in fake.messages.values() if m["parent_id"] == message_id]
-
-
-def final_card(fake: FakeLark, message_id: str, title: str = "Done") -> Callable[[], Any]:
-    def check() -> Any:
-        replies = reply_to(fake, message_id)
-        if len(replies) != 1:
-            return None
-        card = fake.card_of(replies[0])
-        return card if card["header"]["title"]["content"] == title else None
-
-    return check
-
-
-def answer(card: dict[str, Any]) -> str:
-    return next(e["content"] for e in card["body"]["elements"] if e.get("element_id") == "answer")
 
 
 async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:

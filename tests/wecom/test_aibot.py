@@ -29,14 +29,6 @@ from tests.wecom_support import (
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeWeCom]:
-    server = FakeWeCom()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def env(
     prefix: str, redis_client: aioredis.Redis, fake: FakeWeCom
 ) -> AsyncIterator[dict[str, Any]]:

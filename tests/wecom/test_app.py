@@ -19,7 +19,6 @@ from tests.fakes.wecom import FakeWeCom
 from tests.helpers import InProcessGateway
 from tests.wecom_support import (
     AES_KEY,
-    CORP_ID,
     ECHO_SLOW,
     SAMPLE_BODY,
     SAMPLE_QUERY,
@@ -35,25 +34,9 @@ from tests.wecom_support import (
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeWeCom]:
-    server = FakeWeCom(corp_id=CORP_ID)
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
-
-
-@pytest.fixture
-async def gateways(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[list[Any]]:
-    started: list[InProcessGateway] = []
-    yield started
-    for gw in reversed(started):
-        await gw.stop()
 
 
 async def app_gateway(

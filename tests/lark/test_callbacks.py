@@ -4,45 +4,12 @@ updating the card by PATCH; duplicate callbacks are deduplicated (issue 3)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
-
-import pytest
-import redis.asyncio as aioredis
 
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import LarkHarness, card_click, lark_config, message_event
-from tests.test_lark import SLOW_ECHO, answer, final_card, reply_to
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeLark]:
-    server = FakeLark()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def make_lark(
-    fake: FakeLark, prefix: str, redis_client: aioredis.Redis
-) -> AsyncIterator[Callable[..., Any]]:
-    started: list[LarkHarness] = []
-
-    async def factory(*, slow: bool = False, **options: Any) -> LarkHarness:
-        config = lark_config(prefix, fake, **options)
-        if slow:
-            config["experts"] = [SLOW_ECHO]
-        gw = InProcessGateway(config)
-        await gw.start()
-        started.append(LarkHarness(fake, gw))
-        return started[-1]
-
-    yield factory
-    for harness in started:
-        await harness.close()
+from tests.lark_support import answer, card_click, final_card, message_event, reply_to
 
 
 def buttons(card: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
-import redis.asyncio as aioredis
 
 from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
@@ -18,22 +14,6 @@ from tests.helpers import InProcessGateway
 from tests.wecom_support import ECHO_SLOW, start_gateway
 
 ECHO_SILENT = {"id": "echo", "kind": "echo", "stepDelayMs": 1200, "charDelayMs": 0}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeWeCom]:
-    server = FakeWeCom()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def gateways(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[list[Any]]:
-    started: list[InProcessGateway] = []
-    yield started
-    for gw in reversed(started):
-        await gw.stop()
 
 
 async def ws_gateway(
