@@ -43,7 +43,9 @@ class LarkAdapter(Adapter):
             app_secret=settings.app_secret.get_secret_value(),
         )
         self.inbound = LarkInbound(settings=settings, adapter=self)
-        self.outbound = LarkOutbound(settings=settings, api=self.api, records=context.records)
+        self.outbound = LarkOutbound(
+            settings=settings, api=self.api, records=context.records, spawn=context.spawn
+        )
         self.bot_open_id: str | None = None
         self.bot_error = ""
         self._bot_task: asyncio.Task[None] | None = None

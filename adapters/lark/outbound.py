@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,9 @@ TYPING_EMOJI = "Typing"
 DAY_MS = 86_400_000
 PATCH_SPACING_S = 0.2  # 5 updates/s per message
 CARDKIT_SPACING_S = 0.1  # 10 operations/s per card entity
+# Lark waits 3 s for a callback's answer; once this has passed since a click was answered with a
+# card, that card has been shown or dropped, and a final PATCH made meanwhile is sent again.
+CALLBACK_WINDOW_MS = 3_500
 
 
 def lark_uuid(key: str) -> str:
@@ -78,10 +81,20 @@ class Pacer:
 
 
 class LarkOutbound:
-    def __init__(self, *, settings: LarkIntegration, api: LarkApi, records: RecordStore) -> None:
+    def __init__(
+        self,
+        *,
+        settings: LarkIntegration,
+        api: LarkApi,
+        records: RecordStore,
+        spawn: Callable[[Awaitable[Any]], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.api = api
         self.records = records
+        self.spawn = spawn
+        self.clock = clock
         self.pacer = Pacer()
         self.ns = f"lark:{settings.id}"
 
@@ -174,6 +187,8 @@ class LarkOutbound:
             return
         if handle == message_id:  # CardKit cards stay out: callbacks cannot update them at once
             await self._remember(message_id, card)
+            if progress.final:
+                await self._after_callback(message_id)
         if progress.final:
             await self._finish(env, handle, progress)
 
@@ -185,6 +200,14 @@ class LarkOutbound:
     async def clicked(self, message_id: str, action_id: str, turn_id: str) -> dict[str, Any] | None:
         """The updated card for a click on ``message_id``, or None (unknown card, CardKit card,
         or the click no longer changes it)."""
+        # Marked before the card is read: a final PATCH either stored its card before this read
+        # (so the click no longer changes the card) or finds the mark and is sent again later.
+        await self.records.put(
+            f"{self.ns}:answered",
+            message_id,
+            str(int(self.clock() * 1000)),
+            ttl_ms=3 * CALLBACK_WINDOW_MS,
+        )
         stored = await self.records.get(f"{self.ns}:card", message_id)
         if not stored:
             return None
@@ -194,6 +217,28 @@ class LarkOutbound:
             # (Stop / Confirm / Reject cards are PATCHed on by the renderer, which stores them.)
             await self._remember(message_id, _json(card))
         return card
+
+    async def _after_callback(self, message_id: str) -> None:
+        """A click answered with a card just before this final PATCH may reach the message after
+        it (Lark applies the answer when it gets it): the card as last stored is sent again
+        once the callback window has passed."""
+        answered = await self.records.get(f"{self.ns}:answered", message_id)
+        if not answered:
+            return
+        delay = (int(answered) + CALLBACK_WINDOW_MS) / 1000 - self.clock()
+        self.spawn(self._repatch(message_id, max(0.0, delay)))
+
+    async def _repatch(self, message_id: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        card = await self.records.get(f"{self.ns}:card", message_id)
+        if not card:
+            return
+        try:
+            await self.api.patch(message_id, card)
+        except (TimeoutError, LarkApiError, OSError) as exc:
+            log.warning("card not re-sent after a callback", message_id=message_id, error=str(exc))
+            return
+        log.info("final card re-sent after a callback", message_id=message_id)
 
     def _shape(self, progress: Progress) -> tuple[object, ...]:
         return (progress.status, progress.steps, progress.tools, progress.error, progress.prompt)

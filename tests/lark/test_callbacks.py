@@ -54,6 +54,25 @@ async def test_stop_click_answers_with_a_stopping_card_then_the_run_stops(
     assert set(buttons(stopped)) == {"new"}
 
 
+async def test_a_callback_card_shown_after_the_final_patch_is_replaced_again(
+    make_lark: Callable[..., Any], fake: FakeLark
+) -> None:
+    """Lark applies a callback's card when it gets the answer; should that happen after the run's
+    final PATCH (a Stop click racing the end), the final card is sent once more after the
+    callback window, so the message never stays on "Stopping…"."""
+    lark = await make_lark(slow=True)
+    await lark.post(message_event("please write a long answer " * 3, message_id="om_r1"))
+    card_id, value = await eventually(card_with(fake, "om_r1", "stop"))
+    status, body = await lark.post(card_click(value, message_id=card_id, event_id="cb-race-1"))
+    assert status == 200 and body["card"]["data"]["header"]["title"]["content"] == "Stopping…"
+    stopped = await eventually(final_card(fake, "om_r1", "Stopped"))
+    patches = len(fake.of("patch"))
+    fake.apply_callback(card_id, body)  # the answer lands late, over the final card
+    assert fake.card_of(card_id)["header"]["title"]["content"] == "Stopping…"
+    again = await eventually(final_card(fake, "om_r1", "Stopped"), timeout=15)
+    assert again == stopped and len(fake.of("patch")) == patches + 1
+
+
 async def test_new_click_answers_with_an_ended_card(
     make_lark: Callable[..., Any], fake: FakeLark
 ) -> None:
