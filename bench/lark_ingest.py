@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.lark import FakeLark  # noqa: E402
-from tests.helpers import DaemonProcess, free_port  # noqa: E402
+from tests.helpers import DaemonProcess, command_calls, free_port  # noqa: E402
 from tests.lark_support import (  # noqa: E402
     ENCRYPT_KEY,
     INTEGRATION,
@@ -120,13 +120,11 @@ async def wait_up(port: int, deadline_s: float = 20) -> None:
 
 
 async def command_counts() -> dict[str, int]:
-    """Calls per command since the Redis server started (INFO commandstats)."""
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
-        info = await client.info("commandstats")
+        return await command_calls(client)
     finally:
         await client.aclose()
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
 
 
 # --- load --------------------------------------------------------------------------------

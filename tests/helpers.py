@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import redis.asyncio as aioredis
 import yaml
 from aiohttp import web
 
@@ -198,3 +199,10 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             await asyncio.to_thread(self.proc.wait, 5)
+
+
+async def command_calls(client: aioredis.Redis) -> dict[str, int]:
+    """Calls per command since the Redis server started (``INFO commandstats``); a script's own
+    calls count too."""
+    info = await client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from sessions import KeyBuilder, SessionStore
 from tests.conftest import eventually
+from tests.helpers import command_calls
 
 CONV = KeyBuilder.conversation("lark-main", "group:oc_1")
 
@@ -69,11 +70,6 @@ def test_keys_share_one_hash_tag_per_conversation() -> None:
     assert all(k.startswith("xgw:") for k in tagged)
     # a brace in a chat id cannot break out of the hash tag
     assert "}" not in KeyBuilder.conversation("i", "group:a}b{c")
-
-
-async def command_calls(client: aioredis.Redis) -> dict[str, int]:
-    info = await client.info("commandstats")
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
 
 
 async def test_intake_is_one_round_trip_and_deduplicates(
