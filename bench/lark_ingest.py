@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -158,17 +159,44 @@ async def drive(
     }
 
 
-async def run(events: int, levels: list[int], rounds: int) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def bench_config() -> AsyncIterator[dict[str, Any]]:
+    """A daemon config for a fresh key prefix with turns held back (a long summary window), so
+    the figure is intake alone; the fake Lark it talks to runs meanwhile, and the prefix's keys
+    are deleted on the way out."""
     fake = FakeLark()
     await fake.start()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     integ = lark_integration(fake, summaryWindowSeconds=600, maxWindowSeconds=600)
-    config = {
-        "redis": {"url": REDIS_URL, "keyPrefix": prefix},
-        "logging": {"level": "warning", "format": "json"},
-        "experts": [{"id": "echo", "kind": "echo"}],
-        "integrations": [integ],
+    try:
+        yield {
+            "redis": {"url": REDIS_URL, "keyPrefix": prefix},
+            "logging": {"level": "warning", "format": "json"},
+            "experts": [{"id": "echo", "kind": "echo"}],
+            "integrations": [integ],
+        }
+    finally:
+        await fake.stop()
+        client = aioredis.Redis.from_url(REDIS_URL)
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.delete(key)
+        await client.aclose()
+
+
+async def run(events: int, levels: list[int], rounds: int) -> dict[str, Any]:
+    async with bench_config() as config:
+        results = await measure(config, events, levels, rounds)
+    bare = results["servers"]["bare"]
+    results["ratio_to_bare"] = {
+        name: {c: round(r[c]["events_s"] / bare[c]["events_s"], 2) for c in r}
+        for name, r in results["servers"].items()
     }
+    return results
+
+
+async def measure(
+    config: dict[str, Any], events: int, levels: list[int], rounds: int
+) -> dict[str, Any]:
     results: dict[str, Any] = {
         "events_per_round": events,
         "rounds": rounds,
@@ -231,16 +259,6 @@ async def run(events: int, levels: list[int], rounds: int) -> dict[str, Any]:
             for proc in procs:
                 proc.terminate()
                 await asyncio.wait_for(proc.wait(), 10)
-            await fake.stop()
-            client = aioredis.Redis.from_url(REDIS_URL)
-            async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-                await client.delete(key)
-            await client.aclose()
-    bare = results["servers"]["bare"]
-    results["ratio_to_bare"] = {
-        name: {c: round(r[c]["events_s"] / bare[c]["events_s"], 2) for c in r}
-        for name, r in results["servers"].items()
-    }
     return results
 
 
@@ -253,29 +271,15 @@ async def profile(events: int) -> None:
     from tests.helpers import InProcessGateway
 
     configure_logging("warning", "json")
-    fake = FakeLark()
-    await fake.start()
-    prefix = f"bench{uuid.uuid4().hex[:8]}"
-    integ = lark_integration(fake, summaryWindowSeconds=600, maxWindowSeconds=600)
-    config = {
-        "redis": {"url": REDIS_URL, "keyPrefix": prefix},
-        "logging": {"level": "warning", "format": "json"},
-        "experts": [{"id": "echo", "kind": "echo"}],
-        "integrations": [integ],
-    }
-    gw = InProcessGateway(config)
-    await gw.start()
-    items = payloads(events)
-    prof = cProfile.Profile()
-    prof.enable()
-    await drive(gw.port, items, 16)
-    prof.disable()
-    await gw.stop()
-    await fake.stop()
-    client = aioredis.Redis.from_url(REDIS_URL)
-    async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-        await client.delete(key)
-    await client.aclose()
+    async with bench_config() as config:
+        gw = InProcessGateway(config)
+        await gw.start()
+        items = payloads(events)
+        prof = cProfile.Profile()
+        prof.enable()
+        await drive(gw.port, items, 16)
+        prof.disable()
+        await gw.stop()
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
 
 
