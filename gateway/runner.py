@@ -63,8 +63,9 @@ class ActiveRun:
 
 
 def merge_input(items: list[Envelope]) -> str:
-    """One line per message; in a group with several speakers each line names its speaker."""
-    messages = [e for e in items if e.kind == "message"]
+    """One line per message (a scheduled turn's text counts as one); in a group with several
+    speakers each line names its speaker."""
+    messages = [e for e in items if e.kind in ("message", "schedule")]
     speakers = {e.sender.id for e in messages}
     if messages and messages[-1].chat.type == "group" and len(speakers) > 1:
         return "\n".join(f"{e.sender.name or e.sender.id}: {e.text}" for e in messages)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.envelope import Chat, Envelope, Sender
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
 from tests.lark_support import (
@@ -212,3 +213,34 @@ async def test_readyz_shows_the_bot_identified(lark: LarkHarness) -> None:
         body = await resp.json()
     assert resp.status == 200
     assert body["checks"][INTEGRATION]["botIdentified"] is True
+
+
+async def test_a_turn_with_no_message_to_quote_posts_its_card_to_the_chat(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    """A scheduled turn (an Envelope of kind schedule, as a scheduler would hand to the pipeline)
+    has no message to reply to: its card goes to the chat (receive_id_type=chat_id)."""
+    env = Envelope(
+        integration_id=INTEGRATION,
+        platform="lark",
+        event_id="schedule-daily-1",
+        kind="schedule",
+        chat=Chat(id="oc_sched", type="group"),
+        sender=Sender(id="scheduler"),
+        text="daily report",
+        bot_mentioned=True,
+    )
+    outcome = await lark.gw.gateway.pipeline.ingest(env)
+    assert outcome.status == "queued"
+    [create] = await eventually(lambda: fake.of("create") or None)
+    assert create.query == {"receive_id_type": "chat_id"}
+    assert create.body["receive_id"] == "oc_sched" and create.body["msg_type"] == "interactive"
+
+    def done() -> Any:
+        [message_id] = [m for m, v in fake.messages.items() if v["chat_id"] == "oc_sched"]
+        card = fake.card_of(message_id)
+        return card if card["header"]["title"]["content"] == "Done" else None
+
+    card = await eventually(done)
+    assert "daily report" in answer(card)
+    assert not fake.of("reply") and not fake.of("reaction_add")
