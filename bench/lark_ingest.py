@@ -9,6 +9,8 @@ ratio to bare aiohttp, and p50/p99 ack latency.
 
 Usage: python bench/lark_ingest.py [--events 3000] [--concurrency 1,16,64] [--rounds 3]
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
+       python bench/lark_ingest.py --py-spy [--concurrency 16]   (the daemon process under load,
+           sampled by py-spy: its time by component and the top frames, as JSON)
 REDIS_URL defaults to redis://127.0.0.1:6379/0; the bench's keys are deleted on the way out.
 """
 
@@ -16,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
+import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -283,6 +288,84 @@ async def profile(events: int) -> None:
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
 
 
+# Where a sample's time is charged: the innermost frame of one of these, by its module path.
+# (asyncio's own frames are skipped, so a socket write counts for whoever made it.)
+COMPONENTS = [
+    ("redis-py", "(redis/"),
+    ("pydantic", "(pydantic"),
+    ("crypto", "(cryptography/"),
+    ("json", "(json/"),
+    ("structlog", "(structlog/"),
+    ("prometheus", "(prometheus_client/"),
+    ("sessions/", "(sessions/"),
+    ("adapters/lark/", "(adapters/lark/"),
+    ("aiohttp", "(aiohttp/"),
+    ("gateway/", "(gateway/"),
+]
+
+
+def charge(stack: list[str]) -> str:
+    for frame in reversed(stack):
+        for name, marker in COMPONENTS:
+            if marker in frame:
+                # The daemon's entry point sits under every loop callback: only the innermost
+                # gateway/ frame that is not the entry point counts as gateway work.
+                if name == "gateway/" and ("(gateway/__main__" in frame or "(gateway/cli" in frame):
+                    return "event loop (uvloop)"
+                return name
+    return "other"
+
+
+async def spy(exe: str, events: int, concurrency: int) -> dict[str, Any]:
+    """The daemon under load, sampled by py-spy: its time by component, and the top frames."""
+    async with bench_config() as config:
+        with tempfile.TemporaryDirectory() as tmp:
+            daemon = DaemonProcess(config, Path(tmp), "lark-spy")
+            await daemon.start()
+            try:
+                assert daemon.proc is not None
+                await drive(daemon.port, payloads(500), 8)  # warm-up
+                raw = Path(tmp) / "samples.txt"
+                recorder = await asyncio.create_subprocess_exec(
+                    *(exe, "record", "--pid", str(daemon.proc.pid), "--rate", "250"),
+                    *("--format", "raw", "--output", str(raw), "--nonblocking"),
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+                await asyncio.sleep(1.0)
+                load = await drive(daemon.port, payloads(events), concurrency)
+                recorder.send_signal(signal.SIGINT)
+                _out, err = await asyncio.wait_for(recorder.communicate(), 30)
+                try:
+                    text = await asyncio.to_thread(raw.read_text)
+                except FileNotFoundError:
+                    raise SystemExit(f"py-spy recorded nothing: {err.decode()[-500:]}") from None
+            finally:
+                await daemon.stop()
+    return {"concurrency": concurrency, "load": load, **breakdown(text)}
+
+
+def breakdown(text: str) -> dict[str, Any]:
+    """py-spy's raw output (``frame;frame;… count`` lines) as shares by component."""
+    shares: collections.Counter[str] = collections.Counter()
+    leaves: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        total += int(count)
+        shares[charge(frames)] += int(count)
+        leaves[frames[-1]] += int(count)
+    total = max(total, 1)
+    return {
+        "samples": total,
+        "share": {k: round(v / total, 3) for k, v in shares.most_common()},
+        "top_frames": [[f, round(n / total, 3)] for f, n in leaves.most_common(15)],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=3000)
@@ -291,12 +374,20 @@ def main() -> None:
     parser.add_argument("--serve", choices=["bare", "lark_oapi"])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--py-spy", dest="py_spy", action="store_true")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port)
         return
     if args.profile:
         asyncio.run(profile(args.events))
+        return
+    if args.py_spy:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if not Path(exe).exists():
+            raise SystemExit("py-spy is not installed: pip install py-spy")
+        level = 16 if "," in args.concurrency else int(args.concurrency)
+        print(json.dumps(asyncio.run(spy(exe, args.events, level))))
         return
     levels = [int(c) for c in args.concurrency.split(",")]
     print(json.dumps(asyncio.run(run(args.events, levels, args.rounds))))
