@@ -4,23 +4,46 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
+import structlog
 from aiohttp import web
 
 from adapters.wecom.aibot import StreamOutbound
 from adapters.wecom.api import WeComApi
 from adapters.wecom.connection import AibotConnection
-from adapters.wecom.crypto import WeComCrypto
+from adapters.wecom.crypto import CryptoError, WeComCrypto, decrypt_media
 from adapters.wecom.inbound import setup_routes
+from adapters.wecom.messages import media_link
 from adapters.wecom.outbound import AppOutbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.adapter import Adapter, AdapterContext, LiveAdapters
-from gateway.envelope import Envelope
+from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
+
+log = structlog.get_logger("adapters.wecom")
+
+# Magic numbers of what a vision model takes; AI-bot downloads come without a useful type.
+MAGIC = [
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+]
+
+
+def sniff_mime(data: bytes) -> str:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    found = (mime for magic, mime in MAGIC if data.startswith(magic))
+    return next(found, "application/octet-stream")
 
 
 def _secret(value: Any) -> str:
@@ -67,6 +90,7 @@ class WeComAdapter(Adapter):
             )
         else:
             self.connection = AibotConnection(settings=settings, context=context)
+        self._downloads: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         if self.connection is not None:
@@ -79,6 +103,52 @@ class WeComAdapter(Adapter):
             await self.api.close()
         if self.stream is not None:
             await self.stream.close()
+        if self._downloads is not None:
+            await self._downloads.close()
+
+    async def fetch_attachment(
+        self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
+    ) -> FetchedFile | None:
+        """An app's media by MediaId (``media/get``); an AI bot's by its encrypted download link
+        (valid five minutes), decrypted with the link's own aeskey (long connection) or the
+        bot's EncodingAESKey (callbacks)."""
+        if self.api is not None:
+            got = await self.api.media(attachment.key, max_bytes=max_bytes)
+            if got is None:
+                return None
+            return FetchedFile(data=got[0], mime=got[1], name=attachment.name)
+        url, aeskey = media_link(attachment.key)
+        if aeskey is not None:
+            try:
+                key = base64.b64decode(aeskey + "=" * (-len(aeskey) % 4), validate=True)
+            except binascii.Error:
+                log.warning("attachment key is not base64", integration_id=self.settings.id)
+                return None
+        elif self.crypto is not None:
+            key = self.crypto.key
+        else:
+            return None  # a long-connection link without its aeskey cannot be decrypted
+        if not url.startswith(("https://", "http://")):
+            return None
+        if self._downloads is None:
+            self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        limit = max_bytes + 32  # the ciphertext is at most one padding block longer
+        async with self._downloads.get(url) as resp:
+            if resp.status != 200 or (resp.content_length or 0) > limit:
+                return None
+            data = await resp.content.read(limit + 1)
+        if len(data) > limit:
+            return None
+        try:
+            plain = decrypt_media(data, key)
+        except CryptoError as exc:
+            log.warning(
+                "attachment did not decrypt", integration_id=self.settings.id, error=str(exc)
+            )
+            return None
+        if len(plain) > max_bytes:
+            return None
+        return FetchedFile(data=plain, mime=sniff_mime(plain), name=attachment.name)
 
     def readiness(self) -> dict[str, Any]:
         if self.connection is not None:

@@ -99,3 +99,28 @@ class WeComApi:
                 limited += 1
                 continue
             raise WeComApiError(code, str(data.get("errmsg", "")))
+
+    async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
+        """``GET /cgi-bin/media/get``: a received image or file (data, mime type); None when it
+        is larger than ``max_bytes``. An expired token is refreshed and the call retried once;
+        other errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
+        refreshed = False
+        while True:
+            token = await self.token()
+            params = {"access_token": token, "media_id": media_id}
+            async with self._session().get(f"{self.base}/cgi-bin/media/get", params=params) as r:
+                if r.status >= 500:
+                    raise WeComApiError(-r.status, "server error")
+                mime = r.headers.get("Content-Type", "application/octet-stream").split(";")[0]
+                if mime not in ("application/json", "text/plain"):
+                    if (r.content_length or 0) > max_bytes:
+                        return None
+                    data = await r.content.read(max_bytes + 1)
+                    return (data, mime) if len(data) <= max_bytes else None
+                error: dict[str, Any] = await r.json(content_type=None)
+            code = int(error.get("errcode", -1))
+            if code in TOKEN_ERRORS and not refreshed:
+                refreshed = True
+                await self.token(refresh=True)
+                continue
+            raise WeComApiError(code, str(error.get("errmsg", "")))

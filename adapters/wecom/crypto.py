@@ -31,6 +31,24 @@ def signature(token: str, timestamp: str, nonce: str, encrypt: str) -> str:
     return hashlib.sha1("".join(sorted([token, timestamp, nonce, encrypt])).encode()).hexdigest()
 
 
+def _unpad(plain: bytes) -> bytes:
+    pad = plain[-1] if plain else 0
+    if not 1 <= pad <= BLOCK or plain[-pad:] != bytes([pad]) * pad:
+        raise CryptoError("bad padding")
+    return plain[:-pad]
+
+
+def decrypt_media(data: bytes, key: bytes) -> bytes:
+    """An AI bot's image or file download: AES-256-CBC with ``key`` (the message's own
+    ``aeskey`` over the long connection, the bot's EncodingAESKey for callbacks), the IV its
+    first 16 bytes, PKCS#7 to a 32-byte block (WecomTeam/aibot-node-sdk ``decryptFile``)."""
+    if len(key) != 32:
+        raise CryptoError("media key must be 32 bytes")
+    if not data or len(data) % 16:
+        raise CryptoError("bad ciphertext length")
+    return _unpad(WeChatCipher(key).decrypt(data))
+
+
 class WeComCrypto:
     """Verify, decrypt and encrypt for one receive-id (CorpID for apps, "" for AI bots)."""
 
@@ -71,11 +89,7 @@ class WeComCrypto:
             raise CryptoError("not base64") from None
         if not data or len(data) % 16:
             raise CryptoError("bad ciphertext length")
-        plain: bytes = WeChatCipher(self.key).decrypt(data)
-        pad = plain[-1]
-        if not 1 <= pad <= BLOCK or plain[-pad:] != bytes([pad]) * pad:
-            raise CryptoError("bad padding")
-        body = plain[16:-pad]
+        body = _unpad(WeChatCipher(self.key).decrypt(data))[16:]
         if len(body) < 4:
             raise CryptoError("truncated plaintext")
         (size,) = struct.unpack(">I", body[:4])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, Literal
 
 from wechatpy.enterprise import parse_message
 
@@ -40,9 +40,8 @@ def app_envelope(integration_id: str, d: dict[str, Any]) -> Envelope | None:
     if kind == "text":
         text = str(d.get("Content") or "")
     elif kind == "image":
-        attachments.append(
-            Attachment(kind="image", key=str(d.get("MediaId", "")), url=d.get("PicUrl"))
-        )
+        # Fetched by MediaId (media/get) for experts that take images; PicUrl is not handed on.
+        attachments.append(Attachment(kind="image", key=str(d.get("MediaId", ""))))
         text = "[image]"
     elif kind == "voice":
         attachments.append(
@@ -145,9 +144,10 @@ def _aibot_content(kind: str, m: dict[str, Any]) -> tuple[str | None, list[Attac
     body = m.get(kind) or {}
     if kind in ("text", "voice"):
         return str(body.get("content") or ""), []
-    if kind in ("image", "file"):
-        url = str(body.get("url") or "")
-        return f"[{kind}]", [Attachment(kind=kind, key=url, url=url or None)]
+    if kind == "image":
+        return "[image]", _media("image", body)
+    if kind == "file":
+        return "[file]", _media("file", body)
     if kind == "mixed":
         texts: list[str] = []
         files: list[Attachment] = []
@@ -156,10 +156,29 @@ def _aibot_content(kind: str, m: dict[str, Any]) -> tuple[str | None, list[Attac
             if sub == "text":
                 texts.append(str((item.get("text") or {}).get("content") or ""))
             elif sub == "image":
-                url = str((item.get("image") or {}).get("url") or "")
-                files.append(Attachment(kind="image", key=url, url=url or None))
+                files += _media("image", item.get("image") or {})
         return "\n".join(texts) or "[image]", files
     return None, []
+
+
+AESKEY_MARK = "#aeskey="
+
+
+def _media(kind: Literal["image", "file"], body: dict[str, Any]) -> list[Attachment]:
+    """An AI bot's image or file: an encrypted download link, valid for five minutes. Over the
+    long connection each link comes with its own ``aeskey``, kept in the key's fragment (never
+    sent with the download); callback links decrypt with the bot's EncodingAESKey."""
+    url = str(body.get("url") or "")
+    if not url:
+        return []
+    aeskey = str(body.get("aeskey") or "")
+    return [Attachment(kind=kind, key=f"{url}{AESKEY_MARK}{aeskey}" if aeskey else url)]
+
+
+def media_link(key: str) -> tuple[str, str | None]:
+    """An AI-bot attachment key as (download URL, its own aeskey or None)."""
+    url, mark, aeskey = key.partition(AESKEY_MARK)
+    return url, (aeskey if mark else None)
 
 
 def event_type(m: dict[str, Any]) -> str:

@@ -1,14 +1,17 @@
 """A fake WeCom server (platforms.md §3.7): gettoken, message/send (a response_code per
-interactive card), update_template_card (each response_code once), a response_url sink, and
-the AI-bot long connection. It records every call and can inject errors."""
+interactive card), update_template_card (each response_code once), media/get, a response_url
+sink, encrypted AI-bot download links, and the AI-bot long connection. It records every call
+and can inject errors."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 # Codes the fake uses for what WeCom refuses; the real numbers for these two are not documented
 # in platforms.md (⚠), the adapter treats any non-token, non-rate-limit code the same way.
@@ -36,6 +39,9 @@ class FakeWeCom:
         self.task_ids: set[str] = set()
         self.codes: dict[str, bool] = {}  # response_code -> used
         self.failures: dict[str, list[int]] = {}
+        self.media: dict[str, tuple[bytes, str]] = {}  # media_id -> (data, content type)
+        self.files: dict[str, bytes] = {}  # AI-bot download links: name -> ciphertext
+        self.downloads: list[str] = []  # what was fetched: media ids and file names
         self._ids = itertools.count(1)
         # long connection
         self.sockets: list[web.WebSocketResponse] = []
@@ -61,6 +67,15 @@ class FakeWeCom:
     def expire_token(self) -> None:
         self.token = f"tok-{next(self._ids)}-new"
 
+    def encrypted_link(self, data: bytes, key: bytes) -> str:
+        """An AI-bot download link to ``data`` encrypted as WeCom does: AES-256-CBC with
+        ``key``, the IV its first 16 bytes, PKCS#7 to a 32-byte block."""
+        pad = 32 - len(data) % 32
+        encryptor = Cipher(algorithms.AES(key), modes.CBC(key[:16])).encryptor()
+        name = f"f-{os.urandom(4).hex()}"
+        self.files[name] = encryptor.update(data + bytes([pad]) * pad) + encryptor.finalize()
+        return f"{self.base_url}/files/{name}"
+
     def issue_code(self) -> str:
         """A response_code as a click callback carries one."""
         code = f"rc-{next(self._ids)}"
@@ -73,6 +88,8 @@ class FakeWeCom:
         app.router.add_post("/cgi-bin/message/send", self._send)
         app.router.add_post("/cgi-bin/message/update_template_card", self._update)
         app.router.add_post("/response/{id}", self._response)
+        app.router.add_get("/cgi-bin/media/get", self._media)
+        app.router.add_get("/files/{name}", self._file)
         app.router.add_get("/ws", self._ws)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
@@ -95,6 +112,24 @@ class FakeWeCom:
         return web.json_response(
             {"errcode": 0, "errmsg": "ok", "access_token": self.token, "expires_in": 7200}
         )
+
+    async def _media(self, request: web.Request) -> web.Response:
+        """Bytes with their type, or (as WeCom does) a JSON error."""
+        media_id = request.query.get("media_id", "")
+        self.downloads.append(media_id)
+        if request.query.get("access_token") != self.token:
+            return web.json_response({"errcode": 42001, "errmsg": "access_token expired"})
+        if media_id not in self.media:
+            return web.json_response({"errcode": 40007, "errmsg": "invalid media_id"})
+        data, content_type = self.media[media_id]
+        return web.Response(body=data, content_type=content_type)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self.downloads.append(name)
+        if name not in self.files:
+            return web.Response(status=404)
+        return web.Response(body=self.files[name], content_type="application/octet-stream")
 
     async def _common(self, request: web.Request, path: str) -> tuple[dict[str, Any], int]:
         body = await request.json()
