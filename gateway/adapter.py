@@ -84,6 +84,11 @@ class Adapter(abc.ABC):
         the platform cannot, or it is larger than ``max_bytes``."""
         return None
 
+    async def sender_email(self, envelope: Envelope) -> str | None:
+        """The sender's email for ``sys.user_email``: the Envelope's own, or what the platform's
+        directory tells (adapters that look it up cache it)."""
+        return envelope.sender.email
+
     @abc.abstractmethod
     async def send_card(
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str

@@ -437,11 +437,14 @@ class Runner:
             since = self.clock() - integ.history_context_window_seconds * 1000
         first_card = asyncio.create_task(renderer.start(progress))
         try:
-            memory, conversation_vars, group_history = await self.records.turn_context(
-                integ.id, last.chat.id, session_id, group_since_ms=since
+            (memory, conversation_vars, group_history), email = await asyncio.gather(
+                self.records.turn_context(integ.id, last.chat.id, session_id, group_since_ms=since),
+                self._sender_email(adapter, last),
             )
         finally:
             await first_card
+        if email:
+            variables["sys.user_email"] = email
         for name, value in conversation_vars.items():
             variables[f"var.{name}"] = value if isinstance(value, str) else json.dumps(value)
         if memory:
@@ -523,6 +526,10 @@ class Runner:
         expert = self._expert_for(digest, snapshot)
         reply_to = Envelope.from_json(interrupt["replyTo"])
         decision: Decision = "confirm" if action.action.id == "confirm" else "reject"
+        variables = self._variables(snapshot, reply_to, binding.get("threadId") or session_id)
+        email = await self._sender_email(adapter, reply_to)
+        if email:
+            variables["sys.user_email"] = email
         turn_input = TurnInput(
             turn_id=interrupt["turnId"],
             session_id=session_id,
@@ -533,7 +540,7 @@ class Runner:
             chat_type=reply_to.chat.type,
             sender_id=action.sender.id,
             sender_name=action.sender.name,
-            variables=self._variables(snapshot, reply_to, binding.get("threadId") or session_id),
+            variables=variables,
             expert_thread_id=binding.get("threadId") or None,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
@@ -570,6 +577,14 @@ class Runner:
                         entry["size"] = len(fetched.data)
                 out.append(entry)
         return tuple(out)
+
+    async def _sender_email(self, adapter: Adapter, envelope: Envelope) -> str | None:
+        """The sender's email where the adapter can tell; a lookup that fails costs only it."""
+        try:
+            return await adapter.sender_email(envelope)
+        except Exception as exc:
+            log.warning("sender email lookup failed", error=str(exc))
+            return envelope.sender.email
 
     def _variables(self, snapshot: dict[str, Any], last: Envelope, thread: str) -> dict[str, str]:
         options = snapshot["integration"]

@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from adapters.lark.api import LarkApi
+from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.inbound import LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
@@ -20,6 +20,9 @@ from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 
 log = structlog.get_logger("adapters.lark")
+
+EMAIL_TTL_MS = 86_400_000  # a directory entry rarely changes within a day
+NO_EMAIL_TTL_MS = 3_600_000  # none (or no permission): asked again after an hour
 
 
 class LarkAdapter(Adapter):
@@ -34,6 +37,30 @@ class LarkAdapter(Adapter):
         kind = "image" if attachment.kind == "image" else "file"
         got = await self.api.resource(message_id, attachment.key, kind, max_bytes=max_bytes)
         return FetchedFile(data=got[0], mime=got[1], name=attachment.name) if got else None
+
+    async def sender_email(self, envelope: Envelope) -> str | None:
+        """The sender's email from the contact API (``contact:user.email:readonly``), cached in
+        the records store; an error or no permission is remembered for an hour."""
+        open_id = envelope.sender.id
+        if envelope.sender.email or not self.settings.lookup_sender_email:
+            return envelope.sender.email
+        if not open_id.startswith("ou_"):
+            return None
+        ns = f"lark:{self.settings.id}:email"
+        cached = await self.context.records.get(ns, open_id)
+        if cached is not None:
+            return cached or None
+        try:
+            user = await self.api.user(open_id)
+        except (LarkApiError, TimeoutError, OSError) as exc:
+            log.info("sender email unavailable", integration_id=self.settings.id, error=str(exc))
+            await self.context.records.put(ns, open_id, "", ttl_ms=NO_EMAIL_TTL_MS)
+            return None
+        email = str(user.get("email") or user.get("enterprise_email") or "")
+        await self.context.records.put(
+            ns, open_id, email, ttl_ms=EMAIL_TTL_MS if email else NO_EMAIL_TTL_MS
+        )
+        return email or None
 
     def __init__(self, *, settings: LarkIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)

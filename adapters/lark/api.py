@@ -148,6 +148,15 @@ class LarkApi:
             mime = resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
             return data, mime
 
+    async def user(self, open_id: str) -> dict[str, Any]:
+        """``GET /open-apis/contact/v3/users/:user_id`` by open_id: the user's profile (name,
+        email, enterprise_email; empty where the app lacks the scope)."""
+        data = await self.call(
+            "GET", f"/open-apis/contact/v3/users/{open_id}", params={"user_id_type": "open_id"}
+        )
+        user = data.get("user")
+        return user if isinstance(user, dict) else {}
+
     async def bot_info(self) -> dict[str, Any]:
         """``GET /open-apis/bot/v3/info``: the bot sits at top level, not under ``data``."""
         token = await self._tenant_token()

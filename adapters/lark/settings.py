@@ -38,6 +38,10 @@ class LarkIntegration(IntegrationBase):
     typing_reaction: bool = Field(
         True, description="Put a 'Typing' reaction on the user's message while the bot works"
     )
+    lookup_sender_email: bool = Field(
+        True,
+        description="Look up the sender's email (contact API, cached a day) for sys.user_email",
+    )
     timestamp_tolerance_seconds: int = Field(
         300, ge=1, le=86_400, description="Webhooks whose request timestamp is further off are 401"
     )

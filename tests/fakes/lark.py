@@ -52,6 +52,7 @@ class FakeLark:
         self.by_uuid: dict[str, str] = {}
         self.reactions: dict[str, dict[str, str]] = {}  # reaction_id -> {message_id, emoji}
         self.cards: dict[str, dict[str, Any]] = {}
+        self.users: dict[str, dict[str, Any]] = {}  # open_id -> contact profile
         self.failures: list[Failure] = []
         self.acks: dict[str, dict[str, Any]] = {}
         self.sockets: list[web.WebSocketResponse] = []
@@ -70,6 +71,7 @@ class FakeLark:
         r = app.router
         r.add_post("/open-apis/auth/v3/tenant_access_token/internal", self.token)
         r.add_get("/open-apis/bot/v3/info", self.bot_info)
+        r.add_get("/open-apis/contact/v3/users/{uid}", self.user)
         r.add_post("/open-apis/im/v1/messages", self.create)
         r.add_post("/open-apis/im/v1/messages/{mid}/reply", self.reply)
         r.add_patch("/open-apis/im/v1/messages/{mid}", self.patch)
@@ -185,6 +187,15 @@ class FakeLark:
         return error or web.json_response(
             {"code": 0, "msg": "ok", "bot": {"open_id": BOT_OPEN_ID, "app_name": "Fake"}}
         )
+
+    async def user(self, request: web.Request) -> web.Response:
+        _, error = await self._enter(request, "user")
+        if error:
+            return error
+        profile = self.users.get(request.match_info["uid"])
+        if request.query.get("user_id_type") != "open_id" or profile is None:
+            return web.json_response({"code": 41050, "msg": "no user authority"}, status=400)
+        return self._ok({"user": profile})
 
     async def create(self, request: web.Request) -> web.Response:
         body, error = await self._enter(request, "create")

@@ -12,7 +12,9 @@ import redis.asyncio as aioredis
 
 from gateway.envelope import Chat, Envelope, Sender
 from tests.conftest import eventually
+from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
+from tests.helpers import InProcessGateway
 from tests.lark_support import (
     INTEGRATION,
     TOKEN,
@@ -20,10 +22,12 @@ from tests.lark_support import (
     answer,
     bot_mention,
     final_card,
+    lark_config,
     message_event,
     reply_to,
     sealed,
 )
+from tests.test_experts import serve
 
 
 async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:
@@ -244,3 +248,44 @@ async def test_a_turn_with_no_message_to_quote_posts_its_card_to_the_chat(
     card = await eventually(done)
     assert "daily report" in answer(card)
     assert not fake.of("reply") and not fake.of("reaction_add")
+
+
+async def test_the_senders_email_is_looked_up_once_and_offered_as_sys_user_email(
+    fake: FakeLark, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    model = FakeOpenAI()
+    async for url in serve(model.app()):
+        config = lark_config(prefix, fake, xpertId="gpt")
+        config["experts"] = [
+            {
+                "id": "gpt",
+                "kind": "openai",
+                "baseUrl": url + "/v1",
+                "apiKey": OPENAI_KEY,
+                "model": "qwen2.5",
+                "systemPrompt": "You talk to <{{sys.user_email}}>.",
+            }
+        ]
+        gw = InProcessGateway(config)
+        await gw.start()
+        lark = LarkHarness(fake, gw)
+        try:
+            fake.users["ou_alice"] = {"open_id": "ou_alice", "email": "alice@example.com"}
+            await lark.post(message_event("hi", message_id="om_e1"))
+            await eventually(lambda: len(model.requests) == 1, timeout=15)
+            await lark.post(message_event("again", message_id="om_e2"))
+            await eventually(lambda: len(model.requests) == 2, timeout=15)
+            systems = [r["messages"][0] for r in model.requests]
+            assert all(m["content"] == "You talk to <alice@example.com>." for m in systems)
+            [lookup] = fake.of("user")  # the second turn read it from Redis
+            assert lookup.path == "/open-apis/contact/v3/users/ou_alice"
+            # A sender the app may not see (no contact scope, outside its range): no email, and
+            # not asked again on every turn either.
+            await lark.post(message_event("one", message_id="om_e3", sender="ou_bob"))
+            await eventually(lambda: len(model.requests) == 3, timeout=15)
+            await lark.post(message_event("two", message_id="om_e4", sender="ou_bob"))
+            await eventually(lambda: len(model.requests) == 4, timeout=15)
+            assert model.requests[3]["messages"][0]["content"] == "You talk to <>."
+            assert len(fake.of("user")) == 2
+        finally:
+            await lark.close()
