@@ -1,17 +1,18 @@
-"""Auto-pipelined script calls for the intake hot path.
+"""Auto-pipelined script calls: the session state machine's, intake first of all.
 
-Every inbound event costs one EVALSHA before its ack. Sent one by one through the client, each
-call pays for a pool checkout, a retry wrapper, its own write and its own wake-up on the reply -
-about a third of the daemon's CPU per event under load (``bench/lark_ingest.py``). Here the calls
-made while a write is in flight queue up and go out together: one write on one dedicated
-connection, replies read back in order (the idea of ioredis' ``enableAutoPipelining``). Each event
-still gets its own script run and its own reply before its ack; one caller's error reply touches
-no other caller.
+Every inbound event costs one EVALSHA before its ack, and every turn about eight more. Sent one
+by one through the client, each call pays for a pool checkout, a retry wrapper, its own write and
+its own wake-up on the reply - about a third of the daemon's CPU per event under load
+(``bench/lark_ingest.py``). Here the calls made while a write is in flight queue up and go out
+together: one write on one dedicated connection, replies read back in order (the idea of ioredis'
+``enableAutoPipelining``). Each call still gets its own script run and its own reply; one
+caller's error reply touches no other caller.
 
 Recovery: a NOSCRIPT reply (Redis restarted or flushed its scripts) loads the script and sends
 the affected calls again; a lost connection is re-opened and the calls without a reply are sent
-once more - the intake script deduplicates, so a call that did land answers ``dup`` the second
-time and is never stored twice. A second failure reaches the callers (the platforms retry).
+once more, as redis-py's own retry does - the intake script deduplicates, so a call that did land
+answers ``dup`` the second time and is never stored twice; the turn scripts check the lease
+owner. A second failure reaches the callers (the platforms retry).
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ class ScriptPipe:
         try:
             await conn.read_response()
         except ResponseError as exc:
-            log.info("intake connection left unnamed", error=str(exc))
+            log.info("script connection left unnamed", error=str(exc))
             return
         conn.client_name = self.name
 
@@ -222,7 +223,7 @@ class ScriptPipe:
         except Exception as exc:
             # Anything else leaves the connection in an unknown state: it is dropped, and the
             # calls without a reply get the error rather than waiting forever.
-            log.warning("intake pipeline error", error=str(exc))
+            log.warning("script pipeline error", error=str(exc))
             if self._conn is not None:
                 await self._conn.disconnect()
             for call in batch[answered:]:

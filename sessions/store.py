@@ -100,8 +100,9 @@ class SessionStore:
         self._binding = client.register_script(_load("binding.lua"))
         self._binding_set = client.register_script(_load("binding_set.lua"))
         self._burst_take = client.register_script(_load("burst_take.lua"))
-        # Intake, the one call per inbound event, goes through the auto-pipeline.
-        self.pipe = ScriptPipe(client, name=f"{keys.prefix}-intake")
+        # Every script call goes through the auto-pipeline: intake (one per inbound event) and
+        # the turn's claim, renewals, bindings and finish, batched across conversations.
+        self.pipe = ScriptPipe(client, name=f"{keys.prefix}-scripts")
 
     async def close(self) -> None:
         """Give the auto-pipeline's connection back (before the client closes)."""
@@ -186,7 +187,8 @@ class SessionStore:
         self, *, conversation: str, owner: str, turn_id: str, now_ms: int, lease_ms: int
     ) -> Claim | None:
         k = self.keys
-        res = await self._claim(
+        res = await self.pipe.evalsha(
+            self._claim,
             keys=[
                 k.due(),
                 k.lease(conversation),
@@ -210,7 +212,8 @@ class SessionStore:
     ) -> tuple[bool, str]:
         """Extend the lease; returns (still held, cancel request for this conversation or '')."""
         k = self.keys
-        held, cancel = await self._renew(
+        held, cancel = await self.pipe.evalsha(
+            self._renew,
             keys=[k.lease(conversation), k.due(), k.cancel(conversation)],
             args=[owner, lease_ms, conversation, now_ms],
         )
@@ -220,8 +223,10 @@ class SessionStore:
         flat: list[str] = []
         for key, value in fields.items():
             flat += [key, value]
-        ok = await self._turnset(
-            keys=[self.keys.lease(conversation), self.keys.turn(conversation)], args=[owner, *flat]
+        ok = await self.pipe.evalsha(
+            self._turnset,
+            keys=[self.keys.lease(conversation), self.keys.turn(conversation)],
+            args=[owner, *flat],
         )
         return bool(ok)
 
@@ -237,7 +242,8 @@ class SessionStore:
     ) -> tuple[str, int]:
         """Release the lease; ``finish`` also drops the turn and touches the session's binding."""
         k = self.keys
-        res = await self._finish(
+        res = await self.pipe.evalsha(
+            self._finish,
             keys=[
                 k.lease(conversation),
                 k.due(),
@@ -264,7 +270,8 @@ class SessionStore:
     async def burst_take(self, *, conversation: str, owner: str, count: int) -> bool:
         k = self.keys
         return bool(
-            await self._burst_take(
+            await self.pipe.evalsha(
+                self._burst_take,
                 keys=[k.lease(conversation), k.burst(conversation), k.burst_meta(conversation)],
                 args=[owner, count],
             )
@@ -286,7 +293,8 @@ class SessionStore:
         count_turn: bool = True,
     ) -> Binding:
         # The binding outlives its idle timeout by a minute so the check in the script decides.
-        state, data = await self._binding(
+        state, data = await self.pipe.evalsha(
+            self._binding,
             keys=[self.keys.binding(conversation), self.keys.turn(conversation)],
             args=[
                 now_ms,
@@ -308,8 +316,8 @@ class SessionStore:
         for key, value in fields.items():
             flat += [key, value]
         return bool(
-            await self._binding_set(
-                keys=[self.keys.binding(conversation)], args=[session_id, *flat]
+            await self.pipe.evalsha(
+                self._binding_set, keys=[self.keys.binding(conversation)], args=[session_id, *flat]
             )
         )
 

@@ -26,7 +26,7 @@ return {ARGV[1], tonumber(ARGV[2]) + 1}
 
 @pytest.fixture
 async def pipe(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[ScriptPipe]:
-    pipe = ScriptPipe(redis_client, name=f"{prefix}-intake")
+    pipe = ScriptPipe(redis_client, name=f"{prefix}-scripts")
     yield pipe
     await pipe.close()
 
@@ -151,7 +151,7 @@ async def test_a_server_that_refuses_client_setname_still_takes_the_calls(
     redis_without_client_command: aioredis.Redis,
 ) -> None:
     client = redis_without_client_command
-    pipe = ScriptPipe(client, name="xgw-intake")
+    pipe = ScriptPipe(client, name="xgw-scripts")
     s = script(client)
     try:
         replies = await asyncio.gather(*(pipe.evalsha(s, ["l"], [f"m{i}", 0]) for i in range(3)))
