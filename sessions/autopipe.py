@@ -11,8 +11,9 @@ caller's error reply touches no other caller.
 Recovery: a NOSCRIPT reply (Redis restarted or flushed its scripts) loads the script and sends
 the affected calls again; a lost connection is re-opened and the calls without a reply are sent
 once more, as redis-py's own retry does - the intake script deduplicates, so a call that did land
-answers ``dup`` the second time and is never stored twice; the turn scripts check the lease
-owner. A second failure reaches the callers (the platforms retry).
+answers ``dup`` the second time and is never stored twice; a resent claim at worst finds its own
+lease and waits for it to expire (a delay, never a double turn). A second failure reaches the
+callers (the platforms retry).
 """
 
 from __future__ import annotations
