@@ -425,7 +425,6 @@ class Runner:
         session_id, expert, snapshot, binding = await self._bind(claim, integ, last)
         structlog.contextvars.bind_contextvars(session_id=session_id)
         thread = binding.get("threadId") or None
-        variables = self._variables(snapshot, last, thread or session_id)
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
         progress = Progress(turn_id=claim.turn_id, conversation=claim.conversation)
         renderer = self._renderer(
@@ -443,8 +442,7 @@ class Runner:
             )
         finally:
             await first_card
-        if email:
-            variables["sys.user_email"] = email
+        variables = self._variables(snapshot, last, thread or session_id, email)
         for name, value in conversation_vars.items():
             variables[f"var.{name}"] = value if isinstance(value, str) else json.dumps(value)
         if memory:
@@ -526,10 +524,7 @@ class Runner:
         expert = self._expert_for(digest, snapshot)
         reply_to = Envelope.from_json(interrupt["replyTo"])
         decision: Decision = "confirm" if action.action.id == "confirm" else "reject"
-        variables = self._variables(snapshot, reply_to, binding.get("threadId") or session_id)
         email = await self._sender_email(adapter, reply_to)
-        if email:
-            variables["sys.user_email"] = email
         turn_input = TurnInput(
             turn_id=interrupt["turnId"],
             session_id=session_id,
@@ -540,7 +535,9 @@ class Runner:
             chat_type=reply_to.chat.type,
             sender_id=action.sender.id,
             sender_name=action.sender.name,
-            variables=variables,
+            variables=self._variables(
+                snapshot, reply_to, binding.get("threadId") or session_id, email
+            ),
             expert_thread_id=binding.get("threadId") or None,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
@@ -586,7 +583,9 @@ class Runner:
             log.warning("sender email lookup failed", error=str(exc))
             return envelope.sender.email
 
-    def _variables(self, snapshot: dict[str, Any], last: Envelope, thread: str) -> dict[str, str]:
+    def _variables(
+        self, snapshot: dict[str, Any], last: Envelope, thread: str, email: str | None
+    ) -> dict[str, str]:
         options = snapshot["integration"]
         return system_variables(
             language=options.get("language"),
@@ -594,7 +593,7 @@ class Runner:
             timezone=options.get("timezone"),
             thread_id=thread,
             user_id=last.sender.id,
-            user_email=last.sender.email,
+            user_email=email,
             project_id=options.get("projectId"),
             workspace_base_url=options.get("workspaceBaseUrl"),
         )
