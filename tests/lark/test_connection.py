@@ -12,6 +12,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.cli import settings_model
+from gateway.settings import load_settings
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
 from tests.helpers import InProcessGateway
@@ -116,3 +118,31 @@ def readyz_connected(gw: InProcessGateway) -> Any:
         return body if body["checks"][INTEGRATION].get("connection") == "connected" else None
 
     return check
+
+
+async def test_a_reload_that_changes_the_integration_replaces_its_connection(
+    gateway: InProcessGateway, fake: FakeLark, prefix: str
+) -> None:
+    """pitfalls #13: the old long connection is closed when its integration changes on reload,
+    so events arrive over the new one only and are answered once."""
+    await eventually(lambda: len(fake.sockets) == 1)
+    old = fake.sockets[0]
+    config = lark_config(
+        prefix,
+        fake,
+        connectionMode="long_connection",
+        verificationToken=None,
+        encryptKey=None,
+        summaryWindowSeconds=0.2,  # a changed option: the adapter is rebuilt
+    )
+    await gateway.gateway.reload(load_settings(config, model=settings_model()))
+    await eventually(lambda: old.closed and len(fake.sockets) == 1 and fake.sockets[0] is not old)
+    frame = await fake.push(message_event("after the reload", message_id="om_rl1"))
+    assert (await fake.wait_ack(frame))["code"] == 200
+
+    def replies() -> list[Any]:
+        return [m for m in fake.messages.values() if m["parent_id"] == "om_rl1"]
+
+    await eventually(replies)
+    await eventually(lambda: not gateway.gateway.runner.active)
+    assert len(replies()) == 1 and len(fake.sockets) == 1
