@@ -188,3 +188,26 @@ async def post(
 ) -> tuple[int, str]:
     async with http.post(target, params=query, data=body.encode()) as resp:
         return resp.status, await resp.text()
+
+
+def aibot_message(
+    msg_id: str, msgtype: str, body: dict[str, Any], *, user: str = "alice", **extra: Any
+) -> dict[str, Any]:
+    """An AI-bot message in a direct chat (a callback's body or a long-connection frame's)."""
+    return {
+        "msgid": msg_id,
+        "aibotid": "aib-1",
+        "chattype": "single",
+        "from": {"userid": user},
+        "msgtype": msgtype,
+        msgtype: body,
+        **extra,
+    }
+
+
+def aibot_click(msg_id: str, event_key: str, task_id: str) -> dict[str, Any]:
+    """alice's click on a template card button of the AI bot."""
+    event = {"event_key": event_key, "task_id": task_id}
+    return aibot_message(
+        msg_id, "event", {"eventtype": "template_card_event", "template_card_event": event}
+    )

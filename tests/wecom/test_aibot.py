@@ -20,6 +20,8 @@ from tests.wecom_support import (
     AES_KEY,
     ECHO_SLOW,
     TOKEN,
+    aibot_click,
+    aibot_message,
     decrypt_reply,
     encrypt_json,
     post,
@@ -46,16 +48,8 @@ async def env(
 
 
 def text_message(msg_id: str, text: str, fake: FakeWeCom, **extra: Any) -> dict[str, Any]:
-    return {
-        "msgid": msg_id,
-        "aibotid": "aib-1",
-        "chattype": "single",
-        "from": {"userid": "alice"},
-        "response_url": f"{fake.base_url}/response/{msg_id}",
-        "msgtype": "text",
-        "text": {"content": text},
-        **extra,
-    }
+    response_url = f"{fake.base_url}/response/{msg_id}"
+    return aibot_message(msg_id, "text", {"content": text}, response_url=response_url, **extra)
 
 
 async def send(env: dict[str, Any], gw: InProcessGateway, message: dict[str, Any]) -> Any:
@@ -122,13 +116,18 @@ async def test_group_mention_is_stripped_and_mixed_content_read(
     env: dict[str, Any], fake: FakeWeCom
 ) -> None:
     gw = await env["start"]()
-    message = text_message("m-2", "", fake, chattype="group", chatid="grp-1", msgtype="mixed")
-    message["mixed"] = {
-        "msg_item": [
-            {"msgtype": "text", "text": {"content": "@bot look at this"}},
-            {"msgtype": "image", "image": {"url": "https://img.example/1"}},
-        ]
-    }
+    items = [
+        {"msgtype": "text", "text": {"content": "@bot look at this"}},
+        {"msgtype": "image", "image": {"url": "https://img.example/1"}},
+    ]
+    message = aibot_message(
+        "m-2",
+        "mixed",
+        {"msg_item": items},
+        chattype="group",
+        chatid="grp-1",
+        response_url=f"{fake.base_url}/response/m-2",
+    )
     stream_id = (await send(env, gw, message))["stream"]["id"]
 
     async def done() -> Any:
@@ -181,17 +180,7 @@ async def test_card_click_becomes_an_action_and_is_answered_with_a_card_update(
     stream_id = (await send(env, gw, text_message("m-6", "long task", fake)))["stream"]["id"]
     runs = await eventually(lambda: list(gw.gateway.runner.active.values()))
     value = {"conversation": runs[0].conversation, "turnId": runs[0].turn_id, "action": "stop"}
-    click = {
-        "msgid": "ev-6",
-        "aibotid": "aib-1",
-        "chattype": "single",
-        "from": {"userid": "alice"},
-        "msgtype": "event",
-        "event": {
-            "eventtype": "template_card_event",
-            "template_card_event": {"event_key": json.dumps(value), "task_id": "task-6"},
-        },
-    }
+    click = aibot_click("ev-6", json.dumps(value), "task-6")
     reply = await send(env, gw, click)
     assert reply["response_type"] == "update_template_card"
     assert reply["userids"] == ["alice"]

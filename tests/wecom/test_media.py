@@ -21,6 +21,7 @@ from tests.helpers import InProcessGateway
 from tests.test_experts import serve
 from tests.wecom_support import (
     AES_KEY,
+    aibot_message,
     app_message,
     encrypt_json,
     encrypt_xml,
@@ -114,13 +115,10 @@ async def test_long_connection_image_decrypts_with_its_own_aeskey(
     link = fake.encrypted_link(PNG, key)
     await fake.push(
         "aibot_msg_callback",
-        {
-            "msgid": "w-img",
-            "aibotid": "aib-1",
-            "chattype": "single",
-            "from": {"userid": "alice"},
-            "msgtype": "mixed",
-            "mixed": {
+        aibot_message(
+            "w-img",
+            "mixed",
+            {
                 "msg_item": [
                     {"msgtype": "text", "text": {"content": "what is this?"}},
                     {
@@ -129,7 +127,7 @@ async def test_long_connection_image_decrypts_with_its_own_aeskey(
                     },
                 ]
             },
-        },
+        ),
         "req-img",
     )
     await eventually(lambda: vision.requests, timeout=15)
@@ -147,16 +145,7 @@ async def test_callback_image_decrypts_with_the_bots_key(
     gw = await start_gateway(prefix, fake, "aibot", expert=expert)
     gateways.append(gw)
     link = fake.encrypted_link(PNG, base64.b64decode(AES_KEY + "="))
-    query, body = encrypt_json(
-        {
-            "msgid": "cb-img",
-            "aibotid": "aib-1",
-            "chattype": "single",
-            "from": {"userid": "alice"},
-            "msgtype": "image",
-            "image": {"url": link},
-        }
-    )
+    query, body = encrypt_json(aibot_message("cb-img", "image", {"url": link}))
     async with aiohttp.ClientSession() as http:
         status, _ = await post(http, url(gw), query, body)
     assert status == 200

@@ -11,7 +11,12 @@ from typing import Any
 from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
 from tests.helpers import InProcessGateway
-from tests.wecom_support import ECHO_SLOW, start_gateway
+from tests.wecom_support import (
+    ECHO_SLOW,
+    aibot_click,
+    aibot_message,
+    start_gateway,
+)
 
 ECHO_SILENT = {"id": "echo", "kind": "echo", "stepDelayMs": 1200, "charDelayMs": 0}
 
@@ -26,15 +31,7 @@ async def ws_gateway(
 
 
 def message(msg_id: str, text: str, user: str = "alice") -> dict[str, Any]:
-    return {
-        "msgid": msg_id,
-        "aibotid": "aib-1",
-        "chattype": "single",
-        "from": {"userid": user},
-        "msgtype": "text",
-        "text": {"content": text},
-        "create_time": 1700000000,
-    }
+    return aibot_message(msg_id, "text", {"content": text}, user=user, create_time=1700000000)
 
 
 def sent_messages(fake: FakeWeCom, msgtype: str) -> list[dict[str, Any]]:
@@ -173,17 +170,7 @@ async def test_stop_card_click_stops_the_turn_and_updates_the_card(
     [stop] = [b for b in card["button_list"] if json.loads(b["key"])["action"] == "stop"]
     value = json.loads(stop["key"])
     assert value["conversation"] and value["turnId"]
-    click = {
-        "msgid": "ev-7",
-        "aibotid": "aib-1",
-        "chattype": "single",
-        "from": {"userid": "alice"},
-        "msgtype": "event",
-        "event": {
-            "eventtype": "template_card_event",
-            "template_card_event": {"event_key": stop["key"], "task_id": card["task_id"]},
-        },
-    }
+    click = aibot_click("ev-7", stop["key"], card["task_id"])
     await fake.push("aibot_event_callback", click, "req-click-7")
     [update] = await eventually(
         lambda: [f for f in fake.frames if f["cmd"] == "aibot_respond_update_msg"]
