@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
+import aiohttp
 from aiohttp import web
 
 from gateway.envelope import Attachment, Envelope
@@ -54,6 +55,24 @@ class FetchedFile:
     data: bytes
     mime: str
     name: str | None = None
+
+
+def body_type(resp: aiohttp.ClientResponse) -> str:
+    """A download's media type, without parameters."""
+    return resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
+
+
+async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """A download's whole body, or None once it is longer than ``max_bytes`` (the rest is not
+    read). ``StreamReader.read(n)`` would return only what has arrived so far."""
+    if (resp.content_length or 0) > max_bytes:
+        return None
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        data += chunk
+        if len(data) > max_bytes:
+            return None
+    return bytes(data)
 
 
 class Adapter(abc.ABC):

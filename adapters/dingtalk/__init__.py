@@ -24,7 +24,14 @@ from adapters.dingtalk.inbound import (
 )
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
-from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.adapter import (
+    Adapter,
+    AdapterContext,
+    FetchedFile,
+    LiveAdapters,
+    body_type,
+    read_body,
+)
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
@@ -227,13 +234,9 @@ async def _fetch(
     if not url:
         return None
     async with adapter.api.http.get(str(url)) as resp:
-        if resp.status != 200 or (resp.content_length or 0) > max_bytes:
-            return None
-        data = await resp.content.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            return None
-        mime = resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
-    return FetchedFile(data=data, mime=mime, name=attachment.name)
+        data = await read_body(resp, max_bytes) if resp.status == 200 else None
+        mime = body_type(resp)
+    return FetchedFile(data=data, mime=mime, name=attachment.name) if data is not None else None
 
 
 class DingTalkAdapterFactory:

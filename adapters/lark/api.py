@@ -18,6 +18,8 @@ from typing import Any
 import aiohttp
 import structlog
 
+from gateway.adapter import body_type, read_body
+
 log = structlog.get_logger("adapters.lark")
 
 RATE_LIMIT_CODES = {230020, 99991400}
@@ -142,11 +144,8 @@ class LarkApi:
         ) as resp:
             if resp.status != 200:
                 raise LarkApiError(resp.status, "resource download failed", resp.status)
-            data = await resp.content.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                return None
-            mime = resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
-            return data, mime
+            data = await read_body(resp, max_bytes)
+            return (data, body_type(resp)) if data is not None else None
 
     async def user(self, open_id: str) -> dict[str, Any]:
         """``GET /open-apis/contact/v3/users/:user_id`` by open_id: the user's profile (name,

@@ -22,7 +22,7 @@ from adapters.wecom.inbound import setup_routes
 from adapters.wecom.messages import media_link
 from adapters.wecom.outbound import AppOutbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters, read_body
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
@@ -134,10 +134,8 @@ class WeComAdapter(Adapter):
             self._downloads = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         limit = max_bytes + 32  # the ciphertext is at most one padding block longer
         async with self._downloads.get(url) as resp:
-            if resp.status != 200 or (resp.content_length or 0) > limit:
-                return None
-            data = await resp.content.read(limit + 1)
-        if len(data) > limit:
+            data = await read_body(resp, limit) if resp.status == 200 else None
+        if data is None:
             return None
         try:
             plain = decrypt_media(data, key)

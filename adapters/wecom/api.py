@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 import structlog
 
+from gateway.adapter import body_type, read_body
+
 log = structlog.get_logger("adapters.wecom")
 
 TOKEN_ERRORS = {40001, 40014, 42001}  # invalid / expired access token: refetch, retry once
@@ -111,12 +113,10 @@ class WeComApi:
             async with self._session().get(f"{self.base}/cgi-bin/media/get", params=params) as r:
                 if r.status >= 500:
                     raise WeComApiError(-r.status, "server error")
-                mime = r.headers.get("Content-Type", "application/octet-stream").split(";")[0]
+                mime = body_type(r)
                 if mime not in ("application/json", "text/plain"):
-                    if (r.content_length or 0) > max_bytes:
-                        return None
-                    data = await r.content.read(max_bytes + 1)
-                    return (data, mime) if len(data) <= max_bytes else None
+                    data = await read_body(r, max_bytes)
+                    return (data, mime) if data is not None else None
                 error: dict[str, Any] = await r.json(content_type=None)
             code = int(error.get("errcode", -1))
             if code in TOKEN_ERRORS and not refreshed:

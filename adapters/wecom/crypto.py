@@ -31,8 +31,12 @@ def signature(token: str, timestamp: str, nonce: str, encrypt: str) -> str:
     return hashlib.sha1("".join(sorted([token, timestamp, nonce, encrypt])).encode()).hexdigest()
 
 
-def _unpad(plain: bytes) -> bytes:
-    pad = plain[-1] if plain else 0
+def _decrypt(key: bytes, data: bytes) -> bytes:
+    """AES-256-CBC with the IV the key's first 16 bytes, PKCS#7 to a 32-byte block, strictly."""
+    if not data or len(data) % 16:
+        raise CryptoError("bad ciphertext length")
+    plain: bytes = WeChatCipher(key).decrypt(data)
+    pad = plain[-1]
     if not 1 <= pad <= BLOCK or plain[-pad:] != bytes([pad]) * pad:
         raise CryptoError("bad padding")
     return plain[:-pad]
@@ -44,9 +48,7 @@ def decrypt_media(data: bytes, key: bytes) -> bytes:
     first 16 bytes, PKCS#7 to a 32-byte block (WecomTeam/aibot-node-sdk ``decryptFile``)."""
     if len(key) != 32:
         raise CryptoError("media key must be 32 bytes")
-    if not data or len(data) % 16:
-        raise CryptoError("bad ciphertext length")
-    return _unpad(WeChatCipher(key).decrypt(data))
+    return _decrypt(key, data)
 
 
 class WeComCrypto:
@@ -87,9 +89,7 @@ class WeComCrypto:
             data = base64.b64decode(encrypt, validate=True)
         except binascii.Error:
             raise CryptoError("not base64") from None
-        if not data or len(data) % 16:
-            raise CryptoError("bad ciphertext length")
-        body = _unpad(WeChatCipher(self.key).decrypt(data))[16:]
+        body = _decrypt(self.key, data)[16:]
         if len(body) < 4:
             raise CryptoError("truncated plaintext")
         (size,) = struct.unpack(">I", body[:4])

@@ -30,7 +30,7 @@ from tests.wecom_support import (
     url,
 )
 
-PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(200)
+PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(300_000)  # several socket reads long
 
 
 @pytest.fixture
