@@ -96,12 +96,13 @@ class AdminApi:
             return fail(404, "not_found", "no such session")
         prefix = request.query.get("prefix", "")
         values = await self.records.variables(session_id)
-        # Conversation variables (var.*) are stored as JSON and answered as values.
+        # Conversation variables (var.*) are stored as JSON and answered as values; backend.*
+        # (what an expert backend already holds of them) is bookkeeping, not a variable.
         return ok(
             [
                 {"variable_key": k, "variable_value": json.loads(v) if k.startswith("var.") else v}
                 for k, v in sorted(values.items())
-                if k.startswith(prefix)
+                if k.startswith(prefix) and not k.startswith("backend.")
             ]
         )
 

@@ -44,7 +44,13 @@ class Interrupt:
 
 @dataclass(frozen=True, slots=True)
 class VariablesEvent:
+    """Conversation variables from the expert. ``write``: the agent wrote these, apply the
+    declared reducers. ``backend``: the backend's own state after its reducers ran (authoritative:
+    stored as they are). ``sent``: the values just handed to the backend, so they are not sent
+    again while unchanged."""
+
     values: dict[str, Any]
+    mode: Literal["write", "backend", "sent"] = "write"
 
 
 @dataclass(frozen=True, slots=True)

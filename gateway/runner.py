@@ -21,7 +21,7 @@ import structlog
 
 from gateway.adapter import Adapter
 from gateway.envelope import Envelope
-from gateway.events import Finished, RunEvent, Started, StepEvent, VariablesEvent
+from gateway.events import Finished, Interrupt, RunEvent, Started, StepEvent, VariablesEvent
 from gateway.experts import Decision, Expert, TurnInput, build_expert
 from gateway.progress import Progress
 from gateway.render import CardRenderer
@@ -436,19 +436,14 @@ class Runner:
             since = self.clock() - integ.history_context_window_seconds * 1000
         first_card = asyncio.create_task(renderer.start(progress))
         try:
-            (memory, conversation_vars, group_history), email = await asyncio.gather(
+            context, email = await asyncio.gather(
                 self.records.turn_context(integ.id, last.chat.id, session_id, group_since_ms=since),
                 self._sender_email(adapter, last),
             )
         finally:
             await first_card
         variables = self._variables(snapshot, last, thread or session_id, email)
-        for name, value in conversation_vars.items():
-            variables[f"var.{name}"] = value if isinstance(value, str) else json.dumps(value)
-        if memory:
-            variables["memory.rules"] = "\n".join(
-                f"{i}. {item['text']}" for i, item in enumerate(memory, 1)
-            )
+        variables.update(_context_variables(context.variables, context.memory))
         turn_input = TurnInput(
             turn_id=claim.turn_id,
             session_id=session_id,
@@ -462,37 +457,59 @@ class Runner:
             thread_id=last.chat.thread_id,
             attachments=await self._attachments(adapter, items, expert),
             variables=variables,
-            state=dict(conversation_vars),
+            state=dict(context.variables),
+            backend_state=context.backend,
+            declared_variables=tuple(d["name"] for d in _declared(snapshot)),
             expert_thread_id=thread,
-            group_history=tuple(group_history[-integ.history_context_limit :]),
+            group_history=tuple(context.group[-integ.history_context_limit :]),
         )
-        final = await self._drive(
+        final, asked = await self._drive(
             claim, expert.run(turn_input), progress, renderer, expert, turn_input, snapshot
         )
+        await self._remember_outcome(
+            claim, session_id, final, asked, renderer, turn_input, last, snapshot, key
+        )
+        log.info("turn finished", status=final.status, renders=renderer.renders)
+        return session_id, variables
+
+    async def _remember_outcome(
+        self,
+        claim: Claim,
+        session_id: str,
+        final: Progress,
+        asked: dict[str, Any],
+        renderer: CardRenderer,
+        turn: TurnInput,
+        reply_to: Envelope,
+        snapshot: dict[str, Any],
+        key: str | None = None,
+    ) -> None:
+        """A failed turn can be retried (Retry) and a waiting one resumed (Confirm / Reject):
+        what either needs is kept with the session. ``asked`` is the interrupt's own data (for
+        XpertAI the run to resume and where its stream stopped)."""
         if final.status == "error":
             failed = {
                 "turnId": key or claim.turn_id,
                 "card": renderer.handle,
-                "text": turn_input.text,
-                "replyTo": last.to_json(),
+                "text": turn.text,
+                "replyTo": reply_to.to_json(),
             }
             await self.store.set_binding_fields(
                 claim.conversation, session_id, failed=json.dumps(failed)
             )
         if final.status == "waiting":
             interrupt = {
-                "turnId": claim.turn_id,
+                "turnId": turn.turn_id,
                 "card": renderer.handle,
-                "text": turn_input.text,
-                "replyTo": last.to_json(),
+                "text": turn.text,
+                "replyTo": reply_to.to_json(),
                 "snapshot": snapshot,
                 "prompt": final.prompt,
+                "data": asked,
             }
             await self.store.set_binding_fields(
                 claim.conversation, session_id, interrupt=json.dumps(interrupt)
             )
-        log.info("turn finished", status=final.status, renders=renderer.renders)
-        return session_id, variables
 
     async def _resume_turn(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
@@ -524,7 +541,14 @@ class Runner:
         expert = self._expert_for(digest, snapshot)
         reply_to = Envelope.from_json(interrupt["replyTo"])
         decision: Decision = "confirm" if action.action.id == "confirm" else "reject"
-        email = await self._sender_email(adapter, reply_to)
+        context, email = await asyncio.gather(
+            self.records.turn_context(integ.id, reply_to.chat.id, session_id, group_since_ms=None),
+            self._sender_email(adapter, reply_to),
+        )
+        variables = self._variables(
+            snapshot, reply_to, binding.get("threadId") or session_id, email
+        )
+        variables.update(_context_variables(context.variables, context.memory))
         turn_input = TurnInput(
             turn_id=interrupt["turnId"],
             session_id=session_id,
@@ -535,9 +559,10 @@ class Runner:
             chat_type=reply_to.chat.type,
             sender_id=action.sender.id,
             sender_name=action.sender.name,
-            variables=self._variables(
-                snapshot, reply_to, binding.get("threadId") or session_id, email
-            ),
+            variables=variables,
+            state=dict(context.variables),
+            backend_state=context.backend,
+            declared_variables=tuple(d["name"] for d in _declared(snapshot)),
             expert_thread_id=binding.get("threadId") or None,
         )
         interval = int(snapshot["integration"].get("updateIntervalMs", integ.update_interval_ms))
@@ -546,8 +571,14 @@ class Runner:
             claim, adapter, reply_to, interval, interrupt.get("card"), interrupt["turnId"]
         )
         await renderer.start(progress)
-        stream = expert.resume(turn_input, decision, {"text": interrupt["text"]})
-        final = await self._drive(claim, stream, progress, renderer, expert, turn_input, snapshot)
+        asked_before = {"text": interrupt["text"], **(interrupt.get("data") or {})}
+        stream = expert.resume(turn_input, decision, asked_before)
+        final, asked = await self._drive(
+            claim, stream, progress, renderer, expert, turn_input, snapshot
+        )
+        await self._remember_outcome(
+            claim, session_id, final, asked, renderer, turn_input, reply_to, snapshot
+        )
         log.info("resumed turn finished", decision=decision, status=final.status)
         return session_id
 
@@ -607,13 +638,15 @@ class Runner:
         expert: Expert,
         turn: TurnInput,
         snapshot: dict[str, Any],
-    ) -> Progress:
-        """Fold the expert's events into Progress and the renderer; the final state always lands."""
+    ) -> tuple[Progress, dict[str, Any]]:
+        """Fold the expert's events into Progress and the renderer; the final state always lands.
+        Returns it with the data of the run's interrupt (empty when it asked nothing)."""
         state = progress
         declared = _declared(snapshot)
+        asked: dict[str, Any] = {}
 
         async def consume() -> Progress:
-            nonlocal state
+            nonlocal state, asked
             async for event in stream:
                 if (
                     isinstance(event, Started)
@@ -625,11 +658,19 @@ class Runner:
                         claim.conversation, turn.session_id, threadId=event.thread_id
                     )
                 if isinstance(event, VariablesEvent) and event.values:
+                    # An agent's writes go through the declared reducers; a backend's own
+                    # state ("backend", "sent") is stored as it is.
                     reducers = {d["name"]: d.get("reducer", "replace") for d in declared}
+                    mode = event.mode
                     await self.records.apply_variables(
                         turn.session_id,
-                        [(k, reducers.get(k, "replace"), v) for k, v in event.values.items()],
+                        [
+                            (k, reducers.get(k, "replace") if mode == "write" else mode, v)
+                            for k, v in event.values.items()
+                        ],
                     )
+                if isinstance(event, Interrupt):
+                    asked = dict(event.data)
                 state = state.apply(event)
                 renderer.push(state)
                 if state.final or (state.status == "waiting" and _is_finished(event)):
@@ -673,7 +714,7 @@ class Runner:
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
         await renderer.close(state)
-        return state
+        return state, asked
 
     async def _give_up(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, last: Envelope
@@ -691,6 +732,15 @@ class Runner:
 def _declared(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     """Conversation variables declared by the session's integration and expert."""
     return [*snapshot["integration"].get("variables", []), *snapshot["expert"].get("variables", [])]
+
+
+def _context_variables(values: dict[str, Any], memory: list[dict[str, Any]]) -> dict[str, str]:
+    """Conversation variables as ``var.*`` text and the chat's memory as ``memory.rules``, for
+    prompt templates."""
+    out = {f"var.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    if memory:
+        out["memory.rules"] = "\n".join(f"{i}. {item['text']}" for i, item in enumerate(memory, 1))
+    return out
 
 
 def _is_finished(event: RunEvent) -> bool:

@@ -119,6 +119,12 @@ class XpertExpertSettings(GatewayModel):
         120, gt=0, description="A stream silent this long ends the turn with an error"
     )
     show_reasoning: bool = False
+    memory_variable: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+        description="A state variable the xpert declares: the chat's group memory goes there "
+        "(numbered lines) whenever it changed; unset, group memory is not sent",
+    )
     variables: list[VariableDecl] = Field(default_factory=list)
 
     @field_validator("base_url")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis.asyncio as aioredis
 
@@ -13,6 +13,13 @@ from sessions.keys import KeyBuilder
 from sessions.store import audit_fields
 
 DAY_MS = 24 * 3_600_000
+
+
+class TurnContext(NamedTuple):
+    memory: list[dict[str, Any]]
+    variables: dict[str, Any]  # conversation variables
+    group: list[dict[str, Any]]  # recent unmentioned group messages
+    backend: dict[str, Any]  # what the expert backend holds of the conversation variables
 
 
 class SessionRecords:
@@ -59,8 +66,9 @@ class SessionRecords:
         return cast(list[str], await self.redis.zrevrange(index, 0, limit - 1))
 
     async def apply_variables(self, session_id: str, writes: list[tuple[str, str, Any]]) -> None:
-        """Conversation variables ``(name, reducer, value)``: replace | append | merge, or
-        default (set only if unset); applied in one atomic step."""
+        """Conversation variables ``(name, reducer, value)``: replace | append | merge, default
+        (set only if unset), backend (the backend's authoritative value, also remembered as
+        what it holds) or sent (only remembered as what it holds); one atomic step."""
         if not writes:
             return
         args: list[Any] = [self.retention_ms]
@@ -70,9 +78,10 @@ class SessionRecords:
 
     async def turn_context(
         self, integration_id: str, chat_id: str, session_id: str, *, group_since_ms: int | None
-    ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    ) -> TurnContext:
         """What a turn reads, in one round trip: the chat's memory, the session's conversation
-        variables and (when ``group_since_ms`` is given) recent unmentioned group messages."""
+        variables (and what the expert backend holds of them) and, when ``group_since_ms`` is
+        given, recent unmentioned group messages."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.lrange(self.keys.memory(integration_id, chat_id), 0, -1)
             pipe.hgetall(self.keys.session_variables(session_id))
@@ -80,7 +89,9 @@ class SessionRecords:
                 pipe.lrange(self.keys.group_history(integration_id, chat_id), 0, -1)
             results = await pipe.execute()
         memory = [json.loads(r) for r in results[0]]
-        values = {k[4:]: json.loads(v) for k, v in results[1].items() if k.startswith("var.")}
+        stored: dict[str, str] = results[1]
+        values = {k[4:]: json.loads(v) for k, v in stored.items() if k.startswith("var.")}
+        backend = {k[8:]: json.loads(v) for k, v in stored.items() if k.startswith("backend.")}
         group: list[dict[str, Any]] = []
         if group_since_ms is not None:
             group = [
@@ -88,7 +99,7 @@ class SessionRecords:
                 for m in (json.loads(r) for r in results[2])
                 if int(m.get("at", 0)) >= group_since_ms
             ]
-        return memory, values, group
+        return TurnContext(memory, values, group, backend)
 
     async def turn_done(
         self,

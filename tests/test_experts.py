@@ -1,4 +1,5 @@
-"""The xpert and openai backends end to end: console -> daemon -> fake backend -> card."""
+"""The openai backend end to end: console -> daemon -> fake backend -> card (the xpert backend
+is in test_xpert.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import base_config, eventually
-from tests.fakes.experts import OPENAI_KEY, XPERT_KEY, FakeOpenAI, FakeXpert
-from tests.helpers import ConsoleClient, free_port
+from tests.conftest import base_config
+from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
+from tests.helpers import free_port
 
 
 async def serve(app: web.Application) -> AsyncIterator[str]:
@@ -25,13 +26,6 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpert, str]]:
-    fake = FakeXpert()
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
-
-
-@pytest.fixture
 async def openai() -> AsyncIterator[tuple[FakeOpenAI, str]]:
     fake = FakeOpenAI()
     async for url in serve(fake.app()):
@@ -42,112 +36,6 @@ def config(prefix: str, expert: dict[str, Any], **integration: Any) -> dict[str,
     cfg = base_config(prefix, xpertId=expert["id"], **integration)
     cfg["experts"] = [expert, {"id": "echo", "kind": "echo"}]
     return cfg
-
-
-def xpert_expert(url: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": "sales",
-        "kind": "xpert",
-        "baseUrl": url,
-        "apiKey": XPERT_KEY,
-        "organizationId": "org-1",
-        "principalUserId": "u-42",
-        "connectRetries": 2,
-        **extra,
-    }
-
-
-async def test_xpert_run_streams_steps_tools_and_answer_in_one_thread_per_session(
-    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    fake, url = xpert
-    console: ConsoleClient = await make_gateway(config(prefix, xpert_expert(url)))
-    await console.send("what is our refund policy?")
-    [card] = await console.wait_cards()
-    assert card["card"]["answer"] == "Hello from xpert [what is our refund policy?]"
-    assert {"title": "Searching the wiki", "status": "done"} in card["card"]["steps"]
-    assert card["card"]["tools"] == [{"title": "wiki_search", "status": "done", "detail": ""}]
-    assert "hidden thoughts" not in str(card)  # reasoning is not shown by default
-    run = fake.runs[0]
-    assert run["assistant_id"] == "sales"
-    assert run["input"]["action"] == "send"
-    assert run["input"]["message"]["input"]["input"] == "what is our refund policy?"
-    headers = fake.headers[-1]
-    assert headers["x-api-key"] == XPERT_KEY and headers["organization-id"] == "org-1"
-    assert headers["x-principal-user-id"] == "u-42"
-    await console.send("and for digital goods?")
-    await console.wait_cards(count=2)
-    assert len(fake.threads) == 1 and fake.runs[1]["thread"] == fake.threads[0]
-
-
-async def test_xpert_interrupt_waits_and_confirm_resumes_the_thread(
-    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    fake, url = xpert
-    console = await make_gateway(config(prefix, xpert_expert(url)))
-    await console.send("email the team [interrupt]")
-    [card] = await console.wait_cards(status="waiting")
-    assert card["card"]["title"] == "Send the email to the whole team?"
-    await console.click("dm-alice", card["id"], "confirm")
-    [card] = await console.wait_cards(status="done")
-    assert card["card"]["answer"] == "Resumed: confirm"
-    assert fake.resumes == [{"thread": fake.threads[0], "decision": "confirm"}]
-
-
-async def test_xpert_dropped_stream_resumes_from_the_last_event_id(
-    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    _fake, url = xpert
-    console = await make_gateway(config(prefix, xpert_expert(url)))
-    await console.send("long one [drop]")
-    [card] = await console.wait_cards()
-    assert card["card"]["answer"] == "Hello from xpert [long one [drop]]"  # nothing doubled
-
-
-@pytest.mark.parametrize(
-    ("expert", "message"),
-    [
-        ({"apiKey": "sk-x-wrong"}, "the API key was rejected (HTTP 401)"),
-        ({"assistantId": "nobody"}, "the agent or model was not found (HTTP 404)"),
-    ],
-)
-async def test_xpert_errors_become_readable_error_cards(
-    xpert: tuple[FakeXpert, str],
-    make_gateway: Callable[..., Any],
-    prefix: str,
-    expert: dict[str, Any],
-    message: str,
-) -> None:
-    _fake, url = xpert
-    console = await make_gateway(config(prefix, xpert_expert(url, **expert)))
-    await console.send("hello")
-    [card] = await console.wait_cards(status="error")
-    assert message in card["card"]["error"]
-
-
-async def test_xpert_silent_stream_times_out_with_an_error_card(
-    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    _fake, url = xpert
-    console = await make_gateway(
-        config(prefix, xpert_expert(url, idleTimeoutSeconds=0.5, connectRetries=0))
-    )
-    await console.send("are you there [silent]")
-    [card] = await console.wait_cards(status="error")
-    assert "sent nothing for 0.5 s" in card["card"]["error"]
-
-
-async def test_stop_cancels_the_xpert_run(
-    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    fake, url = xpert
-    console = await make_gateway(config(prefix, xpert_expert(url)))
-    await console.send("take your time [slow]")
-    [card] = await console.wait_cards(status="running")
-    await eventually(lambda: fake.runs)
-    await console.click("dm-alice", card["id"], "stop")
-    await console.wait_cards(status="cancelled")
-    await eventually(lambda: fake.cancels == [fake.runs[0]["run"]])
 
 
 def openai_expert(url: str, **extra: Any) -> dict[str, Any]:
@@ -255,22 +143,6 @@ async def test_recent_group_messages_reach_the_model_as_context(
     await console.wait_cards(chat="team")
     notes = [m["content"] for m in fake.requests[0]["messages"] if m["role"] == "system"]
     assert notes[1] == "Recent messages in this group chat:\n- Carol: chatter 1\n- Bob: chatter 2"
-
-
-async def test_steer_hands_a_message_to_the_running_xpert_run(
-    xpert: tuple[FakeXpert, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    fake, url = xpert
-    console = await make_gateway(config(prefix, xpert_expert(url), busyPolicy="steer"))
-    await console.send("draft the plan [slow]")
-    await console.wait_cards(status="running")
-    await eventually(lambda: fake.runs)
-    await console.send("also cover the budget")
-    [card] = await console.wait_cards(status="done", timeout=20)
-    assert fake.steers == [(fake.threads[0], "also cover the budget")]
-    assert "(steer: also cover the budget)" in card["card"]["answer"]
-    assert {"title": "Follow-up: also cover the budget", "status": "done"} in card["card"]["steps"]
-    assert len(await console.cards()) == 1 and len(fake.runs) == 1  # no second turn
 
 
 def test_steer_needs_xpert_experts(prefix: str) -> None:

@@ -27,8 +27,10 @@ class TurnInput:
     sender_name: str | None = None
     thread_id: str | None = None
     attachments: tuple[dict[str, Any], ...] = ()
-    state: dict[str, Any] = field(default_factory=dict)
-    variables: dict[str, str] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # conversation variables, as we hold them
+    variables: dict[str, str] = field(default_factory=dict)  # sys.*, memory.*, var.* as text
+    backend_state: dict[str, Any] = field(default_factory=dict)  # what the backend last had
+    declared_variables: tuple[str, ...] = ()  # the session's declared conversation variables
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
 

@@ -15,8 +15,15 @@ class SseEvent:
     id: str | None
 
 
-async def read_sse(response: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
-    """Yield each event (``event:``/``data:``/``id:`` fields, blank-line terminated)."""
+COMMENT = ":"  # the ``event`` of a comment line, yielded when ``comments`` is asked for
+
+
+async def read_sse(
+    response: aiohttp.ClientResponse, *, comments: bool = False
+) -> AsyncIterator[SseEvent]:
+    """Yield each event (``event:``/``data:``/``id:`` fields, blank-line terminated); with
+    ``comments``, also each comment line (``: keep-alive``) as an event named ``:``, so a
+    caller can count a server's heartbeats as activity."""
     event, last_id = "message", None
     data: list[str] = []
     async for raw in response.content:
@@ -27,7 +34,9 @@ async def read_sse(response: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
             event, data = "message", []
             continue
         if line.startswith(":"):
-            continue  # comment / heartbeat
+            if comments:
+                yield SseEvent(COMMENT, line[1:].strip(), None)
+            continue
         name, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if name == "data":

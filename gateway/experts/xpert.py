@@ -1,48 +1,54 @@
 """XpertAI agents through the Agent-Protocol API (reference/xpertai.md §6): one thread per
-session, each turn a ``runs/stream`` SSE whose frames become run events."""
+session, each turn a ``runs/stream`` SSE whose frames ``xpert_stream`` turns into run events.
+
+What the real server needs, read in its source (xpert-ai/xpert @5135ce25, ``packages/server-ai``):
+the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); Stop is
+``POST /threads/{t}/runs/{executionId}/cancel``; a dropped stream rejoins with
+``GET /threads/{t}/runs/{executionId}/stream`` and ``Last-Event-ID`` (exclusive); a resume
+carries ``target`` or is refused with 400; a steer is ``follow_up``/``steer`` aimed at the
+running execution; conversation variables live in the thread and are read back from
+``GET /threads/{t}/state`` after each run (there is no state event).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import structlog
 
-from gateway.events import (
-    Finished,
-    Interrupt,
-    Outcome,
-    RunEvent,
-    Started,
-    StepEvent,
-    StepStatus,
-    TextDelta,
-    ToolEvent,
-    VariablesEvent,
-)
+from gateway.events import Finished, Interrupt, RunEvent, Started, TextDelta, VariablesEvent
 from gateway.experts.base import Decision, Expert, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
-from gateway.experts.sse import SseEvent, read_sse
+from gateway.experts.sse import COMMENT, read_sse
+from gateway.experts.xpert_stream import XpertStream
 from gateway.settings import XpertExpertSettings
 
 log = structlog.get_logger("gateway.experts.xpert")
-END_STATUS: dict[str, Outcome] = {
-    "success": "success",
-    "error": "error",
-    "interrupted": "interrupted",
-}
+END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for
+
+
+@dataclass
+class _Run:
+    thread_id: str
+    stream: XpertStream
+    last_id: str | None = None  # the last stream id read: a rejoin or a resume reads after it
+    steers: list[tuple[str, str]] = field(default_factory=list)  # (clientMessageId, text)
 
 
 class XpertExpert(Expert):
     kind = "xpert"
+    supports_steer = True
+    accepts_images = True  # the runner hands pictures over as data: URLs
 
     def __init__(self, *, settings: XpertExpertSettings) -> None:
         self.settings = settings
         self._http: aiohttp.ClientSession | None = None
-        self._runs: dict[str, tuple[str, str]] = {}  # turn id -> (thread id, run id)
+        self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
 
     @property
     def assistant_id(self) -> str:
@@ -51,7 +57,7 @@ class XpertExpert(Expert):
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
             s = self.settings
-            headers = {"x-api-key": s.api_key.get_secret_value(), "Accept": "text/event-stream"}
+            headers = {"x-api-key": s.api_key.get_secret_value()}
             if s.organization_id:
                 headers["organization-id"] = s.organization_id
             if s.principal_user_id:
@@ -61,256 +67,285 @@ class XpertExpert(Expert):
             )
         return self._http
 
+    def _url(self, path: str) -> str:
+        return f"{self.settings.base_url}{path}"
+
     async def _thread(self, turn: TurnInput) -> str:
         if turn.expert_thread_id:
             return turn.expert_thread_id
-        body = {
-            "metadata": {
-                "gatewaySession": turn.session_id,
-                "integrationId": turn.integration_id,
-                "chatId": turn.chat_id,
-            }
-        }
-        async with self._session().post(f"{self.settings.base_url}/threads", json=body) as resp:
-            if resp.status not in (200, 201):
+        # assistant_id binds the thread (conversation) to the xpert (thread-create.handler.ts).
+        body = {"assistant_id": self.assistant_id, "metadata": {"title": turn.chat_id}}
+        async with self._session().post(self._url("/threads"), json=body) as resp:
+            if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
             data = await resp.json()
         return str(data["thread_id"])
 
-    def _state(self, turn: TurnInput) -> dict[str, Any]:
-        state: dict[str, Any] = dict(turn.state)
-        if turn.group_history:
-            state["group_history"] = [
-                {"name": m["name"], "text": m["text"]} for m in turn.group_history
-            ]
-        for key, value in turn.variables.items():
-            if not key.startswith("sys."):
-                state[key] = value
-        return state
+    def _changed_state(self, turn: TurnInput) -> dict[str, Any]:
+        """Declared conversation variables (and the group memory, under ``memoryVariable``)
+        whose value the thread does not have yet: XpertAI applies its own reducers to what the
+        input carries, so an unchanged value is never sent again (an append variable would grow
+        duplicated), and nothing goes under a name the agent did not declare."""
+        ours = {name: turn.state[name] for name in turn.declared_variables if name in turn.state}
+        memory = self.settings.memory_variable
+        if memory:
+            rules = turn.variables.get("memory.rules", "")
+            if rules or memory in turn.backend_state:
+                ours[memory] = rules
+        missing = object()
+        return {k: v for k, v in ours.items() if turn.backend_state.get(k, missing) != v}
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
-        body_input = {
-            "action": "send",
-            "message": {
-                "input": {
-                    "input": turn.text,
-                    "files": [a for a in turn.attachments if a.get("url")],
-                }
-            },
-            "state": self._state(turn),
-        }
-        async for event in self._turn(turn, body_input):
-            yield event
-
-    async def resume(
-        self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
-    ) -> AsyncIterator[RunEvent]:
-        body_input = {
-            "action": "resume",
-            "decision": {"type": decision},
-            "state": self._state(turn),
-        }
-        async for event in self._turn(turn, body_input):
-            yield event
-
-    async def _turn(self, turn: TurnInput, body_input: dict[str, Any]) -> AsyncIterator[RunEvent]:
         try:
             thread_id = await self._thread(turn)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             yield Finished("error", _user_error(exc))
             return
-        yield Started(run_id=turn.turn_id, thread_id=thread_id)
-        body = {
-            "assistant_id": self.assistant_id,
-            "input": body_input,
-            "context": {
-                "integrationId": turn.integration_id,
-                "chatId": turn.chat_id,
-                "senderId": turn.sender_id,
-            },
+        message: dict[str, Any] = {"input": _with_history(turn)}
+        if files := _files(turn):
+            message["files"] = files
+        body_input = {
+            "action": "send",
+            "message": {"clientMessageId": turn.turn_id, "input": message},
+            "state": self._changed_state(turn),
         }
-        try:
-            async for event in self._stream(turn, thread_id, body):
-                yield event
-                if isinstance(event, Finished):
-                    return
-        except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-            log.error("xpert run failed", error=str(exc), thread_id=thread_id)
-            yield Finished("error", _user_error(exc))
-            return
-        yield Finished("success")
-        self._runs.pop(turn.turn_id, None)
+        async for event in self._turn(turn, thread_id, body_input):
+            yield event
 
-    async def _stream(
-        self, turn: TurnInput, thread_id: str, body: dict[str, Any]
+    async def resume(
+        self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
     ) -> AsyncIterator[RunEvent]:
-        """Open the run (retrying connect errors before the first byte), then follow it; a
-        dropped stream is resumed from the last event id."""
-        s = self.settings
-        url = f"{s.base_url}/threads/{thread_id}/runs/stream"
-        last_id: str | None = None
-        run_id: str | None = None
-        asked = False  # on_interrupt and on_conversation_end(interrupted) ask only once
+        """Continue the interrupted run: ``target`` names its AI message and execution
+        (``{}`` would mean "the last AI message"; without it the server answers 400)."""
+        target = interrupt.get("target")
+        # No state: a resume applies none to the variables (invoke.handler.ts builds a
+        # Command from the decision); what changed goes with the next message.
+        body_input = {
+            "action": "resume",
+            "target": dict(target) if isinstance(target, dict) else {},
+            "decision": {"type": decision},
+        }
+        thread_id = turn.expert_thread_id
+        if not thread_id:
+            yield Finished("error", "The conversation this confirmation belongs to is gone.")
+            return
+        # The resumed run writes to the interrupted execution's stream, whose earlier frames
+        # (down to its "complete") the server would replay first without Last-Event-ID
+        # (redis-sse.service.ts normalizeStartId).
+        last_id = interrupt.get("lastEventId")
+        async for event in self._turn(
+            turn, thread_id, body_input, str(last_id) if last_id else None
+        ):
+            yield event
+
+    async def _turn(
+        self,
+        turn: TurnInput,
+        thread_id: str,
+        body_input: dict[str, Any],
+        last_id: str | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        yield Started(run_id=turn.turn_id, thread_id=thread_id)
+        if body_input.get("state"):
+            yield VariablesEvent(values=dict(body_input["state"]), mode="sent")
+        context = {
+            "integrationId": turn.integration_id,
+            "chatId": turn.chat_id,
+            "senderId": turn.sender_id,
+        }
+        body = {"assistant_id": self.assistant_id, "input": body_input, "context": context}
+        asked: Interrupt | None = None
+        while True:
+            run = _Run(thread_id, XpertStream(show_reasoning=self.settings.show_reasoning), last_id)
+            self._runs[turn.turn_id] = run
+            try:
+                async for event in self._follow(run, body):
+                    if isinstance(event, Interrupt):
+                        asked = event  # handed on at the end, with the run's last stream id
+                        continue
+                    yield event
+            except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("xpert run failed", error=str(exc), thread_id=thread_id)
+                run.stream.finished = Finished("error", _user_error(exc))
+            except asyncio.CancelledError:
+                raise  # Stop: cancel() still needs the run's ids
+            except BaseException:
+                self._runs.pop(turn.turn_id, None)
+                raise
+            self._runs.pop(turn.turn_id, None)
+            final = run.stream.finished or Finished("success")
+            left = [(cid, text) for cid, text in run.steers if cid not in run.stream.consumed]
+            if final.outcome != "success" or not left:
+                break
+            # The run ended before it took a steered message: XpertAI keeps it queued and runs
+            # it when a message with its clientMessageId is sent (persisted-follow-up.ts), so
+            # it is answered here, in the same card.
+            log.info("steered message not taken by the run; sending it", messages=len(left))
+            message = {
+                "clientMessageId": left[0][0],
+                "input": {"input": "\n".join(t for _, t in left)},
+            }
+            body = {**body, "input": {"action": "send", "message": message}}
+            last_id = None
+            yield TextDelta("\n\n")
+        if asked is not None and final.outcome == "interrupted":
+            yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
+        if run.stream.execution_id is not None:
+            # The agent's writes (and XpertAI's reducers) live in the thread: read them back.
+            values = await self._read_state(thread_id, turn)
+            if values:
+                yield VariablesEvent(values=values, mode="backend")
+        yield final
+
+    async def _follow(self, run: _Run, body: dict[str, Any]) -> AsyncIterator[RunEvent]:
+        """Open the run, then follow it; a dropped stream rejoins after the last event id, so
+        nothing is read twice. Keep-alive comments count as activity."""
+        s, stream = self.settings, run.stream
         delay = 0.5
         for attempt in range(s.connect_retries + 1):
+            headers = {"Last-Event-ID": run.last_id} if run.last_id else {}
             try:
-                if run_id is None:
-                    request = self._session().post(url, json=body)
+                if stream.execution_id is not None:  # the run started: rejoin it
+                    url = self._url(f"/threads/{run.thread_id}/runs/{stream.execution_id}/stream")
+                    request = self._session().get(url, headers=headers)
                 else:
-                    headers = {"Last-Event-ID": last_id} if last_id else {}
-                    request = self._session().get(
-                        f"{s.base_url}/threads/{thread_id}/runs/{run_id}/stream", headers=headers
-                    )
+                    url = self._url(f"/threads/{run.thread_id}/runs/stream")
+                    request = self._session().post(url, json=body, headers=headers)
                 async with request as resp:
-                    if resp.status != 200:
+                    if not 200 <= resp.status < 300:
                         raise await error_for(resp, "XpertAI")
-                    run_id = run_id or _run_id(resp)
-                    if run_id:
-                        self._runs[turn.turn_id] = (thread_id, run_id)
-                    events = read_sse(resp)
-                    while True:
+                    events = read_sse(resp, comments=True)
+                    while not stream.complete:
+                        # Once the run reported its end, only its "complete" frame is awaited
+                        # (a resume must read after it), and not for long.
+                        wait = END_GRACE_S if stream.finished else s.idle_timeout_seconds
                         try:
-                            sse = await asyncio.wait_for(anext(events), s.idle_timeout_seconds)
+                            sse = await asyncio.wait_for(anext(events), wait)
                         except StopAsyncIteration:
-                            return
+                            break
                         except TimeoutError:
                             # Abandon the connection: leaving the context manager normally
                             # would wait for a response the server is still holding open.
                             resp.close()
+                            if stream.finished:
+                                return
                             raise ExpertHttpError(
                                 f"XpertAI sent nothing for {s.idle_timeout_seconds:g} s."
                             ) from None
-                        last_id = sse.id or last_id
-                        for event in self._events(sse):
-                            if isinstance(event, Interrupt):
-                                if asked:
-                                    continue
-                                asked = True
-                            yield event
-                            if isinstance(event, Finished):
-                                return
-                        if sse.event == "complete":
-                            return
+                        if sse.event == COMMENT:
+                            continue  # a keep-alive: the run is alive
+                        run.last_id = sse.id or run.last_id
+                        for event in stream.feed(sse):
+                            if not isinstance(event, Finished):
+                                yield event
+                if stream.complete or stream.finished:
+                    return
+                if stream.execution_id is None:
+                    raise ExpertHttpError("XpertAI ended the stream before the run started.")
+                log.warning("xpert stream ended early; rejoining", run_id=stream.execution_id)
             except ExpertHttpError as exc:
                 if not exc.retryable or attempt == s.connect_retries:
                     raise
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                if attempt == s.connect_retries or (run_id is None and last_id is not None):
+                sent = not isinstance(exc, aiohttp.ClientConnectorError)
+                if attempt == s.connect_retries or (sent and stream.execution_id is None):
+                    # A run that may have started but whose id we never saw cannot be
+                    # rejoined, and starting it again could run it twice.
                     raise ExpertHttpError(
                         f"XpertAI connection lost ({type(exc).__name__})."
                     ) from exc
-                log.warning("xpert stream dropped; resuming", run_id=run_id, last_event=last_id)
+                log.warning(
+                    "xpert stream dropped; rejoining",
+                    run_id=stream.execution_id,
+                    last_event=run.last_id,
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 8)
 
-    def _events(self, sse: SseEvent) -> list[RunEvent]:
-        if sse.event == "complete" or not sse.data.strip():
-            return []
+    async def _read_state(self, thread_id: str, turn: TurnInput) -> dict[str, Any]:
+        """The declared variables as the thread holds them now (``GET /threads/{t}/state``
+        → ``values``); a failed read costs only the write-back."""
+        if not turn.declared_variables:
+            return {}
         try:
-            frame = json.loads(sse.data)
-        except json.JSONDecodeError:
-            return []
-        if frame.get("type") == "message":
-            return self._message(frame.get("data"))
-        if frame.get("type") == "event":
-            return _event(str(frame.get("event", "")), frame.get("data") or {})
-        return []
-
-    def _message(self, data: Any) -> list[RunEvent]:
-        if isinstance(data, str):
-            return [TextDelta(data)] if data else []
-        if isinstance(data, dict):
-            if data.get("type") == "text" and data.get("text"):
-                return [TextDelta(str(data["text"]))]
-            if data.get("type") == "reasoning" and self.settings.show_reasoning:
-                return [StepEvent("reasoning", "Reasoning", "running", str(data.get("text", "")))]
-        return []
-
-    supports_steer = True
+            async with self._session().get(self._url(f"/threads/{thread_id}/state")) as resp:
+                if not 200 <= resp.status < 300:
+                    raise await error_for(resp, "XpertAI")
+                data = await resp.json()
+        except (ExpertHttpError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.warning("xpert state read failed", error=str(exc), thread_id=thread_id)
+            return {}
+        values = data.get("values") if isinstance(data, dict) else None
+        if not isinstance(values, dict):
+            return {}
+        return {name: values[name] for name in turn.declared_variables if name in values}
 
     async def steer(self, turn: TurnInput, text: str) -> None:
-        """``follow_up`` / ``steer`` into the thread's running run (reference/xpertai.md §6)."""
-        ids = self._runs.get(turn.turn_id)
-        thread_id = ids[0] if ids else turn.expert_thread_id
-        if not thread_id:
-            raise ExpertHttpError("the run has no thread yet")
+        """``follow_up`` / ``steer`` aimed at the running execution (chat.handler.ts); the
+        server refuses it with 400 once that execution stopped running."""
+        run = self._runs.get(turn.turn_id)
+        if run is None or run.stream.execution_id is None:
+            raise ExpertHttpError("the run has not started yet")
+        # Without target.executionId the server would open a stray run that never ends.
+        client_id = uuid.uuid4().hex
         body = {
             "assistant_id": self.assistant_id,
             "input": {
                 "action": "follow_up",
                 "mode": "steer",
-                "message": {"input": {"input": text}},
+                "target": run.stream.target,
+                "message": {"clientMessageId": client_id, "input": {"input": text}},
             },
         }
         async with self._session().post(
-            f"{self.settings.base_url}/threads/{thread_id}/runs", json=body
+            self._url(f"/threads/{run.thread_id}/runs"), json=body
         ) as resp:
-            if resp.status not in (200, 201, 202):
+            if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
+        run.steers.append((client_id, text))
 
     async def cancel(self, turn: TurnInput) -> None:
-        ids = self._runs.pop(turn.turn_id, None)
-        if ids is None:
+        run = self._runs.pop(turn.turn_id, None)
+        if run is None or run.stream.execution_id is None:
             return
-        thread_id, run_id = ids
-        url = f"{self.settings.base_url}/threads/{thread_id}/runs/{run_id}/cancel"
+        execution = run.stream.execution_id
+        url = self._url(f"/threads/{run.thread_id}/runs/{execution}/cancel")
         try:
             async with self._session().post(url) as resp:
                 if resp.status >= 400:
-                    log.warning("xpert cancel refused", status=resp.status, run_id=run_id)
+                    log.warning("xpert cancel refused", status=resp.status, run_id=execution)
         except aiohttp.ClientError as exc:
-            log.warning("xpert cancel failed", error=str(exc), run_id=run_id)
+            log.warning("xpert cancel failed", error=str(exc), run_id=execution)
 
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
 
 
-def _run_id(resp: aiohttp.ClientResponse) -> str | None:
-    # Agent Protocol servers name the run in Content-Location: /threads/{tid}/runs/{run_id}
-    location = resp.headers.get("Content-Location", "")
-    if "/runs/" in location:
-        return location.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or None
-    return None
+def _with_history(turn: TurnInput) -> str:
+    """Recent group messages the bot saw but was not asked about go before the question, as the
+    XpertAI Lark plugin puts its group window into the prompt (not as an undeclared variable)."""
+    if not turn.group_history:
+        return turn.text
+    lines = "\n".join(f"- {m['name']}: {m['text']}" for m in turn.group_history)
+    return f"Recent messages in this group chat:\n{lines}\n\n{turn.text}"
 
 
-def _event(name: str, data: dict[str, Any]) -> list[RunEvent]:
-    ident = str(data.get("id") or data.get("tool_call_id") or data.get("run_id") or name)
-    if name == "on_tool_start":
-        return [ToolEvent(ident, str(data.get("name") or data.get("tool") or "tool"), "running")]
-    if name in ("on_tool_end", "on_tool_error"):
-        status: StepStatus = "done" if name == "on_tool_end" else "failed"
-        return [
-            ToolEvent(
-                ident,
-                str(data.get("name") or data.get("tool") or "tool"),
-                status,
-                str(data.get("error") or ""),
-            )
-        ]
-    if name == "on_chat_event":
-        title = str(data.get("title") or data.get("message") or data.get("name") or "Working")
-        raw = str(data.get("status") or "running").lower()
-        step: StepStatus = "running"
-        if raw in ("success", "done", "completed"):
-            step = "done"
-        elif raw in ("fail", "failed", "error"):
-            step = "failed"
-        return [StepEvent(ident, title, step, str(data.get("detail") or ""))]
-    if name == "on_interrupt":
-        prompt = str(data.get("message") or data.get("title") or "Please confirm to continue.")
-        return [Interrupt(prompt=prompt, data=data)]
-    if name == "on_conversation_end":
-        outcome: Outcome = END_STATUS.get(str(data.get("status", "success")), "error")
-        if outcome == "interrupted":
-            prompt = str((data.get("operation") or {}).get("message") or "Please confirm.")
-            return [Interrupt(prompt=prompt, data=data), Finished("interrupted")]
-        return [Finished(outcome, str(data.get("error") or ""))]
-    if name == "on_error":
-        return [Finished("error", str(data.get("error") or data.get("message") or "agent error"))]
-    if name == "on_state" and isinstance(data.get("state"), dict):
-        return [VariablesEvent(values=dict(data["state"]))]
-    return []
+def _files(turn: TurnInput) -> list[dict[str, Any]]:
+    """Pictures as ``{fileUrl: data:…, mimeType, name}``: XpertAI stores inline bytes as a file
+    asset for the run and does not fetch other URLs ("integrations should upload or inline the
+    bytes before dispatch", server-ai/src/xpert/commands/handlers/chat-file-assets.ts
+    readDataUrl, at most 25 MB)."""
+    files = []
+    for attachment in turn.attachments:
+        url = str(attachment.get("url") or "")
+        if not url.startswith("data:"):
+            continue
+        entry = {"fileUrl": url, "mimeType": attachment.get("mime") or url[5:].split(";")[0]}
+        if attachment.get("name"):
+            entry["name"] = attachment["name"]
+        files.append(entry)
+    return files
 
 
 def _user_error(exc: BaseException) -> str:

@@ -2,6 +2,9 @@
 -- KEYS: 1 session variables hash   ARGV: 1 ttl ms, then triples: name, reducer, json value
 -- Values are stored as JSON under "var.<name>". replace: overwrite; append: add to a list (a
 -- list value adds each item); merge: shallow-merge an object into the stored object.
+-- backend: the expert backend's own value after its reducers ran, stored as it is under
+-- "var.<name>" and, as what the backend holds, under "backend.<name>"; sent: only the latter
+-- (a value just handed to the backend, not to be sent again while unchanged).
 local function decode(raw)
   if not raw then return nil end
   local ok, value = pcall(cjson.decode, raw)
@@ -42,6 +45,10 @@ for i = 2, #ARGV, 3 do
     redis.call('HSET', KEYS[1], field, cjson.encode(current))
   elseif reducer == 'default' then
     redis.call('HSETNX', KEYS[1], field, raw)
+  elseif reducer == 'backend' then
+    redis.call('HSET', KEYS[1], field, raw, 'backend.' .. ARGV[i], raw)
+  elseif reducer == 'sent' then
+    redis.call('HSET', KEYS[1], 'backend.' .. ARGV[i], raw)
   else
     redis.call('HSET', KEYS[1], field, raw)
   end

@@ -1,0 +1,279 @@
+"""XpertAI run-stream frames -> run events.
+
+Every shape here was read in the server source (xpert-ai/xpert @5135ce25, paths under
+``packages/``), not guessed from the Agent Protocol:
+
+- A frame's ``data`` is ``{"type":"message","data":…}`` or ``{"type":"event","event":…,"data":…}``
+  (``contracts/src/ai/ai.model.ts`` ``TChatStreamPayload``); the last frame is ``event: complete``
+  with ``{"type":"complete"}`` (``server-ai/src/shared/stream/redis-sse.service.ts``).
+- Text is a string delta or ``{type:'text', text, id}``; reasoning is ``{type:'reasoning', text}``
+  (``server-ai/src/shared/agent/stream-text.ts`` ``createTextChunk``, ``xpert-agent/agent.ts``).
+- Tool calls are message components keyed by the tool call id: the first carries
+  ``data.category == 'Tool'``, ``tool``, ``title``, ``status:'running'``; later frames with the
+  same id carry only ``status`` (``success``/``fail``) and ``output``/``error``
+  (``xpert-agent/agent.ts``: ``on_tool_start``, ``on_tool_end``, the ``on_tool_error`` custom
+  event). ``on_tool_*`` events are never streamed to clients.
+- ``on_message_start.data`` is the AI message: ``id`` and ``executionId``, the run id that
+  ``/runs/{id}/cancel`` and ``/runs/{id}/stream`` take
+  (``xpert/commands/handlers/chat.handler.ts``).
+- ``on_chat_event.data`` is a step ``{id, title, message?, status?: running|success|fail}``, or one
+  of the typed events that are not steps (``contracts/src/ai/chat-event.model.ts``,
+  ``middleware_event`` in ``xpert-agent/agent.ts``).
+- ``on_interrupt.data`` is a ``TSensitiveOperation`` ``{messageId, tasks:[{name, info:{name, title,
+  description}, interrupts:[{value}], call}]}`` (``contracts/src/ai/chat.model.ts``).
+- ``on_conversation_end.data.status`` is the conversation status ``idle | interrupted | error``
+  (``xpert/commands/handlers/chat.handler.ts``): ``idle`` is a successful run.
+- ``on_error.data`` is ``{error}`` or a plain string (``TChatStreamErrorPayload``); an error
+  thrown while the run starts is Nest's own ``event: error`` frame with the plain message
+  (``@nestjs/core`` router-response-controller ``sse()``).
+- ``on_agent_end.data`` is an execution: ``totalTokens`` (the run's total, sub-agents included),
+  ``inputTokens`` / ``outputTokens`` (the last call's), ``totalPrice``, ``parentId`` for
+  sub-agents (``AgentEndStreamDTO`` in ``shared/stream/run-stream-payload.ts``;
+  ``xpert-agent-execution/model-usage.execution.ts``).
+- A cancelled run ends ``interrupted`` without an ``operation``
+  (``chat-conversation/commands/handlers/cancel-conversation.handler.ts``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.events import (
+    Finished,
+    Interrupt,
+    RunEvent,
+    StepEvent,
+    StepStatus,
+    TextDelta,
+    ToolEvent,
+    UsageEvent,
+)
+from gateway.experts.sse import SseEvent
+
+# on_chat_event types that are not steps of the run (contracts/src/ai/chat-event.model.ts).
+NOT_STEPS = frozenset(
+    {
+        "middleware_event",
+        "follow_up_consumed",
+        "thread_context_usage",
+        "conversation_title_summary",
+        "thread_goal_updated",
+        "thread_goal_cleared",
+        "sandbox",
+    }
+)
+STEP_STATUS: dict[str, StepStatus] = {"running": "running", "success": "done", "fail": "failed"}
+SUMMARY_CHARS = 200
+
+
+@dataclass
+class XpertStream:
+    """Folds one run's frames (the first stream and any rejoin) into run events."""
+
+    show_reasoning: bool = False
+    execution_id: str | None = None
+    ai_message_id: str | None = None
+    finished: Finished | None = None
+    complete: bool = False
+    consumed: set[str] = field(default_factory=set)  # clientMessageIds of steers taken in
+    _tools: dict[str, str] = field(default_factory=dict)  # tool call id -> title
+    _asked: bool = False
+    _reasoning: str = ""
+
+    def feed(self, sse: SseEvent) -> list[RunEvent]:
+        if sse.event == "complete":
+            self.complete = True
+            return []
+        if sse.event == "error":
+            # Nest's own frame for an error thrown while the run starts (a 201 stream with
+            # ``event: error`` and the plain message, then the end; no "complete").
+            self.finished = Finished("error", _short(sse.data or "XpertAI refused the run."))
+            return [self.finished]
+        if not sse.data.strip():
+            return []
+        try:
+            frame = json.loads(sse.data)
+        except json.JSONDecodeError:
+            return []
+        if not isinstance(frame, dict):
+            return []
+        if frame.get("type") == "complete":
+            self.complete = True
+            return []
+        if frame.get("type") == "message":
+            return self._message(frame.get("data"))
+        if frame.get("type") == "event":
+            events = self._event(str(frame.get("event") or ""), frame.get("data"))
+            for event in events:
+                if isinstance(event, Finished):
+                    self.finished = event
+            return events
+        return []
+
+    @property
+    def target(self) -> dict[str, str]:
+        """The run as a resume / steer ``target`` (``{}`` means "the last AI message")."""
+        target: dict[str, str] = {}
+        if self.ai_message_id:
+            target["aiMessageId"] = self.ai_message_id
+        if self.execution_id:
+            target["executionId"] = self.execution_id
+        return target
+
+    # --- messages ------------------------------------------------------------------------
+    def _message(self, data: Any) -> list[RunEvent]:
+        if isinstance(data, str):
+            return [TextDelta(data)] if data else []
+        if not isinstance(data, dict):
+            return []
+        kind = data.get("type")
+        if kind == "text":
+            text = data.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "reasoning":
+            if not self.show_reasoning:
+                return []
+            self._reasoning = (self._reasoning + str(data.get("text") or ""))[-SUMMARY_CHARS:]
+            return [StepEvent("reasoning", "Reasoning", "running", self._reasoning)]
+        if kind == "component":
+            return self._component(data)
+        return []
+
+    def _component(self, data: dict[str, Any]) -> list[RunEvent]:
+        ident = str(data.get("id") or "")
+        body = data.get("data")
+        if not ident or not isinstance(body, dict):
+            return []
+        known = ident in self._tools
+        if not known and body.get("category") != "Tool":
+            return []  # other components (dashboards, files) are not run steps
+        title = str(body.get("title") or self._tools.get(ident) or body.get("tool") or "Tool")
+        self._tools[ident] = title
+        status = STEP_STATUS.get(str(body.get("status") or "running"), "running")
+        summary = ""
+        if status == "failed":
+            summary = _short(body.get("error") or body.get("message") or "")
+        return [ToolEvent(ident, title, status, summary)]
+
+    # --- events --------------------------------------------------------------------------
+    def _event(self, name: str, data: Any) -> list[RunEvent]:
+        if name == "on_message_start" and isinstance(data, dict):
+            self.ai_message_id = str(data.get("id") or "") or self.ai_message_id
+            self.execution_id = str(data.get("executionId") or "") or self.execution_id
+            return []
+        if name == "on_chat_event" and isinstance(data, dict):
+            return self._chat_event(data)
+        if name == "on_interrupt" and isinstance(data, dict):
+            return self._interrupt(data)
+        if name == "on_conversation_end" and isinstance(data, dict):
+            status = str(data.get("status") or "")
+            if status == "interrupted":
+                operation = data.get("operation")
+                if not (isinstance(operation, dict) and operation.get("tasks")):
+                    # Interrupted with nothing to confirm: the run was cancelled
+                    # (cancel-conversation.handler.ts leaves no operation).
+                    return [Finished("cancelled")]
+                return [*self._interrupt(operation), Finished("interrupted")]
+            if status == "error":
+                return [Finished("error", _short(data.get("error") or "The agent failed."))]
+            return [Finished("success")]
+        if name == "on_error":
+            message = data.get("error") if isinstance(data, dict) else data
+            return [Finished("error", _short(message or "The agent failed."))]
+        if name == "on_agent_end" and isinstance(data, dict):
+            return _usage(data)
+        return []
+
+    def _chat_event(self, data: dict[str, Any]) -> list[RunEvent]:
+        if data.get("type") == "follow_up_consumed":
+            self.consumed.update(str(i) for i in data.get("clientMessageIds") or [])
+        if data.get("type") in NOT_STEPS or not data.get("title") or not data.get("id"):
+            return []
+        status = STEP_STATUS.get(str(data.get("status") or "running"), "running")
+        detail = _short(data.get("message") or "")
+        return [StepEvent(str(data["id"]), str(data["title"]), status, detail)]
+
+    def _interrupt(self, operation: Any) -> list[RunEvent]:
+        if self._asked:
+            return []
+        self._asked = True
+        operation = operation if isinstance(operation, dict) else {}
+        data: dict[str, Any] = {"target": self.target, "tasks": _task_names(operation)}
+        return [Interrupt(prompt=interrupt_prompt(operation), data=data)]
+
+
+def interrupt_prompt(operation: dict[str, Any]) -> str:
+    """What to ask the user, from ``tasks[].info.title/description`` (else the interrupt
+    message, else the tool name)."""
+    lines: list[str] = []
+    for task in operation.get("tasks") or []:
+        if not isinstance(task, dict):
+            continue
+        info: dict[str, Any] = task["info"] if isinstance(task.get("info"), dict) else {}
+        title = _text(info.get("title")) or _text(info.get("name"))
+        description = _text(info.get("description"))
+        if not (title or description):
+            for interrupt in task.get("interrupts") or []:
+                value = interrupt.get("value") if isinstance(interrupt, dict) else None
+                if isinstance(value, dict):
+                    title = title or _text(value.get("title"))
+                    description = description or _text(value.get("message"))
+        title = title or str(task.get("name") or "")
+        if title and description:
+            lines.append(f"{title}: {description}")
+        elif title or description:
+            lines.append(title or description)
+    return "\n".join(lines) or "Please confirm to continue."
+
+
+def _task_names(operation: dict[str, Any]) -> list[str]:
+    tasks = operation.get("tasks") or []
+    return [str(t["name"]) for t in tasks if isinstance(t, dict) and t.get("name")]
+
+
+def _text(value: Any) -> str:
+    """A plain or i18n (``{en_US, zh_Hans}``) text."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, dict):
+        for key in ("en_US", "zh_Hans"):
+            if isinstance(value.get(key), str):
+                return str(value[key]).strip()
+        for item in value.values():
+            if isinstance(item, str):
+                return item.strip()
+    return ""
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+def _usage(data: dict[str, Any]) -> list[RunEvent]:
+    """The run's usage from its root execution: ``totalTokens`` includes its sub-agents
+    (model-usage.execution.ts), so their own ends (with ``parentId``) are not added again.
+    ``inputTokens`` / ``outputTokens`` hold only the last model call, so the output is that
+    call's and the rest of the total counts as input."""
+    if data.get("parentId"):
+        return []
+    total = _int(data.get("totalTokens")) or _int(data.get("tokens"))
+    output = _int(data.get("outputTokens"))
+    if not total:
+        total = _int(data.get("inputTokens")) + output
+    if not total:
+        return []
+    cost = data.get("totalPrice")
+    return [
+        UsageEvent(
+            input_tokens=max(total - output, 0),
+            output_tokens=min(output, total),
+            cost=float(cost) if isinstance(cost, int | float) else 0.0,
+        )
+    ]
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and value > 0 else 0
