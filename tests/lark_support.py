@@ -157,6 +157,9 @@ class LarkHarness:
             return resp.status, await resp.json(content_type=None)
 
     async def post(self, payload: dict[str, Any], **kw: Any) -> tuple[int, Any]:
+        """Deliver ``payload`` as Lark would; a user's message is then known to the fake API
+        (it can be replied to, reacted to, downloaded from)."""
+        self.fake.receive(payload)
         return await self.post_raw(*sealed(payload, **kw))
 
     async def close(self) -> None:

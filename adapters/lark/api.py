@@ -143,7 +143,17 @@ class LarkApi:
             url, params={"type": kind}, headers={"Authorization": f"Bearer {token}"}
         ) as resp:
             if resp.status != 200:
-                raise LarkApiError(resp.status, "resource download failed", resp.status)
+                try:  # errors come as JSON: code 234003 key not in message, 234043 type refused
+                    err = await resp.json(content_type=None)
+                except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
+                    err = None
+                code = err.get("code") if isinstance(err, dict) else None
+                msg = str(err.get("msg", "")) if isinstance(err, dict) else ""
+                raise LarkApiError(
+                    code if isinstance(code, int) else resp.status,
+                    msg or "resource download failed",
+                    resp.status,
+                )
             data = await read_body(resp, max_bytes)
             return (data, body_type(resp)) if data is not None else None
 

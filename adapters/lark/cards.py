@@ -30,6 +30,7 @@ TOASTS = {
     "new": ("success", "Starting a new conversation"),
     "confirm": ("success", "Confirmed"),
     "reject": ("info", "Rejected"),
+    "retry": ("info", "Retrying…"),
 }
 CONTINUED = "\n\n_(continued below)_"
 # What a click shows at once: (header title, header template, note); None keeps it as it was.
@@ -38,6 +39,7 @@ CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
     "new": (None, None, "_This conversation has ended; your next message starts a new one._"),
     "confirm": ("Continuing…", "blue", None),
     "reject": ("Continuing…", "blue", None),
+    "retry": ("Retrying…", "blue", None),
 }
 
 

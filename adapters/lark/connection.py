@@ -50,10 +50,18 @@ def sdk_client() -> Any:
 
 
 class _Bridge:
-    """What the SDK calls an event handler: payload bytes in, callback answer out."""
+    """What the SDK calls an event handler: payload bytes in, callback answer out.
+
+    The SDK's ws client calls ``do_without_validation`` up to 1.5.x and
+    ``_do_without_validation`` from 1.6.0 on (lark_oapi/ws/client.py ``_handle_data_frame`` in
+    the 1.4.0-1.5.5 and 1.6.0-1.7.5 wheels); the bridge answers to both names.
+    """
 
     def __init__(self, conn: LongConnection) -> None:
         self.conn = conn
+
+    def do_without_validation(self, payload: bytes) -> dict[str, Any] | None:
+        return self._do_without_validation(payload)
 
     def _do_without_validation(self, payload: bytes) -> dict[str, Any] | None:
         data = json.loads(payload)

@@ -12,18 +12,21 @@ import re
 from typing import Any, Literal
 
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
-from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_STOP
+from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_RETRY, ACTION_STOP
 
 PLATFORM = "lark"
-ACTIONS = (ACTION_STOP, ACTION_NEW, ACTION_CONFIRM, ACTION_REJECT)
+# Every button Progress can carry: a click Lark gets a 4xx for shows the user an error.
+ACTIONS = (ACTION_STOP, ACTION_NEW, ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY)
 # message_type -> (attachment kind, content key holding the resource key)
 RESOURCES: dict[str, tuple[str, str]] = {
     "image": ("image", "image_key"),
     "file": ("file", "file_key"),
     "audio": ("audio", "file_key"),
     "media": ("video", "file_key"),
-    "sticker": ("image", "file_key"),
 }
+# Lark does not serve stickers ("暂不支持获取表情包资源", get message resource doc): a sticker is
+# no attachment, only a mark in the text, so no turn waits on a download that always fails.
+STICKER_TEXT = "[sticker]"
 
 
 _SPACES = re.compile(r"[ \t]{2,}")
@@ -180,6 +183,8 @@ def message_envelope(
         text = mentions.replace(str(content.get("text") or ""))
     elif msg_type == "post":
         text = _flatten_post(content, mentions, attachments)
+    elif msg_type == "sticker":
+        text = STICKER_TEXT
     elif msg_type in RESOURCES:
         kind, field = RESOURCES[msg_type]
         key = str(content.get(field) or "")

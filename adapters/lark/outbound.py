@@ -117,13 +117,18 @@ class LarkOutbound:
         chat_type = env.chat.type
         if self.settings.card_mode == "cardkit":
             try:
+                # A first state that is already final (a turn given up, an instant error) is
+                # the card's last: it is made without streaming mode, which nothing would close.
                 card_id = await self.api.create_card(
-                    render_card(progress, chat_type=chat_type, streaming=True)
+                    render_card(progress, chat_type=chat_type, streaming=not progress.final)
                 )
                 content = _json({"type": "card", "data": {"card_id": card_id}})
                 message_id = await self._send(env, "interactive", content, idempotency_key)
                 handle = f"ck:{card_id}:{message_id}"
-                self.pacer.state(handle).shape = self._shape(progress)
+                if progress.final:
+                    await self._finish(env, handle, progress)
+                else:
+                    self.pacer.state(handle).shape = self._shape(progress)
                 return handle
             except LarkApiError as exc:
                 if exc.rate_limited:
@@ -214,7 +219,8 @@ class LarkOutbound:
         card = clicked_card(json.loads(stored), action_id, turn_id)
         if card is not None and action_id == ACTION_NEW:
             # The turn is over and nothing renders this card again: the ended card is its state.
-            # (Stop / Confirm / Reject cards are PATCHed on by the renderer, which stores them.)
+            # (Stop / Confirm / Reject / Retry cards are PATCHed on by the renderer, which stores
+            # them; a retry runs again in the failed turn's card.)
             await self._remember(message_id, _json(card))
         return card
 

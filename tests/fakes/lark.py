@@ -1,9 +1,51 @@
 """A fake Lark OpenAPI and long-connection server (platforms.md §1.11), in aiohttp.
 
-It records every call, keeps the messages, reactions and CardKit cards it was asked to make,
-enforces what the real one enforces where tests depend on it (``uuid`` dedup, strictly
-increasing CardKit ``sequence``, ``update_multi`` on patched cards, a bearer token), and can
-inject rate-limit answers. The WebSocket speaks the SDK's protobuf frames (``pbbp2.Frame``).
+Over 300 lines: one fake server, whose every behaviour names the real source it comes from, kept
+together so the sources can be checked side by side. Sources (doc pages are open.feishu.cn; the
+same pages are mirrored with their ``source_url`` in the wxkingstar/doc-hub-mcp repository):
+
+- DOC-TOKEN  /document/server-docs/authentication-management/access-token/
+  tenant_access_token_internal
+  (lifetime 2 h; less than 30 min left -> a new token, both valid; else the same token)
+- DOC-ERR    /document/server-docs/api-call-guide/generic-error-code (99991661 no token,
+  99991663 invalid/expired token, 99991400 rate limited, 10014 app unauthorized)
+- DOC-RATE   /document/server-docs/api-call-guide/frequency-control (HTTP 429, or 400 on older
+  APIs, body 99991400, headers ``x-ogw-ratelimit-limit`` / ``x-ogw-ratelimit-reset``)
+- DOC-SEND   /document/server-docs/im-v1/message/create and .../message/reply (``uuid`` dedups for
+  1 h; 230020 frequency limit, 230025 too long: text 150 KB, card 30 KB; 230099 bad card)
+- DOC-PATCH  /document/server-docs/im-v1/message-card/patch (only cards the app sent; ``config``
+  must declare ``"update_multi": true`` before and after; 5 QPS per message -> 230020)
+- DOC-JSON2  /document/uAjLw4CM/ukzMukzMukzM/feishu-cards/card-json-v2-structure (2.0 cards:
+  ``update_multi`` defaults to true and only true is supported; ``streaming_mode`` default false)
+- DOC-CK-*   /document/cardkit-v1/card/create, card/settings, card/update, card-element/content
+  (schema 2.0 only 300303; update_multi false 300302; duplicate element_id 300301; >200
+  components 300305; >30 KB 200860; no such card 200740; ``sequence`` strictly increasing per
+  card across all these endpoints else 300317; streaming text only while ``streaming_mode`` is on
+  else 300309, 200850 once it timed out; only plain_text/markdown elements else 300310)
+- DOC-STREAM /document/uAjLw4CM/ukzMukzMukzM/feishu-cards/streaming-updates-openapi-overview
+  (while streaming_mode is on, a callback answer cannot update the card at once)
+- DOC-RES    /document/server-docs/im-v1/message/get-2 (get message resource: ``type`` image|file
+  else 234001; key not in that message 234003; "暂不支持获取表情包资源")
+- DOC-REACT  /document/server-docs/im-v1/message-reaction/create (+ emojis-introduce: the
+  emoji_type list; 231001 bad type, 231003 message not found)
+- DOC-CB     /document/feishu-cards/card-callback-communication (answer within 3 s; toast type
+  info|success|error|warning; card ``raw``/``template``; a non-200 answer shows the user error
+  200671, a malformed body 200672)
+- DOC-BOT    /document/client-docs/bot-v3/obtain-bot-info (``bot`` at top level, not in ``data``)
+- DOC-USER   /document/server-docs/contact-v3/user/get (41050 no user authority)
+- SDK        lark_oapi 1.7.5 ws/client.py, ws/model.py, ws/pb/pbbp2_pb2.py (endpoint body, frame
+  headers, ack = the same frame with ``{"code": ...}`` payload)
+- DOC-WS     /document/server-docs/event-subscription-guide/overview (long connection: handled
+  within 3 s without the SDK handler raising, else re-pushed after 15 s, 5 min, 1 h, 6 h, at most
+  4 times) and .../event-subscription-configure-/request-url-configuration-case (cluster mode:
+  one random client gets each push)
+
+Not traceable to a source (chosen here, marked ⚠ where used): the HTTP status of token errors
+(400); the code for a sticker download (the doc names none; 234043 "Unsupported message type"
+is the doc's code for types it refuses); the codes for PATCH without ``update_multi``, for an
+``update_multi: false`` 2.0 card sent inline, for a reply to an unknown message, for a wrong
+app secret and for PATCH of a message that is not the app's card; the 230020 answer carrying
+no rate-limit headers (the docs show none).
 """
 
 from __future__ import annotations
@@ -13,6 +55,7 @@ import itertools
 import json
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +66,24 @@ from adapters.lark.connection import sdk_client
 
 sdk_client()  # importing lark_oapi makes an event loop at import time; this closes it
 
-TOKEN = "t-fake"
 BOT_OPEN_ID = "ou_bot"
+APP_SECRET = "secret"
+TOKEN_LIFETIME_S = 7200  # DOC-TOKEN
+TOKEN_RENEW_S = 1800  # DOC-TOKEN: under 30 min left, a new token is issued
+CARD_BYTES = 30 * 1024  # DOC-SEND 230025, DOC-CK 200860
+TEXT_BYTES = 150 * 1024  # DOC-SEND 230025
+PATCH_QPS = 5  # DOC-PATCH
+TOAST_TYPES = {"info", "success", "error", "warning"}  # DOC-CB
+CARD_KINDS = {"raw", "template"}  # DOC-CB
+EMOJI = {"OK", "THUMBSUP", "Typing", "OnIt", "CheckMark", "Yes", "LGTM", "SMILE"}
+# message_type -> content fields holding downloadable keys (DOC-RES: image, file, audio, video)
+RESOURCE_FIELDS = {
+    "image": ("image_key",),
+    "file": ("file_key",),
+    "audio": ("file_key",),
+    "media": ("file_key", "image_key"),
+    "sticker": ("file_key",),
+}
 
 
 @dataclass
@@ -43,20 +102,29 @@ class Failure:
     status: int
     code: int
     times: int
+    reset: int
+
+
+def refuse(status: int, code: int, msg: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"code": code, "msg": msg}, status=status, headers=headers)
 
 
 class FakeLark:
-    def __init__(self) -> None:
+    def __init__(self, *, app_secret: str = APP_SECRET) -> None:
+        self.app_secret = app_secret
         self.calls: list[Call] = []
         self.messages: dict[str, dict[str, Any]] = {}
         self.by_uuid: dict[str, str] = {}
         self.reactions: dict[str, dict[str, str]] = {}  # reaction_id -> {message_id, emoji}
         self.cards: dict[str, dict[str, Any]] = {}
         self.users: dict[str, dict[str, Any]] = {}  # open_id -> contact profile
+        self.tokens: dict[str, float] = {}  # token -> monotonic expiry
         self.failures: list[Failure] = []
         self.acks: dict[str, dict[str, Any]] = {}
+        self.frames: dict[str, bytes] = {}  # pushed frames, for a re-push
         self.sockets: list[web.WebSocketResponse] = []
         self.endpoint_calls = 0
+        self._patches: dict[str, deque[float]] = {}
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -97,9 +165,51 @@ class FakeLark:
             await self._runner.cleanup()
 
     # --- test controls ---------------------------------------------------------------------
-    def fail(self, op: str, *, status: int = 200, code: int = 230020, times: int = 1) -> None:
-        """The next ``times`` calls of ``op`` answer ``status`` / ``code`` instead."""
-        self.failures.append(Failure(op, status, code, times))
+    def fail(
+        self,
+        op: str,
+        *,
+        status: int | None = None,
+        code: int = 230020,
+        times: int = 1,
+        reset: int = 0,
+    ) -> None:
+        """The next ``times`` calls of ``op`` answer ``code``. 99991400 comes as HTTP 429 with
+        the rate-limit headers (DOC-RATE; pass ``status=400`` for the older APIs' form); other
+        codes as HTTP 400 (DOC-SEND, DOC-PATCH list 230020 and 230099 under 400)."""
+        if status is None:
+            status = 429 if code == 99991400 else 400
+        self.failures.append(Failure(op, status, code, times, reset))
+
+    def expire_tokens(self) -> None:
+        """Two hours pass: every tenant token issued so far is invalid (DOC-TOKEN)."""
+        for token in self.tokens:
+            self.tokens[token] = 0.0
+
+    def receive(self, payload: dict[str, Any]) -> None:
+        """Lark knows every message a user sent: an ``im.message.receive_v1`` payload pushed to
+        the gateway is a message the API can then reply to, react to and download from."""
+        header = payload.get("header") or {}
+        if header.get("event_type") != "im.message.receive_v1":
+            return
+        msg = payload["event"]["message"]
+        self.messages.setdefault(
+            msg["message_id"],
+            {
+                "message_id": msg["message_id"],
+                "chat_id": msg["chat_id"],
+                "parent_id": None,
+                "msg_type": msg["message_type"],
+                "content": msg["content"],
+                "patches": 0,
+                "from_bot": False,
+            },
+        )
+
+    def end_streaming_by_timeout(self, cid: str) -> None:
+        """Lark closes a card's streaming mode by itself after a while (DOC-CK-content 200850)."""
+        self.cards[cid]["streaming"] = False
+        self.cards[cid]["timed_out"] = True
 
     def of(self, op: str) -> list[Call]:
         return [c for c in self.calls if c.op == op]
@@ -112,16 +222,38 @@ class FakeLark:
             return card
         return dict(content)
 
+    @staticmethod
+    def judge_callback(status: int, answer: Any) -> int | None:
+        """The error code the Lark client shows for a callback answer, or None (DOC-CB)."""
+        if status != 200:
+            return 200671
+        if not isinstance(answer, dict):
+            return 200672
+        toast, card = answer.get("toast"), answer.get("card")
+        if toast is not None and (
+            not isinstance(toast, dict) or toast.get("type") not in TOAST_TYPES
+        ):
+            return 200672
+        if card is not None and (not isinstance(card, dict) or card.get("type") not in CARD_KINDS):
+            return 200672
+        return None
+
     def apply_callback(self, message_id: str, answer: dict[str, Any]) -> None:
         """What Lark does with a callback answer that carries a card: the message shows it at
-        once (``{"type": "raw", "data": <card JSON 2.0>}``). Raises on a card it would refuse."""
+        once (``{"type": "raw", "data": <card JSON 2.0>}``). Raises on a card it would refuse,
+        and on a CardKit card still streaming (DOC-STREAM)."""
+        assert self.judge_callback(200, answer) is None, answer
         card = answer["card"]
         assert card["type"] == "raw", card
         content = json.dumps(card["data"])
-        assert self._bad_card({"msg_type": "interactive", "content": content}) is None
-        assert self.messages[message_id]["msg_type"] == "interactive"
+        msg = self.messages[message_id]
+        assert msg["msg_type"] == "interactive" and msg["from_bot"]
+        shown = json.loads(msg["content"])
+        if shown.get("type") == "card":
+            assert not self.cards[shown["data"]["card_id"]]["streaming"], "card is streaming"
+        assert self._bad_card("interactive", content) is None
         self.calls.append(Call("callback_card", "ANSWER", message_id, {}, card["data"]))
-        self.messages[message_id]["content"] = content
+        msg["content"] = content
 
     # --- helpers ---------------------------------------------------------------------------
     async def _enter(self, request: web.Request, op: str) -> tuple[Any, web.Response | None]:
@@ -129,17 +261,21 @@ class FakeLark:
         if request.can_read_body:
             body = await request.json()
         self.calls.append(Call(op, request.method, request.path, dict(request.query), body))
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return body, web.json_response({"code": 99991663, "msg": "invalid token"}, status=400)
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return body, refuse(400, 99991661, "Need a token")  # DOC-ERR; status ⚠
+        if self.tokens.get(auth.removeprefix("Bearer "), 0.0) <= time.monotonic():
+            return body, refuse(400, 99991663, "Invalid access token for authorization")  # ⚠
         for failure in self.failures:
             if failure.op == op and failure.times > 0:
                 failure.times -= 1
-                headers = {"x-ogw-ratelimit-reset": "0"} if failure.status == 429 else None
-                return body, web.json_response(
-                    {"code": failure.code, "msg": "injected"},
-                    status=failure.status,
-                    headers=headers,
-                )
+                headers = None
+                if failure.code == 99991400:  # DOC-RATE
+                    headers = {
+                        "x-ogw-ratelimit-limit": "50",
+                        "x-ogw-ratelimit-reset": str(failure.reset),
+                    }
+                return body, refuse(failure.status, failure.code, "injected", headers)
         return body, None
 
     @staticmethod
@@ -148,7 +284,7 @@ class FakeLark:
 
     def _new_message(self, body: dict[str, Any], chat_id: str, parent: str | None) -> str:
         key = body.get("uuid")
-        if key and key in self.by_uuid:
+        if key and key in self.by_uuid:  # DOC-SEND: one message per uuid within an hour
             return self.by_uuid[key]
         mid = f"om_fake{next(self._ids)}"
         self.messages[mid] = {
@@ -158,34 +294,52 @@ class FakeLark:
             "msg_type": body["msg_type"],
             "content": body["content"],
             "patches": 0,
+            "from_bot": True,
         }
         if key:
             self.by_uuid[key] = mid
         return mid
 
-    @staticmethod
-    def _bad_card(body: dict[str, Any]) -> str | None:
-        if body.get("msg_type") != "interactive":
+    def _bad_card(self, msg_type: str, content: str) -> tuple[int, str] | None:
+        """(code, msg) when Lark refuses this message body (DOC-SEND, DOC-JSON2)."""
+        limit = CARD_BYTES if msg_type in ("interactive", "post") else TEXT_BYTES
+        if len(content.encode()) > limit:
+            return 230025, "The length of the message content reaches its limit."
+        if msg_type != "interactive":
             return None
-        card = json.loads(body["content"])
-        if card.get("type") == "card":
-            return None
-        if card.get("schema") != "2.0" or card.get("config", {}).get("update_multi") is not True:
-            return "card must be JSON 2.0 with update_multi"
+        card = json.loads(content)
+        if card.get("type") == "card":  # a CardKit entity by id
+            known = card.get("data", {}).get("card_id") in self.cards
+            return None if known else (230099, "Failed to create card content.")  # ⚠
+        if card.get("schema") == "2.0" and card.get("config", {}).get("update_multi") is False:
+            return 230099, "Failed to create card content, update_multi must be true"  # ⚠
         return None
 
     # --- OpenAPI ---------------------------------------------------------------------------
     async def token(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.calls.append(Call("token", "POST", request.path, {}, body))
+        self.calls.append(Call("token", "POST", request.path, {}, {"app_id": body.get("app_id")}))
+        if body.get("app_secret") != self.app_secret:
+            return refuse(400, 10014, "app secret invalid")  # ⚠ (DOC-ERR: app unauthorized)
+        now = time.monotonic()
+        live = [(exp, tok) for tok, exp in self.tokens.items() if exp > now]
+        if live and max(live)[0] - now >= TOKEN_RENEW_S:  # DOC-TOKEN: the same token
+            expiry, token = max(live)
+        else:
+            token, expiry = f"t-fake{next(self._ids)}", now + TOKEN_LIFETIME_S
+            self.tokens[token] = expiry
         return web.json_response(
-            {"code": 0, "msg": "ok", "tenant_access_token": TOKEN, "expire": 7200}
+            {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": int(expiry - now)}
         )
 
     async def bot_info(self, request: web.Request) -> web.Response:
         _, error = await self._enter(request, "bot")
-        return error or web.json_response(
-            {"code": 0, "msg": "ok", "bot": {"open_id": BOT_OPEN_ID, "app_name": "Fake"}}
+        return error or web.json_response(  # DOC-BOT
+            {
+                "code": 0,
+                "msg": "ok",
+                "bot": {"activate_status": 2, "app_name": "Fake", "open_id": BOT_OPEN_ID},
+            }
         )
 
     async def user(self, request: web.Request) -> web.Response:
@@ -194,15 +348,15 @@ class FakeLark:
             return error
         profile = self.users.get(request.match_info["uid"])
         if request.query.get("user_id_type") != "open_id" or profile is None:
-            return web.json_response({"code": 41050, "msg": "no user authority"}, status=400)
+            return refuse(400, 41050, "no user authority")  # DOC-USER
         return self._ok({"user": profile})
 
     async def create(self, request: web.Request) -> web.Response:
         body, error = await self._enter(request, "create")
         if error:
             return error
-        if bad := self._bad_card(body):
-            return web.json_response({"code": 230099, "msg": bad}, status=400)
+        if bad := self._bad_card(body["msg_type"], body["content"]):
+            return refuse(400, *bad)
         mid = self._new_message(body, body["receive_id"], None)
         return self._ok({"message_id": mid, "chat_id": body["receive_id"]})
 
@@ -210,21 +364,36 @@ class FakeLark:
         body, error = await self._enter(request, "reply")
         if error:
             return error
-        if bad := self._bad_card(body):
-            return web.json_response({"code": 230099, "msg": bad}, status=400)
-        parent = request.match_info["mid"]
-        mid = self._new_message(body, "oc_unknown", parent)
-        return self._ok({"message_id": mid, "parent_id": parent})
+        parent = self.messages.get(request.match_info["mid"])
+        if parent is None:
+            return refuse(400, 230001, "invalid message_id")  # ⚠ (how-to-resolve-error-230001)
+        if bad := self._bad_card(body["msg_type"], body["content"]):
+            return refuse(400, *bad)
+        mid = self._new_message(body, parent["chat_id"], parent["message_id"])
+        return self._ok({"message_id": mid, "parent_id": parent["message_id"]})
 
     async def patch(self, request: web.Request) -> web.Response:
         body, error = await self._enter(request, "patch")
         if error:
             return error
-        msg = self.messages.get(request.match_info["mid"])
-        if msg is None or msg["msg_type"] != "interactive":
-            return web.json_response({"code": 230001, "msg": "not a card message"}, status=400)
-        if bad := self._bad_card({"msg_type": "interactive", "content": body["content"]}):
-            return web.json_response({"code": 230099, "msg": bad}, status=400)
+        mid = request.match_info["mid"]
+        msg = self.messages.get(mid)
+        if msg is None or msg["msg_type"] != "interactive" or not msg["from_bot"]:
+            return refuse(400, 230001, "not a card message sent by this app")  # ⚠ code
+        recent = self._patches.setdefault(mid, deque())
+        now = time.monotonic()
+        while recent and now - recent[0] >= 1.0:
+            recent.popleft()
+        if len(recent) >= PATCH_QPS:  # DOC-PATCH: 5 QPS per message
+            return refuse(400, 230020, "This operation triggers the frequency limit.")
+        if bad := self._bad_card("interactive", body["content"]):
+            return refuse(400, *bad)
+        before, after = json.loads(msg["content"]), json.loads(body["content"])
+        if before.get("type") != "card" and not all(
+            c.get("config", {}).get("update_multi") is True for c in (before, after)
+        ):  # DOC-PATCH: declared before and after
+            return refuse(400, 230099, "Failed to create card content, update_multi")  # ⚠ code
+        recent.append(now)
         msg["content"] = body["content"]
         msg["patches"] += 1
         return self._ok()
@@ -233,11 +402,13 @@ class FakeLark:
         body, error = await self._enter(request, "reaction_add")
         if error:
             return error
+        if request.match_info["mid"] not in self.messages:
+            return refuse(400, 231003, "The message is not found")  # DOC-REACT
+        emoji = body["reaction_type"]["emoji_type"]
+        if emoji not in EMOJI:
+            return refuse(400, 231001, "reaction type is invalid.")  # DOC-REACT
         rid = f"r_{uuid.uuid4().hex[:8]}"
-        self.reactions[rid] = {
-            "message_id": request.match_info["mid"],
-            "emoji": body["reaction_type"]["emoji_type"],
-        }
+        self.reactions[rid] = {"message_id": request.match_info["mid"], "emoji": emoji}
         return self._ok({"reaction_id": rid})
 
     async def delete_reaction(self, request: web.Request) -> web.Response:
@@ -249,35 +420,85 @@ class FakeLark:
 
     async def resource(self, request: web.Request) -> web.Response:
         _, error = await self._enter(request, "resource")
-        return error or web.Response(body=b"\x89PNG fake bytes", content_type="image/png")
+        if error:
+            return error
+        if request.query.get("type") not in ("image", "file"):
+            return refuse(400, 234001, "Invalid request param.")  # DOC-RES
+        msg, key = self.messages.get(request.match_info["mid"]), request.match_info["key"]
+        content = json.loads(msg["content"]) if msg else {}
+        if msg is not None and msg["msg_type"] == "sticker":  # DOC-RES: stickers not served
+            return refuse(400, 234043, "Unsupported message type.")  # ⚠ code
+        keys = [content.get(f) for f in RESOURCE_FIELDS.get(msg["msg_type"], ())] if msg else []
+        if msg is not None and msg["msg_type"] == "post":
+            text = json.dumps(content)
+            keys = [key] if f'"{key}"' in text else []
+        if key not in keys:
+            return refuse(400, 234003, "File not in message.")  # DOC-RES
+        return web.Response(body=b"\x89PNG fake bytes", content_type="image/png")
 
     # --- CardKit ---------------------------------------------------------------------------
+    @staticmethod
+    def _bad_entity(card: dict[str, Any], size: int) -> tuple[int, str] | None:
+        """DOC-CK-create / DOC-CK-update refusals of a card JSON."""
+        if card.get("schema") != "2.0":
+            return 300303, "Only schema 2.0 is supported"
+        if card.get("config", {}).get("update_multi") is False:
+            return 300302, "update_multi property is false"
+        if size > CARD_BYTES:
+            return 200860, "Card content exceeds limit."
+        ids: list[str] = []
+        stack: list[Any] = [card.get("body")]
+        count = 0
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                count += "tag" in node
+                if "element_id" in node:
+                    ids.append(node["element_id"])
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        if len(ids) != len(set(ids)):
+            return 300301, "Duplicate element_id in card component."
+        if count > 200:
+            return 300305, "The number of card components exceeds 200"
+        return None
+
     def _sequence(self, cid: str, body: dict[str, Any]) -> web.Response | None:
+        """One strictly increasing ``sequence`` per card, shared by all CardKit writes."""
         card = self.cards.get(cid)
         if card is None:
-            return web.json_response({"code": 300300, "msg": "no such card"}, status=400)
+            return refuse(400, 200740, "The card entity does not exist")
         seq = body.get("sequence")
-        if not isinstance(seq, int) or seq <= card["sequence"]:
+        if not isinstance(seq, int) or not 1 <= seq <= 2**31 - 1:
+            return refuse(400, 10002, "Your request contains an invalid request parameter.")
+        if seq <= card["sequence"]:
             card["rejected"].append(seq)
-            return web.json_response(
-                {"code": 300317, "msg": "sequence number compare failed"}, status=400
-            )
-        card["sequence"] = seq
-        card["sequences"].append(seq)
+            return refuse(400, 300317, "sequence number compare failed")
         return None
+
+    def _accept(self, cid: str, body: dict[str, Any]) -> None:
+        card = self.cards[cid]
+        card["sequence"] = body["sequence"]
+        card["sequences"].append(body["sequence"])
 
     async def card_create(self, request: web.Request) -> web.Response:
         body, error = await self._enter(request, "card_create")
         if error:
             return error
-        cid = f"70000000000000{next(self._ids):05d}"
+        if body.get("type") != "card_json":
+            return refuse(400, 10002, "Your request contains an invalid request parameter.")
         card = json.loads(body["data"])
+        if bad := self._bad_entity(card, len(body["data"].encode())):
+            return refuse(400, *bad)
+        cid = f"70000000000000{next(self._ids):05d}"
         self.cards[cid] = {
             "card": card,
             "sequence": 0,
             "sequences": [],
             "rejected": [],
-            "streaming": bool(card.get("config", {}).get("streaming_mode")),
+            "streaming": bool(card.get("config", {}).get("streaming_mode")),  # DOC-JSON2
+            "timed_out": False,
         }
         return self._ok({"card_id": cid})
 
@@ -288,9 +509,16 @@ class FakeLark:
         cid, eid = request.match_info["cid"], request.match_info["eid"]
         if bad := self._sequence(cid, body):
             return bad
-        for el in self.cards[cid]["card"]["body"]["elements"]:
-            if el.get("element_id") == eid:
-                el["content"] = body["content"]
+        entity = self.cards[cid]
+        if not entity["streaming"]:
+            if entity["timed_out"]:
+                return refuse(400, 200850, "Card streaming timeout")
+            return refuse(400, 300309, "Card streaming closed")
+        elements = [e for e in entity["card"]["body"]["elements"] if e.get("element_id") == eid]
+        if not elements or elements[0].get("tag") not in ("plain_text", "markdown"):
+            return refuse(400, 300310, "Only update text")
+        elements[0]["content"] = body["content"]
+        self._accept(cid, body)
         return self._ok()
 
     async def card_settings(self, request: web.Request) -> web.Response:
@@ -301,8 +529,14 @@ class FakeLark:
         if bad := self._sequence(cid, body):
             return bad
         config = json.loads(body["settings"]).get("config", {})
+        if config.get("update_multi") is False:
+            return refuse(400, 300302, "update_multi property is false")
         if "streaming_mode" in config:
             self.cards[cid]["streaming"] = bool(config["streaming_mode"])
+            self.cards[cid]["card"].setdefault("config", {})["streaming_mode"] = bool(
+                config["streaming_mode"]
+            )
+        self._accept(cid, body)
         return self._ok()
 
     async def card_update(self, request: web.Request) -> web.Response:
@@ -312,15 +546,22 @@ class FakeLark:
         cid = request.match_info["cid"]
         if bad := self._sequence(cid, body):
             return bad
-        self.cards[cid]["card"] = json.loads(body["card"]["data"])
+        card = json.loads(body["card"]["data"])
+        if bad := self._bad_entity(card, len(body["card"]["data"].encode())):
+            return refuse(400, *bad)
+        self.cards[cid]["card"] = card
+        # ⚠ inferred: the full card's config decides streaming_mode (absent = off, DOC-JSON2)
+        self.cards[cid]["streaming"] = bool(card.get("config", {}).get("streaming_mode"))
+        self._accept(cid, body)
         return self._ok()
 
-    # --- long connection -------------------------------------------------------------------
+    # --- long connection (SDK) ---------------------------------------------------------------
     async def ws_endpoint(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.endpoint_calls += 1
         self.calls.append(Call("ws_endpoint", "POST", request.path, {}, {"AppID": body["AppID"]}))
-        if not body.get("AppSecret"):
+        if body.get("AppSecret") != self.app_secret:
+            # SDK ws/const.py FORBIDDEN = 403; any code but 1 / 1000040343 is fatal for it
             return web.json_response({"code": 403, "msg": "forbidden"})
         url = f"ws://127.0.0.1:{self.port}/ws?device_id=d{self.endpoint_calls}&service_id=1"
         config = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0}
@@ -354,7 +595,9 @@ class FakeLark:
         return ws
 
     async def push(self, payload: dict[str, Any], *, kind: str = "event") -> str:
-        """Push one event frame to the first connected client; returns the frame's message id."""
+        """Push one event frame to the first connected client; returns the frame's message id.
+        A message event is also a message the API knows from then on (:meth:`receive`)."""
+        self.receive(payload)
         mid = f"ws_{uuid.uuid4().hex[:12]}"
         frame = Frame(SeqID=1, LogID=1, service=1, method=1)
         for key, value in (
@@ -366,8 +609,15 @@ class FakeLark:
         ):
             frame.headers.add(key=key, value=value)
         frame.payload = json.dumps(payload).encode()
-        await self.sockets[0].send_bytes(frame.SerializeToString())
+        self.frames[mid] = frame.SerializeToString()
+        await self.sockets[0].send_bytes(self.frames[mid])
         return mid
+
+    async def repush(self, mid: str) -> None:
+        """Send a frame again, as Lark does when its ack was not code 200 or came too late
+        (DOC-WS); the re-push goes to any one connected client (cluster mode)."""
+        self.acks.pop(mid, None)
+        await self.sockets[-1].send_bytes(self.frames[mid])
 
     async def wait_ack(self, mid: str, timeout: float = 5.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

@@ -4,12 +4,25 @@ updating the card by PATCH; duplicate callbacks are deduplicated (issue 3)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import pytest
+
 from tests.conftest import eventually
+from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.lark_support import answer, card_click, final_card, message_event, reply_to
+from tests.helpers import InProcessGateway
+from tests.lark_support import (
+    LarkHarness,
+    answer,
+    card_click,
+    final_card,
+    lark_config,
+    message_event,
+    reply_to,
+)
+from tests.test_experts import serve
 
 
 def buttons(card: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -132,3 +145,47 @@ async def test_click_on_an_unknown_or_cardkit_card_answers_a_toast_only(
     await eventually(final_card(fake, "om_k2", "Stopped"), timeout=20)
     status, body = await lark.post(card_click(value, message_id="om_unknown"))
     assert status == 200 and "card" not in body
+
+
+@pytest.fixture
+async def openai() -> AsyncIterator[tuple[FakeOpenAI, str]]:
+    model = FakeOpenAI()
+    async for url in serve(model.app()):
+        yield model, url + "/v1"
+
+
+async def test_retry_click_is_accepted_and_the_failed_turn_runs_again_in_its_card(
+    openai: tuple[FakeOpenAI, str], fake: FakeLark, prefix: str, redis_client: Any
+) -> None:
+    """Every button a card shows must be accepted: Retry on a failed turn's card used to be
+    answered 400 ("not a button of ours"), which Lark shows the user as an error."""
+    model, url = openai
+    model.fail_with = [500]
+    config = lark_config(prefix, fake, xpertId="gpt")
+    config["experts"] = [
+        {
+            "id": "gpt",
+            "kind": "openai",
+            "baseUrl": url,
+            "apiKey": OPENAI_KEY,
+            "model": "m",
+            "retries": 0,
+        }
+    ]
+    gw = InProcessGateway(config)
+    await gw.start()
+    lark = LarkHarness(fake, gw)
+    try:
+        await lark.post(message_event("try me", message_id="om_rt1"))
+        failed = await eventually(final_card(fake, "om_rt1", "Something went wrong"))
+        assert set(buttons(failed)) == {"retry", "new"}
+        card_id = reply_to(fake, "om_rt1")[0]
+        status, body = await lark.post(card_click(buttons(failed)["retry"], message_id=card_id))
+        assert status == 200 and body["toast"]["content"] == "Retrying…"
+        card = body["card"]["data"]
+        assert card["header"]["title"]["content"] == "Retrying…" and buttons(card) == {}
+        fake.apply_callback(card_id, body)
+        done = await eventually(final_card(fake, "om_rt1"), timeout=15)
+        assert answer(done) == "Echo: try me" and len(reply_to(fake, "om_rt1")) == 1
+    finally:
+        await lark.close()

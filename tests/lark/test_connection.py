@@ -3,6 +3,7 @@ events are acked only after durable intake, callbacks answer with their toast (i
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from adapters.lark.connection import _Bridge
 from gateway.cli import settings_model
 from gateway.settings import load_settings
 from tests.conftest import eventually
@@ -146,3 +148,54 @@ async def test_a_reload_that_changes_the_integration_replaces_its_connection(
     await eventually(replies)
     await eventually(lambda: not gateway.gateway.runner.active)
     assert len(replies()) == 1 and len(fake.sockets) == 1
+
+
+def test_the_bridge_answers_to_the_method_the_installed_sdk_calls() -> None:
+    """lark-oapi's ws client calls ``do_without_validation`` up to 1.5.x and
+    ``_do_without_validation`` from 1.6.0 on (read in the 1.4.0-1.7.5 wheels): whichever the
+    installed SDK calls, the bridge has it."""
+    import inspect
+    import re
+
+    import lark_oapi.ws.client as ws_client
+
+    source = inspect.getsource(ws_client.Client._handle_data_frame)
+    [called] = re.findall(r"self\._event_handler\.(\w+)\(", source)
+    assert callable(getattr(_Bridge, called))
+    assert callable(_Bridge.do_without_validation) and callable(_Bridge._do_without_validation)
+
+
+async def test_the_pre_1_6_method_name_ingests_and_answers_like_the_new_one(
+    gateway: InProcessGateway, fake: FakeLark, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """The SDK calls the handler from its own thread and loop; so does this test, by the name
+    lark-oapi 1.4.x-1.5.x uses."""
+    await eventually(readyz_connected(gateway))
+    bridge = _Bridge(gateway.gateway.adapters[INTEGRATION].connection)  # type: ignore[attr-defined]
+    event = message_event("old sdk", message_id="om_old1")
+    fake.receive(event)
+    assert await asyncio.to_thread(bridge.do_without_validation, json.dumps(event).encode()) is None
+    assert [k async for k in redis_client.scan_iter(match=f"{prefix}:*dedup*om_old1")]
+    value = {"conversation": f"{INTEGRATION}|p2p:oc_p2p1", "turnId": "t1", "action": "retry"}
+    click = json.dumps(card_click(value, message_id="om_card")).encode()
+    answer = await asyncio.to_thread(bridge.do_without_validation, click)
+    assert answer is not None and answer["toast"]["content"] == "Retrying…"
+
+
+async def test_a_re_pushed_frame_is_answered_again_and_makes_no_second_reply(
+    gateway: InProcessGateway, fake: FakeLark
+) -> None:
+    """Lark re-pushes what it thinks failed, and re-sends some events even after success
+    (event overview: "即使成功接收，仍会收到重复消息"): the same frame twice is one turn."""
+    await eventually(lambda: fake.sockets)
+    frame = await fake.push(message_event("twice over the socket", message_id="om_rp1"))
+    assert (await fake.wait_ack(frame))["code"] == 200
+    await fake.repush(frame)
+    assert (await fake.wait_ack(frame))["code"] == 200
+
+    def replies() -> list[Any]:
+        return [m for m in fake.messages.values() if m["parent_id"] == "om_rp1"]
+
+    await eventually(replies)
+    await eventually(lambda: not gateway.gateway.runner.active)
+    assert len(replies()) == 1

@@ -122,7 +122,6 @@ def test_post_is_flattened_with_links_images_and_locale_wrapper() -> None:
         ("file", {"file_key": "file_1", "file_name": "r.pdf"}, "file", "file_1"),
         ("audio", {"file_key": "au_1", "duration": 3}, "audio", "au_1"),
         ("media", {"file_key": "mv_1", "image_key": "thumb"}, "video", "mv_1"),
-        ("sticker", {"file_key": "st_1"}, "image", "st_1"),
     ],
 )
 def test_resource_messages_become_attachments(
@@ -130,6 +129,14 @@ def test_resource_messages_become_attachments(
 ) -> None:
     envelope = message_envelope("lk", message_event(message_type=msg_type, content=content), None)
     assert [(a.kind, a.key) for a in envelope.attachments] == [(kind, key)]
+
+
+def test_a_sticker_is_text_not_a_downloadable_image() -> None:
+    """Lark does not serve sticker resources (get message resource doc): a sticker reaches the
+    expert as the text "[sticker]", with no attachment to fetch."""
+    event = message_event(message_type="sticker", content={"file_key": "v2_sticker_1"})
+    envelope = message_envelope("lk", event, None)
+    assert envelope.attachments == () and envelope.text == "[sticker]"
 
 
 def test_bot_messages_are_marked_and_bad_content_rejected() -> None:
