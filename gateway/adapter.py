@@ -27,9 +27,12 @@ ENTRY_POINT_GROUP = "xpert_gateway.adapters"
 
 @dataclass(frozen=True, slots=True)
 class IngestOutcome:
-    """What became of an inbound event; adapters ack the platform only after this returns."""
+    """What became of an inbound event; adapters ack the platform only after this returns.
 
-    status: Literal["queued", "duplicate", "ignored", "busy", "handled"]
+    ``spooled``: Redis was unreachable, so the event went into the replica's local spool (on
+    disk); it goes into intake as soon as Redis answers again (``ingest_or_spool`` only)."""
+
+    status: Literal["queued", "duplicate", "ignored", "busy", "handled", "spooled"]
     reason: str = ""
 
 
@@ -39,9 +42,16 @@ class Ingest(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AdapterContext:
-    """Everything the core lends an adapter."""
+    """Everything the core lends an adapter.
+
+    ``ingest`` makes an event durable in Redis or raises (storage unavailable, shutting down):
+    the adapter then refuses the event, and the platform delivers it again. ``ingest_or_spool``
+    is for paths whose platform never delivers an event again (long connections such as
+    DingTalk stream and WeCom ``aibot_ws``): where ``ingest`` would raise, it keeps the event in
+    the local spool and returns ``spooled`` (ack it); it raises only when the spool is full."""
 
     ingest: Ingest
+    ingest_or_spool: Ingest
     timeline: TimelineStore
     records: RecordStore
     spawn: Callable[[Awaitable[Any]], None]

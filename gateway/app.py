@@ -26,6 +26,8 @@ from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
 from gateway.runner import Runner
 from gateway.settings import ConfigError, IntegrationBase, Settings
+from gateway.spool import store_identity
+from gateway.spooler import Spooler
 from sessions import (
     HistoryStore,
     KeyBuilder,
@@ -109,8 +111,22 @@ class Gateway:
             wake=self.flusher.wake,
             spawn=self.spawn,
         )
+        ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
+        # Long connections whose platform never delivers an event again spool it while Redis
+        # is unreachable; opened before the adapters start, so their events queue up behind
+        # what a previous run left spooled, and replayed once they are up (replies need them).
+        self.spooler = Spooler(
+            directory=s.data_dir / "spool",
+            store=store_identity(url, s.redis.key_prefix),
+            max_bytes=s.runtime.spool_max_bytes,
+            ingest=ingest,
+            store_raw=self._store_raw,
+        )
+        await self.spooler.open()
+        self.metrics.track_spool(self.spooler)
         context = AdapterContext(
-            ingest=self.metrics.wrap_ingest(self.pipeline.ingest),
+            ingest=ingest,
+            ingest_or_spool=self.spooler.ingest,
             timeline=self.timeline,
             records=RecordStore(client=client, keys=keys),
             spawn=self.spawn,
@@ -120,6 +136,7 @@ class Gateway:
         for integ in s.integrations:
             if integ.enabled:
                 await self._add_adapter(integ)
+        self.spooler.start()
         self._loops = [
             asyncio.create_task(self.flusher.run(), name="flusher"),
             asyncio.create_task(self._control_loop(), name="control"),
@@ -131,6 +148,10 @@ class Gateway:
             integrations=list(self.adapters),
             embedded_redis=self.redis.embedded is not None,
         )
+
+    def _store_raw(self, integration_id: str) -> bool:
+        integ = self.settings.integration(integration_id)
+        return integ is not None and integ.store_raw
 
     async def _add_adapter(self, integ: IntegrationBase) -> None:
         adapter = self.factories[integ.platform].create(settings=integ, context=self.context)
@@ -240,6 +261,7 @@ class Gateway:
             "stopping": self.stopping,
             "checks": checks,
             "activeRuns": len(self.runner.active),
+            "spool": self.spooler.state(),
         }
         return web.json_response(body, status=200 if ready else 503)
 
@@ -277,6 +299,8 @@ class Gateway:
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
+        # 4: the spool last (adapters may spool to the end); what it holds waits for a restart.
+        await self.spooler.close()
         if self.store is not None:
             await self.store.close()
         if self.redis is not None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
 from gateway.envelope import Envelope
 from gateway.settings import IntegrationBase
 
@@ -30,3 +33,15 @@ def scope_key(integration: IntegrationBase, envelope: Envelope) -> str:
         )
         return f"{base}:t:{thread or '-'}"
     return base
+
+
+_SCOPE = re.compile(r"^[^|]+\|(?P<type>p2p|group):(?P<chat>.+?)(?::[ut]:.*)?$", re.DOTALL)
+
+
+def chat_of(conversation: str) -> tuple[Literal["p2p", "group"], str] | None:
+    """The chat type and id a conversation id (integration + :func:`scope_key`) was made of;
+    for a click whose card record cannot be read (the card's buttons carry the conversation)."""
+    match = _SCOPE.match(conversation)
+    if match is None:
+        return None
+    return ("group" if match["type"] == "group" else "p2p"), match["chat"]

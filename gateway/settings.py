@@ -86,6 +86,12 @@ class RuntimeSettings(GatewayModel):
     poll_interval_ms: int = Field(
         200, ge=10, le=5000, description="How often the flusher looks for work of other replicas"
     )
+    spool_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="Bound of the local spool (dataDir/spool) that keeps long-connection events "
+        "while Redis is unreachable; 0 turns it off",
+    )
 
 
 class EchoExpertSettings(GatewayModel):
@@ -286,7 +292,8 @@ class Settings(GatewayModel):
     server: ServerSettings = Field(default_factory=ServerSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     data_dir: Path = Field(
-        Path(".gateway"), description="Embedded Redis data; relative to the working directory"
+        Path(".gateway"),
+        description="Embedded Redis data and the spool; relative to the working directory",
     )
     admin: AdminSettings = Field(default_factory=AdminSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 import structlog
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -153,6 +155,9 @@ async def connect_redis(
         url = await asyncio.to_thread(embedded.start)
     # A blocking pool waits (up to 5 s) for a free connection under load, where the default pool
     # fails at once with "Too many connections" - which the API would have turned into 503s.
+    # After Redis restarted, every pooled connection is dead: its next command fails with
+    # "Connection closed by server" although Redis is back. One retry on a fresh connection
+    # (redis-py's retry_on_error) makes that invisible; a Redis that is still down fails fast.
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         decode_responses=True,
@@ -161,6 +166,8 @@ async def connect_redis(
         socket_connect_timeout=5,
         socket_timeout=10,
         health_check_interval=30,
+        retry=Retry(NoBackoff(), 1),
+        retry_on_error=[RedisConnectionError],
     )
     client: aioredis.Redis = aioredis.Redis.from_pool(pool)  # the client owns (closes) the pool
     deadline = time.monotonic() + connect_timeout_s

@@ -101,6 +101,8 @@ async def test_no_webhook_and_flow_control_retry_until_the_answer_lands(dt: Harn
     fake, h = dt
     fake.flow_control("/v1.0/robot/groupMessages/send", times=2)
     fake.fail("/v1.0/robot/groupMessages/send", status=502, times=1)
+    # The robot send APIs' own throttling answer is a 400 (the-robot-sends-a-group-message).
+    fake.fail("/v1.0/robot/groupMessages/send", status=400, code="send.too.fast", times=1)
     await h.post(robot_message(fake, "busy day", group=True, webhook=False))
     _, final = await final_answer(fake)
     assert final["text"] == "You said:\n> busy day"
@@ -154,3 +156,33 @@ async def test_stop_link_cancels_the_running_turn(prefix: str, redis_client: Any
         final = await eventually(lambda: len(fake.sent()) >= 2 and fake.sent()[1])
         assert final["text"].endswith("*Stopped*")
         assert final["buttons"] == ["New conversation"]
+
+
+async def test_a_revoked_access_token_is_fetched_again(dt: Harness) -> None:
+    """An unknown or expired token is refused with 400 InvalidAuthentication (not 401)."""
+    fake, h = dt
+    await h.post(robot_message(fake, "first", webhook=False))
+    await final_answer(fake)
+    assert fake.token_requests == 1
+    fake.expire_tokens()
+    await h.post(robot_message(fake, "second", webhook=False))
+    await eventually(lambda: len(fake.sent()) >= 4)
+    assert fake.sent()[-1]["text"] == "You said:\n> second"
+    assert fake.token_requests == 2
+    refused = [c for c in fake.calls if c.status == 400]
+    assert len(refused) == 1 and refused[0].path == "/v1.0/robot/oToMessages/batchSend"
+
+
+async def test_a_long_cjk_answer_is_split_by_bytes(prefix: str, redis_client: Any) -> None:
+    """Each robot message stays within DingTalk's 15000-byte msgParam (the fake refuses more
+    with 400 invalidParameter.msgParam.tooLong); a CJK character counts 3 bytes."""
+    fast = [{"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 4000}]
+    async with running(prefix, experts=fast) as (fake, h):
+        text = "钉钉让进步发生，" * 1500  # 12000 characters, 36000 bytes
+        await h.post(robot_message(fake, text, group=True, webhook=False))
+        await eventually(lambda: len(fake.sent()) >= 4)
+        sends = fake.bodies("/v1.0/robot/groupMessages/send")
+        assert all(len(b["msgParam"].encode()) <= 15_000 for b in sends)
+        assert not [c for c in fake.calls if c.status >= 300]  # nothing was refused
+        answer = [m["text"] for m in fake.sent()[1:]]
+        assert len(answer) == 3 and "".join(answer) == f"You said:\n> {text}"

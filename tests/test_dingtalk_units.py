@@ -1,14 +1,25 @@
 """DingTalk pieces without the daemon: the sign (official-style vector §2.3), its window with an
-injected clock, action tokens, robot message parsing (§2.2) and message rendering."""
+injected clock, action tokens, robot message parsing (§2.2), message rendering and splitting by
+UTF-8 bytes, reading createAndDeliver answers, and which API errors are retried."""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import pytest
 
-from adapters.dingtalk.cards import Message, render_messages, split
+from adapters.dingtalk.api import DingTalkApiError
+from adapters.dingtalk.cards import (
+    MAX_PARAM_BYTES,
+    Message,
+    as_messages,
+    fit,
+    render_messages,
+    split,
+    utf8_json,
+)
 from adapters.dingtalk.crypto import (
     BadSignature,
     robot_sign,
@@ -17,6 +28,7 @@ from adapters.dingtalk.crypto import (
     verify_robot_sign,
 )
 from adapters.dingtalk.inbound import card_callback_params, robot_message
+from adapters.dingtalk.outbound import delivered
 from gateway.progress import Progress
 
 SECRET = "dt-app-secret"
@@ -166,12 +178,71 @@ def test_two_buttons_use_sample_action_card_2() -> None:
     assert body["msgtype"] == "actionCard" and len(body["actionCard"]["btns"]) == 2
 
 
-def test_long_answers_are_split_with_buttons_on_the_last() -> None:
-    answer = "\n\n".join(f"paragraph {i} " + "x" * 300 for i in range(40))
+def test_long_answers_are_split_by_bytes_with_buttons_on_the_last() -> None:
+    answer = "\n\n".join(f"paragraph {i} " + "x" * 600 for i in range(40))  # ~24 KB
     progress = Progress(turn_id="t", status="done", answer=answer)
     messages = render_messages(progress, lambda action: f"http://gw/{action}")
-    assert len(messages) > 1
-    assert all(len(m.text) <= 3500 for m in messages)
+    assert len(messages) == 2
+    assert all(m.size() <= MAX_PARAM_BYTES for m in messages)
     assert "\n\n".join(m.text for m in messages) == answer
-    assert [bool(m.buttons) for m in messages] == [False] * (len(messages) - 1) + [True]
-    assert split("short") == ["short"]
+    assert [bool(m.buttons) for m in messages] == [False, True]
+    assert split("short", 100) == ["short"] and split("", 100) == [""]
+
+
+def test_cjk_answers_are_measured_in_utf8_bytes() -> None:
+    """A message's msgParam holds at most 15000 bytes (the-robot-sends-a-group-message); a CJK
+    character is 3 of them, so the same number of characters needs three times the messages."""
+    cjk = "钉钉让进步发生。" * 2500  # 20000 characters, 60000 bytes
+    latin = "dingtalk" * 2500  # 20000 characters, 20000 bytes
+    cjk_messages = as_messages("答案", cjk)
+    assert len(as_messages("answer", latin)) == 2 and len(cjk_messages) == 5
+    assert "".join(m.text for m in cjk_messages) == cjk
+    for m in cjk_messages:
+        _key, param = m.openapi_param()
+        assert len(param.encode()) <= MAX_PARAM_BYTES
+        assert len(utf8_json(m.webhook_body())) <= MAX_PARAM_BYTES
+    assert all(len(m.text.encode()) > 14_000 for m in cjk_messages[:-1])  # the room is used
+
+
+def test_a_cut_never_tears_a_character_apart() -> None:
+    text = "e\u0301" * 700 + "👩\u200d💻" * 500 + "中\n" * 500
+    for budget in (101, 997, 4000):
+        pieces = split(text, budget)
+        assert "".join(pieces).replace("\n", "") == text.replace("\n", "")
+        for piece in pieces:
+            assert len(utf8_json(piece)) - 2 <= budget  # "\n" counts as the 2 bytes it takes
+            assert not unicodedata.combining(piece[0]) and piece[0] != "\u200d"
+            assert piece[-1] != "\u200d"
+    assert fit("中" * 500) == "中" * 332 + "…" and len(fit("中" * 500).encode()) <= 1000
+    assert fit("中" * 500, keep_end=True).startswith("…中")
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        ({"success": True, "result": {"deliverResults": [{"success": True}]}}, True),
+        ({"success": True, "result": {"deliverResults": [{"success": False}]}}, False),
+        (
+            {
+                "success": True,
+                "result": {"deliverResults": [{"success": False}, {"success": True}]},
+            },
+            True,
+        ),
+        ({"success": False, "result": {}}, False),
+        ({"success": True, "result": {}}, True),  # the doc's own example: nothing to go by
+    ],
+)
+def test_a_card_counts_as_shown_when_delivered_somewhere(
+    answer: dict[str, Any], shown: bool
+) -> None:
+    assert delivered(answer) is shown
+
+
+def test_which_api_errors_are_retried() -> None:
+    assert DingTalkApiError(403, "Forbidden.AccessDenied.QpsLimitForApi", "").refused is False
+    assert DingTalkApiError(400, "send.too.fast", "").refused is False
+    assert DingTalkApiError(502, "system.busy", "").refused is False
+    assert DingTalkApiError(0, "ClientConnectorError", "").refused is False
+    assert DingTalkApiError(400, "param.templateNotExist", "").refused is True
+    assert DingTalkApiError(403, "Forbidden.AccessDenied.ApiCountLimitForOrg", "").refused is True

@@ -11,7 +11,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from adapters.dingtalk.api import DingTalkApi
-from adapters.dingtalk.cards import Message, clicked_params, phase, render_messages
+from adapters.dingtalk.cards import as_messages, clicked_params, phase, render_messages
 from adapters.dingtalk.connection import StreamConnection, ack_error
 from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.inbound import (
@@ -21,6 +21,8 @@ from adapters.dingtalk.inbound import (
     ingest,
     robot_message,
     setup_routes,
+    storage_error,
+    where_from_params,
 )
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
@@ -121,7 +123,7 @@ class DingTalkAdapter(Adapter):
             )
             return 400, {"error": "bad message"}
         try:
-            outcome = await ingest(self.context, envelope)
+            outcome = await ingest(self.context, envelope, spool=True)
         except Unavailable as exc:
             log.warning(
                 "dingtalk message not stored",
@@ -144,7 +146,12 @@ class DingTalkAdapter(Adapter):
         """A card button (§2.6): its params carry action, conversation and turnId."""
         params = card_callback_params(data)
         track = str(data.get("outTrackId") or "")
-        where = await self.cards.where(track) if self.cards is not None and track else None
+        try:
+            where = await self.cards.where(track) if self.cards is not None and track else None
+        except Exception as exc:
+            if not storage_error(exc):
+                raise
+            where = where_from_params(params, str(data.get("userId") or ""))
         action = str(params.get("action") or "")
         if where is None or not action or not params.get("conversation"):
             log.info("card callback for an unknown card", integration_id=self.integration_id)
@@ -162,7 +169,7 @@ class DingTalkAdapter(Adapter):
             extras=where["extras"],
         )
         try:
-            await ingest(self.context, envelope)
+            await ingest(self.context, envelope, spool=True)
         except Unavailable:
             return ack_error()
         return 200, {
@@ -196,7 +203,10 @@ class DingTalkAdapter(Adapter):
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
         if self.cards is not None:
-            return await self.cards.create(reply_to, progress, idempotency_key)
+            card = await self.cards.create(reply_to, progress, idempotency_key)
+            if card is not None:
+                return card
+            # The card reached no chat: this turn is told in markdown messages instead.
         handle = f"md:{idempotency_key}"
         messages = render_messages(progress, self._links(reply_to, progress, handle))
         # A first state that is already final (a turn given up) is claimed as "final", so the
@@ -218,7 +228,7 @@ class DingTalkAdapter(Adapter):
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         title = text.splitlines()[0][:30] if text else "Xpert"
-        await self.sender.once(f"text:{idempotency_key}", [Message(title, text)], reply_to)
+        await self.sender.once(f"text:{idempotency_key}", as_messages(title, text), reply_to)
 
 
 async def _fetch(

@@ -1,9 +1,17 @@
 """The DingTalk OpenAPI client: access token (cached until shortly before expiry), robot and
-card calls, sessionWebhook posts; flow-control answers and 5xx back off and retry (§2.4-2.6)."""
+card calls, sessionWebhook posts; flow-control answers and 5xx back off and retry (§2.4-2.6).
+
+Error answers of ``api.dingtalk.com`` are ``{"code", "message", "requestid"}`` with an HTTP 4xx
+(https://open.dingtalk.com/document/development/server-api-error-codes-1): an expired or
+unknown access token is **400** ``InvalidAuthentication`` (not 401); throttling is 403
+``Forbidden.AccessDenied.Qps…/Qpm…`` (…/how-to-process-api-throttling-on-the-dingtalk-server),
+and the robot send APIs also throttle with 400 ``send.too.fast`` and its siblings
+(…/the-robot-sends-a-group-message)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -15,18 +23,26 @@ import structlog
 log = structlog.get_logger("adapters.dingtalk")
 
 TOKEN_MARGIN_S = 300  # refresh 5 min early, like the SDK (§2.4)
-# DingTalk throttling answers: HTTP 429, or 403 with a QPS/QPM "AccessDenied" code; robot
-# webhooks answer errcode 130101 ("send too fast") with HTTP 200.
-FLOW_CONTROL_CODES = ("QpsLimit", "QpmLimit", "FlowControl", "Throttling")
-WEBHOOK_THROTTLED = {130101, 130102}
-WEBHOOK_EXPIRED = {300001, 300002, 310000}
+FLOW_CONTROL_CODES = ("QpsLimit", "QpmLimit")  # 403 Forbidden.AccessDenied.{QpsLimitFor…}
+ROBOT_THROTTLED = {"send.too.fast", "send.byToken.tooFast", "too.many.group", "too.many.people"}
+TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fetch a new one
+# sessionWebhook answers are HTTP 200 with errcode: -1 "系统繁忙" and 410100 "发送速度太快而限流"
+# (…/custom-robots-send-group-messages); 130101/130102 are the older "send too fast" codes.
+WEBHOOK_RETRY = {-1, 410100, 130101, 130102}
+JSON_UTF8 = {"Content-Type": "application/json; charset=utf-8"}
 
 
 class DingTalkApiError(RuntimeError):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, request_id: str = "") -> None:
         super().__init__(f"DingTalk API {status} {code}: {message}")
         self.status = status
         self.code = code
+        self.request_id = request_id
+
+    @property
+    def refused(self) -> bool:
+        """A definite answer that the call was not carried out (not retried, not a timeout)."""
+        return 400 <= self.status < 500 and not _retryable(self.status, self.code)
 
 
 class WebhookGone(RuntimeError):
@@ -36,7 +52,14 @@ class WebhookGone(RuntimeError):
 def _retryable(status: int, code: str) -> bool:
     if status == 429 or status >= 500:
         return True
+    if status == 400 and code in ROBOT_THROTTLED:
+        return True
     return status == 403 and any(c.lower() in code.lower() for c in FLOW_CONTROL_CODES)
+
+
+def dumps(body: dict[str, Any]) -> bytes:
+    """UTF-8 JSON as DingTalk measures it: CJK stays 3 bytes, not a 6-byte ``\\uXXXX``."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class DingTalkApi:
@@ -96,28 +119,40 @@ class DingTalkApi:
     async def _call(
         self, method: str, path: str, body: dict[str, Any], *, auth: bool
     ) -> dict[str, Any]:
-        last: Exception | None = None
+        last: DingTalkApiError | None = None
         for attempt in range(self.attempts):
-            headers = {"x-acs-dingtalk-access-token": await self.access_token()} if auth else {}
+            headers = dict(JSON_UTF8)
+            if auth:
+                headers["x-acs-dingtalk-access-token"] = await self.access_token()
             try:
                 async with self.http.request(
-                    method, self.base + path, json=body, headers=headers
+                    method, self.base + path, data=dumps(body), headers=headers
                 ) as resp:
                     data = await resp.json(content_type=None) if resp.content_length != 0 else {}
                     data = data if isinstance(data, dict) else {}
                     if resp.status < 300:
                         return data
-                    code = str(data.get("code", ""))
-                    err = DingTalkApiError(resp.status, code, str(data.get("message", "")))
+                    err = DingTalkApiError(
+                        resp.status,
+                        str(data.get("code", "")),
+                        str(data.get("message", "")),
+                        str(data.get("requestid") or resp.headers.get("x-acs-request-id", "")),
+                    )
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 err = DingTalkApiError(0, type(exc).__name__, str(exc))
             last = err
-            if err.status == 401 and auth and attempt == 0:
+            if auth and attempt == 0 and (err.status == 401 or err.code in TOKEN_REFUSED):
                 self._token = None  # revoked or rotated: fetch a fresh one once
                 continue
             if err.status and not _retryable(err.status, err.code):
                 raise err
-            log.warning("dingtalk api retry", path=path, status=err.status, code=err.code)
+            log.warning(
+                "dingtalk api retry",
+                path=path,
+                status=err.status,
+                code=err.code,
+                request_id=err.request_id,
+            )
             await self._pause(attempt)
         assert last is not None
         raise last
@@ -126,17 +161,20 @@ class DingTalkApi:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works."""
         for attempt in range(self.attempts):
             try:
-                async with self.http.post(url, json=body) as resp:
+                async with self.http.post(url, data=dumps(body), headers=JSON_UTF8) as resp:
                     data = await resp.json(content_type=None)
                     status = resp.status
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 log.warning("sessionWebhook retry", error=type(exc).__name__)
                 await self._pause(attempt)
                 continue
-            errcode = int(data.get("errcode", 0)) if isinstance(data, dict) else -1
+            try:
+                errcode = int(data.get("errcode", 0)) if isinstance(data, dict) else -2
+            except (TypeError, ValueError):
+                errcode = -2
             if status < 300 and errcode == 0:
                 return
-            if status == 429 or status >= 500 or errcode in WEBHOOK_THROTTLED:
+            if status == 429 or status >= 500 or errcode in WEBHOOK_RETRY:
                 log.warning("sessionWebhook retry", status=status, errcode=errcode)
                 await self._pause(attempt)
                 continue

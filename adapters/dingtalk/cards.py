@@ -1,17 +1,26 @@
 """Progress -> DingTalk message bodies: markdown / actionCard (no template) and the AI card's
-template variables (with ``cardTemplateId``). See docs/dingtalk.md for the template."""
+template variables (with ``cardTemplateId``). See docs/dingtalk.md for the template.
+
+DingTalk measures sizes in UTF-8 bytes: a robot message's ``msgParam`` may hold at most
+15000 bytes ("长度限制 15000 字节以内", https://open.dingtalk.com/document/development/
+the-robot-sends-a-group-message; longer is 400 ``invalidParameter.msgParam.tooLong``) and a
+card's ``cardParamMap`` value at most 1 KB (…/create-and-deliver-cards). A CJK character is 3
+bytes, so a length in characters says little: long answers are split by bytes."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from gateway.progress import Progress
 
-MAX_TEXT = 3500  # stay well under DingTalk's markdown size limit; longer answers are split
+MAX_PARAM_BYTES = 15_000  # one robot message (msgParam / webhook body), see above
+CARD_VALUE_BYTES = 1_000  # one cardParamMap value ("最长不超过1KB"), with a little room
 STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌"}
 FLOW_STATUS = {"running": "2", "waiting": "4", "done": "3", "ended": "3"}  # else 5 = failed
 
@@ -38,6 +47,10 @@ class Message:
             )
         return {"msgtype": "actionCard", "actionCard": card}
 
+    def size(self) -> int:
+        """Bytes of the larger of the two wire forms (webhook body, OpenAPI msgParam)."""
+        return max(len(utf8_json(self.webhook_body())), len(self.openapi_param()[1].encode()))
+
     def openapi_param(self) -> tuple[str, str]:
         """(msgKey, msgParam) for the robot OpenAPI sends (§2.5)."""
         param: dict[str, str] = {"title": self.title, "text": self.text}
@@ -47,11 +60,13 @@ class Message:
             key = "sampleActionCard"
             param.update(singleTitle=self.buttons[0][0], singleURL=self.buttons[0][1])
         else:
-            key = f"sampleActionCard{len(self.buttons)}"
-            for i, (label, url) in enumerate(self.buttons, start=1):
+            # sampleActionCard2…5 hold 2…5 buttons; "6" is another layout (robot-message-type).
+            buttons = self.buttons[:5]
+            key = f"sampleActionCard{len(buttons)}"
+            for i, (label, url) in enumerate(buttons, start=1):
                 param[f"actionTitle{i}"] = label
                 param[f"actionURL{i}"] = url
-        return key, json.dumps(param, ensure_ascii=False)
+        return key, utf8_json(param).decode()
 
 
 def phase(progress: Progress) -> str | None:
@@ -65,15 +80,65 @@ def phase(progress: Progress) -> str | None:
     return None
 
 
-def split(text: str, limit: int = MAX_TEXT) -> list[str]:
-    """Cut at paragraph or line ends where possible."""
+def utf8_json(value: Any) -> bytes:
+    """Compact JSON in UTF-8 (a lone surrogate, which no wire carries, becomes "?")."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+
+
+def _json_size(char: str) -> int:
+    return len(utf8_json(char)) - 2  # inside a JSON string: "\n" is 2 bytes, "中" 3
+
+
+def _joined(text: str, i: int) -> bool:
+    """Whether a cut before ``text[i]`` would tear one visible character apart."""
+    return (
+        unicodedata.combining(text[i]) > 0 or text[i] in "\u200d\ufe0f" or (text[i - 1] == "\u200d")
+    )
+
+
+def split(text: str, budget: int) -> list[str]:
+    """Cut ``text`` into pieces of at most ``budget`` bytes as JSON-escaped UTF-8 (how
+    ``msgParam`` is measured), at paragraph or line ends where possible; a cut never falls
+    inside a character, nor between a character and its combining marks."""
     chunks: list[str] = []
-    while len(text) > limit:
-        cut = max(text.rfind("\n\n", 0, limit), text.rfind("\n", 0, limit))
-        cut = cut if cut > limit // 2 else limit
-        chunks.append(text[:cut].rstrip())
-        text = text[cut:].lstrip("\n")
-    return [*chunks, text]
+    while text:
+        sizes = list(accumulate(_json_size(c) for c in text))
+        if sizes[-1] <= budget:
+            break
+        fits = max(1, next(i for i, total in enumerate(sizes) if total > budget))
+        cut = max(text.rfind("\n\n", 0, fits), text.rfind("\n", 0, fits))
+        if cut > fits // 2:  # a paragraph or line end: the line break goes with the cut
+            chunks.append(text[:cut].rstrip())
+            text = text[cut:].lstrip("\n")
+            continue
+        cut = fits
+        while cut > 1 and _joined(text, cut):
+            cut -= 1
+        chunks.append(text[:cut])
+        text = text[cut:]
+    return [*chunks, text] if text or not chunks else chunks
+
+
+def fit(text: str, limit: int = CARD_VALUE_BYTES, *, keep_end: bool = False) -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes (at a character boundary), marked with "…"."""
+    if len(text.encode()) <= limit:
+        return text
+    room = limit - len("…".encode())
+    if keep_end:
+        tail = text.encode()[-room:].decode(errors="ignore")
+        return "…" + tail
+    return text.encode()[:room].decode(errors="ignore") + "…"
+
+
+def as_messages(title: str, text: str, buttons: tuple[tuple[str, str], ...] = ()) -> list[Message]:
+    """``text`` as one or more messages, each within MAX_PARAM_BYTES; the buttons go on the
+    last one (the room they take is kept free in every piece)."""
+    budget = MAX_PARAM_BYTES - Message(title, "", buttons).size()
+    chunks = split(text, budget)
+    return [
+        Message(title=title, text=chunk, buttons=buttons if i == len(chunks) - 1 else ())
+        for i, chunk in enumerate(chunks)
+    ]
 
 
 def render_messages(progress: Progress, link: Callable[[str], str] | None) -> list[Message]:
@@ -92,11 +157,7 @@ def render_messages(progress: Progress, link: Callable[[str], str] | None) -> li
     else:
         body = progress.answer or f"*{title}*"
     buttons = tuple((b.label, link(b.action_id)) for b in progress.buttons) if link else ()
-    chunks = split(body)
-    return [
-        Message(title=title, text=chunk, buttons=buttons if i == len(chunks) - 1 else ())
-        for i, chunk in enumerate(chunks)
-    ]
+    return as_messages(title, body, buttons)
 
 
 def steps_markdown(progress: Progress) -> str:
@@ -112,14 +173,15 @@ def card_params(progress: Progress) -> dict[str, str]:
     return {
         "flowStatus": FLOW_STATUS.get(progress.status, "5"),
         "status": progress.status,
-        "statusText": progress.title,
-        "steps": steps_markdown(progress),
-        "error": progress.error,
+        "statusText": fit(progress.title),
+        "steps": fit(steps_markdown(progress), keep_end=True),  # the latest steps matter
+        "error": fit(progress.error),
         "conversation": progress.conversation,
         "turnId": progress.turn_id,
         "showStop": _flag("stop" in buttons),
         "showConfirm": _flag("confirm" in buttons),
         "showReject": _flag("reject" in buttons),
+        "showRetry": _flag("retry" in buttons),
         "showNew": _flag("new" in buttons),
     }
 
@@ -137,12 +199,14 @@ def clicked_params(action_id: str) -> dict[str, str]:
         "new": "Conversation ended",
         "confirm": "Confirmed",
         "reject": "Rejected",
+        "retry": "Retrying…",
     }.get(action_id, "")
     return {
         "statusText": text,
         "showStop": "false",
         "showConfirm": "false",
         "showReject": "false",
+        "showRetry": "false",
         "showNew": "false",
     }
 

@@ -18,6 +18,7 @@ from adapters.dingtalk.crypto import BadSignature, verify_action, verify_robot_s
 from gateway.adapter import AdapterContext, IngestOutcome
 from gateway.envelope import Action, Attachment, Chat, Envelope, Mention, ReplyTo, Sender
 from gateway.pipeline import ShuttingDown
+from gateway.routing import chat_of
 from sessions import StoreUnavailable
 
 log = structlog.get_logger("adapters.dingtalk")
@@ -36,15 +37,23 @@ class Unavailable(RuntimeError):
     """Intake could not store the event; the platform should retry (HTTP 503 / ack 500)."""
 
 
-async def ingest(context: AdapterContext, envelope: Envelope) -> IngestOutcome:
+def storage_error(exc: Exception) -> bool:
+    return isinstance(exc, StoreUnavailable | ConnectionError | OSError) or type(
+        exc
+    ).__module__.startswith("redis")
+
+
+async def ingest(
+    context: AdapterContext, envelope: Envelope, *, spool: bool = False
+) -> IngestOutcome:
+    """``spool``: for stream events, which DingTalk never pushes again (platforms.md §2.1):
+    while Redis is unreachable they wait in the local spool (outcome ``spooled``)."""
     try:
-        return await context.ingest(envelope)
+        return await (context.ingest_or_spool if spool else context.ingest)(envelope)
     except ShuttingDown as exc:
         raise Unavailable("shutting down") from exc
-    except (StoreUnavailable, ConnectionError, OSError) as exc:
-        raise Unavailable("storage unavailable") from exc
     except Exception as exc:
-        if type(exc).__module__.startswith("redis"):
+        if storage_error(exc):
             raise Unavailable("storage unavailable") from exc
         raise
 
@@ -185,6 +194,17 @@ def card_callback_params(data: dict[str, Any]) -> dict[str, Any]:
     private = content.get("cardPrivateData") if isinstance(content, dict) else None
     params = private.get("params") if isinstance(private, dict) else None
     return params if isinstance(params, dict) else {}
+
+
+def where_from_params(params: dict[str, Any], user_id: str) -> dict[str, Any] | None:
+    """Where a click came from, read off the card's own ``conversation`` param: for when the
+    card's record cannot be read (Redis unreachable). Replies then go by OpenAPI."""
+    chat = chat_of(str(params.get("conversation") or ""))
+    if chat is None:
+        return None
+    group = chat[0] == "group"
+    extras = {"conversationId": chat[1], "conversationType": "2" if group else "1"}
+    return {"chatId": chat[1], "group": group, "extras": {**extras, "senderStaffId": user_id}}
 
 
 def token_event_id(token: str) -> str:

@@ -1,7 +1,13 @@
 """Replies: markdown / actionCard messages through the sessionWebhook while it is valid, else
 the robot OpenAPI (§2.5); and the AI card (createAndDeliver, streaming, instance updates, §2.6)
 when a template is configured. Every send is claimed in Redis first, so one idempotency key
-never makes a second message, across retries and replicas."""
+never makes a second message, across retries and replicas.
+
+createAndDeliver answers HTTP 200 even when the card reached no chat: each target space has
+its own ``result.deliverResults[{spaceType, spaceId, success, errorMsg, carrierId}]``
+(https://open.dingtalk.com/document/development/create-and-deliver-cards; SDK model
+``CreateAndDeliverResponseBody`` in aliyun/dingtalk-sdk card_1_0). A card delivered nowhere,
+or refused outright (a 4xx other than throttling), makes the turn fall back to markdown."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from typing import Any
 import structlog
 
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError, WebhookGone
-from adapters.dingtalk.cards import Message, card_content, card_params
+from adapters.dingtalk.cards import Message, card_content, card_params, fit
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 from sessions import RecordStore
@@ -27,10 +33,24 @@ CARD_NS = "dingtalk.card"
 SENT_TTL_MS = 24 * 3_600_000
 WEBHOOK_MARGIN_MS = 60_000  # don't start a post on a webhook about to expire
 BATCH_ATTEMPTS = 5
+CARD_EXISTS = "param.cardAlreadyExist"  # createAndDeliver with an outTrackId already used
 
 
 def reply_extras(envelope: Envelope) -> dict[str, Any]:
     return dict(envelope.reply_to.model_extra or {}) if envelope.reply_to else {}
+
+
+def delivered(answer: dict[str, Any]) -> bool:
+    """Whether a createAndDeliver answer shows the card in at least one chat. An answer
+    without ``deliverResults`` (the doc's own example is ``"result": {}``) counts as
+    delivered: showing nothing twice beats showing the answer twice."""
+    if answer.get("success") is False:
+        return False
+    result = answer.get("result")
+    spaces = result.get("deliverResults") if isinstance(result, dict) else None
+    if not isinstance(spaces, list) or not spaces:
+        return True
+    return any(isinstance(s, dict) and s.get("success") is True for s in spaces)
 
 
 def target(envelope: Envelope) -> tuple[bool, str, str]:
@@ -143,20 +163,23 @@ class CardOutbound:
         # handle -> (params, content) last shown, so unchanged parts are not re-sent.
         self._shown: dict[str, tuple[dict[str, str], str]] = {}
 
-    async def create(self, reply_to: Envelope, progress: Progress, key: str) -> str:
+    async def create(self, reply_to: Envelope, progress: Progress, key: str) -> str | None:
+        """Create and deliver the turn's card; its handle, or None when the card reached no
+        chat and the turn must go out as markdown. The outcome is kept with the claim, so a
+        retry (any replica) decides the same way and never sends the card twice."""
         track = f"xgw-{key}"[:64]
         handle = f"card:{track}"
-        if not await self.records.put_new(
-            SENT_NS, f"{self.integration_id}:{track}", "1", ttl_ms=SENT_TTL_MS
-        ):
-            return handle
+        claim = f"{self.integration_id}:{track}"
+        if not await self.records.put_new(SENT_NS, claim, "pending", ttl_ms=SENT_TTL_MS):
+            outcome = await self.records.get(SENT_NS, claim)
+            return None if outcome == "markdown" else handle
         group, conversation, staff = target(reply_to)
         params = card_params(progress)
         body: dict[str, Any] = {
             "cardTemplateId": self.template_id,
             "outTrackId": track,
             "callbackType": "STREAM",
-            "cardData": {"cardParamMap": {**params, "content": card_content(progress)}},
+            "cardData": {"cardParamMap": {**params, "content": fit(card_content(progress))}},
             "userIdType": 1,
         }
         if group:
@@ -172,16 +195,30 @@ class CardOutbound:
             }
         # Where a click on this card belongs (the callback names only the card).
         where = {"chatId": reply_to.chat.id, "group": group, "extras": reply_extras(reply_to)}
-        await self.records.put(
-            CARD_NS, f"{self.integration_id}:{track}", json.dumps(where), ttl_ms=self.card_ttl_ms
-        )
+        await self.records.put(CARD_NS, claim, json.dumps(where), ttl_ms=self.card_ttl_ms)
+        bound = log.bind(out_track_id=track, turn_id=progress.turn_id)
         try:
-            await self.api.call("POST", "/v1.0/card/instances/createAndDeliver", body)
+            answer = await self.api.call("POST", "/v1.0/card/instances/createAndDeliver", body)
+            shown = delivered(answer)
+        except DingTalkApiError as exc:
+            if exc.code == CARD_EXISTS:  # an earlier attempt created it; its answer was lost
+                shown = True
+            elif exc.refused:  # no card was made: the answer goes out as markdown
+                bound.warning("card refused", code=exc.code, request_id=exc.request_id)
+                shown = False
+            else:
+                await self.records.delete(SENT_NS, claim)
+                raise
         except BaseException:
-            await self.records.delete(SENT_NS, f"{self.integration_id}:{track}")
+            await self.records.delete(SENT_NS, claim)
             raise
+        await self.records.put(SENT_NS, claim, "card" if shown else "markdown", ttl_ms=SENT_TTL_MS)
+        if not shown:
+            await self.records.delete(CARD_NS, claim)
+            bound.warning("card delivered nowhere; replying with markdown")
+            return None
         self._shown[handle] = (params, card_content(progress))
-        log.info("card created", out_track_id=track, turn_id=progress.turn_id)
+        bound.info("card created")
         return handle
 
     async def update(self, handle: str, progress: Progress) -> None:
@@ -204,7 +241,8 @@ class CardOutbound:
                 },
             )
             self._shown[handle] = (params, shown_content or "")
-        if content != shown_content or progress.final:
+        # An empty content is refused (400 param.stream.contentEmpty, …/api-streamingupdate).
+        if content and (content != shown_content or progress.final):
             await self.api.call(
                 "PUT",
                 "/v1.0/card/streaming",
