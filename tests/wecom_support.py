@@ -1,5 +1,11 @@
 """Driving the daemon as WeCom does: signed, encrypted callbacks built with wechatpy (the SDK,
-not our adapter), and gateways wired to the fake WeCom server."""
+not our adapter), and gateways wired to the fake WeCom server (tests/fakes/wecom.py).
+
+Payload shapes: app callbacks are the encrypted XML of developer.work.weixin.qq.com/document/
+path/90238 (messages) and 90240 (``template_card_event`` with ``ResponseCode``), encrypted as
+90968 says (wechatpy's ``WeChatCrypto``); AI-bot callbacks are JSON ``{"encrypt": …}`` with an
+empty receive-id (101033), messages as 100719 shows them (``chatid`` only in groups) and events
+as 101027 does (``event.<eventtype>``, e.g. ``event.template_card_event``)."""
 
 from __future__ import annotations
 
@@ -193,7 +199,8 @@ async def post(
 def aibot_message(
     msg_id: str, msgtype: str, body: dict[str, Any], *, user: str = "alice", **extra: Any
 ) -> dict[str, Any]:
-    """An AI-bot message in a direct chat (a callback's body or a long-connection frame's)."""
+    """An AI-bot message in a direct chat (a callback's body or a long-connection frame's;
+    doc 100719, aibot-node-sdk src/types/message.ts)."""
     return {
         "msgid": msg_id,
         "aibotid": "aib-1",
@@ -206,7 +213,9 @@ def aibot_message(
 
 
 def aibot_click(msg_id: str, event_key: str, task_id: str) -> dict[str, Any]:
-    """alice's click on a template card button of the AI bot."""
+    """alice's click on a template card button of the AI bot, nested as doc 101027 shows it
+    (the node SDK's types put ``event_key``/``task_id`` on ``event`` itself; test_ws_link.py
+    sends that shape too)."""
     event = {"event_key": event_key, "task_id": task_id}
     return aibot_message(
         msg_id, "event", {"eventtype": "template_card_event", "template_card_event": event}

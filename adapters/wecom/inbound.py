@@ -180,21 +180,28 @@ def _json(text: str) -> web.Response:
     return web.Response(text=text, content_type="application/json")
 
 
-async def ingest(context: AdapterContext, envelope: Envelope) -> IngestOutcome | web.Response:
-    """Durable intake; storage trouble is a 503 so WeCom retries (it retries on non-200)."""
+def storage_error(exc: Exception) -> bool:
+    return isinstance(exc, StoreUnavailable | ConnectionError | OSError) or type(
+        exc
+    ).__module__.startswith("redis")
+
+
+async def ingest(
+    context: AdapterContext, envelope: Envelope, *, spool: bool = False
+) -> IngestOutcome | web.Response:
+    """Durable intake; storage trouble is a 503 so WeCom retries (it retries on non-200).
+    ``spool``: for the long connection, which never delivers a frame again: while Redis is
+    unreachable the event waits in the local spool (outcome ``spooled``)."""
     bound = log.bind(integration_id=envelope.integration_id, event_id=envelope.event_id)
     try:
-        outcome = await context.ingest(envelope)
+        outcome = await (context.ingest_or_spool if spool else context.ingest)(envelope)
     except ShuttingDown:
         return _fail(503, "shutting down")
-    except (StoreUnavailable, ConnectionError, OSError) as exc:
+    except Exception as exc:
+        if not storage_error(exc):
+            raise
         bound.warning("callback not stored", error=str(exc))
         return _fail(503, "storage unavailable")
-    except Exception as exc:
-        if type(exc).__module__.startswith("redis"):
-            bound.warning("callback not stored", error=str(exc))
-            return _fail(503, "storage unavailable")
-        raise
     bound.info("callback ingested", status=outcome.status, kind=envelope.kind)
     return outcome
 

@@ -81,8 +81,10 @@ def _app_click(integration_id: str, d: dict[str, Any]) -> Envelope | None:
     if value is None:
         return None
     user = str(d["FromUserName"])
-    # Events carry no MsgId: WeCom's advice is FromUserName + CreateTime (platforms.md §3.2).
-    event_id = f"{user}:{d.get('CreateTime')}"
+    # Events carry no MsgId: WeCom's advice is FromUserName + CreateTime (platforms.md §3.2). A
+    # retry repeats the whole event, so the card and button join them: two buttons clicked in
+    # the same second are two clicks, a retried delivery is one.
+    event_id = f"{user}:{d.get('CreateTime')}:{d.get('TaskId') or ''}:{d.get('EventKey') or ''}"
     return Envelope(
         integration_id=integration_id,
         platform="wecom",
@@ -200,10 +202,15 @@ def _aibot_click(
     event = m.get("event") or {}
     if event.get("eventtype") != "template_card_event":
         return None  # enter_chat, feedback_event: nothing for an expert to do
-    click = event.get("template_card_event") or {}
+    # Doc 101027 nests the click under the event type (``event.template_card_event``); the
+    # official node SDK's types put ``event_key``/``task_id`` on the event itself
+    # (aibot-node-sdk src/types/event.ts ``TemplateCardEventData``). Both are read.
+    nested = event.get("template_card_event")
+    click = nested if isinstance(nested, dict) and nested.get("event_key") else event
     value = parse_button_key(str(click.get("event_key") or ""))
     if value is None:
         return None
+    task_id = str(click.get("task_id") or event.get("task_id") or "")
     extra: dict[str, Any] = {"req_id": req_id} if req_id else {}
     return Envelope(
         integration_id=integration_id,
@@ -213,7 +220,7 @@ def _aibot_click(
         chat=Chat(id=chat_id, type="group" if group else "p2p"),
         sender=Sender(id=sender),
         bot_mentioned=True,
-        action=Action(id=value["action"], value=value, message_id=str(click.get("task_id") or "")),
+        action=Action(id=value["action"], value=value, message_id=task_id),
         reply_to=ReplyTo(message_id=msg_id, **extra),
         raw=m,
     )

@@ -43,6 +43,13 @@ class WeComIntegration(IntegrationBase):
         "note and the rest sent as a new message (WeCom stops polling at 6 minutes)",
     )
     ping_interval_seconds: float = Field(30, gt=0, description="aibot_ws application ping")
+    displaced_retry_seconds: float = Field(
+        300,
+        ge=1,
+        le=86_400,
+        description="aibot_ws: after WeCom gave the bot's connection to a client that is not "
+        "one of our replicas (disconnected_event), no replica connects for this long",
+    )
 
     @model_validator(mode="after")
     def _mode_fields(self) -> WeComIntegration:

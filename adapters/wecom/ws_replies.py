@@ -6,8 +6,15 @@ arrived, so each open stream has a watchdog: while the expert is silent it repea
 content every ``keepalive_s`` (a keep-alive frame), and when ``streamWindowSeconds`` is reached it
 finishes the stream with a note; the final answer then follows with ``aibot_send_msg``.
 
-A turn with a Stop button also gets a ``button_interaction`` template card (``aibot_send_msg``);
-a click on it is answered with ``aibot_respond_update_msg`` (``update_template_card``).
+A turn with a Stop button in a direct chat also gets a ``button_interaction`` template card
+(``aibot_send_msg``; WeCom sends cards only to direct chats); a click on it is answered with
+``aibot_respond_update_msg`` (``update_template_card``).
+
+Each frame waits for its ack (``ws_link``). A stream WeCom no longer takes (846608, "stream
+message update expired": ``WecomTeam/wecom-openclaw-plugin`` ``src/message-sender.ts``) is
+treated like one cut at the window's end: the answer follows with ``aibot_send_msg``. A click is
+an event, and an event's req_id cannot carry ``aibot_respond_msg`` (846605 "invalid req_id",
+same source), so texts answering a click go out with ``aibot_send_msg`` too.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import structlog
 from adapters.wecom import cards
 from adapters.wecom.aibot import CUT_NOTE, STREAM_TTL_MS
 from adapters.wecom.settings import WeComIntegration
+from adapters.wecom.ws_link import STREAM_EXPIRED, WsRefused
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 from sessions import RecordStore
@@ -36,7 +44,7 @@ NS = "wecom-ws"
 ONCE_TTL_MS = 120_000
 KEEPALIVE_S = 60.0  # the longest a stream goes without a frame; a third of a short window
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 
 @dataclass
@@ -53,6 +61,11 @@ class _Live:
 def req_id_of(reply_to: Envelope) -> str:
     extra = reply_to.reply_to.model_extra if reply_to.reply_to is not None else None
     return str((extra or {}).get("req_id") or "")
+
+
+def streamable(reply_to: Envelope) -> bool:
+    """A message's req_id can carry stream replies; an event's (a click) cannot (846605)."""
+    return bool(req_id_of(reply_to)) and reply_to.kind != "action"
 
 
 class WsReplies:
@@ -98,14 +111,23 @@ class WsReplies:
             "t" + hashlib.sha1(f"{self.settings.id}:{idempotency_key}".encode()).hexdigest()[:24]
         )
         await self.update_card(reply_to, stream_id, progress)
-        if req_id_of(reply_to) and progress.buttons and await self._once(f"card:{stream_id}"):
+        if (
+            streamable(reply_to)
+            and reply_to.chat.type == "p2p"
+            and progress.buttons
+            and await self._once(f"card:{stream_id}")
+        ):
             card = cards.template_card(progress, cards.task_id_for(idempotency_key))
-            await self._send_msg(reply_to, {"msgtype": "template_card", "template_card": card})
+            try:
+                await self._send_msg(reply_to, {"msgtype": "template_card", "template_card": card})
+            except WsRefused as exc:  # the stream goes on without the Stop card
+                log.warning("stop card refused", stream=stream_id, errcode=exc.errcode)
         return stream_id
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        if not req_id_of(reply_to):
-            # No inbound frame to answer (a scheduled task): only the final answer, as a message.
+        if not streamable(reply_to):
+            # No message to answer (a scheduled task, a click): only the final answer, as a
+            # message of its own.
             if progress.final and await self._once(f"late:{handle}"):
                 await self._send_markdown(reply_to, cards.final_text(progress))
             return
@@ -120,8 +142,10 @@ class WsReplies:
             if not progress.final and self._remaining(reply_to) <= 0:
                 await self._cut(handle, live, content)
                 return
-            await self._send(self._frame(reply_to, handle, content, progress.final))
-            live.content, live.sent_at = content, asyncio.get_running_loop().time()
+            if not await self._push(handle, live, content, progress.final):
+                if progress.final and await self._once(f"late:{handle}"):
+                    await self._send_markdown(reply_to, cards.final_text(progress))
+                return
             if progress.final:
                 self._end(handle, live)
             elif not any(t.get_name() == f"wecom-keepalive:{handle}" for t in self._watchdogs):
@@ -130,6 +154,20 @@ class WsReplies:
                 )
                 self._watchdogs.add(task)
                 task.add_done_callback(self._watchdogs.discard)
+
+    async def _push(self, handle: str, live: _Live, content: str, finish: bool) -> bool:
+        """One stream frame; False when WeCom takes no more frames on this stream (846608)."""
+        try:
+            await self._send(self._frame(live.reply_to, handle, content, finish))
+        except WsRefused as exc:
+            if exc.errcode != STREAM_EXPIRED:
+                raise
+            await self.records.put(NS, self._key("cut", handle), "1", ttl_ms=STREAM_TTL_MS)
+            self._end(handle, live)
+            log.info("stream expired at WeCom; the answer follows as a new message", stream=handle)
+            return False
+        live.content, live.sent_at = content, asyncio.get_running_loop().time()
+        return True
 
     def _remaining(self, reply_to: Envelope) -> float:
         return self.window_s - (datetime.now(UTC) - reply_to.received_at).total_seconds()
@@ -142,9 +180,9 @@ class WsReplies:
     async def _cut(self, handle: str, live: _Live, content: str) -> None:
         """The window is used up: finish the stream with a note; the answer follows later."""
         await self.records.put(NS, self._key("cut", handle), "1", ttl_ms=STREAM_TTL_MS)
-        await self._send(self._frame(live.reply_to, handle, content + CUT_NOTE, True))
-        self._end(handle, live)
-        log.info("stream window ending; the answer follows as a new message", stream=handle)
+        if await self._push(handle, live, content + CUT_NOTE, True):
+            self._end(handle, live)
+            log.info("stream window ending; the answer follows as a new message", stream=handle)
 
     async def _watch(self, handle: str, live: _Live) -> None:
         """Keep-alive frames while the expert is silent; the cut when the window runs out."""
@@ -161,8 +199,7 @@ class WsReplies:
                     if loop.time() >= deadline:
                         await self._cut(handle, live, live.content)
                     elif loop.time() >= live.sent_at + self.keepalive_s:
-                        await self._send(self._frame(live.reply_to, handle, live.content, False))
-                        live.sent_at = loop.time()
+                        await self._push(handle, live, live.content, False)
         except Exception as exc:  # Redis or socket trouble: the next progress update retries
             log.warning("stream keep-alive failed", stream=handle, error=str(exc))
             self._end(handle, live)
@@ -183,10 +220,16 @@ class WsReplies:
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         if not await self._once(f"text:{idempotency_key}"):
             return
-        if not req_id_of(reply_to):
+        if not streamable(reply_to):
             await self._send_markdown(reply_to, text)
             return
         stream_id = "x" + hashlib.sha1(idempotency_key.encode()).hexdigest()[:24]
+        await self._send(self._frame(reply_to, stream_id, text, True))
+
+    async def notice(self, reply_to: Envelope, text: str) -> None:
+        """One finished stream frame answering the event, sent without Redis (it is for when
+        the event could not be stored)."""
+        stream_id = "n" + hashlib.sha1(req_id_of(reply_to).encode()).hexdigest()[:24]
         await self._send(self._frame(reply_to, stream_id, text, True))
 
     # --- answers to events --------------------------------------------------------------------

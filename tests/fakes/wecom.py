@@ -1,22 +1,66 @@
-"""A fake WeCom server (platforms.md §3.7): gettoken, message/send (a response_code per
-interactive card), update_template_card (each response_code once), media/get, a response_url
-sink, encrypted AI-bot download links, and the AI-bot long connection. It records every call
-and can inject errors."""
+"""A fake WeCom server: the server API of a self-built app, the AI bot's ``response_url`` and
+encrypted download links, and (in :mod:`tests.fakes.wecom_ws`) the AI-bot long connection.
+
+Each behaviour names where it was learned (doc pages are developer.work.weixin.qq.com/document/
+path/<n>; [wechatpy] is the installed wechatpy 1.8.18):
+
+1. ``GET /cgi-bin/gettoken?corpid&corpsecret`` answers ``{errcode 0, errmsg "ok", access_token,
+   expires_in 7200}`` and, while that token is valid, the same token again [91039, and its older
+   text "有效期内重复获取返回相同结果"]. A wrong corpid is 40013, a wrong secret 40001 "不合法的
+   secret参数" [90455; older copies of 91039 show 40091 "secret is invalid"]; a missing one
+   41002/41004 (⚠ only in older copies of the global code list).
+2. Every API call checks ``access_token``: missing 41001, never issued 40014 "不合法的
+   access_token", issued but no longer valid 42001 "access_token已过期" [90455; wechatpy
+   ``WeChatErrorCode`` 41001/40014/42001]. ``expire_token()`` ends the current token early, as
+   WeCom may ("企业微信可能会出于运营需要，提前使access_token失效" [91039]).
+3. Frequency [90454]: each API is limited per corp per minute (default 10 000; ``limit()`` sets
+   a lower one for a test); over it the API answers 45009 and stays blocked for the rest of the
+   minute ("按分钟拦截则被屏蔽60秒"); ``minute_s`` shortens the minute. Messages to one member:
+   at most 30 a minute per app, "超过部分会被丢弃不下发": the call succeeds (⚠ the page does not
+   say whether an error is returned) and the message is recorded in ``dropped``, not ``sent``.
+4. ``POST /cgi-bin/message/send`` answers ``errcode, errmsg, invaliduser, msgid`` and, for the
+   interactive card types, a ``response_code`` [90236 as quoted in platforms.md §3.3]; a
+   ``template_card`` needs a ``task_id`` unique per app [90236; aibot-node-sdk types/api.ts].
+5. ``POST /cgi-bin/message/update_template_card`` consumes a ``response_code`` once, within 72 h
+   [94888: "一个code只能调用一次该接口，且只能在72小时内调用"]; ``issue_code()`` hands out the
+   fresh code a click callback carries [94888].
+6. ``GET /cgi-bin/media/get`` answers the bytes with their content type, or JSON 40007 "不合法的
+   media_id参数" [90455; wechatpy ``INVALID_MEDIA_ID``].
+7. The AI bot's ``response_url`` is ``/cgi-bin/aibot/response?response_code=…``, usable once and
+   for one hour [101138: "每个 response_url 用户可以调用接口一次，该 response_url 有效期为 1 个
+   小时"]; body ``{"msgtype": "markdown" | "template_card", …}`` [101138], another msgtype is
+   40008 "不合法的msgtype参数" [90455].
+8. AI-bot download links (valid five minutes [aibot-node-sdk types/message.ts]) serve the file
+   encrypted with AES-256-CBC, the IV the key's first 16 bytes, PKCS#7 padded to 32 bytes
+   [aibot-node-sdk src/crypto.ts ``decryptFile``], with its name in Content-Disposition
+   [aibot-node-sdk src/api.ts ``downloadFileRaw``].
+
+(Longer than 300 lines because each behaviour carries its source.)
+
+Not traced to a source: the errcodes for a reused ``task_id`` (``TASK_ID_EXISTS``) and a spent,
+expired or unknown ``response_code`` (``RESPONSE_CODE_USED``, also used for a spent
+``response_url``); whether a dropped over-quota message (3.) reports an error; the errmsg texts
+(WeCom's own carry a hint and a link; clients must not parse them [90455]). Not modelled: link
+and token expiry by time, IP allow-lists, the group robot webhook (the gateway does not use it).
+"""
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
+import time
+from collections import defaultdict, deque
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-# Codes the fake uses for what WeCom refuses; the real numbers for these two are not documented
-# in platforms.md (⚠), the adapter treats any non-token, non-rate-limit code the same way.
-TASK_ID_EXISTS = 40099
-RESPONSE_CODE_USED = 40098
+from tests.fakes.wecom_ws import FakeAibotSocket
+
+TASK_ID_EXISTS = 40099  # not traced (see the module docstring)
+RESPONSE_CODE_USED = 40098  # not traced
+FREQUENCY_LIMIT = 45009
+INTERACTIVE = {"button_interaction", "vote_interaction", "multiple_interaction"}
 
 
 class FakeWeCom:
@@ -30,25 +74,29 @@ class FakeWeCom:
     ) -> None:
         self.corp_id, self.secret = corp_id, secret
         self.bot_id, self.bot_secret = bot_id, bot_secret
-        self.token = "tok-1"
+        self.ws = FakeAibotSocket(bot_id=bot_id, bot_secret=bot_secret)
+        self.token = ""
+        self.tokens: dict[str, bool] = {}  # every token issued -> still valid
         self.token_fetches = 0
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sent: list[dict[str, Any]] = []
+        self.dropped: list[dict[str, Any]] = []
+        self.refusals: list[tuple[str, int]] = []  # (path, errcode) of refused API calls
         self.updates: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []
         self.task_ids: set[str] = set()
-        self.codes: dict[str, bool] = {}  # response_code -> used
-        self.failures: dict[str, list[int]] = {}
+        self.codes: dict[str, float] = {}  # unused response_code -> issued at
+        self.response_urls: dict[str, tuple[str, float]] = {}  # code -> (label, issued at)
         self.media: dict[str, tuple[bytes, str]] = {}  # media_id -> (data, content type)
         self.files: dict[str, bytes] = {}  # AI-bot download links: name -> ciphertext
         self.downloads: list[str] = []  # what was fetched: media ids and file names
+        self._names: dict[str, str] = {}  # download link -> file name
+        self.minute_s = 60.0
+        self.limits: dict[str, int] = {}
+        self._calls_at: dict[str, deque[float]] = defaultdict(deque)
+        self._blocked_until: dict[str, float] = {}
+        self._member_sends: dict[str, deque[float]] = defaultdict(deque)
         self._ids = itertools.count(1)
-        # long connection
-        self.sockets: list[web.WebSocketResponse] = []
-        self.frames: list[dict[str, Any]] = []
-        self.subscribes = 0
-        self.pings = 0
-        self.refuse_subscribe = False
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -60,126 +108,40 @@ class FakeWeCom:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/ws"
 
-    def fail_next(self, path: str, errcode: int, times: int = 1) -> None:
-        """The next ``times`` calls of ``path`` (e.g. ``message/send``) answer ``errcode``."""
-        self.failures.setdefault(path, []).extend([errcode] * times)
+    # --- knobs and views for tests ------------------------------------------------------------
+    def limit(self, path: str, per_minute: int, *, minute_s: float | None = None) -> None:
+        """A lower per-minute limit for ``path`` (e.g. ``message/send``), as WeCom applies."""
+        self.limits[path] = per_minute
+        if minute_s is not None:
+            self.minute_s = minute_s
 
     def expire_token(self) -> None:
-        self.token = f"tok-{next(self._ids)}-new"
-
-    def encrypted_link(self, data: bytes, key: bytes) -> str:
-        """An AI-bot download link to ``data`` encrypted as WeCom does: AES-256-CBC with
-        ``key``, the IV its first 16 bytes, PKCS#7 to a 32-byte block."""
-        pad = 32 - len(data) % 32
-        encryptor = Cipher(algorithms.AES(key), modes.CBC(key[:16])).encryptor()
-        name = f"f-{os.urandom(4).hex()}"
-        self.files[name] = encryptor.update(data + bytes([pad]) * pad) + encryptor.finalize()
-        return f"{self.base_url}/files/{name}"
+        """WeCom invalidates the current token early; the next gettoken issues a new one."""
+        self.tokens[self.token] = False
 
     def issue_code(self) -> str:
         """A response_code as a click callback carries one."""
         code = f"rc-{next(self._ids)}"
-        self.codes[code] = False
+        self.codes[code] = time.monotonic()
         return code
 
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/cgi-bin/gettoken", self._gettoken)
-        app.router.add_post("/cgi-bin/message/send", self._send)
-        app.router.add_post("/cgi-bin/message/update_template_card", self._update)
-        app.router.add_post("/response/{id}", self._response)
-        app.router.add_get("/cgi-bin/media/get", self._media)
-        app.router.add_get("/files/{name}", self._file)
-        app.router.add_get("/ws", self._ws)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    def response_url(self, label: str) -> str:
+        """A fresh ``response_url`` for an AI-bot callback; ``label`` names it in ``responses``."""
+        code = f"ru-{next(self._ids)}"
+        self.response_urls[code] = (label, time.monotonic())
+        return f"{self.base_url}/cgi-bin/aibot/response?response_code={code}"
 
-    async def stop(self) -> None:
-        for ws in list(self.sockets):
-            await ws.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    # --- HTTP API ------------------------------------------------------------------------------
-    async def _gettoken(self, request: web.Request) -> web.Response:
-        self.token_fetches += 1
-        q = request.query
-        if q.get("corpid") != self.corp_id or q.get("corpsecret") != self.secret:
-            return web.json_response({"errcode": 40013, "errmsg": "invalid corpid or secret"})
-        return web.json_response(
-            {"errcode": 0, "errmsg": "ok", "access_token": self.token, "expires_in": 7200}
-        )
-
-    async def _media(self, request: web.Request) -> web.Response:
-        """Bytes with their type, or (as WeCom does) a JSON error."""
-        media_id = request.query.get("media_id", "")
-        self.downloads.append(media_id)
-        if request.query.get("access_token") != self.token:
-            return web.json_response({"errcode": 42001, "errmsg": "access_token expired"})
-        if media_id not in self.media:
-            return web.json_response({"errcode": 40007, "errmsg": "invalid media_id"})
-        data, content_type = self.media[media_id]
-        return web.Response(body=data, content_type=content_type)
-
-    async def _file(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        self.downloads.append(name)
-        if name not in self.files:
-            return web.Response(status=404)
-        return web.Response(body=self.files[name], content_type="application/octet-stream")
-
-    async def _common(self, request: web.Request, path: str) -> tuple[dict[str, Any], int]:
-        body = await request.json()
-        self.calls.append((path, body))
-        queued = self.failures.get(path)
-        if queued:
-            return body, queued.pop(0)
-        if request.query.get("access_token") != self.token:
-            return body, 42001
-        return body, 0
-
-    async def _send(self, request: web.Request) -> web.Response:
-        body, code = await self._common(request, "message/send")
-        if code:
-            return web.json_response({"errcode": code, "errmsg": "injected"})
-        result: dict[str, Any] = {
-            "errcode": 0,
-            "errmsg": "ok",
-            "invaliduser": "",
-            "msgid": f"msg-{next(self._ids)}",
-        }
-        if body.get("msgtype") == "template_card":
-            task_id = body["template_card"]["task_id"]
-            if task_id in self.task_ids:
-                return web.json_response({"errcode": TASK_ID_EXISTS, "errmsg": "task_id exists"})
-            self.task_ids.add(task_id)
-            if body["template_card"]["card_type"] == "button_interaction":
-                result["response_code"] = self.issue_code()
-        self.sent.append(body)
-        return web.json_response(result)
-
-    async def _update(self, request: web.Request) -> web.Response:
-        body, code = await self._common(request, "message/update_template_card")
-        if code:
-            return web.json_response({"errcode": code, "errmsg": "injected"})
-        rc = body.get("response_code")
-        if rc not in self.codes or self.codes[rc]:
-            return web.json_response(
-                {"errcode": RESPONSE_CODE_USED, "errmsg": "response_code used"}
-            )
-        self.codes[rc] = True
-        self.updates.append(body)
-        return web.json_response({"errcode": 0, "errmsg": "ok", "invaliduser": []})
-
-    async def _response(self, request: web.Request) -> web.Response:
-        self.responses.append({"id": request.match_info["id"], **(await request.json())})
-        return web.json_response({"errcode": 0, "errmsg": "ok"})
+    def encrypted_link(self, data: bytes, key: bytes, name: str = "file.bin") -> str:
+        """An AI-bot download link to ``data`` encrypted as WeCom does (docstring, 8.)."""
+        pad = 32 - len(data) % 32
+        encryptor = Cipher(algorithms.AES(key), modes.CBC(key[:16])).encryptor()
+        link = f"f-{os.urandom(4).hex()}"
+        self.files[link] = encryptor.update(data + bytes([pad]) * pad) + encryptor.finalize()
+        self._names[link] = name
+        return f"{self.base_url}/files/{link}"
 
     def texts(self, touser: str | None = None) -> list[str]:
-        """Markdown and text messages sent, in order."""
+        """Markdown and text messages delivered, in order."""
         out = []
         for m in self.sent:
             if touser is not None and m.get("touser") != touser:
@@ -191,56 +153,174 @@ class FakeWeCom:
     def cards(self) -> list[dict[str, Any]]:
         return [m["template_card"] for m in self.sent if m.get("msgtype") == "template_card"]
 
-    # --- AI-bot long connection ------------------------------------------------------------------
-    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        self.sockets.append(ws)
-        try:
-            async for msg in ws:
-                if msg.type != WSMsgType.TEXT:
-                    break
-                frame = json.loads(msg.data)
-                self.frames.append(frame)
-                await self._on_frame(ws, frame)
-        finally:
-            if ws in self.sockets:
-                self.sockets.remove(ws)
-        return ws
+    # The long connection's views, kept here so tests read one object.
+    @property
+    def frames(self) -> list[dict[str, Any]]:
+        return self.ws.frames
 
-    async def _on_frame(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
-        req_id = frame.get("headers", {}).get("req_id", "")
-        cmd = frame.get("cmd")
-        ok = {"headers": {"req_id": req_id}, "errcode": 0, "errmsg": "ok"}
-        if cmd == "aibot_subscribe":
-            body = frame.get("body", {})
-            if self.refuse_subscribe or (body.get("bot_id"), body.get("secret")) != (
-                self.bot_id,
-                self.bot_secret,
-            ):
-                await ws.send_json({**ok, "errcode": 40058, "errmsg": "bad secret"})
-                return
-            self.subscribes += 1
-            # One connection per bot: a new subscription kicks the previous one (§3.5 ⚠).
-            for other in [s for s in self.sockets if s is not ws]:
-                await other.send_json({"cmd": "disconnected_event", "headers": {"req_id": ""}})
-                await other.close()
-        elif cmd == "ping":
-            self.pings += 1
-        await ws.send_json(ok)
+    @property
+    def subscribes(self) -> int:
+        return self.ws.subscribes
 
-    async def push(self, cmd: str, body: dict[str, Any], req_id: str) -> None:
-        await self.sockets[-1].send_json({"cmd": cmd, "headers": {"req_id": req_id}, "body": body})
+    @property
+    def pings(self) -> int:
+        return self.ws.pings
+
+    async def push(self, cmd: str, body: dict[str, Any], req_id: str | None = None) -> str:
+        return await self.ws.push(cmd, body, req_id)
 
     async def drop(self) -> None:
-        """The server closes every socket (the client must reconnect)."""
-        for ws in list(self.sockets):
-            await ws.close()
+        await self.ws.drop()
 
     def stream_frames(self, req_id: str | None = None) -> list[dict[str, Any]]:
-        return [
-            f
-            for f in self.frames
-            if f.get("cmd") == "aibot_respond_msg"
-            and (req_id is None or f["headers"]["req_id"] == req_id)
-        ]
+        return self.ws.stream_frames(req_id)
+
+    # --- server -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/cgi-bin/gettoken", self._gettoken)
+        app.router.add_post("/cgi-bin/message/send", self._send)
+        app.router.add_post("/cgi-bin/message/update_template_card", self._update)
+        app.router.add_post("/cgi-bin/aibot/response", self._response)
+        app.router.add_get("/cgi-bin/media/get", self._media)
+        app.router.add_get("/files/{name}", self._file)
+        app.router.add_get("/ws", self.ws.handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        await self.ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @staticmethod
+    def _error(errcode: int, errmsg: str) -> web.Response:
+        return web.json_response({"errcode": errcode, "errmsg": errmsg})
+
+    async def _gettoken(self, request: web.Request) -> web.Response:
+        self.token_fetches += 1
+        corp_id, secret = request.query.get("corpid"), request.query.get("corpsecret")
+        if not corp_id:
+            return self._error(41002, "corpid missing")
+        if not secret:
+            return self._error(41004, "corpsecret missing")
+        if corp_id != self.corp_id:
+            return self._error(40013, "invalid corpid")
+        if secret != self.secret:
+            return self._error(40001, "invalid credential")
+        if not self.tokens.get(self.token):
+            self.token = f"tok-{next(self._ids)}"
+            self.tokens[self.token] = True
+        body = {"errcode": 0, "errmsg": "ok", "access_token": self.token, "expires_in": 7200}
+        return web.json_response(body)
+
+    def _check(self, request: web.Request, path: str) -> web.Response | None:
+        """Token, then frequency (docstring 2. and 3.); None when the call may proceed."""
+        refused = self._refusal(request, path)
+        if refused is not None:
+            self.refusals.append((path, refused[0]))
+            return self._error(*refused)
+        return None
+
+    def _refusal(self, request: web.Request, path: str) -> tuple[int, str] | None:
+        token = request.query.get("access_token")
+        if not token:
+            return 41001, "access_token missing"
+        if token not in self.tokens:
+            return 40014, "invalid access_token"
+        if not self.tokens[token]:
+            return 42001, "access_token expired"
+        now = time.monotonic()
+        if now < self._blocked_until.get(path, 0.0):
+            return FREQUENCY_LIMIT, "api freq out of limit"
+        calls = self._calls_at[path]
+        while calls and calls[0] <= now - self.minute_s:
+            calls.popleft()
+        if len(calls) >= self.limits.get(path, 10_000):
+            self._blocked_until[path] = now + self.minute_s
+            return FREQUENCY_LIMIT, "api freq out of limit"
+        calls.append(now)
+        return None
+
+    def _member_quota(self, touser: str) -> bool:
+        now, sends = time.monotonic(), self._member_sends[touser]
+        while sends and sends[0] <= now - self.minute_s:
+            sends.popleft()
+        if len(sends) >= 30:
+            return False
+        sends.append(now)
+        return True
+
+    async def _media(self, request: web.Request) -> web.Response:
+        media_id = request.query.get("media_id", "")
+        self.downloads.append(media_id)
+        refused = self._check(request, "media/get")
+        if refused is not None:
+            return refused
+        if media_id not in self.media:
+            return self._error(40007, "invalid media_id")
+        data, content_type = self.media[media_id]
+        return web.Response(body=data, content_type=content_type)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self.downloads.append(name)
+        if name not in self.files:
+            return web.Response(status=404)
+        disposition = f'attachment; filename="{self._names.get(name, "file.bin")}"'
+        return web.Response(
+            body=self.files[name],
+            content_type="application/octet-stream",
+            headers={"Content-Disposition": disposition},
+        )
+
+    async def _send(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.calls.append(("message/send", body))
+        refused = self._check(request, "message/send")
+        if refused is not None:
+            return refused
+        result: dict[str, Any] = {
+            "errcode": 0,
+            "errmsg": "ok",
+            "invaliduser": "",
+            "msgid": f"msg-{next(self._ids)}",
+        }
+        if body.get("msgtype") == "template_card":
+            card = body["template_card"]
+            if card.get("task_id") in self.task_ids:
+                return self._error(TASK_ID_EXISTS, "task_id exists")
+            self.task_ids.add(card.get("task_id"))
+            if card.get("card_type") in INTERACTIVE:
+                result["response_code"] = self.issue_code()
+        if not self._member_quota(str(body.get("touser") or "")):
+            self.dropped.append(body)
+            return web.json_response(result)
+        self.sent.append(body)
+        return web.json_response(result)
+
+    async def _update(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.calls.append(("message/update_template_card", body))
+        refused = self._check(request, "message/update_template_card")
+        if refused is not None:
+            return refused
+        issued = self.codes.pop(str(body.get("response_code")), None)
+        if issued is None or time.monotonic() - issued > 72 * 3600:
+            return self._error(RESPONSE_CODE_USED, "invalid response_code")
+        self.updates.append(body)
+        return web.json_response({"errcode": 0, "errmsg": "ok", "invaliduser": []})
+
+    async def _response(self, request: web.Request) -> web.Response:
+        code = request.query.get("response_code", "")
+        body = await request.json()
+        label, issued = self.response_urls.pop(code, ("", 0.0))
+        if not label or time.monotonic() - issued > 3600:
+            return self._error(RESPONSE_CODE_USED, "invalid response_code")
+        if body.get("msgtype") not in ("markdown", "template_card"):
+            return self._error(40008, "invalid message type")
+        self.responses.append({"id": label, **body})
+        return web.json_response({"errcode": 0, "errmsg": "ok"})

@@ -48,7 +48,7 @@ async def env(
 
 
 def text_message(msg_id: str, text: str, fake: FakeWeCom, **extra: Any) -> dict[str, Any]:
-    response_url = f"{fake.base_url}/response/{msg_id}"
+    response_url = fake.response_url(msg_id)
     return aibot_message(msg_id, "text", {"content": text}, response_url=response_url, **extra)
 
 
@@ -126,7 +126,7 @@ async def test_group_mention_is_stripped_and_mixed_content_read(
         {"msg_item": items},
         chattype="group",
         chatid="grp-1",
-        response_url=f"{fake.base_url}/response/m-2",
+        response_url=fake.response_url("m-2"),
     )
     stream_id = (await send(env, gw, message))["stream"]["id"]
 

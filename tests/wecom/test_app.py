@@ -204,30 +204,43 @@ async def test_confirm_flow_updates_the_card_at_each_stage(
     await eventually(lambda: fake.texts("cat"))
 
 
-async def test_expired_token_is_refreshed_and_the_call_retried_once(
-    gateways: list[Any], prefix: str, fake: FakeWeCom, http: aiohttp.ClientSession
+@pytest.mark.parametrize(("how", "errcode"), [("expired", 42001), ("unknown", 40014)])
+async def test_a_refused_token_is_refreshed_and_the_call_retried_once(
+    how: str,
+    errcode: int,
+    gateways: list[Any],
+    prefix: str,
+    fake: FakeWeCom,
+    http: aiohttp.ClientSession,
 ) -> None:
     gw = await app_gateway(gateways, prefix, fake)
     query, body = encrypt_xml(app_message("dan", "first", "8201"))
     await post(http, url(gw), query, body)
     await eventually(lambda: fake.texts("dan"))
-    fake.expire_token()  # the cached token is now refused with 42001
+    if how == "expired":
+        fake.expire_token()  # WeCom ended the token early: 42001
+    else:
+        fake.tokens.clear()  # a token WeCom never issued (or no longer knows): 40014
     query, body = encrypt_xml(app_message("dan", "second", "8202"))
     await post(http, url(gw), query, body)
     await eventually(lambda: len(fake.texts("dan")) == 2)
     assert fake.token_fetches == 2
     assert fake.texts("dan")[1] == "You said:\n> second"
+    assert [code for _, code in fake.refusals] == [errcode]
 
 
 async def test_frequency_limit_backs_off_and_delivers(
     gateways: list[Any], prefix: str, fake: FakeWeCom, http: aiohttp.ClientSession
 ) -> None:
     gw = await app_gateway(gateways, prefix, fake)
-    fake.fail_next("message/send", 45009, times=2)
+    # One message/send a (1.5 s) minute: the answer after the card hits 45009, and WeCom keeps
+    # the API blocked for the rest of that minute (doc 90454); the backoff outlasts it.
+    fake.limit("message/send", per_minute=1, minute_s=1.5)
     query, body = encrypt_xml(app_message("fay", "limited", "8301"))
     await post(http, url(gw), query, body)
     await eventually(lambda: fake.texts("fay"), timeout=15)
     assert len(fake.cards()) == 1 and fake.texts("fay") == ["You said:\n> limited"]
+    assert fake.refusals and set(fake.refusals) == {("message/send", 45009)}
 
 
 async def test_long_answer_is_split_to_the_markdown_limit(
@@ -240,6 +253,7 @@ async def test_long_answer_is_split_to_the_markdown_limit(
     parts = await eventually(lambda: len(fake.texts("gus")) > 1 and fake.texts("gus"))
     await asyncio.sleep(0.3)
     parts = fake.texts("gus")
+    assert fake.dropped == []  # within WeCom's 30 messages a minute per member (doc 90454)
     assert all(len(p.encode()) <= 2048 for p in parts)
     assert "\n".join(parts) == "You said:\n" + "\n".join(f"> {line}" for line in text.split("\n"))
 
@@ -291,3 +305,22 @@ def test_other_events_are_skipped() -> None:
 
     xml = _xml("event", "<Event>enter_agent</Event>", msg_id="")
     assert app_envelope("wc", parse_app_xml(xml)) is None
+
+
+def test_two_buttons_clicked_in_one_second_are_two_clicks_and_a_retry_is_one() -> None:
+    """Regression: a click's event id was FromUserName + CreateTime only, so a second button
+    clicked within the same second was dropped as a duplicate."""
+    from adapters.wecom.cards import button_key
+    from adapters.wecom.messages import app_envelope, parse_app_xml
+    from gateway.progress import Progress
+    from tests.wecom_support import card_click
+
+    progress = Progress(turn_id="t1", conversation="wc|p2p:alice", status="done")
+    stop, new = button_key(progress, "retry"), button_key(progress, "new")
+    ids = [
+        app_envelope("wc", parse_app_xml(card_click("alice", key, "task-1", "rc", 1700000000)))
+        for key in (stop, new, stop)
+    ]
+    assert all(env is not None for env in ids)
+    first, second, retried = (env.event_id for env in ids if env is not None)
+    assert first != second and first == retried

@@ -110,17 +110,19 @@ async def test_two_replicas_keep_one_connection_and_both_answer(
     for i in range(6):
         frames = await eventually(lambda i=i: finished(fake, f"req-4{i}"))
         assert frames[-1]["body"]["stream"]["content"].endswith(f"> n{i}")
-    assert fake.subscribes == 1 and len(fake.sockets) == 1
+    assert fake.subscribes == 1 and len(fake.ws.subscribed) == 1
+    assert fake.ws.refused() == [] and fake.ws.overlaps == []
 
 
 async def test_refused_subscription_is_not_ready(
     gateways: list[Any], prefix: str, fake: FakeWeCom
 ) -> None:
-    fake.refuse_subscribe = True
-    gw = await ws_gateway(gateways, prefix, fake)
-    await eventually(lambda: any(f["cmd"] == "aibot_subscribe" for f in fake.frames))
-    await asyncio.sleep(0.1)
-    assert gw.gateway.adapters["wc"].readiness()["ready"] is False  # type: ignore[union-attr]
+    gw = await ws_gateway(gateways, prefix, fake, botSecret="not-the-secret")
+    state = await eventually(
+        lambda: (s := gw.gateway.adapters["wc"].readiness())["state"] == "refused" and s
+    )
+    assert state["ready"] is False and "853000" in state["error"]
+    assert fake.subscribes == 0
 
 
 async def test_a_turn_past_the_stream_window_finishes_in_a_new_message(
