@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
+from sessions import StoreUnavailable
 
 if TYPE_CHECKING:
     from sessions import RecordStore, TimelineStore
@@ -34,6 +35,14 @@ class IngestOutcome:
 
     status: Literal["queued", "duplicate", "ignored", "busy", "handled", "spooled"]
     reason: str = ""
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """Whether intake failed because its storage could not be reached (Redis down, read-only,
+    out of memory): the event was not stored, so the platform must not be told it was."""
+    return isinstance(exc, StoreUnavailable | ConnectionError | OSError | TimeoutError) or type(
+        exc
+    ).__module__.startswith("redis")
 
 
 class Ingest(Protocol):

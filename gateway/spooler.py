@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from gateway.adapter import Ingest, IngestOutcome
+from gateway.adapter import Ingest, IngestOutcome, storage_failure
 from gateway.envelope import Envelope
 from gateway.pipeline import ShuttingDown
 from gateway.spool import SpoolFile, frame, open_slots
@@ -39,9 +39,7 @@ MAX_BACKOFF_S = 5.0
 
 def unreachable(exc: BaseException) -> bool:
     """Storage trouble (Redis down, read-only, out of memory) or a replica shutting down."""
-    return isinstance(
-        exc, StoreUnavailable | ShuttingDown | ConnectionError | OSError | TimeoutError
-    ) or type(exc).__module__.startswith("redis")
+    return isinstance(exc, ShuttingDown) or storage_failure(exc)
 
 
 class Spooler:

@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.console.outbound import ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
-from gateway.adapter import Adapter, AdapterContext
+from gateway.adapter import Adapter, AdapterContext, storage_failure
 from gateway.envelope import Action, Chat, Envelope, Mention, ReplyTo, Sender
 from gateway.pipeline import ShuttingDown
 from gateway.progress import Progress
-from sessions import StoreUnavailable, TimelineStore
+from sessions import TimelineStore
 
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
@@ -208,13 +208,10 @@ class ConsoleApi:
                 adapter.integration_id, body.chatId, record, mode="create"
             )
             outcome = await adapter.context.ingest(envelope)
-        except (StoreUnavailable, ConnectionError, OSError) as exc:
-            log.warning("console message not stored", error=str(exc))
-            return _error(503, "storage unavailable; the message was not stored")
         except ShuttingDown:
             return _error(503, "shutting down; retry against another replica")
         except Exception as exc:
-            if type(exc).__module__.startswith("redis"):
+            if storage_failure(exc):
                 log.warning("console message not stored", error=str(exc))
                 return _error(503, "storage unavailable; the message was not stored")
             raise

@@ -21,7 +21,6 @@ from adapters.dingtalk.inbound import (
     ingest,
     robot_message,
     setup_routes,
-    storage_error,
     where_from_params,
 )
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras
@@ -33,6 +32,7 @@ from gateway.adapter import (
     LiveAdapters,
     body_type,
     read_body,
+    storage_failure,
 )
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
@@ -149,7 +149,7 @@ class DingTalkAdapter(Adapter):
         try:
             where = await self.cards.where(track) if self.cards is not None and track else None
         except Exception as exc:
-            if not storage_error(exc):
+            if not storage_failure(exc):
                 raise
             where = where_from_params(params, str(data.get("userId") or ""))
         action = str(params.get("action") or "")

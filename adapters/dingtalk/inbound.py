@@ -15,11 +15,10 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from adapters.dingtalk.crypto import BadSignature, verify_action, verify_robot_sign
-from gateway.adapter import AdapterContext, IngestOutcome
+from gateway.adapter import AdapterContext, IngestOutcome, storage_failure
 from gateway.envelope import Action, Attachment, Chat, Envelope, Mention, ReplyTo, Sender
 from gateway.pipeline import ShuttingDown
 from gateway.routing import chat_of
-from sessions import StoreUnavailable
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -37,12 +36,6 @@ class Unavailable(RuntimeError):
     """Intake could not store the event; the platform should retry (HTTP 503 / ack 500)."""
 
 
-def storage_error(exc: Exception) -> bool:
-    return isinstance(exc, StoreUnavailable | ConnectionError | OSError) or type(
-        exc
-    ).__module__.startswith("redis")
-
-
 async def ingest(
     context: AdapterContext, envelope: Envelope, *, spool: bool = False
 ) -> IngestOutcome:
@@ -53,7 +46,7 @@ async def ingest(
     except ShuttingDown as exc:
         raise Unavailable("shutting down") from exc
     except Exception as exc:
-        if storage_error(exc):
+        if storage_failure(exc):
             raise Unavailable("storage unavailable") from exc
         raise
 

@@ -20,8 +20,8 @@ from adapters.lark.cards import toast
 from adapters.lark.crypto import CryptoError, EventCipher, same_secret
 from adapters.lark.events import BadEvent, action_envelope, event_type, message_envelope, sub
 from adapters.lark.settings import LarkIntegration
+from gateway.adapter import storage_failure
 from gateway.pipeline import ShuttingDown
-from sessions import StoreUnavailable
 
 if TYPE_CHECKING:
     from adapters.lark import LarkAdapter
@@ -50,12 +50,6 @@ def _object(raw: bytes | str, what: str) -> dict[str, Any]:
 
 EMPTY: dict[str, Any] = {}  # the usual answer; never mutated
 EMPTY_RESPONSE = b"{}"
-
-
-def _is_storage_error(exc: Exception) -> bool:
-    return isinstance(exc, StoreUnavailable | ConnectionError | OSError) or type(
-        exc
-    ).__module__.startswith("redis")
 
 
 class LarkInbound:
@@ -156,7 +150,7 @@ class LarkInbound:
         except ShuttingDown:
             raise Rejected(503, "shutting down; retry") from None
         except Exception as exc:
-            if not _is_storage_error(exc):
+            if not storage_failure(exc):
                 raise
             log.warning(
                 "lark event not stored",
@@ -182,7 +176,7 @@ class LarkInbound:
                 message_id, action_id, str(value.get("turnId") or "")
             )
         except Exception as exc:
-            if not _is_storage_error(exc):
+            if not storage_failure(exc):
                 raise
             log.warning(
                 "lark clicked card unavailable", integration_id=self.settings.id, error=str(exc)

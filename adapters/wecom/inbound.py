@@ -24,10 +24,9 @@ from adapters.wecom.messages import (
     event_type,
     parse_app_xml,
 )
-from gateway.adapter import AdapterContext, IngestOutcome
+from gateway.adapter import AdapterContext, IngestOutcome, storage_failure
 from gateway.envelope import Envelope
 from gateway.pipeline import ShuttingDown
-from sessions import StoreUnavailable
 
 if TYPE_CHECKING:
     from adapters.wecom import WeComAdapter
@@ -180,12 +179,6 @@ def _json(text: str) -> web.Response:
     return web.Response(text=text, content_type="application/json")
 
 
-def storage_error(exc: Exception) -> bool:
-    return isinstance(exc, StoreUnavailable | ConnectionError | OSError) or type(
-        exc
-    ).__module__.startswith("redis")
-
-
 async def ingest(
     context: AdapterContext, envelope: Envelope, *, spool: bool = False
 ) -> IngestOutcome | web.Response:
@@ -198,7 +191,7 @@ async def ingest(
     except ShuttingDown:
         return _fail(503, "shutting down")
     except Exception as exc:
-        if not storage_error(exc):
+        if not storage_failure(exc):
             raise
         bound.warning("callback not stored", error=str(exc))
         return _fail(503, "storage unavailable")

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import structlog
 
-from adapters.wecom.inbound import storage_error
 from adapters.wecom.ws_link import (
     MISSED_PINGS,
     PING,
@@ -28,6 +27,7 @@ from adapters.wecom.ws_link import (
     new_req_id,
     req_id_of,
 )
+from gateway.adapter import storage_failure
 
 if TYPE_CHECKING:
     from adapters.wecom.connection import AibotConnection
@@ -176,7 +176,7 @@ class WsSession:
         try:
             return await self.share.take()
         except Exception as exc:
-            if not storage_error(exc):
+            if not storage_failure(exc):
                 raise
             log.warning(
                 "owner lease not renewed (storage unavailable); keeping the connection",
@@ -211,7 +211,7 @@ class WsSession:
             except Exception as exc:
                 # While Redis is unreachable the relay waits rather than ending the connection
                 # (events are spooled meanwhile).
-                if not storage_error(exc):
+                if not storage_failure(exc):
                     raise
                 if await self.conn.pause(STORAGE_RETRY_S, over):
                     return
