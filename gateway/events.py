@@ -17,7 +17,11 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    """Answer text: appended, or (``replace``) the whole answer so far, for a backend whose
+    parallel streams interleave."""
+
     text: str
+    replace: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 
+from sessions.keys import KeyBuilder
+from sessions.records_admin import SessionRecords
 from tests.conftest import base_config, eventually
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
+from tests.fakes.xpertai_agent import dumps
 from tests.helpers import ConsoleClient
 from tests.test_admin_memory import TOKEN, admin
 from tests.test_experts import serve
@@ -70,14 +71,15 @@ async def test_a_run_shows_its_tool_and_steps_streams_the_answer_and_ends_done(
 
 
 @pytest.mark.parametrize(
-    ("decision", "answer", "tools"),
+    ("decision", "status", "answer", "tools"),
     [
         (
             "confirm",
+            "done",
             "Email sent to the team.",
             [{"title": "Send email", "status": "done", "detail": ""}],
         ),
-        ("reject", "Not sent: you rejected it.", []),
+        ("reject", "rejected", "Not sent: you rejected it.", []),
     ],
 )
 async def test_an_interrupt_waits_and_the_decision_resumes_that_run(
@@ -85,6 +87,7 @@ async def test_an_interrupt_waits_and_the_decision_resumes_that_run(
     make_gateway: Callable[..., Any],
     prefix: str,
     decision: str,
+    status: str,
     answer: str,
     tools: list[dict[str, str]],
 ) -> None:
@@ -96,7 +99,7 @@ async def test_an_interrupt_waits_and_the_decision_resumes_that_run(
     [run] = fake.runs.values()
     assert run.status == "interrupted"
     await console.click("dm-alice", card["id"], decision)
-    [card] = await console.wait_cards(status="done")
+    [card] = await console.wait_cards(status=status)
     assert card["card"]["answer"] == answer  # no frame of the interrupted stream again
     assert card["card"]["tools"] == tools
     resume = fake.requests[1]["input"]
@@ -225,24 +228,6 @@ async def test_variables_go_only_when_new_or_changed_and_the_agents_writes_come_
     assert fake.state_reads  # read back from GET /threads/{id}/state
 
 
-async def test_a_steered_message_reaches_the_running_execution(
-    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    fake, url = xpert
-    console = await make_gateway(config(prefix, url, busyPolicy="steer"))
-    await console.send("write the plan [slow]")
-    await console.wait_cards(status="running")
-    await eventually(lambda: [r for r in fake.runs.values() if r.log])
-    await console.send("add the budget")
-    [card] = await console.wait_cards()
-    [run] = fake.runs.values()
-    [steer] = fake.steers
-    assert steer["mode"] == "steer" and steer["target"]["executionId"] == run.id
-    assert steer["message"]["input"] == {"input": "add the budget"}
-    assert "(steer: add the budget)" in card["card"]["answer"]
-    assert len(fake.runs) == 1  # no second run
-
-
 async def test_a_picture_reaches_the_agent_as_an_inline_file(
     xpert: tuple[FakeXpertAI, str], prefix: str, redis_client: Any
 ) -> None:
@@ -305,93 +290,112 @@ async def test_recent_group_messages_go_before_the_question_as_context(
     assert "group_history" not in fake.requests[0]["input"]["state"]
 
 
-async def test_a_steer_the_run_ends_before_taking_is_answered_in_the_same_card(
+async def test_sys_language_email_and_time_zone_are_the_principal_users(
     xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
 ) -> None:
-    fake, url = xpert
-    console = await make_gateway(config(prefix, url, busyPolicy="steer"))
-    await console.send("plan [late]")
-    await eventually(
-        lambda: any(
-            p["data"] == " [plan [late]]"
-            for r in fake.runs.values()
-            for _, p in r.log
-            if p.get("type") == "message"
-        )
-    )
-    await console.send("add the budget")  # the run is past its last step
-    [card] = await console.wait_cards()
-    [steer] = fake.steers
-    client_id = steer["message"]["clientMessageId"]
-    # the queued follow-up was run by a send carrying its clientMessageId
-    assert fake.requests[-1]["input"]["message"]["clientMessageId"] == client_id
-    assert card["card"]["answer"] == (
-        "Hello from xpert [plan [late]]\n\nHello from xpert [add the budget]"
-    )
-    assert not fake.threads[fake.requests[0]["thread"]].queued
-
-
-# --- the fake's refusals are the real server's --------------------------------------------
-async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    async with http.post(url, json=body) as resp:
-        return resp.status, await resp.read()
-
-
-async def test_the_fake_refuses_what_the_real_server_refuses(
-    xpert: tuple[FakeXpertAI, str],
-) -> None:
-    fake, url = xpert
-    async with aiohttp.ClientSession(headers={"x-api-key": API_KEY}) as http:
-        status, body = await _post(http, f"{url}/threads", {"assistant_id": "sales"})
-        assert status == 201
-        tid = json.loads(body)["thread_id"]
-        async with http.get(f"{url}/threads/{tid}/state") as resp:
-            assert resp.status == 500  # no checkpoint before the first run
-        stream = f"{url}/threads/{tid}/runs/stream"
-        # errors while a run starts: a 201 stream with Nest's "event: error" frame, no complete
-        resume = {"action": "resume", "decision": {"type": "confirm"}}
-        status, body = await _post(http, stream, {"assistant_id": "sales", "input": resume})
-        assert (status, body) == (201, b"\nevent: error\nid: 1\ndata: target: Required\n\n")
-        send = {"action": "send", "message": {"input": {"input": "hi [interrupt]"}}}
-        status, body = await _post(http, stream, {"assistant_id": "sales", "input": send})
-        assert status == 201 and body.endswith(b'data: {"type": "complete"}\n\n')
-        [run] = fake.runs.values()
-        # a resume without Last-Event-ID first replays the interrupted run, down to its complete
-        resume = {**resume, "target": {"executionId": run.id}}
-        status, body = await _post(http, stream, {"assistant_id": "sales", "input": resume})
-        assert b"on_interrupt" in body and body.count(b"event: complete") == 1
-        await eventually(lambda: run.status == "success")
-        steer = {
-            "action": "follow_up",
-            "mode": "steer",
-            "target": {"executionId": run.id},
-            "message": {"input": {"input": "late"}},
-        }
-        status, body = await _post(
-            http, f"{url}/threads/{tid}/runs", {"assistant_id": "sales", "input": steer}
-        )
-        assert status == 400 and json.loads(body)["code"] == "steer_target_not_running"
-        bad = {
-            "action": "send",
-            "message": {"input": {"input": "x", "files": [{"fileUrl": "data:image/png,raw"}]}},
-        }
-        status, body = await _post(http, stream, {"assistant_id": "sales", "input": bad})
-        assert body.endswith(b"data: Invalid chat request file data URL\n\n")
-    async with aiohttp.ClientSession() as http:
-        status, _ = await _post(http, f"{url}/threads", {})
-        assert status == 401
-
-
-async def test_sys_comes_from_the_principal_user_and_the_gateway_cannot_set_it(
-    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
-) -> None:
-    """What the README says about sys.* for xpert: XpertAI fills it from the principal user
-    (x-principal-user-id) and ignores what a client sends as sys.*."""
+    """sys.* for xpert: XpertAI takes language, user_email and timezone (and date, datetime,
+    thread_id and the workspace keys) from the principal user (x-principal-user-id) and
+    overwrites those keys whatever a client sends; the integration's own language and time zone
+    settings do not reach it. (A client's other sys.* keys would be kept: test_xpertai_fake.py.)
+    The gateway sends no sys.*."""
     fake, url = xpert
     console = await make_gateway(config(prefix, url, language="fr-FR", timezone="Europe/Paris"))
     await console.send("bonjour")
     await console.wait_cards()
     [thread] = fake.threads.values()
-    assert thread.values["sys"]["language"] == "zh-Hans"  # u-42's profile, not the integration's
-    assert thread.values["sys"]["user_email"] == "alice@example.com"
+    sys = thread.values["sys"]
+    assert (sys["language"], sys["user_email"], sys["timezone"]) == (
+        "zh-Hans",
+        "alice@example.com",
+        "Asia/Shanghai",
+    )  # u-42's profile, not the integration's fr-FR / Europe/Paris
+    assert sys["thread_id"] == thread.id
     assert "sys" not in fake.requests[0]["input"]["state"]
+
+
+async def test_a_tool_output_larger_than_a_mib_on_one_line_does_not_break_the_turn(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    console = await make_gateway(config(prefix, url))
+    await console.send("read it all [big]")
+    [card] = await console.wait_cards()
+    [run] = fake.runs.values()
+    assert max(len(dumps(p)) for _, p in run.log) > 1024 * 1024  # one data: line
+    assert card["card"]["answer"] == "Hello from xpert [read it all [big]]"
+    assert card["card"]["tools"] == [{"title": "Search the wiki", "status": "done", "detail": ""}]
+
+
+async def test_a_component_update_without_status_keeps_the_tools_status(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    """A Tavily-like tool's own message after its end: the same id, category 'Computer' and no
+    status (xpert-agent/agent.ts ON_TOOL_MESSAGE)."""
+    fake, url = xpert
+    console = await make_gateway(config(prefix, url))
+    await console.send("look it up [web]")
+    [card] = await console.wait_cards()
+    [run] = fake.runs.values()
+    parts = [p["data"] for _, p in run.log if p["type"] == "message"]
+    running, done, update = [p["data"] for p in parts if p["type"] == "component"]
+    assert (running["status"], done["status"]) == ("running", "success")
+    assert update["category"] == "Computer" and "status" not in update
+    assert card["card"]["tools"] == [{"title": "Web Search", "status": "done", "detail": ""}]
+
+
+async def test_an_append_variable_grown_on_our_side_sends_only_the_added_items(
+    xpert: tuple[FakeXpertAI, str],
+    make_gateway: Callable[..., Any],
+    prefix: str,
+    redis_client: Any,
+) -> None:
+    fake, url = xpert
+    variables = [{"name": "notes", "type": "array", "reducer": "append", "default": ["seed"]}]
+    console = await make_gateway(config(prefix, url, variables=variables))
+    await console.send("note it [set notes=x]")
+    await console.wait_cards()
+    [thread] = fake.threads.values()
+    assert thread.values["notes"] == ["seed", "x"]  # our default, then the agent's write
+    # our side appends (as another expert's write or a command would, through the same store)
+    records = SessionRecords(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    await records.apply_variables(await _session_id(console), [("notes", "append", ["y"])])
+    await console.send("anything else?")
+    await console.wait_cards(count=2)
+    assert fake.requests[1]["input"]["state"] == {"notes": ["y"]}  # only what was added
+    assert thread.values["notes"] == ["seed", "x", "y"]  # XpertAI's append reducer added it
+
+
+async def test_a_variable_change_the_server_never_received_is_sent_again(
+    xpert: tuple[FakeXpertAI, str],
+    make_gateway: Callable[..., Any],
+    prefix: str,
+    redis_client: Any,
+) -> None:
+    fake, url = xpert
+    variables = [{"name": "topic", "type": "string", "default": "general"}]
+    console = await make_gateway(config(prefix, url, variables=variables))
+    await console.send("hello")
+    await console.wait_cards()
+    sid = await _session_id(console)
+    records = SessionRecords(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    await records.apply_variables(sid, [("topic", "replace", "refunds")])
+    fake.assistants.discard("sales")  # the next run is refused as it starts (an error frame)
+    await console.send("switch topics")
+    await console.wait_cards(count=2, status=None)
+    [thread] = fake.threads.values()
+    assert thread.values["topic"] == "general"  # the change never reached the thread
+    fake.assistants.add("sales")
+    await console.send("and now?")
+    await console.wait_cards(count=3, status=None)
+    await eventually(lambda: len(fake.requests) == 2)  # the refused run left no body
+    assert fake.requests[-1]["input"]["message"]["input"]["input"] == "and now?"
+    assert fake.requests[-1]["input"]["state"] == {"topic": "refunds"}
+
+
+async def _session_id(console: ConsoleClient) -> str:
+    sessions = await console.http.get(
+        console.base + "/v1.0/sessions",
+        params={"integrationId": "console", "chatId": "dm-alice"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    return str((await sessions.json())["result"][0]["sessionId"])

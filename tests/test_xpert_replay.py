@@ -26,8 +26,8 @@ from gateway.events import (
 )
 from gateway.experts.base import TurnInput
 from gateway.experts.xpert import XpertExpert
+from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.progress import Progress
-from gateway.settings import XpertExpertSettings
 from tests.fakes.xpertai import API_KEY
 from tests.helpers import free_port
 
@@ -54,7 +54,8 @@ class Replay:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(await request.json())
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        # 201: Nest keeps a POST's status for @Sse (router-response-controller sse())
+        response = web.StreamResponse(status=201, headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         rng = random.Random(7)
         body, i = self.body, 0
@@ -94,7 +95,7 @@ async def replay(
         chat_id="dm-alice",
         chat_type="p2p",
         sender_id="alice",
-        declared_variables=declared,
+        declared_variables=dict.fromkeys(declared, "replace"),
     )
     events: list[RunEvent] = []
     progress = Progress(turn_id="t1")
@@ -123,7 +124,8 @@ async def test_a_good_run_shows_tool_steps_and_the_answer_and_ends_done() -> Non
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (
         "Refunds are accepted within 30 days."
     )
-    assert [e for e in events if isinstance(e, UsageEvent)] == [UsageEvent(1300, 200, 0.0042)]
+    # no cost: totalPrice is the last model call's, not the run's
+    assert [e for e in events if isinstance(e, UsageEvent)] == [UsageEvent(1300, 200)]
     assert events[-1] == Finished("success")  # on_conversation_end status "idle"
     card = render_card(progress)
     assert card["status"] == "done" and card["error"] == ""
@@ -139,7 +141,7 @@ async def test_an_interrupt_asks_with_the_sensitive_operation_and_keeps_the_resu
     [asked] = [e for e in events if isinstance(e, Interrupt)]
     assert asked.prompt == "Send email: Send the Q3 report to all@example.com"
     assert asked.data["target"] == {"aiMessageId": "m-ai-2", "executionId": "ex-2"}
-    assert asked.data["lastEventId"] == "1764500100007-0"  # a resume reads after this
+    assert asked.data["lastEventId"] == "1764500100008-0"  # a resume reads after this
     assert events[-1] == Finished("interrupted")
     card = render_card(progress)
     assert card["status"] == "waiting" and card["title"] == asked.prompt
@@ -150,8 +152,10 @@ async def test_an_interrupt_asks_with_the_sensitive_operation_and_keeps_the_resu
 @pytest.mark.parametrize(
     ("fixture", "error", "answer"),
     [
-        ("error_run.sse", "Model quota exceeded", ""),
-        ("on_error_string.sse", "Aborted!", "Partial answer"),
+        ("error_run.sse", "Model quota exceeded", ""),  # the agent failed
+        ("invoke_error.sse", "Xpert workspace requires userId", ""),  # the chat itself failed
+        # never written by the server (on_error is always {error}); the type allows a string
+        ("tolerated_on_error_plain_string.sse", "Aborted!", "Partial answer"),
     ],
 )
 async def test_a_failed_run_shows_the_servers_error(fixture: str, error: str, answer: str) -> None:
@@ -168,7 +172,8 @@ async def test_a_failed_run_shows_the_servers_error(fixture: str, error: str, an
 
 async def test_a_steered_run_continues_in_one_answer_and_counts_sub_agents_once() -> None:
     events, progress, _ = await replay("steer_and_subagent.sse")
-    assert progress.answer == "Drafting the plan, now with the budget."
+    # the text after the steer is a new AI message and stream: it starts on a new line
+    assert progress.answer == "Drafting the plan\nNow with the budget."
     # the knowledge retrieval announced as a Tool ends with a "Computer" update of the same id
     assert render_card(progress)["tools"] == [
         {"title": "Search knowledge", "status": "done", "detail": ""}
@@ -202,6 +207,26 @@ async def test_a_run_cancelled_elsewhere_ends_stopped_not_waiting() -> None:
     assert render_card(progress)["status"] == "cancelled"
 
 
+async def test_text_of_a_new_stream_starts_on_a_new_line_and_interleaved_text_finds_its_own() -> (
+    None
+):
+    """As XpertAI assembles a message (contracts/src/ai/message-content.utils.ts
+    appendMessageContent): a new stream id starts on a new line unless either side has white
+    space there; a chunk of an earlier stream (parallel sub-agents) goes into its segment."""
+    events, progress, _ = await replay("parallel_streams.sse")
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert deltas == [
+        TextDelta("Sales are up"),
+        TextDelta("\nCosts are flat"),
+        TextDelta("Sales are up 10%.\nCosts are flat", replace=True),
+        TextDelta(" Overall fine.\n"),
+        TextDelta("Done."),
+    ]
+    assert progress.answer == "Sales are up 10%.\nCosts are flat Overall fine.\nDone."
+    assert (progress.input_tokens, progress.output_tokens) == (450, 50)  # the root's total
+    assert events[-1] == Finished("success")
+
+
 def test_every_fixture_frame_is_one_json_payload_with_a_stream_id() -> None:
     for text in (path.read_text() for path in FIXTURES.glob("*.sse")):
         blocks = [b for b in text.split("\n\n") if b.strip()]
@@ -214,3 +239,5 @@ def test_every_fixture_frame_is_one_json_payload_with_a_stream_id() -> None:
             assert len(ids) == 1 and len(data) == 1, block
             payload = json.loads(data[0][6:])
             assert payload["type"] in ("message", "event", "complete")
+            # JSON.stringify: no spaces between tokens
+            assert data[0][6:] == json.dumps(payload, separators=(",", ":"), ensure_ascii=False)

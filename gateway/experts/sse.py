@@ -18,6 +18,33 @@ class SseEvent:
 COMMENT = ":"  # the ``event`` of a comment line, yielded when ``comments`` is asked for
 
 
+MAX_EVENT_BYTES = 64 * 1024 * 1024  # an event larger than this is dropped, not the stream
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The body's lines, however long: a tool's whole output can be one ``data:`` line, longer
+    than aiohttp's own line limit. A line over MAX_EVENT_BYTES comes out as a comment, so its
+    event is dropped and the stream goes on."""
+    pending = bytearray()
+    oversized = False
+    async for chunk in response.content.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            if not oversized:
+                pending += chunk[start:end]
+            yield b": dropped, too large" if oversized else bytes(pending)
+            pending.clear()
+            oversized = False
+            start = end + 1
+        if not oversized:
+            pending += chunk[start:]
+            if len(pending) > MAX_EVENT_BYTES:
+                pending.clear()
+                oversized = True
+    if pending and not oversized:
+        yield bytes(pending)
+
+
 async def read_sse(
     response: aiohttp.ClientResponse, *, comments: bool = False
 ) -> AsyncIterator[SseEvent]:
@@ -26,8 +53,8 @@ async def read_sse(
     caller can count a server's heartbeats as activity."""
     event, last_id = "message", None
     data: list[str] = []
-    async for raw in response.content:
-        line = raw.decode("utf-8").rstrip("\r\n")
+    async for raw in _lines(response):
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
         if not line:
             if data:
                 yield SseEvent(event, "\n".join(data), last_id)

@@ -5,7 +5,8 @@ What the real server needs, read in its source (xpert-ai/xpert @5135ce25, ``pack
 the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); Stop is
 ``POST /threads/{t}/runs/{executionId}/cancel``; a dropped stream rejoins with
 ``GET /threads/{t}/runs/{executionId}/stream`` and ``Last-Event-ID`` (exclusive); a resume
-carries ``target`` or is refused with 400; a steer is ``follow_up``/``steer`` aimed at the
+carries ``target`` (without it the server refuses the run); a steer is ``follow_up``/``steer``
+aimed at the
 running execution; conversation variables live in the thread and are read back from
 ``GET /threads/{t}/state`` after each run (there is no state event).
 """
@@ -21,12 +22,22 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.events import Finished, Interrupt, RunEvent, Started, TextDelta, VariablesEvent
-from gateway.experts.base import Decision, Expert, TurnInput
+from gateway.events import (
+    Finished,
+    Interrupt,
+    RunEvent,
+    Started,
+    StepEvent,
+    TextDelta,
+    VariablesEvent,
+)
+from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
+from gateway.experts.xpert_input import changed_state, files_of, with_history
+from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_stream import XpertStream
-from gateway.settings import XpertExpertSettings
+from gateway.settings import ExpertBase
 
 log = structlog.get_logger("gateway.experts.xpert")
 END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for
@@ -37,11 +48,13 @@ class _Run:
     thread_id: str
     stream: XpertStream
     last_id: str | None = None  # the last stream id read: a rejoin or a resume reads after it
+    resumes: str | None = None  # the execution a resume continues (its stream holds old frames)
     steers: list[tuple[str, str]] = field(default_factory=list)  # (clientMessageId, text)
 
 
 class XpertExpert(Expert):
     kind = "xpert"
+    settings_model = XpertExpertSettings
     supports_steer = True
     accepts_images = True  # the runner hands pictures over as data: URLs
 
@@ -49,6 +62,11 @@ class XpertExpert(Expert):
         self.settings = settings
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
+
+    @classmethod
+    def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
+        assert isinstance(settings, XpertExpertSettings)
+        return cls(settings=settings)
 
     @property
     def assistant_id(self) -> str:
@@ -74,26 +92,12 @@ class XpertExpert(Expert):
         if turn.expert_thread_id:
             return turn.expert_thread_id
         # assistant_id binds the thread (conversation) to the xpert (thread-create.handler.ts).
-        body = {"assistant_id": self.assistant_id, "metadata": {"title": turn.chat_id}}
+        body = {"assistant_id": self.assistant_id}  # the server titles it from the first input
         async with self._session().post(self._url("/threads"), json=body) as resp:
             if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
             data = await resp.json()
         return str(data["thread_id"])
-
-    def _changed_state(self, turn: TurnInput) -> dict[str, Any]:
-        """Declared conversation variables (and the group memory, under ``memoryVariable``)
-        whose value the thread does not have yet: XpertAI applies its own reducers to what the
-        input carries, so an unchanged value is never sent again (an append variable would grow
-        duplicated), and nothing goes under a name the agent did not declare."""
-        ours = {name: turn.state[name] for name in turn.declared_variables if name in turn.state}
-        memory = self.settings.memory_variable
-        if memory:
-            rules = turn.variables.get("memory.rules", "")
-            if rules or memory in turn.backend_state:
-                ours[memory] = rules
-        missing = object()
-        return {k: v for k, v in ours.items() if turn.backend_state.get(k, missing) != v}
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
         try:
@@ -101,22 +105,23 @@ class XpertExpert(Expert):
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             yield Finished("error", _user_error(exc))
             return
-        message: dict[str, Any] = {"input": _with_history(turn)}
-        if files := _files(turn):
+        message: dict[str, Any] = {"input": with_history(turn)}
+        if files := files_of(turn):
             message["files"] = files
+        state, holds = changed_state(turn, self.settings.memory_variable)
         body_input = {
             "action": "send",
             "message": {"clientMessageId": turn.turn_id, "input": message},
-            "state": self._changed_state(turn),
+            "state": state,
         }
-        async for event in self._turn(turn, thread_id, body_input):
+        async for event in self._turn(turn, thread_id, body_input, holds=holds):
             yield event
 
     async def resume(
         self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
     ) -> AsyncIterator[RunEvent]:
         """Continue the interrupted run: ``target`` names its AI message and execution
-        (``{}`` would mean "the last AI message"; without it the server answers 400)."""
+        (``{}`` would mean "the last AI message"; without it the server refuses the run)."""
         target = interrupt.get("target")
         # No state: a resume applies none to the variables (invoke.handler.ts builds a
         # Command from the decision); what changed goes with the next message.
@@ -134,7 +139,11 @@ class XpertExpert(Expert):
         # (redis-sse.service.ts normalizeStartId).
         last_id = interrupt.get("lastEventId")
         async for event in self._turn(
-            turn, thread_id, body_input, str(last_id) if last_id else None
+            turn,
+            thread_id,
+            body_input,
+            str(last_id) if last_id else None,
+            prefix=str(interrupt.get("answer") or ""),
         ):
             yield event
 
@@ -144,10 +153,16 @@ class XpertExpert(Expert):
         thread_id: str,
         body_input: dict[str, Any],
         last_id: str | None = None,
+        *,
+        prefix: str = "",
+        holds: dict[str, Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
+        """One turn: the run, then one more run per steered message the run ended before it
+        took (XpertAI queues those and runs one when a message with its clientMessageId is
+        sent, with the text it kept: persisted-follow-up.ts), all in the same card. ``holds``:
+        what the thread holds of the variables once the run took its ``state``, recorded when
+        the run has started (a run refused at its start took nothing)."""
         yield Started(run_id=turn.turn_id, thread_id=thread_id)
-        if body_input.get("state"):
-            yield VariablesEvent(values=dict(body_input["state"]), mode="sent")
         context = {
             "integrationId": turn.integration_id,
             "chatId": turn.chat_id,
@@ -155,42 +170,51 @@ class XpertExpert(Expert):
         }
         body = {"assistant_id": self.assistant_id, "input": body_input, "context": context}
         asked: Interrupt | None = None
+        resumes = (body_input.get("target") or {}).get("executionId")
+        left: list[tuple[str, str]] = []
         while True:
-            run = _Run(thread_id, XpertStream(show_reasoning=self.settings.show_reasoning), last_id)
+            stream = XpertStream(show_reasoning=self.settings.show_reasoning, prefix=prefix)
+            run = _Run(thread_id, stream, last_id, resumes)
             self._runs[turn.turn_id] = run
             try:
                 async for event in self._follow(run, body):
+                    if holds and stream.started:
+                        yield VariablesEvent(values=holds, mode="sent")
+                        holds = None
                     if isinstance(event, Interrupt):
                         asked = event  # handed on at the end, with the run's last stream id
                         continue
                     yield event
+                if holds and stream.started:
+                    yield VariablesEvent(values=holds, mode="sent")
+                    holds = None
             except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("xpert run failed", error=str(exc), thread_id=thread_id)
-                run.stream.finished = Finished("error", _user_error(exc))
+                stream.finished = Finished("error", _user_error(exc))
             except asyncio.CancelledError:
                 raise  # Stop: cancel() still needs the run's ids
             except BaseException:
                 self._runs.pop(turn.turn_id, None)
                 raise
             self._runs.pop(turn.turn_id, None)
-            final = run.stream.finished or Finished("success")
-            left = [(cid, text) for cid, text in run.steers if cid not in run.stream.consumed]
-            if final.outcome != "success" or not left:
+            final = stream.finished or Finished("success")
+            left += [(cid, text) for cid, text in run.steers if cid not in stream.consumed]
+            if final.outcome not in ("success", "error") or not left:
                 break
-            # The run ended before it took a steered message: XpertAI keeps it queued and runs
-            # it when a message with its clientMessageId is sent (persisted-follow-up.ts), so
-            # it is answered here, in the same card.
-            log.info("steered message not taken by the run; sending it", messages=len(left))
-            message = {
-                "clientMessageId": left[0][0],
-                "input": {"input": "\n".join(t for _, t in left)},
-            }
+            if final.outcome == "error":  # shown, then the waiting messages are answered
+                yield StepEvent(f"failed-{len(left)}", f"The run failed: {final.error}", "failed")
+            client_id, text = left.pop(0)
+            log.info("steered message not taken by the run; sending it", left=len(left))
+            message = {"clientMessageId": client_id, "input": {"input": text}}
             body = {**body, "input": {"action": "send", "message": message}}
-            last_id = None
-            yield TextDelta("\n\n")
+            last_id = resumes = None
+            prefix = stream.answer
+            if prefix.strip():  # the next answer goes below what the card shows
+                prefix += "\n\n"
+                yield TextDelta("\n\n")
         if asked is not None and final.outcome == "interrupted":
             yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
-        if run.stream.execution_id is not None:
+        if stream.execution_id is not None:
             # The agent's writes (and XpertAI's reducers) live in the thread: read them back.
             values = await self._read_state(thread_id, turn)
             if values:
@@ -201,54 +225,28 @@ class XpertExpert(Expert):
         """Open the run, then follow it; a dropped stream rejoins after the last event id, so
         nothing is read twice. Keep-alive comments count as activity."""
         s, stream = self.settings, run.stream
-        delay = 0.5
-        for attempt in range(s.connect_retries + 1):
-            headers = {"Last-Event-ID": run.last_id} if run.last_id else {}
+        delay, failures = 0.5, 0
+        while True:
             try:
-                if stream.execution_id is not None:  # the run started: rejoin it
-                    url = self._url(f"/threads/{run.thread_id}/runs/{stream.execution_id}/stream")
-                    request = self._session().get(url, headers=headers)
-                else:
-                    url = self._url(f"/threads/{run.thread_id}/runs/stream")
-                    request = self._session().post(url, json=body, headers=headers)
-                async with request as resp:
-                    if not 200 <= resp.status < 300:
-                        raise await error_for(resp, "XpertAI")
-                    events = read_sse(resp, comments=True)
-                    while not stream.complete:
-                        # Once the run reported its end, only its "complete" frame is awaited
-                        # (a resume must read after it), and not for long.
-                        wait = END_GRACE_S if stream.finished else s.idle_timeout_seconds
-                        try:
-                            sse = await asyncio.wait_for(anext(events), wait)
-                        except StopAsyncIteration:
-                            break
-                        except TimeoutError:
-                            # Abandon the connection: leaving the context manager normally
-                            # would wait for a response the server is still holding open.
-                            resp.close()
-                            if stream.finished:
-                                return
-                            raise ExpertHttpError(
-                                f"XpertAI sent nothing for {s.idle_timeout_seconds:g} s."
-                            ) from None
-                        if sse.event == COMMENT:
-                            continue  # a keep-alive: the run is alive
-                        run.last_id = sse.id or run.last_id
-                        for event in stream.feed(sse):
-                            if not isinstance(event, Finished):
-                                yield event
+                async for event in self._read(run, body):
+                    yield event
+                if stream.complete and not stream.started and run.resumes:
+                    # The interrupted run's own "complete" (a resume read after an older id):
+                    # the resumed run's frames follow it in the same stream.
+                    stream.complete = False
+                    stream.execution_id, run.resumes = run.resumes, None
+                    continue
                 if stream.complete or stream.finished:
                     return
                 if stream.execution_id is None:
                     raise ExpertHttpError("XpertAI ended the stream before the run started.")
                 log.warning("xpert stream ended early; rejoining", run_id=stream.execution_id)
             except ExpertHttpError as exc:
-                if not exc.retryable or attempt == s.connect_retries:
+                if not exc.retryable or failures == s.connect_retries:
                     raise
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 sent = not isinstance(exc, aiohttp.ClientConnectorError)
-                if attempt == s.connect_retries or (sent and stream.execution_id is None):
+                if failures == s.connect_retries or (sent and stream.execution_id is None):
                     # A run that may have started but whose id we never saw cannot be
                     # rejoined, and starting it again could run it twice.
                     raise ExpertHttpError(
@@ -259,8 +257,47 @@ class XpertExpert(Expert):
                     run_id=stream.execution_id,
                     last_event=run.last_id,
                 )
+            failures += 1
             await asyncio.sleep(delay)
             delay = min(delay * 2, 8)
+
+    async def _read(self, run: _Run, body: dict[str, Any]) -> AsyncIterator[RunEvent]:
+        """One connection: the run's start (POST), or a rejoin (GET) once its id is known."""
+        s, stream = self.settings, run.stream
+        headers = {"Last-Event-ID": run.last_id} if run.last_id else {}
+        if stream.execution_id is not None:
+            url = self._url(f"/threads/{run.thread_id}/runs/{stream.execution_id}/stream")
+            request = self._session().get(url, headers=headers)
+        else:
+            url = self._url(f"/threads/{run.thread_id}/runs/stream")
+            request = self._session().post(url, json=body, headers=headers)
+        async with request as resp:
+            if not 200 <= resp.status < 300:
+                raise await error_for(resp, "XpertAI")
+            events = read_sse(resp, comments=True)
+            while not stream.complete:
+                # Once the run reported its end, only its "complete" frame is awaited (a
+                # resume must read after it), and not for long.
+                wait = END_GRACE_S if stream.finished else s.idle_timeout_seconds
+                try:
+                    sse = await asyncio.wait_for(anext(events), wait)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    # Abandon the connection: leaving the context manager normally would wait
+                    # for a response the server is still holding open.
+                    resp.close()
+                    if stream.finished:
+                        return
+                    raise ExpertHttpError(
+                        f"XpertAI sent nothing for {s.idle_timeout_seconds:g} s."
+                    ) from None
+                if sse.event == COMMENT:
+                    continue  # a keep-alive: the run is alive
+                run.last_id = sse.id or run.last_id
+                for event in stream.feed(sse):
+                    if not isinstance(event, Finished):
+                        yield event
 
     async def _read_state(self, thread_id: str, turn: TurnInput) -> dict[str, Any]:
         """The declared variables as the thread holds them now (``GET /threads/{t}/state``
@@ -320,32 +357,6 @@ class XpertExpert(Expert):
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
-
-
-def _with_history(turn: TurnInput) -> str:
-    """Recent group messages the bot saw but was not asked about go before the question, as the
-    XpertAI Lark plugin puts its group window into the prompt (not as an undeclared variable)."""
-    if not turn.group_history:
-        return turn.text
-    lines = "\n".join(f"- {m['name']}: {m['text']}" for m in turn.group_history)
-    return f"Recent messages in this group chat:\n{lines}\n\n{turn.text}"
-
-
-def _files(turn: TurnInput) -> list[dict[str, Any]]:
-    """Pictures as ``{fileUrl: data:…, mimeType, name}``: XpertAI stores inline bytes as a file
-    asset for the run and does not fetch other URLs ("integrations should upload or inline the
-    bytes before dispatch", server-ai/src/xpert/commands/handlers/chat-file-assets.ts
-    readDataUrl, at most 25 MB)."""
-    files = []
-    for attachment in turn.attachments:
-        url = str(attachment.get("url") or "")
-        if not url.startswith("data:"):
-            continue
-        entry = {"fileUrl": url, "mimeType": attachment.get("mime") or url[5:].split(";")[0]}
-        if attachment.get("name"):
-            entry["name"] = attachment["name"]
-        files.append(entry)
-    return files
 
 
 def _user_error(exc: BaseException) -> str:

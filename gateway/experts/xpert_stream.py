@@ -23,9 +23,10 @@ Every shape here was read in the server source (xpert-ai/xpert @5135ce25, paths 
   description}, interrupts:[{value}], call}]}`` (``contracts/src/ai/chat.model.ts``).
 - ``on_conversation_end.data.status`` is the conversation status ``idle | interrupted | error``
   (``xpert/commands/handlers/chat.handler.ts``): ``idle`` is a successful run.
-- ``on_error.data`` is ``{error}`` or a plain string (``TChatStreamErrorPayload``); an error
-  thrown while the run starts is Nest's own ``event: error`` frame with the plain message
-  (``@nestjs/core`` router-response-controller ``sse()``).
+- ``on_error.data`` is ``{error}`` (``redis-sse.service.ts`` wrapChatStream; the type
+  ``TChatStreamErrorPayload`` also allows a plain string); an error thrown while the run starts
+  is Nest's own ``event: error`` frame with the plain message (``@nestjs/core``
+  router-response-controller ``sse()``).
 - ``on_agent_end.data`` is an execution: ``totalTokens`` (the run's total, sub-agents included),
   ``inputTokens`` / ``outputTokens`` (the last call's), ``totalPrice``, ``parentId`` for
   sub-agents (``AgentEndStreamDTO`` in ``shared/stream/run-stream-payload.ts``;
@@ -78,9 +79,16 @@ class XpertStream:
     finished: Finished | None = None
     complete: bool = False
     consumed: set[str] = field(default_factory=set)  # clientMessageIds of steers taken in
-    _tools: dict[str, str] = field(default_factory=dict)  # tool call id -> title
+    prefix: str = ""  # the card's answer before this run (a resume, a steer sent after a run)
+    started: bool = False  # this run's on_message_start was read
+    _segments: list[list[str]] = field(default_factory=list)  # [stream id, text] per stream
+    _tools: dict[str, tuple[str, StepStatus]] = field(default_factory=dict)  # id -> title, status
     _asked: bool = False
     _reasoning: str = ""
+
+    @property
+    def answer(self) -> str:
+        return self.prefix + "".join(text for _, text in self._segments)
 
     def feed(self, sse: SseEvent) -> list[RunEvent]:
         if sse.event == "complete":
@@ -125,13 +133,13 @@ class XpertStream:
     # --- messages ------------------------------------------------------------------------
     def _message(self, data: Any) -> list[RunEvent]:
         if isinstance(data, str):
-            return [TextDelta(data)] if data else []
+            return self._text(data, "")
         if not isinstance(data, dict):
             return []
         kind = data.get("type")
         if kind == "text":
             text = data.get("text")
-            return [TextDelta(text)] if isinstance(text, str) and text else []
+            return self._text(text, str(data.get("id") or "")) if isinstance(text, str) else []
         if kind == "reasoning":
             if not self.show_reasoning:
                 return []
@@ -141,17 +149,39 @@ class XpertStream:
             return self._component(data)
         return []
 
+    def _text(self, text: str, stream: str) -> list[RunEvent]:
+        """Text goes to its stream's segment, as XpertAI builds the message: a new stream starts
+        on a new line (unless either side has white space there), and a chunk of an earlier
+        stream (parallel agents) goes into that stream's segment (contracts/src/ai/
+        message-content.utils.ts appendMessageContent, getContentChunkSeparator)."""
+        if not text:
+            return []
+        segments = self._segments
+        at = next((i for i in range(len(segments) - 1, -1, -1) if segments[i][0] == stream), -1)
+        if at == len(segments) - 1 and at >= 0:
+            segments[at][1] += text
+            return [TextDelta(text)]
+        if at >= 0 and stream:  # an interleaved stream: the answer changes in its middle
+            segments[at][1] += text
+            return [TextDelta(self.answer, replace=True)]
+        before = segments[-1][1] if segments else self.prefix
+        separator = "\n" if before and not before[-1].isspace() and not text[0].isspace() else ""
+        segments.append([stream, separator + text])
+        return [TextDelta(separator + text)]
+
     def _component(self, data: dict[str, Any]) -> list[RunEvent]:
         ident = str(data.get("id") or "")
         body = data.get("data")
         if not ident or not isinstance(body, dict):
             return []
-        known = ident in self._tools
-        if not known and body.get("category") != "Tool":
+        known = self._tools.get(ident)
+        if known is None and body.get("category") != "Tool":
             return []  # other components (dashboards, files) are not run steps
-        title = str(body.get("title") or self._tools.get(ident) or body.get("tool") or "Tool")
-        self._tools[ident] = title
-        status = STEP_STATUS.get(str(body.get("status") or "running"), "running")
+        # A field left out keeps its value (message-content.utils.ts mergeComponentData).
+        title = str(body.get("title") or (known[0] if known else body.get("tool")) or "Tool")
+        raw = body.get("status")
+        status = STEP_STATUS.get(str(raw), "running") if raw else (known[1] if known else "running")
+        self._tools[ident] = (title, status)
         summary = ""
         if status == "failed":
             summary = _short(body.get("error") or body.get("message") or "")
@@ -160,6 +190,7 @@ class XpertStream:
     # --- events --------------------------------------------------------------------------
     def _event(self, name: str, data: Any) -> list[RunEvent]:
         if name == "on_message_start" and isinstance(data, dict):
+            self.started = True
             self.ai_message_id = str(data.get("id") or "") or self.ai_message_id
             self.execution_id = str(data.get("executionId") or "") or self.execution_id
             return []
@@ -265,14 +296,8 @@ def _usage(data: dict[str, Any]) -> list[RunEvent]:
         total = _int(data.get("inputTokens")) + output
     if not total:
         return []
-    cost = data.get("totalPrice")
-    return [
-        UsageEvent(
-            input_tokens=max(total - output, 0),
-            output_tokens=min(output, total),
-            cost=float(cost) if isinstance(cost, int | float) else 0.0,
-        )
-    ]
+    # No cost: totalPrice is the last call's (agent-execution.service.ts overwrites it).
+    return [UsageEvent(input_tokens=max(total - output, 0), output_tokens=min(output, total))]
 
 
 def _int(value: Any) -> int:

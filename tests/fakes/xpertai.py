@@ -1,139 +1,158 @@
 """A fake XpertAI server (the Agent-Protocol API under ``/api/ai``) that behaves as the real one
 does, including its refusals. Each behaviour names where it was read: ``X:`` paths are in
-``xpert-ai/xpert`` @5135ce25 under ``packages/``; Nest behaviour is ``@nestjs/core`` 11.1.13, the
-version the server pins. This module is longer than 300 lines because it is one server.
+``xpert-ai/xpert`` @5135ce25 under ``packages/`` (``SA`` = ``X:server-ai/src``); Nest is
+``@nestjs/core``/``@nestjs/common`` 11.1.13 and zod 3.25.67, the versions the server pins, read
+in their published packages. What a run's input goes through is ``xpertai_input.py``; what a run
+writes is ``xpertai_agent.py``. This module is longer than 300 lines because it is one server.
 
-Routes (X: server-ai/src/ai/thread.controller.ts; ApiKeyOrClientSecretAuthGuard, so a missing or
-wrong ``x-api-key`` is a real HTTP 401 ``{statusCode, message}``):
-- ``POST /threads`` → 201 ``{thread_id, status, metadata:{id, title, assistant_id}}``; of
-  ``metadata`` only ``title`` is kept; an unknown ``assistant_id`` → 404
-  (X: ai/commands/handlers/thread-create.handler.ts, ai/dto/thread.dto.ts).
-- ``POST /threads/{id}/runs/stream`` → **201** ``text/event-stream`` (Nest keeps the POST status
-  for ``@Sse``): a blank line, then ``id: <redis stream id>`` + ``data: <json>`` per event, the
-  last ``event: complete`` ``data: {"type":"complete"}``; ``: keep-alive`` every 30 s
-  (X: ai/thread.controller.ts startSseHeartbeat, shared/stream/redis-sse.service.ts). An error
-  thrown while the run starts (zod validation such as ``target: Required``, an unknown thread or
-  assistant, a bad data URL) is NOT an HTTP error: the 201 stream carries one ``event: error``
-  frame with the plain message and ends without ``complete`` (Nest router-response-controller
-  ``sse()``; X: ai/commands/handlers/run-create-stream.handler.ts validateRunCreateInput).
-  The events go to a per-run log that outlives the connection (the Redis stream), so the run goes
-  on when a client drops, and ``Last-Event-ID`` is honoured here too.
-- ``GET /threads/{id}/runs/{run}/stream`` → 200; with ``Last-Event-ID`` strictly after it (XRANGE
-  ``(id``), without it from ``0-0``; an unknown run is not refused, only kept alive
-  (X: redis-sse.service.ts normalizeStartId, readRange). A resume appends to the interrupted
-  execution's log, so without ``Last-Event-ID`` the old frames and their ``complete`` come first.
-- ``POST /threads/{id}/runs`` (follow-ups) → 201 ``transformRun``; errors are real HTTP 400s:
-  ``{code:'steer_target_not_running', message}`` once the target no longer runs, 'Follow-up is not
-  available while the conversation is interrupted' (X: xpert/commands/handlers/chat.handler.ts
-  assertSteerTargetIsActive). A steer is taken at the run's next step
-  (``on_chat_event {type:'follow_up_consumed', clientMessageIds}``, ``on_message_end``, a new
-  ``on_message_start`` with the same execution; X: xpert-agent/commands/handlers/
-  create-node-consume-pending-steer-follow-ups.handler.ts); one the run ends before taking is
-  queued, and runs when a ``send`` carries its clientMessageId (X: invoke.handler.ts
-  downgradePendingSteerFollowUpsToQueue, shared/agent/persisted-follow-up.ts).
+Auth (SV = X:server/src): ``ApiKeyOrClientSecretAuthGuard`` on every route
+(SA/ai/thread.controller.ts l.86-92; SV/shared/guards/api-key-or-client-secret.guard.ts). A
+missing or wrong ``x-api-key``, or an ``x-principal-user-id`` that names no user
+(SV/api-key/api-key.strategy.ts l.37-56, SV/api-key/api-key.service.ts l.105-113), is a real 401
+``{message:'Unauthorized', statusCode:401}`` (the body of Nest's ``UnauthorizedException()``).
+
+Routes (SA/ai/thread.controller.ts):
+- ``POST /threads`` → 201 ThreadDTO ``{thread_id, status, created_at, updated_at, metadata:{id:
+  <conversation id>, title?, assistant_id}}``: of ``metadata`` only ``title`` is kept; an
+  unknown ``assistant_id`` → 404; a given ``thread_id`` that exists with ``if_exists:'raise'`` →
+  400 'The thread already exists.' (SA/ai/commands/handlers/thread-create.handler.ts l.50-111,
+  SA/ai/dto/thread.dto.ts, SA/core/errors.ts l.16-20). The conversation id is not the thread id.
+- ``POST /threads/{id}/runs/stream`` → **201** ``text/event-stream`` (Nest keeps the POST's 201
+  for ``@Sse``: router-response-controller ``sse()``, sse-stream ``pipe()``): a blank line, then
+  ``id: <stream id>`` + ``data: <JSON.stringify, no spaces>`` per entry, the last ``event:
+  complete``; ``: keep-alive`` every 30 s (thread.controller.ts l.66-84). An error thrown while
+  the run starts is NOT an HTTP error: the 201 stream carries one ``event: error`` / ``id: 1`` /
+  ``data: <err.message>`` frame and ends without ``complete`` (Nest ``sse()`` catchError). A
+  ``follow_up`` is the 'direct' transport: ``EMPTY``, so the body is the blank line and the end
+  (SA/ai/commands/handlers/run-create-stream.handler.ts l.445-451).
+- ``POST /threads/{id}/runs`` → 201 ``transformRun`` ``{run_id, thread_id, assistant_id?,
+  created_at, updated_at, status}`` (thread.controller.ts l.202-211, 419-429), the run going on
+  in the background; here the same errors are real HTTP errors (400 zod / follow-up, 403, 404,
+  and 500 ``{statusCode:500, message:'Internal server error'}`` for a JS TypeError:
+  SV/shared/http/http-like-exception.ts).
+- ``GET /threads/{id}/runs/{run}/stream`` → 200; ``Last-Event-ID`` is the start of an exclusive
+  ``XRANGE key (<id> +`` then ``XREAD``: ids compare as ``<ms>-<seq>`` numbers, ``<ms>`` alone is
+  ``<ms>-0``, ``$`` is "from now", none is ``0-0`` (a full replay); a malformed one is Redis'
+  error as an ``event: error`` frame (SA/shared/stream/redis-sse.service.ts l.156-251,
+  283-346). ``POST …/runs/stream`` honours the header the same way, after the run started. An
+  unknown run (or one of another thread: the key holds both ids, l.76-78) is not refused, only
+  kept alive. The stream stops at the first ``complete``.
 - ``POST /threads/{id}/runs/{run}/cancel`` → 201 ``{canceledExecutionIds:[run]}``, 404 for an
   unknown thread or run; a finished run is not refused: it and the conversation become
-  ``interrupted``; a running one ends with ``on_agent_end {status:'interrupted'}``,
-  ``on_message_end``, ``on_conversation_end {status:'interrupted'}`` without ``operation``
-  (X: chat-conversation/commands/handlers/cancel-conversation.handler.ts, chat.handler.ts).
-- ``GET /threads/{id}/state`` → ``{values, checkpoint, parent_checkpoint, metadata, created_at}``;
-  ``values`` are the channels by name: declared variables, ``sys``, ``human``; 500 before the
-  first run (X: ai/thread.controller.ts transformThreadState, shared/agent/state.ts).
+  ``interrupted`` with 'Canceled by user'; a running one is aborted and ends ``interrupted``
+  without ``operation`` (SA/chat-conversation/commands/handlers/cancel-conversation.handler.ts
+  l.31-116). The run need not belong to the thread.
+- ``GET /threads/{id}/state`` → ``{values, checkpoint, parent_checkpoint?, metadata, created_at}``;
+  500 before the thread's first run (no checkpoint: thread.controller.ts l.133-145, 431-439).
 
-State (X: shared/agent/utils.ts normalizeChatState, xpert-agent/commands/handlers/invoke.handler.ts,
-shared/agent/state.ts stateVariable): a ``send``'s ``state`` keys that are declared variables go
-through their reducer (``append``: lists concatenate, strings join, numbers add; ``overwrite``:
-replaced); undeclared keys are dropped (LangGraph keeps only channels); a resume or follow-up
-applies no state. ``sys`` holds the principal's language, email and time zone: the
-``x-principal-user-id`` user's, else the assistant's technical user ('en', none, none)
-(X: ai/assistant-request-context.ts, invoke.handler.ts buildRuntimeSystemState).
+Starting a run (run-create-stream.handler.ts ``execute`` l.350-458, in this order): the thread's
+conversation is looked up (null when unknown); the assistant is resolved (unknown → 404,
+SA/xpert/published-xpert-access.service.ts l.502-519); zod validates the input (400, see
+``xpertai_input.py``); an unknown thread then fails on ``conversation.id`` (l.318): a TypeError,
+so 500 / an ``event: error`` 'Cannot read properties of null (reading 'id')'; a thread bound to
+another assistant → 403 (SA/ai/assistant-request-context.ts l.87-109); then the execution:
+``follow_up`` looks ``target.executionId`` up (404) or creates a stray one that stays
+``running``; ``resume`` upserts ``target.executionId`` (an unknown id is created, not refused;
+``target:{}`` creates a new id: the stream is keyed by it while the frames carry the resumed
+execution's ids, l.398-421, 436-440).
 
-Files (X: xpert/commands/handlers/chat-file-assets.ts): ``data:`` URLs in ``fileUrl``/``url``
-must be base64 ('Invalid chat request file data URL') and at most 25 MiB ('Chat request file is
-too large') and become file assets; other URLs are not fetched and reach nothing.
+The chat (SA/xpert/commands/handlers/chat.handler.ts = XC):
+- ``send``: files first (data URLs stored, XC l.556-606), then the newest pending follow-up of
+  ANY mode with the send's ``clientMessageId`` (only that one:
+  SA/shared/agent/persisted-follow-up.ts l.33-35, 155-198) runs with ITS stored input, the send's
+  own input ignored (XC l.663-694), and the stream carries ``on_chat_event {type:
+  'follow_up_consumed', mode:'queue'}`` right after ``on_conversation_start`` (XC l.855-863). The
+  graph input is ``{...state, ...human extras, input, sys, human}`` (SA/xpert-agent/commands/
+  handlers/invoke.handler.ts l.341-367): declared variables go through their reducer, other keys
+  are dropped (LangGraph keeps only channels).
+- ``resume``: ``target.aiMessageId`` else the last AI message ('Missing resume target AI
+  message'), ``target.executionId`` else that message's (XC l.415-431); no check that anything
+  waits; no variable state applied, only custom ``state.sys`` keys (invoke.handler.ts l.313-340).
+- ``retry``: the source AI message and execution ('Missing retry source AI message', 404),
+  its input run again as a new execution (XC l.621-661).
+- ``follow_up`` (XC l.225-363): 400 'Follow-up is not available while the conversation is
+  interrupted' unless it is a steer and ``conversation.operation.tasks`` is set (l.233-244); the
+  target execution is the target AI message's (``aiMessageId`` else the last AI message), else
+  ``target.executionId``, else the stray; a steer whose target no longer runs (or waits, for
+  that interrupted steer) → 400 ``{code:'steer_target_not_running', message}`` (l.1252-1277),
+  checked before and after the insert; 'Follow-up input is required' (l.288-294); a pending
+  follow-up with the same ``clientMessageId`` is updated, not added (l.296-306).
+- steers are consumed one per model step, ``queue`` ones never (see ``xpertai_agent.Turn``);
+  the rest become ``queue`` at the run's end, an error or a cancel, not at an interrupt.
 
-One run's frames, in the server's order (X: xpert/commands/handlers/chat.handler.ts,
-xpert-agent/agent.ts): ``on_conversation_start``, ``on_message_start {id, executionId}``,
-``on_chat_event`` steps and middleware events, tool components (``category:'Tool'`` first, then
-status updates under the same id), reasoning and text chunks, ``on_agent_end`` (usage),
-``on_message_end``, ``on_conversation_end {status: idle|interrupted|error, operation?, error?}``,
-``complete``. An interrupt is ``on_interrupt`` with a ``TSensitiveOperation``
-(X: contracts/src/ai/chat.model.ts) then ``on_conversation_end {status:'interrupted', operation}``;
-a resume continues the same AI message and execution (chat.handler.ts
-resolveResumeTargetMessage: 'Missing resume target AI message').
+``sys`` (invoke.handler.ts l.292-310, 696-733): the ``x-principal-user-id`` user's
+``preferredLanguage`` (else 'en-US'), ``email``, ``timeZone``; without the header the assistant's
+technical user (``'en'``, none, none), not the API key's user (assistant-request-context.ts
+l.151-184); the request's own ``state.sys`` keys are kept, the standard ones overwritten.
 
-Markers in the input choose the agent's script: ``[interrupt]``, ``[drop]`` (the server drops the
-first connection after four frames), ``[silent=S]`` (a tool works S seconds with only
-keep-alives), ``[slow]``, ``[late]`` (a second between the answer and the end), ``[fail]``,
-``[set name=value]`` (the agent writes a variable).
+Markers in the input choose the agent's script: ``[interrupt]``, ``[drop]`` (the server drops
+the first connection after four frames), ``[silent=S]`` (the tool works S s with only
+keep-alives), ``[slow]``, ``[hold]`` (the tool runs until ``release()``), ``[late]`` (the last
+model call holds until ``release()``: a steer then is not taken), ``[hold-complete]`` (the
+``complete`` entry waits for ``release()``), ``[fail]`` (the model call fails), ``[web]`` (a
+Tavily-like tool adds a status-less ``Computer`` update), ``[big]`` (a 1.5 MB tool output),
+``[memory]`` (a memory reply: one bare string, no agent), ``[set name=value]`` (the agent writes
+a variable).
+
+Not traced to a source (the fake's own choices or simplifications): the agent's script, its
+texts, step titles and token counts; the exact ``datetime`` (the host's ``toLocaleString``) and
+workspace strings in ``sys``; ``values`` holding only the declared variables, ``sys``, ``human``
+and ``input`` (no ``messages``) and ``metadata: {source:'loop'}``; declared variables without
+defaults; follow-up ``references`` counted only as present; the TypeError text for a non-string
+follow-up input; a missing ``assistant_id`` answered as unknown (TypeORM would query without the
+id); an input ``conversationId`` ignored; a resume with nothing waiting running the resume
+script; project, environment and sandbox options ignored; ``POST /threads`` without a JSON body
+taken as ``{}``; ThreadDTO without ``created_by``/``updated_by``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import itertools
 import json
-import re
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.xpertai_agent import (
+    InvalidStreamId,
+    Run,
+    Thread,
+    Turn,
+    dumps,
+    iso_now,
+    parse_stream_id,
+    run_agent,
+    run_resume,
+)
+from tests.fakes.xpertai_input import (
+    MISSING,
+    TECHNICAL_USER,
+    HttpError,
+    Principal,
+    bad_request,
+    data_url_file,
+    human_input,
+    not_found,
+    reduce_variable,
+    runtime_sys,
+    type_error,
+    validate_run_input,
+)
+
 API_KEY = "sk-x-test"
-SET = re.compile(r"\[set ([A-Za-z_]\w*)=([^\]]*)\]")
-SILENT = re.compile(r"\[silent=([\d.]+)\]")
-DATA_URL = re.compile(r"^data:([^;,]+)?((?:;[^,]*)*),([\s\S]*)$")
-MAX_DATA_URL_BYTES = 25 * 1024 * 1024
 STEER_NOT_RUNNING = "Steer follow-up target execution is no longer running"
 NO_CACHE = "private, no-cache, no-store, must-revalidate, max-age=0, no-transform"  # SseStream
-NOT_FOUND = {
-    "statusCode": 404,
-    "message": "The requested record was not found",
-    "error": "Not Found",
-}
-
-
-class StartError(Exception):
-    """Thrown while a run starts: Nest writes it into the 201 stream as ``event: error``."""
-
-
-@dataclass
-class Run:
-    id: str
-    thread: str
-    status: str = "running"  # XpertAgentExecutionStatusEnum: running|success|error|interrupted
-    ai_message: str = ""
-    log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    steers: list[tuple[str, str]] = field(default_factory=list)  # pending: (clientMessageId, text)
-    task: asyncio.Task[None] | None = None
-
-    def append(self, stream_id: str, payload: dict[str, Any]) -> None:
-        self.log.append((stream_id, payload))
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-
-@dataclass
-class Thread:
-    id: str
-    assistant: str | None
-    status: str = "idle"  # TChatConversationStatus: idle|busy|interrupted|error
-    values: dict[str, Any] = field(default_factory=dict)
-    messages: list[dict[str, str]] = field(default_factory=list)  # AI messages: id, executionId
-    files: list[tuple[str, int]] = field(default_factory=list)  # file assets: (mime, size)
-    queued: list[tuple[str, str]] = field(
-        default_factory=list
-    )  # follow-ups: (clientMessageId, text)
+UNAUTHORIZED = {"message": "Unauthorized", "statusCode": 401}
+FORBIDDEN = HttpError(403, "Forbidden", {"message": "Forbidden", "statusCode": 403})
+NULL_CONVERSATION = "Cannot read properties of null (reading 'id')"
 
 
 @dataclass
 class FakeXpertAI:
-    """``variables``: the assistant's declared state variables, ``name -> (type, reducer)``.
-    ``principals``: users ``x-principal-user-id`` may name, with their profile."""
+    """``variables``: the assistant's declared state variables, ``name -> (type, operation)``.
+    ``principals``: users ``x-principal-user-id`` may name."""
 
     assistants: set[str] = field(default_factory=lambda: {"sales"})
     variables: dict[str, tuple[str, str]] = field(
@@ -143,25 +162,22 @@ class FakeXpertAI:
             "chat_rules": ("text", "overwrite"),
         }
     )
-    principals: dict[str, dict[str, str]] = field(
+    principals: dict[str, Principal] = field(
         default_factory=lambda: {
-            "u-42": {
-                "language": "zh-Hans",
-                "email": "alice@example.com",
-                "timeZone": "Asia/Shanghai",
-            }
+            "u-42": Principal("zh-Hans", "alice@example.com", "Asia/Shanghai"),
+            "u-7": Principal(None, "bob@example.com", None),
         }
     )
     keepalive_s: float = 30.0
     threads: dict[str, Thread] = field(default_factory=dict)
-    runs: dict[str, Run] = field(default_factory=dict)
-    requests: list[dict[str, Any]] = field(default_factory=list)  # every run body, with thread
+    runs: dict[str, Run] = field(default_factory=dict)  # executions by id
+    requests: list[dict[str, Any]] = field(default_factory=list)  # run bodies, with thread
     cancels: list[str] = field(default_factory=list)
-    steers: list[dict[str, Any]] = field(default_factory=list)
+    steers: list[dict[str, Any]] = field(default_factory=list)  # follow-up inputs, with thread
     state_reads: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
-    connections: list[tuple[str, str | None]] = field(default_factory=list)  # (run, Last-Event-ID)
-    _seq: itertools.count[int] = field(default_factory=lambda: itertools.count())
+    connections: list[tuple[str, str | None]] = field(default_factory=list)  # run, Last-Event-ID
+    _release: asyncio.Event | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -175,201 +191,356 @@ class FakeXpertAI:
         app.on_shutdown.append(self._stop_runs)
         return app
 
+    def release(self) -> None:
+        """Let every held step (``[hold]``, ``[late]``, ``[hold-complete]``) go on."""
+        self.released.set()
+
+    @property
+    def released(self) -> asyncio.Event:
+        if self._release is None:
+            self._release = asyncio.Event()
+        return self._release
+
     async def _stop_runs(self, _app: web.Application) -> None:
         for run in self.runs.values():
             if run.task is not None:
                 run.task.cancel()
 
-    # --- auth and ids ----------------------------------------------------------------------
-    def _authorised(self, request: web.Request) -> web.Response | None:
+    # --- auth ------------------------------------------------------------------------------
+    def _user(self, request: web.Request) -> Principal | None:
+        """The acting user, or None when the request is refused (401)."""
         self.headers.append(dict(request.headers))
-        if request.headers.get("x-api-key") == API_KEY:
+        if request.headers.get("x-api-key") != API_KEY:
             return None
-        return web.json_response({"statusCode": 401, "message": "Unauthorized"}, status=401)
-
-    def _stream_id(self) -> str:
-        return f"{int(time.time() * 1000)}-{next(self._seq)}"
+        named = request.headers.get("x-principal-user-id")
+        if named is None:
+            return TECHNICAL_USER  # the assistant's technical principal replaces the key's user
+        return self.principals.get(named)
 
     # --- threads and state -----------------------------------------------------------------
     async def create_thread(self, request: web.Request) -> web.Response:
-        if (refused := self._authorised(request)) is not None:
-            return refused
-        body = await request.json()
+        if self._user(request) is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
         assistant = body.get("assistant_id")
         if assistant is not None and assistant not in self.assistants:
-            return web.json_response(NOT_FOUND, status=404)
-        thread = Thread(id=str(uuid.uuid4()), assistant=assistant)
-        self.threads[thread.id] = thread
-        title = (body.get("metadata") or {}).get("title")
-        metadata = {"id": thread.id, "title": title, "assistant_id": assistant}
-        return web.json_response(
-            {"thread_id": thread.id, "status": None, "metadata": metadata}, status=201
-        )
+            return _error(not_found())
+        tid = str(body.get("thread_id") or uuid.uuid4())
+        thread = self.threads.get(tid)
+        if thread is not None and body.get("if_exists") == "raise":
+            return _error(bad_request("The thread already exists."))
+        if thread is None:
+            title = (body.get("metadata") or {}).get("title")
+            thread = self.threads[tid] = Thread(id=tid, assistant=assistant, title=title)
+        elif assistant is not None:
+            if thread.assistant not in (None, assistant):
+                return _error(FORBIDDEN)
+            thread.assistant = assistant
+        metadata = {
+            "id": thread.conversation,
+            "title": thread.title,
+            "assistant_id": thread.assistant,
+        }
+        dto: dict[str, Any] = {"thread_id": thread.id, "status": thread.status}
+        dto["created_at"] = iso_now()
+        dto |= {
+            "updated_at": iso_now(),
+            "metadata": {k: v for k, v in metadata.items() if v is not None or k == "assistant_id"},
+        }
+        return web.json_response(dto, status=201, dumps=dumps)
 
     async def state(self, request: web.Request) -> web.Response:
-        if (refused := self._authorised(request)) is not None:
-            return refused
+        if self._user(request) is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
         thread = self.threads.get(request.match_info["tid"])
-        if thread is None or not thread.messages:  # no checkpoint yet: a TypeError, so 500
-            return web.json_response(
-                {"statusCode": 500, "message": "Internal server error"}, status=500
-            )
+        if thread is None or not thread.checkpointed:  # transformThreadState(undefined)
+            return _error(type_error("Cannot read properties of undefined (reading 'checkpoint')"))
         self.state_reads.append(thread.id)
         checkpoint = {"thread_id": thread.id, "checkpoint_ns": ""}
-        return web.json_response(
-            {"values": thread.values, "checkpoint": checkpoint, "metadata": {"source": "loop"}}
-        )
-
-    def _reduce(self, thread: Thread, name: str, value: Any) -> None:
-        """X: shared/agent/state.ts stateVariable: only append and overwrite exist."""
-        kind, reducer = self.variables[name]
-        current = thread.values.get(name)
-        if reducer == "append" and current is not None:
-            if kind.startswith("array"):
-                value = [*current, *(value if isinstance(value, list) else [value])]
-            elif kind == "number":
-                value = current + float(value)
-            elif kind in ("string", "text", "paragraph"):
-                value = f"{current}{value}"
-        thread.values[name] = value
-
-    def _sys(self, thread: Thread, principal: str | None) -> dict[str, Any]:
-        user = self.principals.get(principal or "", {})
-        return {
-            "language": user.get("language") or "en",  # the technical user's 'en'
-            "user_email": user.get("email"),
-            "timezone": user.get("timeZone"),
-            "date": time.strftime("%Y-%m-%d"),
-            "thread_id": thread.id,
-        }
+        body = {"values": thread.values, "checkpoint": checkpoint, "metadata": {"source": "loop"}}
+        return web.json_response({**body, "created_at": iso_now()}, dumps=dumps)
 
     # --- starting runs ---------------------------------------------------------------------
-    def _validate(self, data: Any) -> None:
-        """X: run-create-stream.handler.ts chatRequestSchema (a zod discriminated union)."""
-        if not isinstance(data, dict):
-            raise StartError("input: Expected object, received " + type(data).__name__)
-        action = data.get("action", "send")
-        if action not in ("send", "resume", "retry", "follow_up"):
-            raise StartError(
-                "action: Invalid discriminator value. Expected 'send' | 'resume' | 'retry' | "
-                "'follow_up'"
-            )
-        if action == "resume":
-            if not isinstance(data.get("target"), dict):
-                raise StartError("target: Required")
-            if (data.get("decision") or {}).get("type") not in ("confirm", "reject"):
-                raise StartError('decision.type: Invalid literal value, expected "confirm"')
-        if action in ("send", "follow_up"):
-            message = data.get("message")
-            if not isinstance(message, dict) or not isinstance(message.get("input"), dict):
-                raise StartError("message: Required")
-        if action == "follow_up" and data.get("mode") not in ("queue", "steer"):
-            raise StartError('mode: Invalid literal value, expected "queue"')
-        if "state" in data and not isinstance(data["state"], dict):
-            raise StartError("state: Expected object, received " + type(data["state"]).__name__)
-
-    def _files(self, files: list[Any]) -> list[tuple[str, int]]:
-        stored: list[tuple[str, int]] = []
-        for file in files:
-            url = (
-                str(file.get("fileUrl") or file.get("url") or "") if isinstance(file, dict) else ""
-            )
-            if not url.startswith("data:"):
-                continue  # not fetched: nothing reaches the agent
-            match = DATA_URL.match(url)
-            if not match or "base64" not in match.group(2).split(";"):
-                raise StartError("Invalid chat request file data URL")
-            payload = re.sub(r"\s", "", match.group(3))
-            if len(payload) * 3 // 4 > MAX_DATA_URL_BYTES:
-                raise StartError("Chat request file is too large")
-            mime = (match.group(1) or file.get("mimeType") or "application/octet-stream").lower()
-            stored.append((mime, len(base64.b64decode(payload))))
-        return stored
-
-    def _start(self, thread: Thread | None, body: dict[str, Any], principal: str | None) -> Run:
+    def _create(self, tid: str, body: Any, user: Principal) -> tuple[Run, str]:
+        """RunCreateStreamHandler.execute: the run and its transport ('redis' | 'direct')."""
+        body = body if isinstance(body, dict) else {}
+        thread = self.threads.get(tid)
+        assistant = body.get("assistant_id")
+        if assistant not in self.assistants:
+            raise not_found()
+        busy = thread is not None and thread.status == "busy"
+        data = validate_run_input(body.get("input", MISSING), busy=busy)
         if thread is None:
-            raise StartError("Cannot read properties of null (reading 'id')")
-        if body.get("assistant_id") not in self.assistants:
-            raise StartError("The requested record was not found")
-        data = body.get("input")
-        self._validate(data)
+            raise type_error(NULL_CONVERSATION)
+        if thread.assistant not in (None, assistant):
+            raise FORBIDDEN
+        thread.assistant = assistant
+        action = data["action"]
+        if action == "follow_up":
+            return self._follow_up(thread, data), "direct"
         self.requests.append({"thread": thread.id, **body})
-        if data.get("action") == "resume":
-            return self._resume_run(thread, data)
-        message = data["message"]
-        thread.files += self._files(message["input"].get("files") or [])
-        text = str(message["input"].get("input") or "")
-        queued = [t for cid, t in thread.queued if cid == message.get("clientMessageId")]
-        if queued:  # the send runs the queued follow-ups instead (persisted-follow-up.ts)
-            thread.queued = [q for q in thread.queued if q[0] != message.get("clientMessageId")]
-            text = "\n".join(queued)
-        for name, value in (data.get("state") or {}).items():
-            if name in self.variables:  # undeclared keys are not channels: dropped
-                self._reduce(thread, name, value)
-        thread.values["sys"] = self._sys(thread, principal)
-        thread.values["human"] = {"input": text}
-        run = Run(id=str(uuid.uuid4()), thread=thread.id, ai_message=str(uuid.uuid4()))
-        self.runs[run.id] = run
-        thread.messages.append({"id": run.ai_message, "executionId": run.id})
-        thread.status = "busy"
-        run.task = asyncio.create_task(self._agent(thread, run, text))
-        return run
+        if action == "resume":
+            return self._resume(thread, data, user), "redis"
+        return self._send(thread, data, user), "redis"
 
-    def _resume_run(self, thread: Thread, data: dict[str, Any]) -> Run:
-        target = data["target"]
-        if target.get("aiMessageId"):
-            message = next((m for m in thread.messages if m["id"] == target["aiMessageId"]), None)
-        else:
-            message = thread.messages[-1] if thread.messages else None
-        if message is None:
-            raise StartError("Missing resume target AI message")
-        run = self.runs.get(target.get("executionId") or message["executionId"])
+    def _execution(self, thread: Thread, ident: str | None = None) -> Run:
+        """``XpertAgentExecutionUpsertCommand({id, threadId, status:'running'})``: an existing
+        row goes back to running, an unknown id is created (upsert.handler.ts l.17-35); only the
+        chat that runs it gives it its xpert."""
+        run = self.runs.get(ident or "")
         if run is None:
-            raise StartError("The requested record was not found")
-        # The server does not check that the run waits for a confirmation (chat.handler.ts).
-        run.status, thread.status = "running", "busy"
-        run.task = asyncio.create_task(self._resume(thread, run, data["decision"]["type"]))
+            run = Run(id=ident or str(uuid.uuid4()), thread=thread.id)
+            self.runs[run.id] = run
+        run.status = "running"
         return run
 
+    def _send(self, thread: Thread, data: dict[str, Any], user: Principal) -> Run:
+        state = data.get("state") or {}
+        retry = data["action"] == "retry"
+        key = self._execution(thread)
+        parent: dict[str, Any] | None = None
+        consumed: dict[str, Any] | None = None
+        if retry:
+            source = data["source"]
+            message = self._message(thread, source.get("aiMessageId"), "retry source AI message")
+            source_id = source.get("executionId") or message.get("executionId")
+            if not source_id:
+                raise bad_request("Retry source execution not found")
+            source_run = self.runs.get(source_id)
+            if source_run is None:
+                raise not_found()
+            human, state = dict(source_run.human), {}
+            parent = next((m for m in thread.messages if m["id"] == message.get("parentId")), None)
+            if parent is None:
+                raise bad_request("Retry source human message not found")
+        else:
+            human = human_input(data.get("state", MISSING), data["message"]["input"])
+            thread.files += _files(human.get("files"))
+            client_id = data["message"].get("clientMessageId")
+            matched = next(
+                (
+                    m
+                    for m in reversed(thread.pending())
+                    if client_id and m.get("clientMessageId") == client_id.strip()
+                ),
+                None,
+            )
+            if matched is not None:
+                human = human_input(data.get("state", MISSING), matched["input"])
+                visible = iso_now()
+                matched |= {"followUpStatus": "consumed", "visibleAt": visible}
+                consumed = {
+                    "type": "follow_up_consumed",
+                    "mode": "queue",
+                    "messageIds": [matched["id"]],
+                }
+                consumed |= {
+                    "clientMessageIds": [client_id.strip()],
+                    "executionId": matched["targetExecutionId"],
+                    "visibleAt": visible,
+                }
+                parent = matched
+            else:
+                parent = _human(thread, human.get("input"))
+        key.human = human
+        extras = {k: v for k, v in human.items() if k not in ("input", "files")}
+        for name, value in {**state, **extras}.items():
+            if name in self.variables:  # undeclared keys are not channels: dropped
+                kind, operation = self.variables[name]
+                thread.values[name] = reduce_variable(
+                    kind, operation, thread.values.get(name), value
+                )
+        self._start(
+            thread, key, key, human, user, state.get("sys"), parent=parent, consumed=consumed
+        )
+        return key
+
+    def _resume(self, thread: Thread, data: dict[str, Any], user: Principal) -> Run:
+        target = data["target"]
+        key = self._execution(thread, target.get("executionId"))
+        human = human_input(data.get("state", MISSING), None)
+        message = self._message(thread, target.get("aiMessageId"), "resume target AI message")
+        execution = self.runs.get(target.get("executionId") or message.get("executionId") or "")
+        if execution is None:
+            raise bad_request("Missing resume target execution")
+        execution.status = "running"
+        state = data.get("state") or {}
+        decision = data["decision"]["type"]
+        self._start(
+            thread,
+            execution,
+            key,
+            human,
+            user,
+            state.get("sys"),
+            message=message,
+            decision=decision,
+        )
+        return key
+
+    def _message(self, thread: Thread, ident: str | None, what: str) -> dict[str, Any]:
+        if ident:
+            found = next((m for m in thread.messages if m["id"] == ident), None)
+        else:
+            found = next(iter(reversed(thread.ai_messages())), None)
+        if found is None:
+            raise bad_request(f"Missing {what}")
+        return found
+
+    def _start(
+        self,
+        thread: Thread,
+        execution: Run,
+        key: Run,
+        human: dict[str, Any],
+        user: Principal,
+        request_sys: Any,
+        *,
+        parent: dict[str, Any] | None = None,
+        consumed: dict[str, Any] | None = None,
+        message: dict[str, Any] | None = None,
+        decision: str = "",
+    ) -> None:
+        execution.assistant = thread.assistant
+        volume = f"/sandbox/xperts/{execution.assistant}"
+        thread.values["sys"] = runtime_sys(
+            thread.values.get("sys"), request_sys, user, thread_id=thread.id, volume=volume
+        )
+        if message is None:
+            thread.values |= {"human": human, "input": human.get("input")}
+        thread.checkpointed, thread.status = True, "busy"
+        text = (
+            str(human.get("input") or "")
+            if message is None
+            else str(execution.human.get("input") or "")
+        )
+        turn = Turn(
+            thread, execution, key.stream, message or {}, text, self.variables, self.released
+        )
+        if message is None:
+            turn.ai = turn._ai_message(parent=parent["id"] if parent else None)
+        execution.turn = turn
+        script = run_agent(turn, consumed) if message is None else run_resume(turn, decision)
+        execution.task = asyncio.create_task(script)
+
+    def _follow_up(self, thread: Thread, data: dict[str, Any]) -> Run:
+        target = data.get("target") or {}
+        if target.get("executionId"):
+            execution = self.runs.get(target["executionId"])
+            if execution is None:
+                raise not_found()
+        else:
+            execution = self._execution(thread)  # a stray run that stays running
+        message = data["message"]
+        human = human_input(data.get("state", MISSING), message["input"])
+        tasks = (thread.operation or {}).get("tasks")
+        waits = thread.status == "interrupted" and data["mode"] == "steer" and bool(tasks)
+        if thread.status == "interrupted" and not waits:
+            raise bad_request("Follow-up is not available while the conversation is interrupted")
+        if target.get("aiMessageId"):
+            aimed = next((m for m in thread.messages if m["id"] == target["aiMessageId"]), None)
+        else:
+            aimed = next(iter(reversed(thread.ai_messages())), None)
+        target_id = (aimed or {}).get("executionId") or target.get("executionId") or execution.id
+        self._assert_active(data, target_id, waits)
+        files = message["input"].get("files")
+        thread.files += _files(files)
+        text = human.get("input")
+        if text is not None and not isinstance(text, str):
+            raise type_error("hydratedFollowUpInput?.input?.trim is not a function")
+        refs = message["input"].get("references")
+        if not (text or "").strip() and not (isinstance(files, list) and files) and not refs:
+            raise bad_request("Follow-up input is required")
+        client_id = message.get("clientMessageId")
+        pending = {
+            "followUpMode": data["mode"],
+            "followUpStatus": "pending",
+            "targetExecutionId": target_id,
+        }
+        pending |= {
+            "input": dict(message["input"]),
+            "clientMessageId": (client_id or "").strip() or None,
+        }
+        same = next(
+            (
+                m
+                for m in reversed(thread.pending())
+                if client_id and m.get("clientMessageId") == client_id.strip()
+            ),
+            None,
+        )
+        if same is not None:
+            same |= pending | {"content": text}
+        else:
+            _human(thread, text, parent=aimed).update(pending)
+        self._assert_active(data, target_id, waits)
+        self.steers.append({"thread": thread.id, **data})
+        return execution
+
+    def _assert_active(self, data: dict[str, Any], target_id: str, waits: bool) -> None:
+        if data["mode"] != "steer":
+            return
+        run = self.runs.get(target_id)
+        status = run.status if run is not None else None
+        if not (status == "running" or (waits and status == "interrupted")):
+            body = {"code": "steer_target_not_running", "message": STEER_NOT_RUNNING}
+            raise HttpError(400, STEER_NOT_RUNNING, body)
+
+    # --- the routes that start runs ----------------------------------------------------------
     async def run_stream(self, request: web.Request) -> web.StreamResponse:
-        if (refused := self._authorised(request)) is not None:
-            return refused  # guards answer before the stream starts
+        user = self._user(request)
+        if user is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)  # guards answer first
         body = await request.json()
         response = await self._open(request, status=201)
         try:
-            run = self._start(
-                self.threads.get(request.match_info["tid"]),
-                body,
-                request.headers.get("x-principal-user-id"),
-            )
-        except StartError as exc:
-            await response.write(f"event: error\nid: 1\ndata: {exc}\n\n".encode())
+            run, transport = self._create(request.match_info["tid"], body, user)
+        except HttpError as exc:
+            await _error_frame(response, exc.message)
+            return response
+        if transport == "direct":
             return response
         drop_after = 4 if "[drop]" in json.dumps(body.get("input")) else None
-        last_id = request.headers.get("Last-Event-ID")
-        return await self._follow(request, response, run, last_id, drop_after=drop_after)
+        return await self._follow(
+            request, response, run, request.headers.get("Last-Event-ID"), drop_after
+        )
+
+    async def create_run(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
+        try:
+            run, _ = self._create(request.match_info["tid"], await request.json(), user)
+        except HttpError as exc:
+            return _error(exc)
+        dto = {"run_id": run.id, "thread_id": run.thread, "assistant_id": run.assistant}
+        dto |= {"created_at": iso_now(), "updated_at": iso_now(), "status": run.status}
+        return web.json_response(
+            {k: v for k, v in dto.items() if v is not None}, status=201, dumps=dumps
+        )
 
     async def join_stream(self, request: web.Request) -> web.StreamResponse:
-        if (refused := self._authorised(request)) is not None:
-            return refused
+        if self._user(request) is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
         response = await self._open(request, status=200)
         run = self.runs.get(request.match_info["rid"])
-        if run is None:  # no existence check: kept alive until the client gives up
-            while True:
-                await asyncio.sleep(self.keepalive_s)
-                await response.write(b": keep-alive\n\n")
+        if run is not None and run.thread != request.match_info["tid"]:
+            run = None  # the stream key holds the thread id too
         return await self._follow(request, response, run, request.headers.get("Last-Event-ID"))
 
     async def _open(self, request: web.Request, *, status: int) -> web.StreamResponse:
-        response = web.StreamResponse(
-            status=status,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": NO_CACHE,
-                "Connection": "keep-alive",
-                "X-Accel-Buffering": "no",
-            },
-        )
+        headers = {"Content-Type": "text/event-stream", "Connection": "keep-alive"}
+        headers |= {
+            "Cache-Control": NO_CACHE,
+            "Pragma": "no-cache",
+            "Expire": "0",
+            "X-Accel-Buffering": "no",
+        }
+        response = web.StreamResponse(status=status, headers=headers)
         await response.prepare(request)
         await response.write(b"\n")
         return response
@@ -378,23 +549,29 @@ class FakeXpertAI:
         self,
         request: web.Request,
         response: web.StreamResponse,
-        run: Run,
+        run: Run | None,
         last_id: str | None,
-        *,
         drop_after: int | None = None,
     ) -> web.StreamResponse:
-        self.connections.append((run.id, last_id))
-        position = 0
-        if last_id:
-            position = next((i + 1 for i, (sid, _) in enumerate(run.log) if sid == last_id), 0)
-        sent = 0
+        self.connections.append((run.id if run else request.match_info.get("rid", ""), last_id))
+        try:
+            start = parse_stream_id(last_id or "")
+        except InvalidStreamId as exc:
+            await _error_frame(response, str(exc))
+            return response
+        if run is None:  # no existence check: XREAD blocks, the heartbeat goes on
+            while True:
+                await asyncio.sleep(self.keepalive_s)
+                await response.write(b": keep-alive\n\n")
+        stream = run.stream
+        position, sent = stream.start(start), 0
         while True:
-            while position < len(run.log):
-                sid, payload = run.log[position]
+            while position < len(stream.log):
+                sid, payload = stream.log[position]
                 position += 1
                 complete = payload.get("type") == "complete"
                 head = f"event: complete\nid: {sid}\n" if complete else f"id: {sid}\n"
-                await response.write(f"{head}data: {json.dumps(payload)}\n\n".encode())
+                await response.write(f"{head}data: {dumps(payload)}\n\n".encode())
                 sent += 1
                 if complete:
                     return response
@@ -403,175 +580,45 @@ class FakeXpertAI:
                     request.transport.close()  # the network drops; the run goes on
                     return response
             try:
-                await asyncio.wait_for(run.changed.wait(), self.keepalive_s)
+                await asyncio.wait_for(stream.changed.wait(), self.keepalive_s)
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
 
-    # --- follow-ups and cancel -------------------------------------------------------------
-    async def create_run(self, request: web.Request) -> web.Response:
-        if (refused := self._authorised(request)) is not None:
-            return refused
-        thread = self.threads.get(request.match_info["tid"])
-        body = await request.json()
-        if thread is None:
-            return web.json_response(NOT_FOUND, status=404)
-        data = body.get("input")
-        try:
-            self._validate(data)
-        except StartError as exc:
-            return web.json_response(
-                {"message": str(exc), "error": "Bad Request", "statusCode": 400}, status=400
-            )
-        if data.get("action") != "follow_up":
-            return web.json_response({"message": "not served by this fake"}, status=501)
-        self.steers.append({"thread": thread.id, **data})
-        if thread.status == "interrupted":
-            return web.json_response(
-                {
-                    "message": "Follow-up is not available while the conversation is interrupted",
-                    "error": "Bad Request",
-                    "statusCode": 400,
-                },
-                status=400,
-            )
-        target = data.get("target") or {}
-        if target.get("executionId") and target["executionId"] not in self.runs:
-            return web.json_response(NOT_FOUND, status=404)
-        execution = target.get("executionId") or (
-            thread.messages[-1]["executionId"] if thread.messages else ""
-        )
-        run = self.runs.get(execution)
-        if data["mode"] == "steer" and (run is None or run.status != "running"):
-            return web.json_response(
-                {"code": "steer_target_not_running", "message": STEER_NOT_RUNNING}, status=400
-            )
-        assert run is not None
-        message = data["message"]
-        client_id = str(message.get("clientMessageId") or uuid.uuid4())
-        run.steers.append((client_id, str(message["input"].get("input") or "")))
-        return web.json_response(
-            {"run_id": run.id, "thread_id": thread.id, "status": run.status}, status=201
-        )
-
+    # --- cancel ----------------------------------------------------------------------------
     async def cancel(self, request: web.Request) -> web.Response:
-        if (refused := self._authorised(request)) is not None:
-            return refused
+        if self._user(request) is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
         thread = self.threads.get(request.match_info["tid"])
         run = self.runs.get(request.match_info["rid"])
         self.cancels.append(request.match_info["rid"])
         if thread is None or run is None:
-            return web.json_response(NOT_FOUND, status=404)
-        if run.task is not None and run.status == "running":
-            run.task.cancel()
-            self._end(thread, run, "interrupted")  # no operation: nothing to confirm
-        run.status = thread.status = "interrupted"
-        return web.json_response({"canceledExecutionIds": [run.id]}, status=201)
+            return _error(not_found())
+        run.status, run.error = "interrupted", "Canceled by user"
+        thread.status, thread.error = "interrupted", "Canceled by user"
+        turn = run.turn
+        if turn is not None and run.task is not None and not run.task.done():
+            run.task.cancel()  # the AbortController registered under the run id
+            await turn.finish("interrupted")
+        return web.json_response({"canceledExecutionIds": [run.id]}, status=201, dumps=dumps)
 
-    # --- the agent -------------------------------------------------------------------------
-    def _emit(self, run: Run, event: str, data: dict[str, Any]) -> None:
-        run.append(self._stream_id(), {"type": "event", "event": event, "data": data})
 
-    def _message(self, run: Run, data: Any) -> None:
-        run.append(self._stream_id(), {"type": "message", "data": data})
+def _files(files: Any) -> list[tuple[str, int]]:
+    stored = [data_url_file(f) for f in files] if isinstance(files, list) else []
+    return [s for s in stored if s is not None]
 
-    def _text(self, run: Run, text: str) -> None:
-        chunk = {"type": "text", "text": text, "id": run.ai_message, "executionId": run.id}
-        self._message(run, chunk)
 
-    def _message_start(self, run: Run) -> None:
-        start = {"id": run.ai_message, "role": "ai", "executionId": run.id, "status": "thinking"}
-        self._emit(run, "on_message_start", start)
+def _human(thread: Thread, text: Any, parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    message = {"id": str(uuid.uuid4()), "role": "human", "content": text}
+    message |= {"conversationId": thread.conversation, "parentId": (parent or {}).get("id")}
+    thread.messages.append(message)
+    return message
 
-    def _tool(self, run: Run, call: str, status: str, **data: Any) -> None:
-        if status == "running":
-            data = {"category": "Tool", **data}
-        component = {"id": call, "type": "component", "executionId": run.id}
-        self._message(run, {**component, "data": {**data, "status": status}})
 
-    def _end(self, thread: Thread, run: Run, status: str, **extra: Any) -> None:
-        run.status = {"idle": "success", "interrupted": "interrupted"}.get(status, "error")
-        thread.status = status
-        usage = {"totalTokens": 120, "tokens": 120, "inputTokens": 80, "outputTokens": 40}
-        self._emit(run, "on_agent_end", {"id": run.id, "status": run.status, **usage})
-        end = {"id": run.ai_message, "executionId": run.id, "role": "ai", "status": "success"}
-        self._emit(run, "on_message_end", end)
-        self._emit(run, "on_conversation_end", {"id": thread.id, "status": status, **extra})
-        run.append(self._stream_id(), {"type": "complete"})
-        if run.steers:  # not taken before the end: queued (downgradePendingSteerFollowUpsToQueue)
-            thread.queued += run.steers
-            run.steers = []
+def _error(exc: HttpError) -> web.Response:
+    return web.json_response(exc.body, status=exc.status, dumps=dumps)
 
-    async def _pause(self, text: str) -> None:
-        await asyncio.sleep(0.3 if "[slow]" in text else 0.01)
 
-    def _take_steers(self, thread: Thread, run: Run) -> None:
-        if not run.steers:
-            return
-        taken, run.steers = run.steers, []
-        consumed = {
-            "type": "follow_up_consumed",
-            "mode": "steer",
-            "messageIds": [str(uuid.uuid4()) for _ in taken],
-            "clientMessageIds": [cid for cid, _ in taken],
-            "executionId": run.id,
-        }
-        self._emit(run, "on_chat_event", consumed)
-        self._emit(run, "on_message_end", {"id": run.ai_message, "executionId": run.id})
-        run.ai_message = str(uuid.uuid4())
-        thread.messages.append({"id": run.ai_message, "executionId": run.id})
-        self._message_start(run)
-        for _, steered in taken:
-            self._text(run, f" (steer: {steered})")
-
-    async def _agent(self, thread: Thread, run: Run, text: str) -> None:
-        self._emit(run, "on_conversation_start", {"id": thread.id, "status": "busy"})
-        self._message_start(run)
-        await self._pause(text)
-        self._emit(run, "on_chat_event", {"type": "middleware_event", "name": "summarize"})
-        self._emit(run, "on_chat_event", {"id": "plan", "title": "Planning", "status": "running"})
-        await self._pause(text)
-        self._emit(run, "on_chat_event", {"id": "plan", "title": "Planning", "status": "success"})
-        if "[fail]" in text:
-            self._end(thread, run, "error", error="Model quota exceeded")
-            return
-        if "[interrupt]" in text:
-            info = {
-                "name": "send_email",
-                "title": "Send email",
-                "description": "Send the report to the whole team?",
-            }
-            call = {"id": "call_mail", "name": "send_email", "args": {"to": "team"}}
-            task = {"name": "send_email", "interrupts": [], "info": info, "call": call}
-            operation = {"messageId": run.ai_message, "tasks": [task]}
-            self._emit(run, "on_interrupt", operation)
-            self._end(thread, run, "interrupted", operation=operation)
-            return
-        self._tool(run, "call_1", "running", tool="wiki_search", title="Search the wiki")
-        if match := SILENT.search(text):
-            await asyncio.sleep(float(match.group(1)))
-        await self._pause(text)
-        self._tool(run, "call_1", "success", output="3 pages found")
-        self._message(run, {"type": "reasoning", "text": "hidden thoughts", "id": run.ai_message})
-        for part in ("Hello ", "from ", "xpert"):
-            await self._pause(text)
-            self._take_steers(thread, run)
-            self._text(run, part)
-        self._message(run, f" [{text}]")  # a bare string chunk (X: chat.handler.ts memory reply)
-        if "[late]" in text:
-            await asyncio.sleep(1.0)  # a last step: a steer that comes now is not taken
-        for name, value in SET.findall(text):
-            if name in self.variables:
-                self._reduce(thread, name, value)
-        self._end(thread, run, "idle")
-
-    async def _resume(self, thread: Thread, run: Run, decision: str) -> None:
-        self._emit(run, "on_conversation_start", {"id": thread.id, "status": "busy"})
-        self._message_start(run)
-        await asyncio.sleep(0.01)
-        if decision == "confirm":
-            self._tool(run, "call_mail", "running", tool="send_email", title="Send email")
-            self._tool(run, "call_mail", "success", output="sent")
-            self._text(run, "Email sent to the team.")
-        else:
-            self._text(run, "Not sent: you rejected it.")
-        self._end(thread, run, "idle")
+async def _error_frame(response: web.StreamResponse, message: str) -> None:
+    """Nest's ``sse()`` catchError: ``{type:'error', data: err.message}``, id 1, then the end."""
+    lines = "".join(f"data: {line}\n" for line in message.split("\n"))
+    await response.write(f"event: error\nid: 1\n{lines}\n".encode())
