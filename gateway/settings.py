@@ -1,32 +1,30 @@
 """Configuration: YAML validated by pydantic, camelCase keys, ``${ENV}`` substitution (§4).
 
-Integration models come from the installed adapters (entry points), so the core never names a
-platform's fields; :func:`build_settings_model` assembles the union of whatever is installed.
+Integration models come from the installed adapters and expert models from the installed expert
+kinds (entry points), so the core never names a platform's or a backend's fields;
+:func:`build_settings_model` assembles the unions of whatever is installed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
-import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
-    TypeAdapter,
-    ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+if TYPE_CHECKING:
+    from gateway.experts.base import Expert
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -37,6 +35,10 @@ class ConfigError(ValueError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class ConfigFileError(ConfigError):
+    """The file itself could not be used: missing, unreadable, empty or not YAML."""
 
 
 class GatewayModel(BaseModel):
@@ -94,98 +96,44 @@ class RuntimeSettings(GatewayModel):
     )
 
 
-class EchoExpertSettings(GatewayModel):
-    """The built-in deterministic expert: steps, a streamed reply quoting the input, interrupts."""
+class ExpertBase(GatewayModel):
+    """Options every expert has. Each expert kind (an ``Expert`` subclass registered under the
+    ``xpert_gateway.experts`` entry points) brings a subclass with ``kind: Literal["<kind>"]``."""
 
     id: str = Field(pattern=ID_PATTERN)
-    kind: Literal["echo"]
-    step_titles: list[str] = Field(
-        default_factory=lambda: ["Reading your message", "Thinking it over", "Writing the answer"]
-    )
-    step_delay_ms: int = Field(400, ge=0, le=60_000)
-    char_delay_ms: int = Field(15, ge=0, le=10_000)
-    chunk_chars: int = Field(4, ge=1, le=10_000)
-    reply_prefix: str = "You said:"
+    kind: str
 
 
-class XpertExpertSettings(GatewayModel):
-    """An XpertAI agent through its Agent-Protocol API (threads, runs/stream SSE)."""
-
-    id: str = Field(pattern=ID_PATTERN)
-    kind: Literal["xpert"]
-    base_url: str = Field(description="The API root, e.g. https://api.xpertai.cn/api/ai")
-    api_key: SecretStr
-    assistant_id: str | None = Field(None, description="The xpertId; defaults to the expert id")
-    organization_id: str | None = None
-    principal_user_id: str | None = Field(
-        None, description="Sent as x-principal-user-id: act as this end user"
-    )
-    connect_retries: int = Field(3, ge=0, le=10, description="Retries before the first byte")
-    idle_timeout_seconds: float = Field(
-        120, gt=0, description="A stream silent this long ends the turn with an error"
-    )
-    show_reasoning: bool = False
-    memory_variable: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
-        description="A state variable the xpert declares: the chat's group memory goes there "
-        "(numbered lines) whenever it changed; unset, group memory is not sent",
-    )
-    variables: list[VariableDecl] = Field(default_factory=list)
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _http_url(value)
-
-
-class OpenAIExpertSettings(GatewayModel):
-    """Any OpenAI-compatible /chat/completions endpoint; the gateway keeps the history."""
-
-    id: str = Field(pattern=ID_PATTERN)
-    kind: Literal["openai"]
-    base_url: str = Field(description="e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
-    api_key: SecretStr | None = None
-    model: str
-    system_prompt: str = Field(
-        "You are a helpful assistant. Reply in {{sys.language}}. Today is {{sys.date}}.",
-        description="Template; {{sys.*}}, {{memory.*}} and {{var.*}} are filled in",
-    )
-    temperature: float | None = Field(None, ge=0, le=2)
-    max_history_messages: int = Field(20, ge=0, le=1000)
-    max_history_chars: int = Field(24_000, ge=0)
-    vision: bool = Field(False, description="Pass image attachments to the model")
-    timeout_seconds: float = Field(120, gt=0)
-    retries: int = Field(2, ge=0, le=10, description="Retries of 429 / 5xx / connect errors")
-    variables: list[VariableDecl] = Field(default_factory=list)
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _http_url(value)
-
-
-def _http_url(value: str) -> str:
+def http_url(value: str) -> str:
+    """A validator for base URLs: http(s) only, without the trailing slash."""
     if not value.startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
     return value.rstrip("/")
 
 
-AnyExpert = EchoExpertSettings | XpertExpertSettings | OpenAIExpertSettings
-ExpertSettings = Annotated[AnyExpert, Field(discriminator="kind")]
-EXPERTS: TypeAdapter[AnyExpert] = TypeAdapter(ExpertSettings)
+def _secrets(expert: ExpertBase) -> dict[str, str]:
+    """The expert's secret fields by alias, in clear (snapshots keep them masked)."""
+    out: dict[str, str] = {}
+    for name, field in type(expert).model_fields.items():
+        value = getattr(expert, name)
+        if isinstance(value, SecretStr):
+            out[field.alias or name] = value.get_secret_value()
+    return out
 
 
-def expert_from_snapshot(snapshot: dict[str, Any], current: AnyExpert | None) -> AnyExpert:
-    """Rebuild a session's expert from its snapshot. Snapshots hold no secrets (they are masked
-    there); the secrets of the expert with the same id in the current config are put back."""
+def rebuild_expert(
+    snapshot: Mapping[str, Any], current: ExpertBase | None, kinds: Mapping[str, type[Expert]]
+) -> ExpertBase:
+    """A session's expert settings, validated again by the model of its kind. Snapshots hold no
+    secrets (they are masked there): those of ``current``, the expert with the same id in the
+    current config, are put back when it is still of the same kind."""
     data = dict(snapshot)
-    if current is not None and current.id == data.get("id"):
-        for name, field in type(current).model_fields.items():
-            value = getattr(current, name)
-            if isinstance(value, SecretStr):
-                data[field.alias or name] = value.get_secret_value()
-    return EXPERTS.validate_python(data)
+    kind = kinds.get(str(data.get("kind")))
+    if kind is None:
+        raise ValueError(f"expert kind {data.get('kind')!r} is not installed")
+    if current is not None and current.id == data.get("id") and current.kind == data["kind"]:
+        data.update(_secrets(current))
+    return kind.settings_model.model_validate(data)
 
 
 class VariableDecl(GatewayModel):
@@ -241,8 +189,8 @@ class IntegrationBase(GatewayModel):
     group_reply_strategy: Literal["mention_only", "all_messages"] = "mention_only"
     busy_policy: Literal["collect", "steer", "reject"] = Field(
         "collect",
-        description="A message arriving during a run: next turn, into the running agent (xpert "
-        "experts), or a 'busy' answer",
+        description="A message arriving during a run: next turn, into the running agent (experts "
+        "that can be steered), or a 'busy' answer",
     )
     update_interval_ms: int = Field(1000, ge=100, le=60_000, description="Card update throttle")
     language: str | None = None
@@ -298,8 +246,11 @@ class Settings(GatewayModel):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
-    experts: list[ExpertSettings] = Field(min_length=1)
+    experts: list[ExpertBase] = Field(min_length=1)
     integrations: list[IntegrationBase] = Field(default_factory=list)
+
+    # The installed expert kinds the model was built for (build_settings_model).
+    expert_kinds: ClassVar[Mapping[str, type[Expert]]] = {}
 
     @model_validator(mode="after")
     def _cross_check(self) -> Settings:
@@ -311,15 +262,15 @@ class Settings(GatewayModel):
                     problems.append(f"{section}.{i}.id: duplicate id {item.id!r}")
                 seen.add(item.id)
         experts = {e.id for e in self.experts}
-        kinds = {e.id: e.kind for e in self.experts}
+        steerable = {e.id for e in self.experts if self._steerable(e.kind)}
         for i, integ in enumerate(self.integrations):
             if integ.busy_policy == "steer":
                 # Where the running expert cannot be steered the message is collected instead;
                 # an integration none of whose experts can be steered is a mistake.
                 used = {integ.xpert_id, *(r.xpert_id for r in integ.routes)}
-                if not any(kinds.get(x) == "xpert" for x in used):
+                if not used & steerable:
                     problems.append(
-                        f"integrations.{i}.busyPolicy: steer needs an expert of kind xpert "
+                        f"integrations.{i}.busyPolicy: steer needs {self._steerable_text()} "
                         f"(this integration uses {', '.join(sorted(used))})"
                     )
             if integ.xpert_id not in experts:
@@ -336,156 +287,62 @@ class Settings(GatewayModel):
             raise ValueError("; ".join(problems))
         return self
 
+    def _steerable(self, kind: str) -> bool:
+        found = self.expert_kinds.get(kind)
+        return found is not None and found.supports_steer
+
+    def _steerable_text(self) -> str:
+        kinds = sorted(k for k in self.expert_kinds if self._steerable(k))
+        if not kinds:
+            return "an expert that can be steered, and no installed expert kind can be"
+        return f"an expert of kind {' or '.join(kinds)}"
+
     def integration(self, integration_id: str) -> IntegrationBase | None:
         for integ in self.integrations:
             if integ.id == integration_id:
                 return integ
         return None
 
-    def expert(self, expert_id: str) -> AnyExpert | None:
+    def expert(self, expert_id: str) -> ExpertBase | None:
         for expert in self.experts:
             if expert.id == expert_id:
                 return expert
         return None
 
+    def expert_from_snapshot(self, snapshot: Mapping[str, Any]) -> ExpertBase:
+        """A session's expert settings from its snapshot, with this config's secrets put back."""
+        current = self.expert(str(snapshot.get("id", "")))
+        return rebuild_expert(snapshot, current, self.expert_kinds)
 
-def build_settings_model(integration_models: Mapping[str, type[IntegrationBase]]) -> type[Settings]:
-    """A Settings model whose ``integrations`` accept the installed adapters' models."""
+
+def build_settings_model(
+    integration_models: Mapping[str, type[IntegrationBase]],
+    expert_kinds: Mapping[str, type[Expert]],
+) -> type[Settings]:
+    """A Settings model whose ``integrations`` accept the installed adapters' models and whose
+    ``experts`` accept the installed expert kinds' models (discriminated by ``kind``)."""
+    fields: dict[str, Any] = {}
     models = tuple(integration_models[k] for k in sorted(integration_models))
-    if not models:
-        return Settings
-    item: Any = (
-        models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="platform")]  # noqa: UP007
+    if models:
+        item: Any = (
+            models[0]
+            if len(models) == 1
+            else Annotated[Union[models], Field(discriminator="platform")]  # noqa: UP007
+        )
+        fields["integrations"] = (list[item], Field(default_factory=list))
+    kinds = tuple(expert_kinds[k].settings_model for k in sorted(expert_kinds))
+    expert: Any = (
+        Annotated[Union[kinds], Field(discriminator="kind")]  # noqa: UP007
+        if kinds
+        else Annotated[ExpertBase, AfterValidator(_no_kind_installed)]
     )
-    model: type[Settings] = create_model(
-        "GatewaySettings",
-        __base__=Settings,
-        integrations=(list[item], Field(default_factory=list)),
-    )
+    fields["experts"] = (list[expert], Field(min_length=1))
+    model: type[Settings] = create_model("GatewaySettings", __base__=Settings, **fields)
+    model.expert_kinds = dict(expert_kinds)
     return model
 
 
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def substitute_env(node: Any, env: Mapping[str, str], path: str = "") -> tuple[Any, list[str]]:
-    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string; report unset variables by path."""
-    problems: list[str] = []
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out[key], p = substitute_env(value, env, f"{path}.{key}" if path else str(key))
-            problems += p
-        return out, problems
-    if isinstance(node, list):
-        items: list[Any] = []
-        for i, value in enumerate(node):
-            v, p = substitute_env(value, env, f"{path}.{i}")
-            items.append(v)
-            problems += p
-        return items, problems
-    if isinstance(node, str):
-
-        def repl(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            problems.append(f"{path}: environment variable {name} is not set")
-            return ""
-
-        return _ENV.sub(repl, node), problems
-    return node, problems
-
-
-def _format_errors(exc: ValidationError, raw: Any = None) -> list[str]:
-    problems = []
-    for err in exc.errors():
-        parts = [p for p in err["loc"] if not str(p).startswith("function-")]
-        # A discriminated union puts the tag into the path (integrations.0.lark.appId); the user
-        # wrote integrations.0.appId with platform: lark, so the tag is dropped.
-        if len(parts) > 2 and parts[0] == "integrations" and isinstance(parts[1], int):
-            items = raw.get("integrations") if isinstance(raw, dict) else None
-            item = items[parts[1]] if isinstance(items, list) and parts[1] < len(items) else None
-            if isinstance(item, dict) and item.get("platform") == parts[2]:
-                del parts[2]
-        loc = ".".join(str(p) for p in parts)
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "union_tag_invalid":
-            ctx = err.get("ctx", {})
-            name = str(ctx.get("discriminator", "")).strip("'")
-            loc = f"{loc}.{name}"
-            msg = f"unknown {name} {ctx.get('tag')!r} (expected one of: {ctx.get('expected_tags')})"
-        if not loc and re.match(r"^[A-Za-z][\w.]*: ", msg):
-            problems += msg.split("; ")  # the cross-checks: already "path: reason" each
-            continue
-        problems.append(f"{loc or '(top level)'}: {msg}")
-    return problems
-
-
-def load_settings(
-    source: Path | str | Mapping[str, Any],
-    *,
-    model: type[Settings] = Settings,
-    env: Mapping[str, str] | None = None,
-) -> Settings:
-    """Read, substitute and validate a config file (or an already parsed mapping)."""
-    if isinstance(source, Mapping):
-        raw: Any = dict(source)
-    else:
-        path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from exc
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"{path}: not valid YAML: {exc}"]) from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(["(top level): expected a mapping of settings"])
-    # Unset variables and validation errors are reported together, so one run shows them all.
-    raw, problems = substitute_env(raw, os.environ if env is None else env)
-    try:
-        settings = model.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(problems + _format_errors(exc, raw)) from exc
-    if problems:
-        raise ConfigError(problems)
-    return settings
-
-
-def snapshot_of(integration: IntegrationBase, expert: AnyExpert, xpert_id: str) -> tuple[str, str]:
-    """The config a new session locks in (secrets excluded), as JSON and its hash."""
-    data = {
-        "xpertId": xpert_id,
-        "expert": expert.model_dump(mode="json", by_alias=True),
-        "integration": integration.model_dump(
-            mode="json",
-            by_alias=True,
-            include={
-                "variables",
-                "project_id",
-                "workspace_base_url",
-                "id",
-                "platform",
-                "session_timeout_seconds",
-                "session_scope",
-                "update_interval_ms",
-                "language",
-                "timezone",
-                "busy_policy",
-            },
-        ),
-    }
-    body = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return body, snapshot_digest(data)
-
-
-def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
-    """Content address of a snapshot: sessions with the same config share one stored copy."""
-    body = json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()[:24]
+def _no_kind_installed(expert: ExpertBase) -> ExpertBase:
+    raise ValueError(
+        f"unknown kind {expert.kind!r} (no expert kind is installed: reinstall the package)"
+    )

@@ -147,7 +147,8 @@ async def test_recent_group_messages_reach_the_model_as_context(
 
 def test_steer_needs_xpert_experts(prefix: str) -> None:
     from gateway.cli import settings_model
-    from gateway.settings import ConfigError, load_settings
+    from gateway.config_file import load_settings
+    from gateway.settings import ConfigError
 
     cfg = base_config(prefix, busyPolicy="steer")
     try:

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from gateway.cli import json_schema, settings_model
-from gateway.settings import ConfigError, load_settings
+from gateway.config_file import load_settings
+from gateway.settings import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,7 @@
-"""Expert backends: one interface, ``run`` / ``resume`` yielding run events, ``cancel``."""
+"""Expert backends: one interface, ``run`` / ``resume`` yielding run events, ``cancel``; the kinds
+are found by entry point (``xpert_gateway.experts``, see registry.py)."""
 
-from gateway.experts.base import Decision, Expert, TurnInput
-from gateway.experts.registry import build_expert
+from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
+from gateway.experts.registry import build_expert, discover_experts
 
-__all__ = ["Decision", "Expert", "TurnInput", "build_expert"]
+__all__ = ["Decision", "Expert", "ExpertContext", "TurnInput", "build_expert", "discover_experts"]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from gateway.events import RunEvent
+from gateway.settings import ExpertBase
+
+if TYPE_CHECKING:
+    from sessions import HistoryStore
 
 Decision = Literal["confirm", "reject"]
 
@@ -30,15 +34,34 @@ class TurnInput:
     state: dict[str, Any] = field(default_factory=dict)  # conversation variables, as we hold them
     variables: dict[str, str] = field(default_factory=dict)  # sys.*, memory.*, var.* as text
     backend_state: dict[str, Any] = field(default_factory=dict)  # what the backend last had
-    declared_variables: tuple[str, ...] = ()  # the session's declared conversation variables
+    # The session's declared conversation variables and their reducers (replace|append|merge).
+    declared_variables: Mapping[str, str] = field(default_factory=dict)
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
 
 
-class Expert(abc.ABC):
-    """A backend. ``run`` and ``resume`` stream events and end with exactly one ``Finished``."""
+@dataclass(frozen=True, slots=True)
+class ExpertContext:
+    """What the core lends an expert when it is built."""
 
-    kind: str
+    history: HistoryStore | None = None  # for backends that keep no conversation themselves
+
+
+class Expert(abc.ABC):
+    """A backend. ``run`` and ``resume`` stream events and end with exactly one ``Finished``.
+
+    Each subclass is an expert kind: registered under the ``xpert_gateway.experts`` entry point
+    group by its ``kind`` (gateway/experts/registry.py), it brings ``settings_model`` (what a
+    config's ``experts`` entry of this kind holds) and builds itself from it in ``create``.
+    """
+
+    kind: ClassVar[str]
+    settings_model: ClassVar[type[ExpertBase]]
+
+    @classmethod
+    @abc.abstractmethod
+    def create(cls, *, settings: ExpertBase, context: ExpertContext) -> Expert:
+        """The expert for ``settings`` (an instance of ``settings_model``)."""
 
     @abc.abstractmethod
     def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]: ...
@@ -48,7 +71,8 @@ class Expert(abc.ABC):
         self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
     ) -> AsyncIterator[RunEvent]: ...
 
-    supports_steer = False
+    # Whether a running run takes follow-up messages (``steer``): busyPolicy steer needs it.
+    supports_steer: ClassVar[bool] = False
     accepts_images = False  # the runner fetches image attachments through the adapter for it
 
     async def steer(self, turn: TurnInput, text: str) -> None:

@@ -1,6 +1,7 @@
 """The built-in echo expert: deterministic steps and a streamed reply quoting the merged input.
 
-Input containing ``[confirm]`` raises an interrupt; Confirm carries on, Reject stops.
+Input containing ``[confirm]`` raises an interrupt; Confirm carries on, Reject stops. Each step
+is done when its work is: the last one ("Writing the answer") runs while the reply streams.
 """
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from gateway.events import (
     Finished,
@@ -19,18 +22,37 @@ from gateway.events import (
     TextDelta,
     VariablesEvent,
 )
-from gateway.experts.base import Decision, Expert, TurnInput
-from gateway.settings import EchoExpertSettings
+from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
+from gateway.settings import ExpertBase
 
 CONFIRM_MARKER = "[confirm]"
 SET_MARKER = re.compile(r"\[set ([A-Za-z_]\w*)=([^\]]*)\]")
 
 
+class EchoExpertSettings(ExpertBase):
+    """The built-in deterministic expert: steps, a streamed reply quoting the input, interrupts."""
+
+    kind: Literal["echo"]
+    step_titles: list[str] = Field(
+        default_factory=lambda: ["Reading your message", "Thinking it over", "Writing the answer"]
+    )
+    step_delay_ms: int = Field(400, ge=0, le=60_000)
+    char_delay_ms: int = Field(15, ge=0, le=10_000)
+    chunk_chars: int = Field(4, ge=1, le=10_000)
+    reply_prefix: str = "You said:"
+
+
 class EchoExpert(Expert):
     kind = "echo"
+    settings_model = EchoExpertSettings
 
     def __init__(self, *, settings: EchoExpertSettings) -> None:
         self.settings = settings
+
+    @classmethod
+    def create(cls, *, settings: ExpertBase, context: ExpertContext) -> EchoExpert:
+        assert isinstance(settings, EchoExpertSettings)
+        return cls(settings=settings)
 
     def reply_for(self, text: str) -> str:
         quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty message)"
@@ -52,6 +74,19 @@ class EchoExpert(Expert):
                 await asyncio.sleep(self.settings.step_delay_ms / 1000)
             yield StepEvent(step_id, title, "done")
 
+    async def _answer(self, titles: list[str], prefix: str, text: str) -> AsyncIterator[RunEvent]:
+        """The steps, the last of which writes ``text``: it is done once the text is out."""
+        *before, writing = titles or [""]
+        async for ev in self._steps(before, prefix):
+            yield ev
+        step_id = f"{prefix}{len(before)}"
+        if writing:
+            yield StepEvent(step_id, writing, "running")
+        async for ev in self._stream(text):
+            yield ev
+        if writing:
+            yield StepEvent(step_id, writing, "done")
+
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
         yield Started(run_id=turn.turn_id, thread_id=turn.session_id)
         titles = self.settings.step_titles
@@ -61,12 +96,10 @@ class EchoExpert(Expert):
             yield Interrupt(prompt="Please confirm: shall I go ahead?", data={"text": turn.text})
             yield Finished("interrupted")
             return
-        async for ev in self._steps(titles, "s"):
-            yield ev
         writes = dict(SET_MARKER.findall(turn.text))
         if writes:  # "[set name=value]" writes conversation variables back, like an agent would
             yield VariablesEvent(values=writes)
-        async for ev in self._stream(self.reply_for(turn.text)):
+        async for ev in self._answer(titles, "s", self.reply_for(turn.text)):
             yield ev
         yield Finished("success")
 
@@ -79,9 +112,8 @@ class EchoExpert(Expert):
                 yield ev
             yield Finished("success")
             return
-        async for ev in self._steps(self.settings.step_titles[1:], "r"):
-            yield ev
         original = str(interrupt.get("text", turn.text))
-        async for ev in self._stream("Confirmed. " + self.reply_for(original)):
+        reply = "Confirmed. " + self.reply_for(original)
+        async for ev in self._answer(self.settings.step_titles[1:], "r", reply):
             yield ev
         yield Finished("success")

@@ -5,20 +5,46 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import structlog
+from pydantic import Field, SecretStr, field_validator
 
 from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
-from gateway.experts.base import Decision, Expert, TurnInput
+from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import read_sse
-from gateway.settings import OpenAIExpertSettings
+from gateway.settings import ExpertBase, VariableDecl, http_url
 from gateway.variables import render_template
 from sessions import HistoryStore
 
 log = structlog.get_logger("gateway.experts.openai")
+
+
+class OpenAIExpertSettings(ExpertBase):
+    """Any OpenAI-compatible /chat/completions endpoint; the gateway keeps the history."""
+
+    kind: Literal["openai"]
+    base_url: str = Field(description="e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
+    api_key: SecretStr | None = None
+    model: str
+    system_prompt: str = Field(
+        "You are a helpful assistant. Reply in {{sys.language}}. Today is {{sys.date}}.",
+        description="Template; {{sys.*}}, {{memory.*}} and {{var.*}} are filled in",
+    )
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_history_messages: int = Field(20, ge=0, le=1000)
+    max_history_chars: int = Field(24_000, ge=0)
+    vision: bool = Field(False, description="Pass image attachments to the model")
+    timeout_seconds: float = Field(120, gt=0)
+    retries: int = Field(2, ge=0, le=10, description="Retries of 429 / 5xx / connect errors")
+    variables: list[VariableDecl] = Field(default_factory=list)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return http_url(value)
 
 
 def _context(turn: TurnInput) -> list[dict[str, Any]]:
@@ -31,12 +57,20 @@ def _context(turn: TurnInput) -> list[dict[str, Any]]:
 
 class OpenAIExpert(Expert):
     kind = "openai"
+    settings_model = OpenAIExpertSettings
 
     def __init__(self, *, settings: OpenAIExpertSettings, history: HistoryStore) -> None:
         self.settings = settings
         self.accepts_images = settings.vision
         self.history = history
         self._http: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def create(cls, *, settings: ExpertBase, context: ExpertContext) -> OpenAIExpert:
+        assert isinstance(settings, OpenAIExpertSettings)
+        if context.history is None:
+            raise ValueError("the openai expert needs a history store")
+        return cls(settings=settings, history=context.history)
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:

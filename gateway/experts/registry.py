@@ -1,27 +1,69 @@
-"""Build an expert backend from its settings."""
+"""Expert kinds are found like adapters: each installed kind is an :class:`Expert` subclass
+registered under the ``xpert_gateway.experts`` entry point group, named by its ``kind``, and
+brings its settings model. Adding a kind is a package with one entry point, not a core edit::
+
+    [project.entry-points."xpert_gateway.experts"]
+    mykind = "my_package.expert:MyExpert"
+"""
 
 from __future__ import annotations
 
-from gateway.experts.base import Expert
-from gateway.experts.echo import EchoExpert
-from gateway.experts.openai import OpenAIExpert
-from gateway.experts.xpert import XpertExpert
-from gateway.settings import (
-    AnyExpert,
-    EchoExpertSettings,
-    OpenAIExpertSettings,
-    XpertExpertSettings,
-)
+import inspect
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from typing import Literal, get_args, get_origin
+
+from gateway.experts.base import Expert, ExpertContext
+from gateway.settings import ExpertBase
 from sessions import HistoryStore
 
+ENTRY_POINT_GROUP = "xpert_gateway.experts"
 
-def build_expert(settings: AnyExpert, *, history: HistoryStore | None = None) -> Expert:
-    if isinstance(settings, EchoExpertSettings):
-        return EchoExpert(settings=settings)
-    if isinstance(settings, XpertExpertSettings):
-        return XpertExpert(settings=settings)
-    if isinstance(settings, OpenAIExpertSettings):
-        if history is None:
-            raise ValueError("the openai expert needs a history store")
-        return OpenAIExpert(settings=settings, history=history)
-    raise ValueError(f"unsupported expert kind {settings.kind!r}")  # pragma: no cover
+
+class ExpertKindError(RuntimeError):
+    """An installed expert kind that cannot be used (a packaging mistake, not a config one)."""
+
+
+def discover_experts() -> dict[str, type[Expert]]:
+    """Installed expert kinds by ``kind``."""
+    found: dict[str, type[Expert]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        kind = checked_kind(ep.name, ep.load(), where=ep.value)
+        if found.get(ep.name, kind) is not kind:
+            raise ExpertKindError(f"expert kind {ep.name!r} is registered twice ({ep.value})")
+        found[ep.name] = kind
+    return found
+
+
+def checked_kind(name: str, target: object, *, where: str = "") -> type[Expert]:
+    """``target`` if it is a usable expert kind named ``name``, else an :class:`ExpertKindError`
+    saying what is wrong with it."""
+    label = f"expert kind {name!r}" + (f" ({where})" if where else "")
+    if not (isinstance(target, type) and issubclass(target, Expert)):
+        raise ExpertKindError(f"{label}: not a subclass of gateway.experts.Expert")
+    if inspect.isabstract(target):
+        missing = ", ".join(sorted(getattr(target, "__abstractmethods__", ())))
+        raise ExpertKindError(f"{label}: does not implement {missing}")
+    if getattr(target, "kind", None) != name:
+        raise ExpertKindError(f"{label}: its class says kind {getattr(target, 'kind', None)!r}")
+    model = getattr(target, "settings_model", None)
+    if not (isinstance(model, type) and issubclass(model, ExpertBase)):
+        raise ExpertKindError(f"{label}: settings_model must subclass gateway.settings.ExpertBase")
+    tag = model.model_fields["kind"].annotation
+    if get_origin(tag) is not Literal or get_args(tag) != (name,):
+        raise ExpertKindError(f"{label}: {model.__name__}.kind must be Literal[{name!r}]")
+    return target
+
+
+def build_expert(
+    settings: ExpertBase,
+    *,
+    history: HistoryStore | None = None,
+    kinds: Mapping[str, type[Expert]] | None = None,
+) -> Expert:
+    """The expert for ``settings``, built by its kind (``kinds``: a settings model's
+    ``expert_kinds``; the installed ones when not given)."""
+    kind = (discover_experts() if kinds is None else kinds).get(settings.kind)
+    if kind is None:
+        raise ValueError(f"expert kind {settings.kind!r} is not installed")
+    return kind.create(settings=settings, context=ExpertContext(history=history))
