@@ -1,4 +1,5 @@
-"""The flusher: claims conversations whose burst is due (or whose owner died) and starts runs.
+"""The flusher: finds conversations whose burst is due (or whose owner died) and has the runner
+claim and start them.
 
 Local intake wakes it at once (window 0 => no polling delay); otherwise it sleeps until the next
 due time or ``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
@@ -7,12 +8,12 @@ due time or ``pollIntervalMs``, whichever is sooner, to pick up work other repli
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 
 import structlog
 
-from gateway.runner import Runner, now_ms
+from gateway.clock import now_ms
+from gateway.turns import Runner
 from sessions import SessionStore
 
 log = structlog.get_logger("gateway.flusher")
@@ -24,14 +25,12 @@ class Flusher:
         *,
         store: SessionStore,
         runner: Runner,
-        replica_id: str,
         poll_ms: int,
         max_runs: int,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.runner = runner
-        self.replica_id = replica_id
         self.poll_ms = poll_ms
         self.max_runs = max_runs
         self.clock = clock
@@ -76,17 +75,8 @@ class Flusher:
                 return
             if conv in self.runner.active:
                 continue
-            owner = f"{self.replica_id}:{uuid.uuid4().hex[:12]}"
-            claim = await self.store.claim(
-                conversation=conv,
-                owner=owner,
-                turn_id=uuid.uuid4().hex,
-                now_ms=self.clock(),
-                lease_ms=self.runner.lease_ms,
-            )
-            if claim is not None:
+            if await self.runner.claim(conv) is not None:
                 self.claims += 1
-                self.runner.start(claim)
 
     async def _sleep(self) -> None:
         timeout = self.poll_ms / 1000

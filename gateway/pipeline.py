@@ -13,9 +13,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
+from redis.exceptions import RedisError
 
-from gateway.adapter import Adapter, IngestOutcome
+from gateway.adapter import Adapter, IngestOutcome, IngestUnavailable, ShuttingDown
+from gateway.clock import now_ms
 from gateway.commands import HELP_TEXT, parse_command
+from gateway.control import Control
+from gateway.conversation import ConversationId
 from gateway.envelope import Envelope
 from gateway.progress import (
     ACTION_CONFIRM,
@@ -24,18 +28,15 @@ from gateway.progress import (
     ACTION_RETRY,
     ACTION_STOP,
 )
-from gateway.routing import scope_key
-from gateway.runner import now_ms
 from gateway.settings import IntegrationBase, Settings
-from sessions import KeyBuilder, SessionRecords, SessionStore
+from sessions import SessionRecords, SessionStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.intake")
 
 BUSY_TEXT = "I'm still working on your previous message. Wait for it to finish, or press Stop."
 
 
-class ShuttingDown(RuntimeError):
-    """The replica stopped taking new work; adapters answer 503 so the platform retries."""
+__all__ = ["BUSY_TEXT", "Pipeline", "ShuttingDown"]  # ShuttingDown: moved to gateway.adapter
 
 
 class Pipeline:
@@ -44,23 +45,29 @@ class Pipeline:
         *,
         store: SessionStore,
         records: SessionRecords,
-        settings: Settings,
+        settings: Callable[[], Settings],
         adapters: Mapping[str, Adapter],
         wake: Callable[[int], None],
         spawn: Callable[[Awaitable[Any]], None],
+        control: Control | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
+        self.control = control or Control(store=store)
         self.records = records
-        self.settings = settings
+        self._settings = settings  # read at each use: a reload replaces what it answers
         self.adapters = adapters
         self.wake = wake
         self.spawn = spawn
         self.clock = clock
         self.accepting = True
 
+    @property
+    def settings(self) -> Settings:
+        return self._settings()
+
     def conversation(self, integ: IntegrationBase, envelope: Envelope) -> str:
-        return KeyBuilder.conversation(integ.id, scope_key(integ, envelope))
+        return str(ConversationId.of(integ, envelope))
 
     async def ingest(self, envelope: Envelope) -> IngestOutcome:
         if not self.accepting:
@@ -71,6 +78,10 @@ class Pipeline:
         )
         try:
             outcome = await self._ingest(envelope)
+        except IngestUnavailable:
+            raise
+        except (StoreUnavailable, RedisError, OSError) as exc:  # one exception for them all
+            raise IngestUnavailable(str(exc)) from exc
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
         log.debug("ingested", status=outcome.status, reason=outcome.reason)
@@ -136,8 +147,13 @@ class Pipeline:
                 if not await self.store.mark_seen(conv, env.event_id, self.clock()):
                     return IngestOutcome("duplicate")
                 log.info("button", action=action_id)
+                clicked = str(env.action.value.get("turnId") or "") or None
                 if action_id == ACTION_STOP:
-                    await self._stop(conv, env, str(env.action.value.get("turnId") or "") or None)
+                    await self._stop(conv, env, clicked)
+                elif not await self._current_card(conv, clicked):
+                    log.info("stale click: not the current card's", action=action_id)
+                    self._reply(env, "That card is no longer the current one; nothing changed.")
+                    return IngestOutcome("ignored", "a card that is no longer the current one")
                 else:
                     await self._new(conv, env, announce=True)
                 return IngestOutcome("handled", action_id)
@@ -163,17 +179,23 @@ class Pipeline:
         elif integ.busy_policy == "steer":
             # Stored first (durable); the replica running the turn hands it to the agent and
             # only then drops it from the burst. Missed or failed, it becomes the next turn.
-            await self.store.publish_control({"op": "steer", "conversation": conv})
+            await self.control.steer(conv)
         return IngestOutcome("queued")
 
     def _conversation_of(self, integ: IntegrationBase, env: Envelope) -> str:
         # A click belongs to the conversation of the card it was on (which may differ from the
         # clicker's own under chat_sender scope); the card put it in the button value.
         if env.kind == "action" and env.action is not None:
-            conv = str(env.action.value.get("conversation") or "")
-            if conv.startswith(f"{integ.id}|") and env.chat.id in conv:
-                return conv
+            card = ConversationId.parse(str(env.action.value.get("conversation") or ""))
+            if card is not None and card.integration_id == integ.id and card.chat_id == env.chat.id:
+                return str(card)
         return self.conversation(integ, env)
+
+    async def _current_card(self, conv: str, clicked: str | None) -> bool:
+        """Whether a click came from the session's current card (a card of an earlier session,
+        or an earlier card of this one, must not end the session going on now)."""
+        current = (await self.store.binding(conv)).get("cardTurn")
+        return not (clicked and current and clicked != current)
 
     def _reply(self, env: Envelope, text: str) -> None:
         adapter = self.adapters.get(env.integration_id)
@@ -183,13 +205,15 @@ class Pipeline:
     async def _stop(self, conv: str, env: Envelope, turn_id: str | None) -> None:
         turn = await self.store.turn(conv)
         running = turn.get("id")
-        if not running or (turn_id and turn_id != running):
+        # A Retry or a Confirm runs in an earlier turn's card, whose buttons carry that turn's
+        # id ("shows"): their Stop stops the run going on in it.
+        if not running or (turn_id and turn_id not in (running, turn.get("shows"))):
             if env.kind != "action":
                 self._reply(env, "Nothing is running right now.")
             return
         lease_ms = int(self.settings.runtime.lease_seconds * 1000)
         await self.store.request_cancel(conv, running, ttl_ms=3 * lease_ms)
-        await self.store.publish_control({"op": "cancel", "conversation": conv, "turnId": running})
+        await self.control.cancel(conv, running)
         await asyncio.sleep(0)
 
     async def _memory_command(

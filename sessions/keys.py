@@ -27,13 +27,8 @@ class KeyBuilder:
         return self.sep.join((self.prefix, *parts))
 
     # --- conversation-scoped (one hash tag each) -------------------------------------------
-    @staticmethod
-    def conversation(integration_id: str, scope_key: str) -> str:
-        """The conversation id: integration plus the session-scope key (chat, sender, thread)."""
-        return _tag_safe(f"{integration_id}|{scope_key}")
-
     def _conv(self, conv: str, part: str) -> str:
-        return self._k("{" + conv + "}", part)
+        return self._k("{" + _tag_safe(conv) + "}", part)
 
     def dedup(self, conv: str, event_id: str) -> str:
         return self._conv(conv, "dedup") + self.sep + event_id

@@ -291,6 +291,7 @@ class SessionStore:
         xpert_id: str,
         snapshot_hash: str,
         count_turn: bool = True,
+        card: str = "",
     ) -> Binding:
         # The binding outlives its idle timeout by a minute so the check in the script decides.
         state, data = await self.pipe.evalsha(
@@ -304,6 +305,7 @@ class SessionStore:
                 snapshot_hash,
                 timeout_ms + 60_000,
                 "1" if count_turn else "0",
+                card,
             ],
         )
         return Binding(state=state, fields=json.loads(data))

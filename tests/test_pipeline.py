@@ -43,9 +43,7 @@ async def test_message_is_durable_before_202(
     idle = await make_gateway(config)
     event_id = await idle.send("keep me", chat="dm-bob", sender="bob")
     keys = KeyBuilder(prefix=prefix)
-    burst = await redis_client.lrange(
-        keys.burst(KeyBuilder.conversation("console", "p2p:dm-bob")), 0, -1
-    )
+    burst = await redis_client.lrange(keys.burst("console|p2p:dm-bob"), 0, -1)
     assert len(burst) == 1 and event_id in burst[0] and "keep me" in burst[0]
 
 
@@ -162,7 +160,7 @@ async def test_new_command_and_button_open_a_new_session(
 ) -> None:
     console = await make_gateway()
     keys = KeyBuilder(prefix=prefix)
-    binding_key = keys.binding(KeyBuilder.conversation("console", "p2p:dm-alice"))
+    binding_key = keys.binding("console|p2p:dm-alice")
     await console.send("hello")
     [card] = await console.wait_cards()
     first = await redis_client.hget(binding_key, "sessionId")
@@ -183,7 +181,7 @@ async def test_idle_timeout_opens_a_new_session(
     redis_client: aioredis.Redis,
 ) -> None:
     console = await make_gateway(sessionTimeoutSeconds=1)
-    key = KeyBuilder(prefix=prefix).binding(KeyBuilder.conversation("console", "p2p:dm-alice"))
+    key = KeyBuilder(prefix=prefix).binding("console|p2p:dm-alice")
     await console.send("first")
     await console.wait_cards()
     first = await redis_client.hget(key, "sessionId")
@@ -215,5 +213,5 @@ async def test_reject_ends_the_interrupted_run(console: ConsoleClient) -> None:
     await console.send("[confirm] wipe everything")
     [card] = await console.wait_cards(status="waiting")
     await console.click("dm-alice", card["id"], "reject")
-    [card] = await console.wait_cards(status="done")
+    [card] = await console.wait_cards(status="rejected")  # not a green "Done"
     assert card["card"]["answer"] == "Rejected: nothing was done."

@@ -1,0 +1,64 @@
+"""The conversation id: which session a message belongs to (DESIGN.md §6), built in one place.
+
+Its text form ``<integrationId>|<p2p|group>:<chatId>[:u:<senderId> | :t:<thread>]`` names Redis
+keys and is carried by card buttons, so it never changes for the same scope; braces, which would
+end a Redis hash tag early, are replaced.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.envelope import Envelope
+from gateway.settings import IntegrationBase
+
+_TEXT = re.compile(
+    r"^(?P<integ>[^|]+)\|(?P<type>p2p|group):(?P<chat>.+?)"
+    r"(?::(?:u:(?P<sender>.*)|t:(?P<thread>.*)))?$",
+    re.DOTALL,
+)
+
+
+def _tag_safe(value: str) -> str:
+    return value.replace("{", "(").replace("}", ")")
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationId:
+    integration_id: str
+    chat_type: Literal["p2p", "group"]
+    chat_id: str
+    sender_id: str | None = None  # sessionScope chat_sender
+    thread: str | None = None  # sessionScope thread
+
+    @classmethod
+    def of(cls, integration: IntegrationBase, envelope: Envelope) -> ConversationId:
+        """The scope of DESIGN.md §6: the chat, the chat and its sender, or the chat's thread."""
+        sender = thread = None
+        if integration.session_scope == "chat_sender":
+            sender = envelope.sender.id
+        elif integration.session_scope == "thread":
+            thread = envelope.chat.thread_id or (
+                envelope.reply_to.message_id if envelope.reply_to else None
+            )
+            thread = thread or "-"
+        return cls(integration.id, envelope.chat.type, envelope.chat.id, sender, thread)
+
+    @classmethod
+    def parse(cls, text: str) -> ConversationId | None:
+        """The id a text form stands for (a card button carries it); None if it is none."""
+        match = _TEXT.match(text)
+        if match is None:
+            return None
+        chat_type: Literal["p2p", "group"] = "group" if match["type"] == "group" else "p2p"
+        return cls(match["integ"], chat_type, match["chat"], match["sender"], match["thread"])
+
+    def __str__(self) -> str:
+        text = f"{self.integration_id}|{self.chat_type}:{self.chat_id}"
+        if self.sender_id is not None:
+            text += f":u:{self.sender_id}"
+        elif self.thread is not None:
+            text += f":t:{self.thread}"
+        return _tag_safe(text)

@@ -1,0 +1,103 @@
+"""Binding a turn to its session: route -> open a new session or continue the bound one ->
+the session's typed config snapshot (DESIGN.md §6: a config change applies to new sessions)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.envelope import Envelope
+from gateway.routing import route
+from gateway.settings import IntegrationBase, Settings
+from gateway.turns.snapshot import SessionSnapshot, snapshot_of
+from sessions import Claim, SessionRecords, SessionStore
+
+log = structlog.get_logger("gateway.turns")
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    snapshot: SessionSnapshot
+    thread_id: str | None  # the expert backend's conversation, kept as long as the session
+    new: bool
+
+
+class Binder:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        records: SessionRecords,
+        settings: Callable[[], Settings],
+        clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.records = records
+        self.settings = settings
+        self.clock = clock
+        self._stored: set[str] = set()  # snapshot digests known to be in Redis
+
+    async def bind(
+        self, claim: Claim, integ: IntegrationBase, last: Envelope, *, card: str
+    ) -> Session:
+        """Continue the conversation's session, or open one (after the idle timeout) with a
+        snapshot of the current config; a turn resumed from a crashed replica keeps its own.
+        ``card`` (the turn id the card's buttons carry) becomes the session's current card."""
+        xpert_id = route(integ, last)
+        expert = self.settings().expert(xpert_id)
+        if expert is None:
+            raise LookupError(f"expert {xpert_id!r} is not configured")
+        text, digest = snapshot_of(integ, expert, xpert_id)
+        known = claim.turn.get("session")
+        binding = await self.store.open_or_continue(
+            conversation=claim.conversation,
+            now_ms=self.clock(),
+            timeout_ms=integ.session_timeout_seconds * 1000,
+            new_session_id=uuid.uuid4().hex,
+            xpert_id=xpert_id,
+            snapshot_hash=digest,
+            count_turn=not known,
+            card=card,
+        )
+        session_id = known or binding.session_id
+        bound = binding.fields.get("snapshot", digest)
+        snapshot = await self.snapshot(bound) if bound != digest else None
+        if snapshot is None:  # the current config (or the bound one is gone)
+            snapshot = SessionSnapshot.parse(text, digest)
+            if digest not in self._stored:
+                await self.store.put_snapshot(digest, text)
+                self._stored.add(digest)
+        if binding.state == "new":
+            log.info("session opened", session_id=session_id, xpert_id=xpert_id)
+            await self.records.opened(
+                session_id,
+                {
+                    "conversation": claim.conversation,
+                    "integrationId": integ.id,
+                    "chatId": last.chat.id,
+                    "chatType": last.chat.type,
+                    "xpertId": xpert_id,
+                    "senderId": last.sender.id,
+                    "snapshot": snapshot.digest,
+                },
+                at_ms=self.clock(),
+            )
+            defaults = [(d.name, "default", d.default) for d in snapshot.declared]
+            await self.records.apply_variables(
+                session_id, [d for d in defaults if d[2] is not None]
+            )
+        return Session(
+            id=session_id,
+            snapshot=snapshot,
+            thread_id=binding.fields.get("threadId") or None,
+            new=binding.state == "new",
+        )
+
+    async def snapshot(self, digest: str) -> SessionSnapshot | None:
+        stored = await self.store.get_snapshot(digest)
+        return SessionSnapshot.of(json.loads(stored), digest) if stored else None

@@ -1,0 +1,140 @@
+"""Driving one run: the expert's events fold into Progress, which the card renderer shows; the
+final state always lands, whatever ends the run (its end, an error, Stop, a hand-back)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
+from gateway.experts import Expert, TurnInput
+from gateway.progress import Progress
+from gateway.render import CardRenderer
+from gateway.settings import VariableDecl
+from sessions import SessionRecords, SessionStore
+
+log = structlog.get_logger("gateway.turns")
+
+
+class Handback(Exception):
+    """The replica is shutting down and gives the turn back for another replica to resume."""
+
+
+@dataclass
+class ActiveRun:
+    """A conversation this replica runs: its current turn and, while the expert streams, how to
+    stop it (``consume``), steer it and add a step to its card (``inject``)."""
+
+    conversation: str
+    turn_id: str
+    owner: str
+    task: asyncio.Task[None] | None = None
+    consume: asyncio.Task[Progress] | None = None
+    stop_reason: str = ""  # "stop" (the user), "lost" (the lease), "handback" (shutdown)
+    expert: Expert | None = None
+    turn: TurnInput | None = None
+    inject: Callable[[RunEvent], None] | None = None
+    steering: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    progress: Progress  # the final state shown
+    asked: dict[str, Any]  # the interrupt's own data (empty when it asked nothing)
+
+
+class Driver:
+    def __init__(
+        self, *, store: SessionStore, records: SessionRecords, handing_back: Callable[[], bool]
+    ) -> None:
+        self.store = store
+        self.records = records
+        self.handing_back = handing_back
+
+    async def drive(
+        self,
+        conversation: str,
+        run: ActiveRun | None,
+        stream: AsyncIterator[RunEvent],
+        progress: Progress,
+        renderer: CardRenderer,
+        expert: Expert,
+        turn: TurnInput,
+        declared: list[VariableDecl],
+    ) -> Outcome:
+        state = progress
+        asked: dict[str, Any] = {}
+        reducers = {d.name: d.reducer for d in declared}
+
+        async def consume() -> Progress:
+            nonlocal state, asked
+            async for event in stream:
+                if (
+                    isinstance(event, Started)
+                    and event.thread_id
+                    and (event.thread_id != turn.expert_thread_id)
+                ):
+                    # The backend's conversation lives as long as the session (DESIGN.md §6).
+                    await self.store.set_binding_fields(
+                        conversation, turn.session_id, threadId=event.thread_id
+                    )
+                if isinstance(event, VariablesEvent) and event.values:
+                    # An agent's writes go through the declared reducers; a backend's own
+                    # state ("backend", "sent") is stored as it is.
+                    mode = event.mode
+                    await self.records.apply_variables(
+                        turn.session_id,
+                        [
+                            (k, reducers.get(k, "replace") if mode == "write" else mode, v)
+                            for k, v in event.values.items()
+                        ],
+                    )
+                if isinstance(event, Interrupt):
+                    asked = dict(event.data)
+                state = state.apply(event)
+                renderer.push(state)
+                if state.final or (state.status == "waiting" and isinstance(event, Finished)):
+                    break
+            return state
+
+        def inject(event: RunEvent) -> None:
+            nonlocal state
+            state = state.apply(event)
+            renderer.push(state)
+
+        task = asyncio.create_task(consume())
+        if run is not None:
+            run.consume, run.expert, run.turn, run.inject = task, expert, turn, inject
+        try:
+            state = await task
+            if not state.final and state.status != "waiting":
+                state = state.finish("success")
+        except asyncio.CancelledError:
+            reason = run.stop_reason if run is not None else ""
+            if reason == "handback" or (not reason and self.handing_back()):
+                raise Handback() from None
+            if reason in ("lost", ""):  # the lease went, or our own task was cancelled
+                raise
+            state = state.finish("cancelled")
+            log.info("run stopped by the user")
+            try:
+                await expert.cancel(turn)
+            except Exception as exc:
+                log.warning("expert cancel failed", error=str(exc))
+        except Exception as exc:
+            log.exception("expert failed")
+            state = state.finish("error", f"The expert failed: {type(exc).__name__}")
+        finally:
+            if run is not None:
+                run.consume = None
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
+        await renderer.close(state)
+        return Outcome(state, asked)

@@ -1,0 +1,278 @@
+"""The runner: claims conversations, runs their turns one at a time per conversation (the lease,
+renewed while the turn runs), and stops, steers or hands back the runs of this replica.
+
+Order of one turn: claim (claim.lua) -> bind the session -> first card -> the expert's events
+through Progress into the renderer -> final card -> release the lease (finish.lua), which
+reschedules whatever collected meanwhile; a turn already due then runs at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from gateway.adapter import Adapter
+from gateway.clock import now_ms
+from gateway.envelope import Envelope
+from gateway.events import StepEvent
+from gateway.experts import Expert, build_expert
+from gateway.settings import Settings
+from gateway.turns.binding import Binder
+from gateway.turns.context import ContextBuilder, merge_input
+from gateway.turns.drive import ActiveRun, Driver, Handback
+from gateway.turns.kinds import TurnKinds
+from gateway.turns.snapshot import SessionSnapshot
+from sessions import Claim, HistoryStore, SessionRecords, SessionStore
+
+log = structlog.get_logger("gateway.runner")
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        settings: Callable[[], Settings],
+        adapters: Mapping[str, Adapter],
+        replica_id: str,
+        records: SessionRecords,
+        history: HistoryStore | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.records = records
+        self.history = history
+        self._settings = settings  # read at each use: a reload replaces what it answers
+        self.adapters = adapters
+        self.replica_id = replica_id
+        self.clock = clock
+        self.active: dict[str, ActiveRun] = {}
+        self.handing_back = False
+        self._experts: dict[str, Expert] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self.kinds = TurnKinds(
+            store=store,
+            binder=Binder(store=store, records=records, settings=settings, clock=clock),
+            contexts=ContextBuilder(records=records),
+            driver=Driver(store=store, records=records, handing_back=lambda: self.handing_back),
+            expert_for=self.expert_for,
+            settings=settings,
+            active=self.active.get,
+            clock=clock,
+        )
+
+    @property
+    def settings(self) -> Settings:
+        """The current settings (new sessions use them; running ones keep their snapshot)."""
+        return self._settings()
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.settings.runtime.lease_seconds * 1000)
+
+    # --- claiming ----------------------------------------------------------------------------
+    async def claim(self, conversation: str) -> ActiveRun | None:
+        """Take the conversation's due turn (or a crashed replica's) and start it here; the one
+        place a turn is claimed."""
+        claim = await self._claim(conversation)
+        return self.start(claim) if claim is not None else None
+
+    async def _claim(self, conversation: str) -> Claim | None:
+        return await self.store.claim(
+            conversation=conversation,
+            owner=f"{self.replica_id}:{uuid.uuid4().hex[:12]}",
+            turn_id=uuid.uuid4().hex,
+            now_ms=self.clock(),
+            lease_ms=self.lease_ms,
+        )
+
+    def start(self, claim: Claim) -> ActiveRun:
+        run = ActiveRun(claim.conversation, claim.turn_id, claim.owner)
+        self.active[claim.conversation] = run
+        run.task = asyncio.create_task(self._serve(claim, run), name=f"turn:{claim.turn_id}")
+        return run
+
+    async def _serve(self, claim: Claim, run: ActiveRun) -> None:
+        """Run the claimed turn, then every follow-up turn that is already due, then let go."""
+        current: Claim | None = claim
+        try:
+            while current is not None:
+                run.turn_id, run.owner, run.stop_reason = current.turn_id, current.owner, ""
+                status, due = await self._run_claim(current)
+                current = None
+                if status == "more" and due <= self.clock() and not self.handing_back:
+                    current = await self._claim(claim.conversation)
+        except Exception:
+            log.exception("turn crashed", conversation=claim.conversation)
+        finally:
+            if self.active.get(claim.conversation) is run:
+                del self.active[claim.conversation]
+
+    # --- stop, steer, hand back ------------------------------------------------------------
+    def stop_local(self, conversation: str, turn_id: str | None, reason: str = "stop") -> bool:
+        """Cancel the running expert stream of ``conversation`` if it runs here."""
+        run = self.active.get(conversation)
+        if run is None or (turn_id and run.turn_id != turn_id) or run.consume is None:
+            return False
+        run.stop_reason = reason
+        run.consume.cancel()
+        return True
+
+    def steer_local(self, conversation: str) -> bool:
+        """busyPolicy steer: hand what collected in the burst to the run going on here."""
+        run = self.active.get(conversation)
+        if (
+            run is None
+            or run.steering
+            or run.consume is None
+            or run.expert is None
+            or not run.expert.supports_steer
+        ):
+            return False
+        run.steering = True
+        task = asyncio.create_task(self._steer(run))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return True
+
+    async def _steer(self, run: ActiveRun) -> None:
+        try:
+            while run.consume is not None and run.expert and run.turn:
+                take: list[Envelope] = []
+                for item in await self.store.burst_items(run.conversation):
+                    envelope = Envelope.from_json(item)
+                    if envelope.kind != "message":
+                        break
+                    take.append(envelope)
+                if not take:
+                    return
+                text = merge_input(take)
+                await run.expert.steer(run.turn, text)
+                await self.store.burst_take(
+                    conversation=run.conversation, owner=run.owner, count=len(take)
+                )
+                log.info("follow-up steered into the running turn", messages=len(take))
+                if run.inject is not None:
+                    title = "Follow-up: " + (text if len(text) <= 80 else text[:79] + "…")
+                    run.inject(StepEvent(f"steer-{uuid.uuid4().hex[:8]}", title, "done"))
+        except Exception as exc:
+            # The messages stay in the burst and become the next turn (collect).
+            log.warning("steer failed; the message will be the next turn", error=str(exc))
+        finally:
+            run.steering = False
+
+    async def hand_back_all(self) -> None:
+        """Shutdown: interrupt every local run and give its turn back for another replica."""
+        self.handing_back = True
+        for run in list(self.active.values()):
+            if run.consume is not None:
+                run.stop_reason = "handback"
+                run.consume.cancel()
+        tasks = [r.task for r in self.active.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+
+    async def close(self) -> None:
+        """Release the experts' connections (at shutdown, after the runs ended)."""
+        for expert in self._experts.values():
+            with contextlib.suppress(Exception):
+                await expert.close()
+        self._experts.clear()
+
+    def expert_for(self, snapshot: SessionSnapshot) -> Expert:
+        """The expert of a session's snapshot (one instance per distinct snapshot)."""
+        expert = self._experts.get(snapshot.digest)
+        if expert is None:
+            settings = self.settings
+            expert = build_expert(
+                snapshot.expert(settings), history=self.history, kinds=settings.expert_kinds
+            )
+            self._experts[snapshot.digest] = expert
+        return expert
+
+    # --- one turn --------------------------------------------------------------------------
+    async def _run_claim(self, claim: Claim) -> tuple[str, int]:
+        conv, owner = claim.conversation, claim.owner
+        items = [Envelope.from_json(i) for i in claim.items]
+        last = items[-1]
+        mode = "finish"
+        session_id = ""
+        with structlog.contextvars.bound_contextvars(
+            turn_id=claim.turn_id,
+            conversation=conv,
+            integration_id=last.integration_id,
+            event_id=last.event_id,
+        ):
+            integ = self.settings.integration(last.integration_id)
+            adapter = self.adapters.get(last.integration_id)
+            keeper = asyncio.create_task(self._keep_lease(conv, owner, claim.turn_id))
+            try:
+                if integ is None or adapter is None:
+                    log.error("turn for an integration that is no longer configured")
+                elif claim.attempts > self.settings.runtime.max_turn_attempts:
+                    await self.kinds.give_up(claim, integ, adapter, last)
+                else:
+                    if claim.resumed:
+                        log.info("resuming a turn left by another replica", attempts=claim.attempts)
+                    started = self.clock()
+                    result = await self.kinds.run(claim, integ, adapter, items)
+                    session_id = result.session_id
+                    # One audit record per completed turn, written while the lease is still
+                    # held, with the variables the turn saw (admin API): one round trip.
+                    await self.records.turn_done(
+                        session_id,
+                        result.variables,
+                        {
+                            "event": "turn",
+                            "turn": claim.turn_id,
+                            "conversation": conv,
+                            "session": session_id,
+                            "replica": self.replica_id,
+                            "start": started,
+                            "end": self.clock(),
+                            "resumed": int(claim.resumed),
+                        },
+                    )
+            except Handback:
+                mode = "handback"
+                log.info("turn handed back")
+            except Exception:
+                log.exception("turn failed")
+            finally:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
+            timeout_ms = (integ.session_timeout_seconds if integ else 3600) * 1000
+            status, due = await self.store.finish(
+                conversation=conv,
+                owner=owner,
+                now_ms=self.clock(),
+                mode=mode,  # type: ignore[arg-type]
+                session_id=session_id,
+                binding_ttl_ms=timeout_ms + 60_000,
+            )
+            if status == "lost":
+                log.warning("lease was lost before the turn finished")
+            return status, due
+
+    async def _keep_lease(self, conv: str, owner: str, turn_id: str) -> None:
+        interval = self.settings.runtime.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                held, cancel = await self.store.renew(
+                    conversation=conv, owner=owner, now_ms=self.clock(), lease_ms=self.lease_ms
+                )
+            except Exception as exc:
+                log.warning("lease renewal failed", error=str(exc))
+                continue
+            if not held:
+                log.warning("lease lost; stopping the local run")
+                self.stop_local(conv, turn_id, reason="lost")
+                return
+            if cancel == turn_id:
+                self.stop_local(conv, turn_id, reason="stop")
