@@ -1,4 +1,4 @@
-"""Lark webhook ingest benchmark (issue 3): signed, encrypted ``im.message.receive_v1`` POSTs.
+"""Lark webhook ingest benchmark: signed, encrypted ``im.message.receive_v1`` POSTs.
 
 Three servers, each its own process on 127.0.0.1, get the same pre-built payloads at rising
 concurrency: the daemon (``python -m gateway run``: verify, decrypt, parse, dedup, store, ack),

@@ -1,16 +1,18 @@
-"""What an adapter is to the core: a factory found by entry point, and per-integration adapters.
+"""What an adapter is to the core: a factory found by entry point, per-integration adapters,
+and everything the core lends them (intake, record and timeline stores) with what these raise.
 
-Adapters import only this module (and the other public types of ``gateway``); the core never
-imports an adapter (DESIGN.md §2).
+Adapters import only this module, the webhook skeleton (``gateway.webhook``) and the public core
+types (``gateway.envelope``, ``gateway.progress``, ``gateway.settings``, ``gateway.conversation``),
+never ``sessions`` or ``gateway.pipeline``; the core never imports an adapter (DESIGN.md §2).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -20,10 +22,42 @@ from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 from sessions import StoreUnavailable
 
-if TYPE_CHECKING:
-    from sessions import RecordStore, TimelineStore
-
 ENTRY_POINT_GROUP = "xpert_gateway.adapters"
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Adapter",
+    "AdapterContext",
+    "AdapterFactory",
+    "FetchedFile",
+    "Ingest",
+    "IngestOutcome",
+    "IngestUnavailable",
+    "LiveAdapters",
+    "RecordStore",
+    "ShuttingDown",
+    "StoreUnavailable",
+    "TimelineStore",
+    "body_type",
+    "discover_adapters",
+    "read_body",
+]
+
+
+# --- what can go wrong, as adapters see it ---------------------------------------------------
+# ``StoreUnavailable`` (re-exported from ``sessions``): a record or timeline store could not reach
+# Redis (down, read-only, out of memory). Nothing was written; what to do is the caller's call.
+
+
+class IngestUnavailable(StoreUnavailable):
+    """Intake did not make the event durable (storage unreachable, read-only or full, the local
+    spool full): nothing was stored, so the platform must not be told it was. Raised by intake
+    for every storage failure, whatever the client library raised; webhooks answer 503 and the
+    platform delivers the event again."""
+
+
+class ShuttingDown(IngestUnavailable):
+    """The replica stopped taking new work; the platform retries, against another replica."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,27 +71,74 @@ class IngestOutcome:
     reason: str = ""
 
 
-def storage_failure(exc: BaseException) -> bool:
-    """Whether intake failed because its storage could not be reached (Redis down, read-only,
-    out of memory): the event was not stored, so the platform must not be told it was."""
-    return isinstance(exc, StoreUnavailable | ConnectionError | OSError | TimeoutError) or type(
-        exc
-    ).__module__.startswith("redis")
-
-
 class Ingest(Protocol):
+    """Makes an event durable; raises :class:`IngestUnavailable` when it could not."""
+
     async def __call__(self, envelope: Envelope) -> IngestOutcome: ...
+
+
+class RecordStore(Protocol):
+    """Small namespaced records with an expiry, shared by the replicas (reply handles, card
+    state, leases): adapters never spell a Redis key. Raises ``StoreUnavailable``."""
+
+    async def put(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> None: ...
+
+    async def put_new(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
+        """Store only if absent (a claim); True when this call stored it."""
+        ...
+
+    async def renew(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
+        """Extend the expiry while the record still holds ``value`` (an owner lease)."""
+        ...
+
+    async def release(self, namespace: str, key: str, value: str) -> bool:
+        """Delete the record while it still holds ``value``."""
+        ...
+
+    async def get(self, namespace: str, key: str) -> str | None: ...
+
+    async def delete(self, namespace: str, key: str) -> None: ...
+
+    async def incr(self, namespace: str, key: str, *, ttl_ms: int) -> int:
+        """A strictly increasing counter shared by all replicas."""
+        ...
+
+
+class TimelineStore(Protocol):
+    """Chat transcripts with every change published to all replicas (the console's "platform
+    server"). Raises ``StoreUnavailable``."""
+
+    async def put(
+        self,
+        integration_id: str,
+        chat_id: str,
+        record: dict[str, Any],
+        *,
+        mode: Literal["create", "upsert"] = "upsert",
+    ) -> bool: ...
+
+    async def get(
+        self, integration_id: str, chat_id: str, record_id: str
+    ) -> dict[str, Any] | None: ...
+
+    async def list(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]: ...
+
+    def changes(self) -> AsyncIterator[dict[str, Any]]:
+        """Every change published by any replica, until the consumer stops iterating."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class AdapterContext:
     """Everything the core lends an adapter.
 
-    ``ingest`` makes an event durable in Redis or raises (storage unavailable, shutting down):
-    the adapter then refuses the event, and the platform delivers it again. ``ingest_or_spool``
-    is for paths whose platform never delivers an event again (long connections such as
-    DingTalk stream and WeCom ``aibot_ws``): where ``ingest`` would raise, it keeps the event in
-    the local spool and returns ``spooled`` (ack it); it raises only when the spool is full."""
+    ``ingest`` makes an event durable in Redis or raises :class:`IngestUnavailable` (storage
+    unavailable, shutting down): the adapter then refuses the event, and the platform delivers
+    it again. ``ingest_or_spool`` is for paths whose platform never delivers an event again
+    (long connections such as DingTalk stream and WeCom ``aibot_ws``): where ``ingest`` would
+    raise, it keeps the event in the local spool and returns ``spooled`` (ack it); it raises
+    ``IngestUnavailable`` only when the spool is full. ``timeline`` and ``records`` raise
+    ``StoreUnavailable`` when Redis cannot be reached."""
 
     ingest: Ingest
     ingest_or_spool: Ingest

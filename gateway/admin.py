@@ -11,11 +11,25 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.settings import Settings
-from sessions import SessionRecords, SessionStore
+from sessions import SessionRecords, SessionStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.admin")
+
+# Redis could not serve the request (unreachable, timed out, loading, read-only, out of memory):
+# a 503. Anything else the client raises is a bug of ours, and a bad parameter is a 400 first.
+UNAVAILABLE = (
+    StoreUnavailable,
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    OutOfMemoryError,
+    OSError,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -50,17 +64,18 @@ class AdminApi:
         if token is None:
             return fail(404, "admin_disabled", "the admin API is off: set admin.token")
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+        # Undecodable header bytes arrive as surrogates, which no encode() takes: a token is
+        # ASCII, so anything else is refused as it is, unauthenticated.
+        if not given.isascii() or not hmac.compare_digest(
+            given.encode(), token.get_secret_value().encode()
+        ):
             log.info("admin request refused", path=request.path)
             return fail(401, "unauthorized", "a valid bearer token is required")
         try:
             response: web.StreamResponse = await handler(request)
-        except web.HTTPException:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("redis") or isinstance(exc, OSError):
-                return fail(503, "storage_unavailable", "Redis did not answer")
-            raise
+        except UNAVAILABLE as exc:
+            log.warning("admin request failed: storage unavailable", error=type(exc).__name__)
+            return fail(503, "storage_unavailable", "Redis did not answer")
         return response
 
     async def sessions(self, request: web.Request) -> web.Response:
@@ -133,11 +148,10 @@ class AdminApi:
         return ok([{"index": i, **item} for i, item in enumerate(items, 1)])
 
     async def audit(self, request: web.Request) -> web.Response:
-        try:
-            count = min(int(request.query.get("count", "100")), 1000)
-        except ValueError:
-            return fail(400, "bad_request", "count must be a number")
-        return ok(await self.store.audit_records(count=count))
+        raw = request.query.get("count", "100")
+        if not (raw.isascii() and raw.isdigit() and int(raw) >= 1):
+            return fail(400, "bad_request", "count must be a whole number from 1")
+        return ok(await self.store.audit_records(count=min(int(raw), 1000)))
 
     def setup(self, app: web.Application) -> None:
         r, g = app.router, self.guarded

@@ -8,7 +8,7 @@ spool, new events go in behind it, so arrival order holds. The replayer feeds th
 intake, oldest first, as soon as Redis answers again (it retries with a 0.5-5 s backoff), then
 empties the file; intake's dedup makes replaying a record twice (a crash mid-replay) harmless.
 When the spool is at ``runtime.spoolMaxBytes`` an event is refused: the original error (or
-``StoreUnavailable``) is raised and the adapter does what it did before there was a spool.
+``IngestUnavailable``) is raised and the adapter does what it did before there was a spool.
 Files: ``<dataDir>/spool/<store>-<n>.spool``, one locked slot per replica; at start a replica
 also takes over the slots of dead ones (:func:`gateway.spool.open_slots`) and replays them first.
 A little over 300 lines: intake, the group-commit writer and the replayer share one order state.
@@ -25,9 +25,8 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from gateway.adapter import Ingest, IngestOutcome, storage_failure
+from gateway.adapter import Ingest, IngestOutcome, IngestUnavailable
 from gateway.envelope import Envelope
-from gateway.pipeline import ShuttingDown
 from gateway.spool import SpoolFile, frame, open_slots
 from sessions import StoreUnavailable
 
@@ -38,8 +37,9 @@ MAX_BACKOFF_S = 5.0
 
 
 def unreachable(exc: BaseException) -> bool:
-    """Storage trouble (Redis down, read-only, out of memory) or a replica shutting down."""
-    return isinstance(exc, ShuttingDown) or storage_failure(exc)
+    """Storage trouble (Redis down, read-only, out of memory) or a replica shutting down: intake
+    raises ``IngestUnavailable`` (a ``StoreUnavailable``, as ``ShuttingDown`` is) for each."""
+    return isinstance(exc, StoreUnavailable)
 
 
 class Spooler:
@@ -167,9 +167,11 @@ class Spooler:
             log.warning("intake unavailable: spooling long-connection events", error=str(error))
         if await self._append(envelope):
             return IngestOutcome("spooled", "storage unavailable" if error else "behind spooled")
-        if error is not None:
+        if isinstance(error, IngestUnavailable):
             raise error
-        raise StoreUnavailable("the local spool is full")
+        if error is not None:
+            raise IngestUnavailable(str(error)) from error
+        raise IngestUnavailable("the local spool is full")
 
     async def _append(self, envelope: Envelope) -> bool:
         payload = envelope.to_json(store_raw=self._store_raw(envelope.integration_id))

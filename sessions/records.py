@@ -1,13 +1,28 @@
 """Small namespaced records with an expiry, for adapters' own state (reply handles, stream
-sequences, cached tokens shared by replicas): adapters never spell a Redis key themselves."""
+sequences, cached tokens shared by replicas): adapters never spell a Redis key themselves.
+Every call raises ``StoreUnavailable`` when Redis cannot serve it."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from sessions.keys import KeyBuilder
+from sessions.store import StoreUnavailable
+
+
+@contextlib.contextmanager
+def unavailable() -> Iterator[None]:
+    """Whatever the client raises when Redis cannot serve a call (unreachable, read-only, out of
+    memory) leaves ``sessions`` as :class:`StoreUnavailable`: callers catch one exception."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise StoreUnavailable(str(exc)) from exc
 
 
 class RecordStore:
@@ -16,51 +31,58 @@ class RecordStore:
         self.keys = keys
 
     async def put(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> None:
-        await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms)
+        with unavailable():
+            await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms)
 
     async def put_new(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
         """Store only if absent (a claim / dedup); True when this call stored it."""
-        return bool(
-            await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms, nx=True)
-        )
+        with unavailable():
+            return bool(
+                await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms, nx=True)
+            )
 
     async def renew(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
         """Extend the expiry only while the record still holds ``value`` (an owner lease),
         atomically; False when it expired or someone else holds it."""
-        return bool(
-            await self.redis.eval(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then "
-                "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end",
-                1,
-                self.keys.record(namespace, key),
-                value,
-                ttl_ms,
+        with unavailable():
+            return bool(
+                await self.redis.eval(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end",
+                    1,
+                    self.keys.record(namespace, key),
+                    value,
+                    ttl_ms,
+                )
             )
-        )
 
     async def release(self, namespace: str, key: str, value: str) -> bool:
         """Delete the record only while it still holds ``value``, atomically."""
-        return bool(
-            await self.redis.eval(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then "
-                "return redis.call('DEL', KEYS[1]) else return 0 end",
-                1,
-                self.keys.record(namespace, key),
-                value,
+        with unavailable():
+            return bool(
+                await self.redis.eval(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                    "return redis.call('DEL', KEYS[1]) else return 0 end",
+                    1,
+                    self.keys.record(namespace, key),
+                    value,
+                )
             )
-        )
 
     async def get(self, namespace: str, key: str) -> str | None:
-        return cast(str | None, await self.redis.get(self.keys.record(namespace, key)))
+        with unavailable():
+            return cast(str | None, await self.redis.get(self.keys.record(namespace, key)))
 
     async def delete(self, namespace: str, key: str) -> None:
-        await self.redis.delete(self.keys.record(namespace, key))
+        with unavailable():
+            await self.redis.delete(self.keys.record(namespace, key))
 
     async def incr(self, namespace: str, key: str, *, ttl_ms: int) -> int:
         """A strictly increasing counter shared by all replicas (e.g. a card's update sequence)."""
-        name = self.keys.record(namespace, key)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.incr(name)
-            pipe.pexpire(name, ttl_ms)
-            value, _ = await pipe.execute()
-        return int(value)
+        with unavailable():
+            name = self.keys.record(namespace, key)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.incr(name)
+                pipe.pexpire(name, ttl_ms)
+                value, _ = await pipe.execute()
+            return int(value)

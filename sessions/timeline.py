@@ -1,7 +1,8 @@
 """Chat transcripts kept in Redis, with every change published to all replicas.
 
 The console adapter uses this as its "platform server": user messages and bot cards are records
-of a chat, visible to whichever replica serves the browser.
+of a chat, visible to whichever replica serves the browser. Calls raise ``StoreUnavailable``
+when Redis cannot serve them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Literal, cast
 import redis.asyncio as aioredis
 
 from sessions.keys import KeyBuilder
+from sessions.records import unavailable
 
 
 class TimelineStore:
@@ -48,42 +50,48 @@ class TimelineStore:
             separators=(",", ":"),
             ensure_ascii=False,
         )
-        ok = await self._put(
-            keys=[
-                self.keys.timeline_messages(integration_id, chat_id),
-                self.keys.timeline_order(integration_id, chat_id),
-            ],
-            args=[
-                record["id"],
-                body,
-                mode,
-                self.ttl_ms,
-                self.max_records,
-                self.keys.timeline_channel(),
-                change,
-            ],
-        )
+        with unavailable():
+            ok = await self._put(
+                keys=[
+                    self.keys.timeline_messages(integration_id, chat_id),
+                    self.keys.timeline_order(integration_id, chat_id),
+                ],
+                args=[
+                    record["id"],
+                    body,
+                    mode,
+                    self.ttl_ms,
+                    self.max_records,
+                    self.keys.timeline_channel(),
+                    change,
+                ],
+            )
         return bool(ok)
 
     async def get(self, integration_id: str, chat_id: str, record_id: str) -> dict[str, Any] | None:
-        raw = await self.redis.hget(self.keys.timeline_messages(integration_id, chat_id), record_id)
+        with unavailable():
+            raw = await self.redis.hget(
+                self.keys.timeline_messages(integration_id, chat_id), record_id
+            )
         return json.loads(raw) if raw else None
 
     async def list(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]:
         order_key = self.keys.timeline_order(integration_id, chat_id)
-        ids = cast(list[str], await self.redis.lrange(order_key, 0, -1))
-        if not ids:
-            return []
-        raws = await self.redis.hmget(self.keys.timeline_messages(integration_id, chat_id), ids)
+        with unavailable():
+            ids = cast(list[str], await self.redis.lrange(order_key, 0, -1))
+            if not ids:
+                return []
+            raws = await self.redis.hmget(self.keys.timeline_messages(integration_id, chat_id), ids)
         return [json.loads(r) for r in raws if r]
 
     async def changes(self) -> AsyncIterator[dict[str, Any]]:
         """Every change published by any replica, until the consumer stops iterating."""
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(self.keys.timeline_channel())
         try:
-            async for message in pubsub.listen():
-                if message.get("type") == "message":
-                    yield json.loads(message["data"])
+            with unavailable():
+                await pubsub.subscribe(self.keys.timeline_channel())
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        yield json.loads(message["data"])
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]

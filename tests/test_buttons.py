@@ -28,11 +28,11 @@ import redis.asyncio as aioredis
 
 from adapters.console import cards as console_cards
 from adapters.dingtalk import cards as dingtalk_cards
-from adapters.dingtalk.inbound import robot_message as dingtalk_envelope
+from adapters.dingtalk.events import robot_message as dingtalk_envelope
 from adapters.lark import cards as lark_cards
 from adapters.lark.events import message_envelope as lark_envelope
 from adapters.wecom import cards as wecom_cards
-from adapters.wecom.messages import aibot_envelope, app_envelope, parse_app_xml
+from adapters.wecom.events import aibot_envelope, app_envelope, parse_app_xml
 from gateway.adapter import IngestOutcome
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from gateway.events import Interrupt
@@ -73,6 +73,7 @@ def card_states(conversation: str) -> dict[str, Progress]:
         "running": replace(base, turn_id="t-running"),
         "waiting": replace(base, turn_id="t-waiting").apply(Interrupt(prompt="Deploy it?")),
         "done": replace(base, turn_id="t-done", answer="42").finish("success"),
+        "rejected": replace(base, turn_id="t-rejected").resumed("reject").finish("success"),
         "error": replace(base, turn_id="t-error").finish("error", "the model was unreachable"),
         "cancelled": replace(base, turn_id="t-cancelled").finish("cancelled"),
         "ended": replace(base, turn_id="t-ended", status="ended"),

@@ -27,7 +27,7 @@ from adapters.dingtalk.crypto import (
     verify_action,
     verify_robot_sign,
 )
-from adapters.dingtalk.inbound import card_callback_params, robot_message
+from adapters.dingtalk.events import card_callback_params, robot_message
 from adapters.dingtalk.outbound import delivered
 from gateway.progress import Progress
 

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.adapter import IngestOutcome
+from gateway.adapter import IngestOutcome, ShuttingDown
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.pipeline import ShuttingDown
 from gateway.spool import HEADER, MAGIC, SpoolFile, frame, open_slots, store_identity
 from gateway.spooler import Spooler
 from sessions import StoreUnavailable

@@ -6,10 +6,35 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from adapters.console.inbound import ConsoleAdapter, setup_routes
+from adapters.console.inbound import setup_routes
+from adapters.console.outbound import ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
 from gateway.adapter import Adapter, AdapterContext, LiveAdapters
+from gateway.envelope import Envelope
+from gateway.progress import Progress
 from gateway.settings import IntegrationBase
+
+
+class ConsoleAdapter(Adapter):
+    settings: ConsoleIntegration
+
+    def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
+        super().__init__(settings=settings, context=context)
+        self.outbound = ConsoleOutbound(integration_id=settings.id, timeline=context.timeline)
+
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
+        return await self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        await self.outbound.update_card(reply_to, handle, progress)
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
+        await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
+
+    def user_name(self, user_id: str) -> str | None:
+        return next((u.name for u in self.settings.users if u.id == user_id), None)
 
 
 class ConsoleAdapterFactory:
@@ -24,4 +49,4 @@ class ConsoleAdapterFactory:
         setup_routes(app, LiveAdapters(adapters, ConsoleAdapter))
 
 
-__all__ = ["ConsoleAdapterFactory", "ConsoleIntegration"]
+__all__ = ["ConsoleAdapter", "ConsoleAdapterFactory", "ConsoleIntegration"]

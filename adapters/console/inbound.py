@@ -1,7 +1,9 @@
 """The console's HTTP API (a contract other tests and tools use) and its page.
 
-Requests are validated before anything is stored; the user's message is written to the chat
-timeline and handed to intake, and only then is 202 returned.
+Requests are read with the core's bounded readers (``gateway.webhook``: size, charset, JSON
+depth) and validated before anything is stored; the user's message is written to the chat
+timeline and handed to intake, and only then is 202 returned. A refusal is a short JSON error
+and one log line.
 """
 
 from __future__ import annotations
@@ -11,82 +13,48 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from adapters.console.outbound import ConsoleOutbound
-from adapters.console.settings import ConsoleIntegration
-from gateway.adapter import Adapter, AdapterContext, storage_failure
-from gateway.envelope import Action, Chat, Envelope, Mention, ReplyTo, Sender
-from gateway.pipeline import ShuttingDown
-from gateway.progress import Progress
-from sessions import TimelineStore
+from adapters.console.events import (
+    ActionRequest,
+    MessageRequest,
+    action_envelope,
+    message_envelope,
+    message_record,
+    validation_message,
+)
+from gateway.adapter import IngestUnavailable, StoreUnavailable, TimelineStore
+from gateway.webhook import Rejected, body_text, json_object, read_body
+
+if TYPE_CHECKING:
+    from adapters.console import ConsoleAdapter
 
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
-ID = r"^[A-Za-z0-9_.:@-]{1,128}$"
-
-
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
-
-
-class MessageRequest(_Request):
-    integrationId: str = Field(min_length=1)
-    chatId: str = Field(pattern=ID)
-    chatType: Literal["group", "p2p"]
-    senderId: str = Field(pattern=ID)
-    senderName: str | None = Field(None, max_length=128)
-    text: str = Field(min_length=1, max_length=20_000)
-    mentionBot: bool = False
-    eventId: str | None = Field(None, pattern=ID)
-
-
-class ActionRequest(_Request):
-    integrationId: str = Field(min_length=1)
-    chatId: str = Field(pattern=ID)
-    messageId: str = Field(min_length=1, max_length=256)
-    actionId: str = Field(min_length=1, max_length=64)
-    senderId: str = Field(pattern=ID)
-    eventId: str | None = Field(None, pattern=ID)
-
-
-class ConsoleAdapter(Adapter):
-    settings: ConsoleIntegration
-
-    def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
-        super().__init__(settings=settings, context=context)
-        self.outbound = ConsoleOutbound(integration_id=settings.id, timeline=context.timeline)
-
-    async def send_card(
-        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
-    ) -> str:
-        return await self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
-
-    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        await self.outbound.update_card(reply_to, handle, progress)
-
-    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
-        await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
-
-    def user_name(self, user_id: str) -> str | None:
-        return next((u.name for u in self.settings.users if u.id == user_id), None)
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def _validation_message(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "body"
-    msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-    return f"{field}: {msg}"
+def _guarded(handler: Handler) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except Rejected as exc:
+            level = log.warning if exc.status >= 500 else log.info
+            level("console request refused", status=exc.status, reason=exc.reason)
+            return _error(exc.status, exc.public)
+
+    return guarded
 
 
 class ConsoleApi:
@@ -125,36 +93,17 @@ class ConsoleApi:
                 log.warning("console event subscription lost; resubscribing", error=str(exc))
                 await asyncio.sleep(1)
 
-    async def _body(self, request: web.Request, model: type[BaseModel]) -> Any:
-        try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise web.HTTPBadRequest(
-                text=json.dumps({"error": "body: not valid JSON"}), content_type="application/json"
-            ) from None
-        if not isinstance(data, dict):
-            raise web.HTTPBadRequest(
-                text=json.dumps({"error": "body: expected a JSON object"}),
-                content_type="application/json",
-            )
+    async def _body(self, request: web.Request, model: type[M]) -> M:
+        data = json_object(body_text(request, await read_body(request)))
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            log.info("console request rejected", reason=_validation_message(exc))
-            raise web.HTTPBadRequest(
-                text=json.dumps({"error": _validation_message(exc)}),
-                content_type="application/json",
-            ) from None
+            raise Rejected(400, validation_message(exc)) from None
 
     def _adapter(self, integration_id: str) -> ConsoleAdapter:
         adapter = self.adapters.get(integration_id)
         if adapter is None:
-            raise web.HTTPNotFound(
-                text=json.dumps(
-                    {"error": f"integrationId: unknown integration {integration_id!r}"}
-                ),
-                content_type="application/json",
-            )
+            raise Rejected(404, f"integrationId: unknown integration {integration_id!r}")
         return adapter
 
     async def config(self, request: web.Request) -> web.Response:
@@ -177,105 +126,77 @@ class ConsoleApi:
         )
 
     async def post_message(self, request: web.Request) -> web.Response:
-        body: MessageRequest = await self._body(request, MessageRequest)
+        body = await self._body(request, MessageRequest)
         adapter = self._adapter(body.integrationId)
         event_id = body.eventId or uuid.uuid4().hex
         name = body.senderName or adapter.user_name(body.senderId) or body.senderId
-        bot = adapter.settings.bot_name
-        envelope = Envelope(
-            integration_id=adapter.integration_id,
-            platform="console",
+        envelope = message_envelope(
+            adapter.integration_id,
+            body,
             event_id=event_id,
-            chat=Chat(id=body.chatId, type=body.chatType),
-            sender=Sender(id=body.senderId, name=name),
-            text=body.text,
-            mentions=(Mention(id="bot", name=bot, is_bot=True),) if body.mentionBot else (),
-            bot_mentioned=body.mentionBot or body.chatType == "p2p",
-            reply_to=ReplyTo(message_id=event_id),
+            name=name,
+            bot_name=adapter.settings.bot_name,
         )
-        record = {
-            "id": event_id,
-            "role": "user",
-            "senderId": body.senderId,
-            "senderName": name,
-            "text": body.text,
-            "mentionBot": body.mentionBot,
-            "at": int(time.time() * 1000),
-        }
+        record = message_record(body, event_id=event_id, name=name, at=int(time.time() * 1000))
         try:
             # The platform's own record first (idempotent by event id), then durable intake.
             await adapter.context.timeline.put(
                 adapter.integration_id, body.chatId, record, mode="create"
             )
             outcome = await adapter.context.ingest(envelope)
-        except ShuttingDown:
-            return _error(503, "shutting down; retry against another replica")
-        except Exception as exc:
-            if storage_failure(exc):
-                log.warning("console message not stored", error=str(exc))
-                return _error(503, "storage unavailable; the message was not stored")
-            raise
+        except StoreUnavailable as exc:  # IngestUnavailable and ShuttingDown included
+            raise Rejected(
+                503, f"not stored: {exc}", public="storage unavailable; the message was not stored"
+            ) from None
         return web.json_response({"eventId": event_id, "status": outcome.status}, status=202)
 
     async def post_action(self, request: web.Request) -> web.Response:
-        body: ActionRequest = await self._body(request, ActionRequest)
+        body = await self._body(request, ActionRequest)
         adapter = self._adapter(body.integrationId)
         try:
             card = await adapter.context.timeline.get(
                 adapter.integration_id, body.chatId, body.messageId
             )
-        except Exception:
-            return _error(503, "storage unavailable")
+        except StoreUnavailable as exc:
+            raise Rejected(503, f"card unreadable: {exc}", public="storage unavailable") from None
         if card is None or card.get("type") != "card":
-            return _error(404, f"messageId: no card {body.messageId!r} in chat {body.chatId!r}")
+            raise Rejected(404, f"messageId: no card {body.messageId!r} in chat {body.chatId!r}")
         offered = {b["actionId"] for b in card["card"]["buttons"]}
         if body.actionId not in offered:
-            return _error(
+            raise Rejected(
                 400,
                 f"actionId: {body.actionId!r} is not a button of this card "
                 f"(offered: {', '.join(sorted(offered)) or 'none'})",
             )
         event_id = body.eventId or uuid.uuid4().hex
-        chat_type = (
-            "group" if body.chatId in {c.id for c in adapter.settings.group_chats} else "p2p"
-        )
-        envelope = Envelope(
-            integration_id=adapter.integration_id,
-            platform="console",
+        envelope = action_envelope(
+            adapter.integration_id,
+            body,
+            card,
             event_id=event_id,
-            kind="action",
-            chat=Chat(id=body.chatId, type=chat_type),
-            sender=Sender(id=body.senderId, name=adapter.user_name(body.senderId)),
-            bot_mentioned=True,
-            action=Action(
-                id=body.actionId,
-                message_id=body.messageId,
-                value={
-                    "conversation": card.get("conversation", ""),
-                    "turnId": card.get("turnId", ""),
-                },
-            ),
-            reply_to=ReplyTo(message_id=str(card.get("replyTo") or body.messageId)),
+            group=body.chatId in {c.id for c in adapter.settings.group_chats},
+            sender_name=adapter.user_name(body.senderId),
         )
         try:
             outcome = await adapter.context.ingest(envelope)
-        except ShuttingDown:
-            return _error(503, "shutting down; retry against another replica")
-        except Exception as exc:
-            log.warning("console action not stored", error=str(exc))
-            return _error(503, "storage unavailable; the click was not stored")
+        except IngestUnavailable as exc:
+            raise Rejected(
+                503, f"not stored: {exc}", public="storage unavailable; the click was not stored"
+            ) from None
         return web.json_response({"eventId": event_id, "status": outcome.status}, status=202)
 
     async def list_messages(self, request: web.Request) -> web.Response:
         integration_id = request.query.get("integrationId", "")
         if not integration_id:
-            return _error(400, "integrationId: query parameter required")
+            raise Rejected(400, "integrationId: query parameter required")
         adapter = self._adapter(integration_id)
         chat_id = request.match_info["chatId"]
         try:
             records = await adapter.context.timeline.list(adapter.integration_id, chat_id)
-        except Exception:
-            return _error(503, "storage unavailable")
+        except StoreUnavailable as exc:
+            raise Rejected(
+                503, f"timeline unreadable: {exc}", public="storage unavailable"
+            ) from None
         return web.json_response(
             {"integrationId": integration_id, "chatId": chat_id, "messages": records}
         )
@@ -287,7 +208,7 @@ class ConsoleApi:
         if wanted:
             self._adapter(wanted)
         if not self.adapters:
-            return _error(404, "no console integration configured")
+            raise Rejected(404, "no console integration configured")
         timeline = next(iter(self.adapters.values())).context.timeline
         response = web.StreamResponse(
             headers={
@@ -342,7 +263,7 @@ def setup_routes(app: web.Application, adapters: Mapping[str, ConsoleAdapter]) -
     app.router.add_get("/console/", api.page)
     app.router.add_static("/console/static/", STATIC)
     app.router.add_get("/console/api/config", api.config)
-    app.router.add_post("/console/api/messages", api.post_message)
-    app.router.add_post("/console/api/actions", api.post_action)
-    app.router.add_get("/console/api/chats/{chatId}/messages", api.list_messages)
-    app.router.add_get("/console/api/events", api.events)
+    app.router.add_post("/console/api/messages", _guarded(api.post_message))
+    app.router.add_post("/console/api/actions", _guarded(api.post_action))
+    app.router.add_get("/console/api/chats/{chatId}/messages", _guarded(api.list_messages))
+    app.router.add_get("/console/api/events", _guarded(api.events))

@@ -8,21 +8,12 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from pydantic import ValidationError
 
 from adapters.dingtalk.api import DingTalkApi
-from adapters.dingtalk.cards import as_messages, clicked_params, phase, render_messages
-from adapters.dingtalk.connection import StreamConnection, ack_error
+from adapters.dingtalk.cards import as_messages, phase, render_messages
+from adapters.dingtalk.connection import StreamConnection
 from adapters.dingtalk.crypto import sign_action
-from adapters.dingtalk.inbound import (
-    Unavailable,
-    action_envelope,
-    card_callback_params,
-    ingest,
-    robot_message,
-    setup_routes,
-    where_from_params,
-)
+from adapters.dingtalk.inbound import StreamInbound, setup_routes
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
 from gateway.adapter import (
@@ -32,7 +23,6 @@ from gateway.adapter import (
     LiveAdapters,
     body_type,
     read_body,
-    storage_failure,
 )
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
@@ -81,14 +71,15 @@ class DingTalkAdapter(Adapter):
             if settings.card_template_id
             else None
         )
+        stream = StreamInbound(self)
         self.connection = (
             StreamConnection(
                 api_base=settings.base,
                 client_id=settings.client_id,
                 client_secret=secret,
                 integration_id=settings.id,
-                on_message=self.on_robot_message,
-                on_card=self.on_card_callback,
+                on_message=stream.robot_message,
+                on_card=stream.card_callback,
             )
             if settings.connection_mode == "stream"
             else None
@@ -108,74 +99,6 @@ class DingTalkAdapter(Adapter):
         if self.connection is None:
             return {"ready": True, "mode": "http"}
         return self.connection.readiness()
-
-    # --- inbound (stream) ----------------------------------------------------------------
-    async def on_robot_message(
-        self, data: dict[str, Any], stream_id: str | None
-    ) -> tuple[int, Any]:
-        try:
-            envelope = robot_message(data, integration_id=self.integration_id, stream_id=stream_id)
-        except (ValueError, ValidationError) as exc:
-            log.warning(
-                "dingtalk frame rejected",
-                integration_id=self.integration_id,
-                error=type(exc).__name__,
-            )
-            return 400, {"error": "bad message"}
-        try:
-            outcome = await ingest(self.context, envelope, spool=True)
-        except Unavailable as exc:
-            log.warning(
-                "dingtalk message not stored",
-                integration_id=self.integration_id,
-                event_id=envelope.event_id,
-                reason=str(exc),
-            )
-            return ack_error()
-        log.debug(
-            "dingtalk message",
-            integration_id=self.integration_id,
-            event_id=envelope.event_id,
-            status=outcome.status,
-        )
-        return 200, None
-
-    async def on_card_callback(
-        self, data: dict[str, Any], stream_id: str | None
-    ) -> tuple[int, Any]:
-        """A card button (§2.6): its params carry action, conversation and turnId."""
-        params = card_callback_params(data)
-        track = str(data.get("outTrackId") or "")
-        try:
-            where = await self.cards.where(track) if self.cards is not None and track else None
-        except Exception as exc:
-            if not storage_failure(exc):
-                raise
-            where = where_from_params(params, str(data.get("userId") or ""))
-        action = str(params.get("action") or "")
-        if where is None or not action or not params.get("conversation"):
-            log.info("card callback for an unknown card", integration_id=self.integration_id)
-            return 200, {}
-        envelope = action_envelope(
-            integration_id=self.integration_id,
-            event_id=f"card-{stream_id or track + ':' + action}",
-            action_id=action,
-            conversation=str(params["conversation"]),
-            turn_id=str(params.get("turnId") or ""),
-            chat_id=str(where["chatId"]),
-            group=bool(where["group"]),
-            sender_id=str(data.get("userId") or ""),
-            message_id=f"card:{track}",
-            extras=where["extras"],
-        )
-        try:
-            await ingest(self.context, envelope, spool=True)
-        except Unavailable:
-            return ack_error()
-        return 200, {
-            "cardData": {"cardParamMap": clicked_params(action)},
-            "cardUpdateOptions": {"updateCardDataByKey": True},
-        }
 
     # --- outbound ------------------------------------------------------------------------
     def _links(

@@ -21,8 +21,9 @@ from gateway.progress import Progress
 
 MAX_PARAM_BYTES = 15_000  # one robot message (msgParam / webhook body), see above
 CARD_VALUE_BYTES = 1_000  # one cardParamMap value ("最长不超过1KB"), with a little room
-STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌"}
-FLOW_STATUS = {"running": "2", "waiting": "4", "done": "3", "ended": "3"}  # else 5 = failed
+STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
+# The AI card's flowStatus: 2 running, 4 waiting, 3 finished; anything else 5 = failed.
+FLOW_STATUS = {"running": "2", "waiting": "4", "done": "3", "rejected": "3", "ended": "3"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +153,7 @@ def render_messages(progress: Progress, link: Callable[[str], str] | None) -> li
             body = f"{progress.answer}\n\n---\n{body}"
     elif progress.status == "waiting":
         body = f"{progress.answer}\n\n---\n**{title}**" if progress.answer else f"**{title}**"
-    elif progress.status in ("cancelled", "ended"):
+    elif progress.status in ("cancelled", "rejected", "ended"):
         body = f"{progress.answer}\n\n---\n*{title}*" if progress.answer else f"*{title}*"
     else:
         body = progress.answer or f"*{title}*"

@@ -29,10 +29,9 @@ def robot_sign(secret: str, timestamp: str) -> str:
 def verify_robot_sign(secret: str, timestamp: str | None, sign: str | None, *, now_ms: int) -> None:
     if not timestamp or not sign:
         raise BadSignature("missing timestamp or sign header")
-    try:
-        ts = int(timestamp)
-    except ValueError:
-        raise BadSignature("timestamp is not a number") from None
+    if not timestamp.isascii() or not timestamp.isdigit() or not sign.isascii():
+        raise BadSignature("timestamp or sign is not ASCII digits / base64")
+    ts = int(timestamp)
     if abs(now_ms - ts) > SIGN_WINDOW_MS:
         raise BadSignature("timestamp outside the 1 h window")
     if not hmac.compare_digest(robot_sign(secret, timestamp).encode(), sign.encode()):
@@ -58,7 +57,7 @@ def sign_action(secret: str, claims: dict[str, Any], *, expires_at: int) -> str:
 def verify_action(secret: str, token: str, *, now_s: float) -> dict[str, Any]:
     """The token's claims, or BadSignature when it is forged, malformed or expired."""
     payload, _, mac = token.partition(".")
-    if not payload or not mac or len(token) > 4096:
+    if not payload or not mac or len(token) > 4096 or not token.isascii():
         raise BadSignature("malformed token")
     want = hmac.new(secret.encode(), b"dingtalk-action." + payload.encode(), hashlib.sha256)
     try:
@@ -67,6 +66,8 @@ def verify_action(secret: str, token: str, *, now_s: float) -> dict[str, Any]:
         raise BadSignature("malformed token") from None
     if not hmac.compare_digest(want.digest(), given):
         raise BadSignature("token signature mismatch")
+    if _b64(given) != mac:  # one spelling per token: "=" padding or other trailing bits refused
+        raise BadSignature("malformed token")
     try:
         claims = json.loads(_unb64(payload))
     except (binascii.Error, ValueError):

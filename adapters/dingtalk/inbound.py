@@ -1,214 +1,68 @@
-"""Robot messages and card callbacks -> Envelopes (platforms.md §2.2, §2.6), and the one
-ingest call every path shares (ack only after it returned: the event is durable)."""
+"""DingTalk's hooks into the core's webhook skeleton (``gateway.webhook``): the HTTP-mode robot
+webhook (platforms.md §2.3) and the signed button links; and the stream-mode frame handlers
+(§2.1, §2.6). Every path acks only after intake returned: the event is durable."""
 
 from __future__ import annotations
 
-import hashlib
 import html
-import json
-import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
-from pydantic import ValidationError
 
+from adapters.dingtalk.cards import clicked_params
+from adapters.dingtalk.connection import ack_error
 from adapters.dingtalk.crypto import BadSignature, verify_action, verify_robot_sign
-from gateway.adapter import AdapterContext, IngestOutcome, storage_failure
-from gateway.envelope import Action, Attachment, Chat, Envelope, Mention, ReplyTo, Sender
-from gateway.pipeline import ShuttingDown
-from gateway.routing import chat_of
+from adapters.dingtalk.events import (
+    action_envelope,
+    card_callback_params,
+    link_event_id,
+    robot_message,
+    where_from_params,
+)
+from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
+from gateway.envelope import Envelope
+from gateway.webhook import Rejected, Webhook, ascii_text, body_text, json_object, utf8_safe
 
-log = structlog.get_logger("adapters.dingtalk")
-
-PLATFORM = "dingtalk"
-_LEADING_AT = re.compile(r"^(?:\s*@\S+)+\s*")
-_MEDIA: dict[str, Literal["image", "file", "audio", "video"]] = {
-    "picture": "image",
-    "file": "file",
-    "audio": "audio",
-    "video": "video",
-}
-
-
-class Unavailable(RuntimeError):
-    """Intake could not store the event; the platform should retry (HTTP 503 / ack 500)."""
-
-
-async def ingest(
-    context: AdapterContext, envelope: Envelope, *, spool: bool = False
-) -> IngestOutcome:
-    """``spool``: for stream events, which DingTalk never pushes again (platforms.md §2.1):
-    while Redis is unreachable they wait in the local spool (outcome ``spooled``)."""
-    try:
-        return await (context.ingest_or_spool if spool else context.ingest)(envelope)
-    except ShuttingDown as exc:
-        raise Unavailable("shutting down") from exc
-    except Exception as exc:
-        if storage_failure(exc):
-            raise Unavailable("storage unavailable") from exc
-        raise
-
-
-def _bot_mentioned(data: dict[str, Any], group: bool) -> bool:
-    """§2.2 and xpertai.md: isInAtList, else chatbotUserId among atUsers; in a group DingTalk
-    only delivers messages that @ the robot, so an unknown bot id with any mention counts."""
-    if not group or data.get("isInAtList") is True:
-        return True
-    at_ids = {
-        str(u.get("dingtalkId", "")) for u in data.get("atUsers") or [] if isinstance(u, dict)
-    }
-    bot = str(data.get("chatbotUserId") or "")
-    return bot in at_ids if bot else bool(at_ids)
-
-
-def _text_and_attachments(data: dict[str, Any]) -> tuple[str, list[Attachment]]:
-    msgtype = str(data.get("msgtype", "text"))
-    content = data.get("content")
-    content = content if isinstance(content, dict) else {}
-    if msgtype == "text":
-        body = data.get("text")
-        return (str(body.get("content", "")) if isinstance(body, dict) else ""), []
-    if msgtype == "richText":
-        parts: list[str] = []
-        files: list[Attachment] = []
-        for item in content.get("richText") or []:
-            if not isinstance(item, dict):
-                continue
-            if item.get("text"):
-                parts.append(str(item["text"]))
-            elif item.get("downloadCode"):
-                files.append(Attachment(kind="image", key=str(item["downloadCode"])))
-        return "".join(parts), files
-    if msgtype in _MEDIA and content.get("downloadCode"):
-        kind = _MEDIA[msgtype]
-        attachment = Attachment(
-            kind=kind,
-            key=str(content["downloadCode"]),
-            name=str(content["fileName"]) if content.get("fileName") else None,
-        )
-        # Voice messages carry DingTalk's own transcript; use it as the text.
-        return str(content.get("recognition") or ""), [attachment]
-    return "", []
-
-
-def robot_message(
-    data: dict[str, Any], *, integration_id: str, stream_id: str | None = None
-) -> Envelope:
-    """A robot message (stream CALLBACK data or HTTP-mode body) as an Envelope."""
-    group = str(data.get("conversationType", "1")) == "2"
-    bot_id = str(data.get("chatbotUserId") or "")
-    mentions = tuple(
-        Mention(
-            id=str(u.get("staffId") or u.get("dingtalkId")),
-            is_bot=bool(bot_id) and u.get("dingtalkId") == bot_id,
-        )
-        for u in data.get("atUsers") or []
-        if isinstance(u, dict) and (u.get("staffId") or u.get("dingtalkId"))
-    )
-    text, attachments = _text_and_attachments(data)
-    text = text.strip()
-    if group and mentions and all(m.is_bot for m in mentions):
-        # Only the robot was @-mentioned, so any leading @name is the robot's.
-        text = _LEADING_AT.sub("", text)
-    sender_id = str(data.get("senderStaffId") or data.get("senderId") or "")
-    conversation_id = str(data.get("conversationId") or sender_id)
-    msg_id = str(data.get("msgId") or stream_id or "")
-    if not msg_id or not sender_id:
-        raise ValueError("robot message without msgId or sender")
-    extras = {
-        "sessionWebhook": data.get("sessionWebhook"),
-        "sessionWebhookExpiredTime": data.get("sessionWebhookExpiredTime"),
-        "robotCode": data.get("robotCode"),
-        "conversationId": conversation_id,
-        "conversationType": "2" if group else "1",
-        "senderStaffId": data.get("senderStaffId"),
-    }
-    return Envelope(
-        integration_id=integration_id,
-        platform=PLATFORM,
-        event_id=msg_id,
-        chat=Chat(
-            id=conversation_id,
-            type="group" if group else "p2p",
-            name=data.get("conversationTitle") or None,
-        ),
-        sender=Sender(
-            id=sender_id,
-            name=data.get("senderNick") or None,
-            is_bot=bool(bot_id) and data.get("senderId") == bot_id,
-        ),
-        text=text,
-        mentions=mentions,
-        bot_mentioned=_bot_mentioned(data, group),
-        attachments=tuple(attachments),
-        reply_to=ReplyTo(message_id=msg_id, **{k: v for k, v in extras.items() if v}),
-        raw=data,
-    )
-
-
-def action_envelope(
-    *,
-    integration_id: str,
-    event_id: str,
-    action_id: str,
-    conversation: str,
-    turn_id: str,
-    chat_id: str,
-    group: bool,
-    sender_id: str,
-    message_id: str,
-    extras: dict[str, Any],
-) -> Envelope:
-    """A click (card callback or signed link) routed to the card's conversation."""
-    return Envelope(
-        integration_id=integration_id,
-        platform=PLATFORM,
-        event_id=event_id,
-        kind="action",
-        chat=Chat(id=chat_id, type="group" if group else "p2p"),
-        sender=Sender(id=sender_id or "unknown"),
-        bot_mentioned=True,
-        action=Action(
-            id=action_id,
-            message_id=message_id,
-            value={"conversation": conversation, "turnId": turn_id, "action": action_id},
-        ),
-        reply_to=ReplyTo(message_id=message_id, **{k: v for k, v in extras.items() if v}),
-    )
-
-
-def card_callback_params(data: dict[str, Any]) -> dict[str, Any]:
-    """The button's params from a card callback: ``content`` is a JSON string (§2.6)."""
-    content = data.get("content")
-    if isinstance(content, str):
-        content = json.loads(content) if content else {}
-    private = content.get("cardPrivateData") if isinstance(content, dict) else None
-    params = private.get("params") if isinstance(private, dict) else None
-    return params if isinstance(params, dict) else {}
-
-
-def where_from_params(params: dict[str, Any], user_id: str) -> dict[str, Any] | None:
-    """Where a click came from, read off the card's own ``conversation`` param: for when the
-    card's record cannot be read (Redis unreachable). Replies then go by OpenAPI."""
-    chat = chat_of(str(params.get("conversation") or ""))
-    if chat is None:
-        return None
-    group = chat[0] == "group"
-    extras = {"conversationId": chat[1], "conversationType": "2" if group else "1"}
-    return {"chatId": chat[1], "group": group, "extras": {**extras, "senderStaffId": user_id}}
-
-
-def token_event_id(token: str) -> str:
-    """A link click's dedup id: the same link clicked twice is one click."""
-    return "link-" + hashlib.sha256(token.encode()).hexdigest()[:32]
-
-
-# --- HTTP routes ------------------------------------------------------------------------------
 if TYPE_CHECKING:
     from adapters.dingtalk import DingTalkAdapter
 
+log = structlog.get_logger("adapters.dingtalk")
+
+
+# --- HTTP mode: POST /api/dingtalk/webhook/{integrationId} -------------------------------------
+class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
+    """The sign covers the ``timestamp`` header only, so it is checked before the body is read
+    (§2.3)."""
+
+    platform = "dingtalk"
+
+    def serves(self, adapter: DingTalkAdapter) -> bool:
+        return adapter.settings.connection_mode == "http"
+
+    def check(self, adapter: DingTalkAdapter, request: web.Request) -> None:
+        try:
+            verify_robot_sign(
+                adapter.settings.client_secret.get_secret_value(),
+                ascii_text(request.headers.get("timestamp"), "timestamp"),
+                ascii_text(request.headers.get("sign"), "sign"),
+                now_ms=int(adapter.clock() * 1000),
+            )
+        except BadSignature as exc:
+            raise Rejected(401, str(exc), public="bad signature") from None
+
+    def verify(self, adapter: DingTalkAdapter, request: web.Request, body: bytes) -> dict[str, Any]:
+        return json_object(body_text(request, body))
+
+    async def parse(self, adapter: DingTalkAdapter, payload: dict[str, Any]) -> Envelope:
+        try:
+            return robot_message(payload, integration_id=adapter.integration_id)
+        except ValueError as exc:  # pydantic's ValidationError included
+            raise Rejected(400, f"bad body ({type(exc).__name__})", public="bad body") from None
+
+
+# --- GET /api/dingtalk/action/{integrationId}?t=<signed token> ---------------------------------
 _PAGE = """<!doctype html><html><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>{title}</title></head>
 <body style="font-family:sans-serif;text-align:center;padding:3em 1em">
@@ -226,61 +80,20 @@ def _page(status: int, title: str, detail: str) -> web.Response:
     return web.Response(status=status, text=body, content_type="text/html")
 
 
-class Routes:
-    def __init__(self, adapters: Mapping[str, DingTalkAdapter]) -> None:
-        self.adapters = adapters
+class ActionLink(Webhook["DingTalkAdapter", Envelope]):
+    """A button link in a markdown message: a signed, expiring token becomes an action
+    Envelope. The same link (however its token is spelled) is one click."""
 
-    def _adapter(self, request: web.Request) -> DingTalkAdapter:
-        adapter = self.adapters.get(request.match_info["integrationId"])
-        if adapter is None:
-            raise web.HTTPNotFound(text="unknown integration")
-        return adapter
+    platform = "dingtalk"
 
-    async def webhook(self, request: web.Request) -> web.Response:
-        """HTTP mode: verify ``timestamp`` + ``sign`` before reading the body (§2.3)."""
-        adapter = self._adapter(request)
-        if adapter.settings.connection_mode != "http":
-            raise web.HTTPNotFound(text="integration is not in http mode")
-        bound = log.bind(integration_id=adapter.integration_id)
+    def verify(self, adapter: DingTalkAdapter, request: web.Request, body: bytes) -> Envelope:
+        token = ascii_text(request.query.get("t"), "token", status=403)
+        secret = adapter.settings.client_secret.get_secret_value()
         try:
-            verify_robot_sign(
-                adapter.settings.client_secret.get_secret_value(),
-                request.headers.get("timestamp"),
-                request.headers.get("sign"),
-                now_ms=int(adapter.clock() * 1000),
-            )
-        except BadSignature as exc:
-            bound.warning("dingtalk webhook rejected", reason=str(exc))
-            return web.json_response({"error": "bad signature"}, status=401)
-        try:
-            data = await request.json()
-            if not isinstance(data, dict):
-                raise ValueError("not an object")
-            envelope = robot_message(data, integration_id=adapter.integration_id)
-        except (ValueError, UnicodeDecodeError, ValidationError) as exc:
-            bound.warning("dingtalk webhook body rejected", error=type(exc).__name__)
-            return web.json_response({"error": "bad body"}, status=400)
-        try:
-            outcome = await ingest(adapter.context, envelope)
-        except Unavailable as exc:
-            bound.warning(
-                "dingtalk message not stored", reason=str(exc), event_id=envelope.event_id
-            )
-            return web.json_response({"error": str(exc)}, status=503)
-        bound.debug("dingtalk message", event_id=envelope.event_id, status=outcome.status)
-        return web.json_response({"status": outcome.status})
-
-    async def action(self, request: web.Request) -> web.Response:
-        """A button link in a message: a signed, expiring token becomes an action Envelope."""
-        adapter = self._adapter(request)
-        token = request.query.get("t", "")
-        try:
-            claims = verify_action(
-                adapter.settings.client_secret.get_secret_value(), token, now_s=adapter.clock()
-            )
-            envelope = action_envelope(
+            claims = verify_action(secret, token, now_s=adapter.clock())
+            return action_envelope(
                 integration_id=adapter.integration_id,
-                event_id=token_event_id(token),
+                event_id=link_event_id(token.partition(".")[0]),
                 action_id=str(claims["a"]),
                 conversation=str(claims["c"]),
                 turn_id=str(claims["tu"]),
@@ -294,25 +107,112 @@ class Routes:
                     "senderStaffId": claims.get("u"),
                 },
             )
-        except (BadSignature, KeyError, ValidationError) as exc:
-            log.warning(
-                "dingtalk action link rejected",
-                integration_id=adapter.integration_id,
-                reason=str(exc) if isinstance(exc, BadSignature) else "bad claims",
-            )
-            return _page(403, "This link is not valid", "It may have expired. Ask again in chat.")
-        try:
-            outcome = await ingest(adapter.context, envelope)
-        except Unavailable:
-            return _page(503, "Please try again", "The gateway is busy; reload in a moment.")
+        except (BadSignature, KeyError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, BadSignature) else "bad claims"
+            raise Rejected(403, reason) from None
+
+    async def parse(self, adapter: DingTalkAdapter, payload: Envelope) -> Envelope:
+        return payload
+
+    async def answer(
+        self,
+        adapter: DingTalkAdapter,
+        payload: Envelope,
+        envelope: Envelope,
+        outcome: IngestOutcome,
+    ) -> web.StreamResponse:
         assert envelope.action is not None
         title = _DONE.get(envelope.action.id, "Done")
         if outcome.status == "duplicate":
             title = "Already done"
         return _page(200, title, "You can close this page and return to DingTalk.")
 
+    def refusal(self, rejected: Rejected) -> web.StreamResponse:
+        if rejected.status >= 500:
+            return _page(503, "Please try again", "The gateway is busy; reload in a moment.")
+        if rejected.status == 404:
+            return _page(404, "This link is not valid", "The bot it was for is not configured.")
+        return _page(403, "This link is not valid", "It may have expired. Ask again in chat.")
+
 
 def setup_routes(app: web.Application, adapters: Mapping[str, DingTalkAdapter]) -> None:
-    routes = Routes(adapters)
-    app.router.add_post("/api/dingtalk/webhook/{integrationId}", routes.webhook)
-    app.router.add_get("/api/dingtalk/action/{integrationId}", routes.action)
+    app.router.add_post("/api/dingtalk/webhook/{integrationId}", RobotWebhook(adapters).handle)
+    app.router.add_get("/api/dingtalk/action/{integrationId}", ActionLink(adapters).handle)
+
+
+# --- stream mode --------------------------------------------------------------------------------
+class StreamInbound:
+    """Stream frames, which DingTalk never pushes again (platforms.md §2.1): while Redis is
+    unreachable they wait in the local spool (``ingest_or_spool``); a frame that cannot be
+    taken at all is acked with an error."""
+
+    def __init__(self, adapter: DingTalkAdapter) -> None:
+        self.adapter = adapter
+        self.integration_id = adapter.integration_id
+
+    async def _ingest(self, envelope: Envelope) -> IngestOutcome | None:
+        try:
+            return await self.adapter.context.ingest_or_spool(envelope)
+        except IngestUnavailable as exc:
+            log.warning(
+                "dingtalk event not stored",
+                integration_id=self.integration_id,
+                event_id=envelope.event_id,
+                reason=str(exc),
+            )
+            return None
+
+    async def robot_message(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
+        try:
+            if not utf8_safe(data):
+                raise ValueError("invalid unicode")
+            envelope = robot_message(data, integration_id=self.integration_id, stream_id=stream_id)
+        except ValueError as exc:  # pydantic's ValidationError included
+            log.warning(
+                "dingtalk frame rejected",
+                integration_id=self.integration_id,
+                error=type(exc).__name__,
+            )
+            return 400, {"error": "bad message"}
+        outcome = await self._ingest(envelope)
+        if outcome is None:
+            return ack_error()
+        log.debug(
+            "dingtalk message",
+            integration_id=self.integration_id,
+            event_id=envelope.event_id,
+            status=outcome.status,
+        )
+        return 200, None
+
+    async def card_callback(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
+        """A card button (§2.6): its params carry action, conversation and turnId."""
+        params = card_callback_params(data)
+        track = str(data.get("outTrackId") or "")
+        cards = self.adapter.cards
+        try:
+            where = await cards.where(track) if cards is not None and track else None
+        except StoreUnavailable:
+            where = where_from_params(params, str(data.get("userId") or ""))
+        action = str(params.get("action") or "")
+        if where is None or not action or not params.get("conversation"):
+            log.info("card callback for an unknown card", integration_id=self.integration_id)
+            return 200, {}
+        envelope = action_envelope(
+            integration_id=self.integration_id,
+            event_id=f"card-{stream_id or track + ':' + action}",
+            action_id=action,
+            conversation=str(params["conversation"]),
+            turn_id=str(params.get("turnId") or ""),
+            chat_id=str(where["chatId"]),
+            group=bool(where["group"]),
+            sender_id=str(data.get("userId") or ""),
+            message_id=f"card:{track}",
+            extras=where["extras"],
+        )
+        if await self._ingest(envelope) is None:
+            return ack_error()
+        return 200, {
+            "cardData": {"cardParamMap": clicked_params(action)},
+            "cardUpdateOptions": {"updateCardDataByKey": True},
+        }

@@ -22,9 +22,9 @@ import structlog
 
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError, WebhookGone
 from adapters.dingtalk.cards import Message, card_content, card_params, fit
+from gateway.adapter import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
-from sessions import RecordStore
 
 log = structlog.get_logger("adapters.dingtalk")
 

@@ -20,11 +20,12 @@ TEMPLATES = {
     "running": "blue",
     "waiting": "orange",
     "done": "green",
+    "rejected": "grey",  # neither a success nor a failure
     "error": "red",
     "cancelled": "grey",
     "ended": "grey",
 }
-STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌"}
+STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
 TOASTS = {
     "stop": ("info", "Stopping…"),
     "new": ("success", "Starting a new conversation"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import threading
 import warnings
 from typing import Any, Literal
@@ -22,6 +21,7 @@ import structlog
 
 from adapters.lark.inbound import LarkInbound, Rejected
 from adapters.lark.settings import LarkIntegration
+from gateway.webhook import json_object
 
 log = structlog.get_logger("adapters.lark")
 
@@ -64,9 +64,11 @@ class _Bridge:
         return self._do_without_validation(payload)
 
     def _do_without_validation(self, payload: bytes) -> dict[str, Any] | None:
-        data = json.loads(payload)
-        if not isinstance(data, dict):
-            raise ValueError("event payload is not an object")
+        try:
+            data = json_object(payload, "event")
+        except Rejected as exc:
+            log.info("lark event rejected", reason=exc.reason)  # re-pushing would not help
+            return None
         future = asyncio.run_coroutine_threadsafe(
             self.conn.inbound.dispatch(data), self.conn.daemon_loop
         )

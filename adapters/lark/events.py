@@ -7,12 +7,12 @@ open_id. ``card.action.trigger`` (§1.10) becomes an action Envelope.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Literal
 
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
 from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_RETRY, ACTION_STOP
+from gateway.webhook import Rejected, json_value
 
 PLATFORM = "lark"
 # Every button Progress can carry: a click Lark gets a 4xx for shows the user an error.
@@ -152,9 +152,9 @@ def _content(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, str):
         raise BadEvent("event.message.content: expected a JSON string")
     try:
-        content = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BadEvent("event.message.content: not valid JSON") from exc
+        content = json_value(raw, "event.message.content")
+    except Rejected as exc:
+        raise BadEvent(exc.reason) from None
     return _dict(content, "event.message.content")
 
 

@@ -28,9 +28,9 @@ from adapters.lark.cards import (
     render_card,
 )
 from adapters.lark.settings import LarkIntegration
+from gateway.adapter import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_NEW, STATUS_TITLES, Progress
-from sessions import RecordStore
 
 log = structlog.get_logger("adapters.lark")
 

@@ -17,9 +17,10 @@ import aiohttp
 import structlog
 
 from adapters.wecom import cards
-from gateway.envelope import Envelope
+from adapters.wecom.api import LinkDownloads
+from gateway.adapter import FetchedFile, RecordStore
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
-from sessions import RecordStore
 
 log = structlog.get_logger("adapters.wecom")
 
@@ -36,26 +37,40 @@ def _extra(env: Envelope, name: str) -> str | None:
 
 
 class StreamOutbound:
+    """The outbound strategy of ``connectionMode: aibot`` (see ``outbound.Outbound``)."""
+
     def __init__(
         self,
         *,
         integration_id: str,
         records: RecordStore,
         window_s: float,
+        bot_key: bytes,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.integration_id = integration_id
         self.records = records
         self.window_ms = int(window_s * 1000)
         self.clock = clock
+        self.downloads = LinkDownloads(integration_id=integration_id, bot_key=bot_key)
         self._http: aiohttp.ClientSession | None = None
 
     def _key(self, *parts: str) -> str:
         return ":".join((self.integration_id, *parts))
 
-    async def close(self) -> None:
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
         if self._http is not None:
             await self._http.close()
+        await self.downloads.close()
+
+    def readiness(self) -> dict[str, Any]:
+        return {"ready": True, "mode": "aibot"}
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> FetchedFile | None:
+        return await self.downloads.fetch(attachment, max_bytes)
 
     # --- inbound side ------------------------------------------------------------------------
     async def opened(self, stream_id: str) -> None:
@@ -96,6 +111,14 @@ class StreamOutbound:
         }
 
     # --- the renderer's side ------------------------------------------------------------------
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str:
+        return await self.show(reply_to, progress)
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        await self.show(reply_to, progress)
+
     async def show(self, reply_to: Envelope, progress: Progress) -> str:
         stream_id = _extra(reply_to, "stream_id") or ""
         if not stream_id:  # nothing WeCom polls for (a scheduled task): no way to deliver
@@ -131,7 +154,7 @@ class StreamOutbound:
             raise
         log.info("late answer sent through response_url", stream=stream_id)
 
-    async def send_text(self, reply_to: Envelope, text: str) -> None:
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         stream_id = _extra(reply_to, "stream_id")
         if stream_id is None:
             log.info("no stream to answer on; text dropped", event_id=reply_to.event_id)

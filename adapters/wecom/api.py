@@ -1,5 +1,6 @@
 """The WeCom server API a self-built app uses (platforms.md §3.3): a cached access token,
-message/send and update_template_card, with the platform's error codes handled.
+message/send and update_template_card, with the platform's error codes handled; and the AI
+bot's encrypted attachment links.
 
 wechatpy's client is synchronous and hardcodes the gettoken URL (§3.7), so this is a small
 aiohttp client against ``apiBase``.
@@ -8,6 +9,8 @@ aiohttp client against ``apiBase``.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +18,10 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.adapter import body_type, read_body
+from adapters.wecom.crypto import CryptoError, decrypt_media
+from adapters.wecom.events import media_link
+from gateway.adapter import FetchedFile, body_type, read_body
+from gateway.envelope import Attachment
 
 log = structlog.get_logger("adapters.wecom")
 
@@ -124,3 +130,68 @@ class WeComApi:
                 await self.token(refresh=True)
                 continue
             raise WeComApiError(code, str(error.get("errmsg", "")))
+
+
+# --- AI-bot attachments: encrypted download links ------------------------------------------------
+# Magic numbers of what a vision model takes; AI-bot downloads come without a useful type.
+MAGIC = [
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+]
+
+
+def sniff_mime(data: bytes) -> str:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    found = (mime for magic, mime in MAGIC if data.startswith(magic))
+    return next(found, "application/octet-stream")
+
+
+class LinkDownloads:
+    """An AI bot's images and files, by their encrypted download link (valid five minutes),
+    decrypted with the link's own aeskey (long connection) or the bot's EncodingAESKey
+    (callbacks, ``bot_key``)."""
+
+    def __init__(self, *, integration_id: str, bot_key: bytes | None) -> None:
+        self.integration_id = integration_id
+        self.bot_key = bot_key
+        self._http: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> FetchedFile | None:
+        url, aeskey = media_link(attachment.key)
+        if aeskey is not None:
+            try:
+                key = base64.b64decode(aeskey + "=" * (-len(aeskey) % 4), validate=True)
+            except binascii.Error:
+                log.warning("attachment key is not base64", integration_id=self.integration_id)
+                return None
+        elif self.bot_key is not None:
+            key = self.bot_key
+        else:
+            return None  # a long-connection link without its aeskey cannot be decrypted
+        if not url.startswith(("https://", "http://")):
+            return None
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        limit = max_bytes + 32  # the ciphertext is at most one padding block longer
+        async with self._http.get(url) as resp:
+            data = await read_body(resp, limit) if resp.status == 200 else None
+        if data is None:
+            return None
+        try:
+            plain = decrypt_media(data, key)
+        except CryptoError as exc:
+            log.warning(
+                "attachment did not decrypt", integration_id=self.integration_id, error=str(exc)
+            )
+            return None
+        if len(plain) > max_bytes:
+            return None
+        return FetchedFile(data=plain, mime=sniff_mime(plain), name=attachment.name)

@@ -12,7 +12,7 @@ from gateway.progress import Progress
 
 # Button styles of template cards (⚠ docs: 1..4, 1 = blue); Stop is red, New is grey.
 STYLES = {"primary": 1, "default": 2, "danger": 3}
-MARKS = {"running": "⏳", "done": "✅", "failed": "❌"}
+MARKS = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
 APP_MARKDOWN_BYTES = 2048  # message/send markdown content limit
 STREAM_BYTES = 20_480  # AI-bot stream content limit (§3.5)
 WELCOME = "Hi! Send me a message to get started. Commands: /new, /stop, /help."

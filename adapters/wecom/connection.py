@@ -26,15 +26,15 @@ from typing import Any
 import aiohttp
 import structlog
 
-from adapters.wecom.inbound import ingest
-from adapters.wecom.messages import BadPayload, aibot_envelope, event_type
+from adapters.wecom.api import LinkDownloads
+from adapters.wecom.events import BadPayload, aibot_envelope, event_type
 from adapters.wecom.settings import WeComIntegration
 from adapters.wecom.ws_link import ReplyQueues
 from adapters.wecom.ws_replies import WsReplies
 from adapters.wecom.ws_session import SubscribeRefused, WsSession
 from adapters.wecom.ws_shared import BotShare
-from gateway.adapter import AdapterContext, IngestOutcome
-from gateway.envelope import Envelope
+from gateway.adapter import AdapterContext, FetchedFile, IngestOutcome, IngestUnavailable
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 
 log = structlog.get_logger("adapters.wecom")
@@ -67,6 +67,7 @@ class AibotConnection:
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.replies = WsReplies(settings=settings, records=self.records, send=self._send)
+        self.downloads = LinkDownloads(integration_id=settings.id, bot_key=None)
 
     async def pause(self, seconds: float, *events: asyncio.Event) -> bool:
         """Sleep; True at once when stopping (or any of ``events``) is set."""
@@ -122,6 +123,7 @@ class AibotConnection:
             log.warning("owner lease not released", integration_id=self.settings.id, error=str(exc))
         if self._http is not None:
             await self._http.close()
+        await self.downloads.close()
         self.state = "stopped"
 
     # --- what the session reports ---------------------------------------------------------------
@@ -211,16 +213,30 @@ class AibotConnection:
             if envelope is not None:
                 # No redelivery on this connection: while Redis is unreachable the event waits
                 # in the local spool (and is acked by going on as usual).
-                outcome = await ingest(self.context, envelope, spool=True)
+                outcome = await self._ingest(envelope)
                 if envelope.kind == "action":
-                    if isinstance(outcome, IngestOutcome):  # else not stored: no answer, retry
+                    if outcome is not None:  # else not stored: no answer, the user retries
                         await self.replies.answer_click(envelope)
-                elif not isinstance(outcome, IngestOutcome):
+                elif outcome is None:
                     # Not stored (the spool full, too): the user is told rather than left
                     # waiting, in a frame that needs no Redis.
                     await self.replies.notice(
                         envelope, "Sorry, that message could not be taken; please send it again."
                     )
+
+    async def _ingest(self, envelope: Envelope) -> IngestOutcome | None:
+        try:
+            outcome = await self.context.ingest_or_spool(envelope)
+        except IngestUnavailable as exc:
+            log.warning(
+                "frame not stored",
+                integration_id=self.settings.id,
+                event_id=envelope.event_id,
+                error=str(exc),
+            )
+            return None
+        log.info("frame ingested", integration_id=self.settings.id, status=outcome.status)
+        return outcome
 
     # --- outbound -----------------------------------------------------------------------------
     async def _send(self, frame: dict[str, Any]) -> dict[str, Any] | None:
@@ -243,3 +259,6 @@ class AibotConnection:
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         await self.replies.send_text(reply_to, text, idempotency_key=idempotency_key)
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> FetchedFile | None:
+        return await self.downloads.fetch(attachment, max_bytes)

@@ -1,160 +1,183 @@
-"""``GET,POST /api/wecom/webhook/{integrationId}``: URL verification and callbacks.
+"""WeCom's hooks into the core's webhook skeleton (``gateway.webhook``):
+``GET,POST /api/wecom/webhook/{integrationId}``, URL verification and callbacks.
 
 Every request is verified first (signature in constant time, timestamp window, decryption with
 the 32-byte padding and the receive-id check); a failure is a short 4xx and nothing is stored.
-Messages are handed to intake and WeCom is answered only once that returned (5 s rule, §3.2).
+The signature covers the body's ``Encrypt`` field, so the outer body is parsed (bounded) first.
+What a callback holds depends on the connection mode, chosen once per integration: encrypted XML
+for an app (:class:`AppCallbacks`), encrypted JSON with stream replies for an AI bot
+(:class:`AibotCallbacks`). WeCom is answered only once intake returned (5 s rule, §3.2).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import xmltodict  # type: ignore[import-untyped]
 from aiohttp import web
 
 from adapters.wecom import cards
-from adapters.wecom.crypto import CryptoError
-from adapters.wecom.messages import (
+from adapters.wecom.aibot import StreamOutbound
+from adapters.wecom.crypto import CryptoError, WeComCrypto
+from adapters.wecom.events import (
     BadPayload,
     aibot_envelope,
+    aibot_message,
     app_envelope,
     event_type,
     parse_app_xml,
 )
-from gateway.adapter import AdapterContext, IngestOutcome, storage_failure
+from adapters.wecom.outbound import AppOutbound
+from gateway.adapter import IngestOutcome
 from gateway.envelope import Envelope
-from gateway.pipeline import ShuttingDown
+from gateway.webhook import Rejected, Webhook, ascii_text, body_text, json_object, xml_text
 
 if TYPE_CHECKING:
     from adapters.wecom import WeComAdapter
 
 log = structlog.get_logger("adapters.wecom")
 
-
-def _fail(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=text)
+Answer = Envelope | web.StreamResponse | None
 
 
-class WeComWebhook:
-    def __init__(self, adapters: Mapping[str, WeComAdapter]) -> None:
-        self.adapters = adapters
+@dataclass(frozen=True, slots=True)
+class Callback:
+    """A verified, decrypted callback and the nonce its encrypted answer reuses."""
 
-    def _adapter(self, request: web.Request) -> WeComAdapter:
-        adapter = self.adapters.get(request.match_info["integrationId"])
-        if adapter is None or adapter.crypto is None:
-            raise web.HTTPNotFound(text="unknown integration")
-        return adapter
+    data: dict[str, Any]
+    nonce: str
 
-    @staticmethod
-    def _query(request: web.Request, *names: str) -> list[str]:
-        values = [request.query.get(n, "") for n in names]
-        if not all(values):
-            raise web.HTTPBadRequest(text=f"missing query parameters: {', '.join(names)}")
-        return values
 
-    def _verify(self, adapter: WeComAdapter, sig: str, ts: str, nonce: str, enc: str) -> str:
-        assert adapter.crypto is not None
+def _query(request: web.Request, *names: str) -> list[str]:
+    values = [ascii_text(request.query.get(n), n, status=400) for n in names]
+    if not all(values):
+        raise Rejected(400, f"missing query parameters: {', '.join(names)}")
+    return values
+
+
+class Opener:
+    """Verify and decrypt for one integration (its crypto, signature window and clock)."""
+
+    def __init__(self, *, crypto: WeComCrypto, window_s: int, clock: Callable[[], float]) -> None:
+        self.crypto = crypto
+        self.window_s = window_s
+        self.clock = clock
+
+    def open(self, sig: str, ts: str, nonce: str, encrypted: str) -> str:
         try:
-            adapter.crypto.verify(
-                sig,
-                ts,
-                nonce,
-                enc,
-                window_s=adapter.settings.signature_window_seconds,
-                now=adapter.clock(),
-            )
+            self.crypto.verify(sig, ts, nonce, encrypted, window_s=self.window_s, now=self.clock())
         except CryptoError as exc:
-            log.info("callback refused", integration_id=adapter.integration_id, reason=str(exc))
-            raise web.HTTPUnauthorized(text="signature check failed") from None
+            raise Rejected(401, str(exc), public="signature check failed") from None
         try:
-            return adapter.crypto.decrypt(enc)
+            return self.crypto.decrypt(encrypted)
         except CryptoError as exc:
-            log.info("callback refused", integration_id=adapter.integration_id, reason=str(exc))
-            raise web.HTTPBadRequest(text="cannot decrypt") from None
+            raise Rejected(400, str(exc), public="cannot decrypt") from None
 
-    async def verify_url(self, request: web.Request) -> web.Response:
-        adapter = self._adapter(request)
-        sig, ts, nonce, echo = self._query(
-            request, "msg_signature", "timestamp", "nonce", "echostr"
-        )
-        plain = self._verify(adapter, sig, ts, nonce, echo)
-        log.info("URL verified", integration_id=adapter.integration_id)
-        return web.Response(text=plain, content_type="text/plain")
 
-    async def callback(self, request: web.Request) -> web.Response:
-        adapter = self._adapter(request)
-        sig, ts, nonce = self._query(request, "msg_signature", "timestamp", "nonce")
-        body = await request.text()
-        if adapter.settings.connection_mode == "app":
-            return await self._app(adapter, body, sig, ts, nonce)
-        return await self._aibot(adapter, body, sig, ts, nonce)
+class Callbacks(Protocol):
+    """One connection mode's callbacks."""
 
-    async def _app(
-        self, adapter: WeComAdapter, body: str, sig: str, ts: str, nonce: str
-    ) -> web.Response:
+    opener: Opener
+
+    def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback: ...
+
+    async def parse(self, callback: Callback) -> Answer: ...
+
+    async def answer(
+        self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
+    ) -> web.StreamResponse: ...
+
+
+def _empty() -> web.Response:
+    return web.Response(status=200, text="")
+
+
+class AppCallbacks:
+    """A self-built app: ``<xml><Encrypt>…</Encrypt></xml>`` holding callback XML (§3.2)."""
+
+    def __init__(self, *, opener: Opener, outbound: AppOutbound, integration_id: str) -> None:
+        self.opener = opener
+        self.outbound = outbound
+        self.integration_id = integration_id
+
+    def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
         try:
-            outer = xmltodict.parse(body)["xml"]
-            encrypt = str(outer["Encrypt"])
-        except Exception:
-            return _fail(400, "body is not callback XML")
-        plain = self._verify(adapter, sig, ts, nonce, encrypt)
+            encrypted = str(xmltodict.parse(xml_text(body))["xml"]["Encrypt"])
+        except Rejected:
+            raise
+        except Exception:  # expat errors, no <xml>, no <Encrypt>
+            raise Rejected(400, "body is not callback XML") from None
+        plain = self.opener.open(sig, ts, nonce, encrypted)
         try:
-            data = parse_app_xml(plain)
-            envelope = app_envelope(adapter.integration_id, data)
-        except (BadPayload, ValueError) as exc:
-            log.info("callback refused", integration_id=adapter.integration_id, reason=str(exc))
-            return _fail(400, "unreadable message")
+            return Callback(parse_app_xml(plain), nonce)
+        except BadPayload as exc:
+            raise Rejected(400, str(exc), public="unreadable message") from None
+
+    async def parse(self, callback: Callback) -> Answer:
+        data = callback.data
+        try:
+            envelope = app_envelope(self.integration_id, data)
+        except BadPayload as exc:
+            raise Rejected(400, str(exc), public="unreadable message") from None
         if envelope is None:
-            log.debug(
-                "event skipped", integration_id=adapter.integration_id, type=data.get("MsgType")
-            )
-            return web.Response(status=200, text="")
-        if envelope.kind == "action" and data.get("ResponseCode") and adapter.app is not None:
+            log.debug("event skipped", integration_id=self.integration_id, type=data["MsgType"])
+            return None
+        if envelope.kind == "action" and data.get("ResponseCode"):
             # The click's fresh response_code is what the turn's next card update must use.
-            await adapter.app.remember_response_code(
+            await self.outbound.remember_response_code(
                 str(data.get("TaskId") or ""), str(data["ResponseCode"])
             )
-        outcome = await ingest(adapter.context, envelope)
-        if isinstance(outcome, web.Response):
-            return outcome
-        return web.Response(status=200, text="")
+        return envelope
 
-    async def _aibot(
-        self, adapter: WeComAdapter, body: str, sig: str, ts: str, nonce: str
-    ) -> web.Response:
+    async def answer(
+        self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
+    ) -> web.StreamResponse:
+        return _empty()
+
+
+class AibotCallbacks:
+    """An AI bot: ``{"encrypt": …}`` holding a JSON message, answered with an encrypted stream
+    reply that WeCom then polls (§3.5)."""
+
+    def __init__(self, *, opener: Opener, stream: StreamOutbound, integration_id: str) -> None:
+        self.opener = opener
+        self.stream = stream
+        self.integration_id = integration_id
+
+    def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
+        encrypted = json_object(body).get("encrypt")
+        if not isinstance(encrypted, str):
+            raise Rejected(400, "body is not callback JSON")
+        plain = self.opener.open(sig, ts, nonce, encrypted)
+        return Callback(json_object(plain, "message"), nonce)
+
+    def _reply(self, callback: Callback, reply: dict[str, Any]) -> web.Response:
+        text = self.opener.crypto.encrypted_json(reply, nonce=callback.nonce)
+        return web.Response(text=text, content_type="application/json")
+
+    async def parse(self, callback: Callback) -> Answer:
+        m = callback.data
         try:
-            encrypt = json.loads(body)["encrypt"]
-            if not isinstance(encrypt, str):
-                raise TypeError("encrypt")
-        except (ValueError, KeyError, TypeError):
-            return _fail(400, "body is not callback JSON")
-        plain = self._verify(adapter, sig, ts, nonce, encrypt)
-        assert adapter.stream is not None and adapter.crypto is not None
-        try:
-            message: dict[str, Any] = json.loads(plain)
-            if not isinstance(message, dict):
-                raise BadPayload("not an object")
-            if message.get("msgtype") == "stream":
-                stream_id = str((message.get("stream") or {}).get("id") or "")
-                if not stream_id:
+            if m.get("msgtype") == "stream":
+                stream = aibot_message(m).stream
+                if stream is None or not stream.id:
                     raise BadPayload("stream refresh without id")
-                reply = {"msgtype": "stream", "stream": await adapter.stream.refresh(stream_id)}
-                return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
-            if event_type(message) == "enter_chat":
-                reply = {"msgtype": "text", "text": {"content": cards.WELCOME}}
-                return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
-            envelope = aibot_envelope(adapter.integration_id, message)
-        except (BadPayload, ValueError) as exc:
-            log.info("callback refused", integration_id=adapter.integration_id, reason=str(exc))
-            return _fail(400, "unreadable message")
-        if envelope is None:
-            return web.Response(status=200, text="")
-        outcome = await ingest(adapter.context, envelope)
-        if isinstance(outcome, web.Response):
-            return outcome
+                reply = {"msgtype": "stream", "stream": await self.stream.refresh(stream.id)}
+                return self._reply(callback, reply)
+            if event_type(m) == "enter_chat":
+                return self._reply(
+                    callback, {"msgtype": "text", "text": {"content": cards.WELCOME}}
+                )
+            return aibot_envelope(self.integration_id, m)
+        except BadPayload as exc:
+            raise Rejected(400, str(exc), public="unreadable message") from None
+
+    async def answer(
+        self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
+    ) -> web.StreamResponse:
         if envelope.kind == "action":
             assert envelope.action is not None
             reply = {
@@ -162,44 +185,67 @@ class WeComWebhook:
                 "userids": [envelope.sender.id],
                 "template_card": cards.clicked_card(envelope.action, envelope.sender.id),
             }
-            return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
+            return self._reply(callback, reply)
         if outcome.status == "ignored":
-            return web.Response(status=200, text="")
-        stream_id = (
-            str((envelope.reply_to.model_extra or {})["stream_id"]) if envelope.reply_to else ""
-        )
-        await adapter.stream.opened(stream_id)
+            return _empty()
+        extra = envelope.reply_to.model_extra if envelope.reply_to else None
+        stream_id = str((extra or {})["stream_id"])
+        await self.stream.opened(stream_id)
         if outcome.status == "handled" and outcome.reason == "stop":
-            await adapter.stream.finish_with(stream_id, "Stopping.", overwrite=False)
-        reply = {"msgtype": "stream", "stream": await adapter.stream.refresh(stream_id)}
-        return _json(adapter.crypto.encrypted_json(reply, nonce=nonce))
+            await self.stream.finish_with(stream_id, "Stopping.", overwrite=False)
+        return self._reply(
+            callback, {"msgtype": "stream", "stream": await self.stream.refresh(stream_id)}
+        )
 
 
-def _json(text: str) -> web.Response:
-    return web.Response(text=text, content_type="application/json")
+class _WeComRoute(Webhook["WeComAdapter", Any]):
+    platform = "wecom"
+
+    def serves(self, adapter: WeComAdapter) -> bool:
+        return adapter.callbacks is not None
+
+    def refusal(self, rejected: Rejected) -> web.StreamResponse:
+        return web.Response(status=rejected.status, text=rejected.public)
 
 
-async def ingest(
-    context: AdapterContext, envelope: Envelope, *, spool: bool = False
-) -> IngestOutcome | web.Response:
-    """Durable intake; storage trouble is a 503 so WeCom retries (it retries on non-200).
-    ``spool``: for the long connection, which never delivers a frame again: while Redis is
-    unreachable the event waits in the local spool (outcome ``spooled``)."""
-    bound = log.bind(integration_id=envelope.integration_id, event_id=envelope.event_id)
-    try:
-        outcome = await (context.ingest_or_spool if spool else context.ingest)(envelope)
-    except ShuttingDown:
-        return _fail(503, "shutting down")
-    except Exception as exc:
-        if not storage_failure(exc):
-            raise
-        bound.warning("callback not stored", error=str(exc))
-        return _fail(503, "storage unavailable")
-    bound.info("callback ingested", status=outcome.status, kind=envelope.kind)
-    return outcome
+class UrlCheck(_WeComRoute):
+    """GET: WeCom checks the callback URL with a signed, encrypted ``echostr``."""
+
+    def verify(self, adapter: WeComAdapter, request: web.Request, body: bytes) -> str:
+        assert adapter.callbacks is not None
+        sig, ts, nonce, echo = _query(request, "msg_signature", "timestamp", "nonce", "echostr")
+        return adapter.callbacks.opener.open(sig, ts, nonce, echo)
+
+    async def parse(self, adapter: WeComAdapter, payload: str) -> Answer:
+        log.info("URL verified", integration_id=adapter.integration_id)
+        return web.Response(text=payload, content_type="text/plain")
+
+
+class CallbackWebhook(_WeComRoute):
+    """POST: a callback, verified by its query and decrypted from its body."""
+
+    def check(self, adapter: WeComAdapter, request: web.Request) -> None:
+        _query(request, "msg_signature", "timestamp", "nonce")
+
+    def verify(self, adapter: WeComAdapter, request: web.Request, body: bytes) -> Callback:
+        assert adapter.callbacks is not None
+        sig, ts, nonce = _query(request, "msg_signature", "timestamp", "nonce")
+        return adapter.callbacks.payload(body_text(request, body), sig, ts, nonce)
+
+    async def parse(self, adapter: WeComAdapter, payload: Callback) -> Answer:
+        assert adapter.callbacks is not None
+        return await adapter.callbacks.parse(payload)
+
+    def ignored(self, adapter: WeComAdapter, payload: Callback) -> web.StreamResponse:
+        return _empty()
+
+    async def answer(
+        self, adapter: WeComAdapter, payload: Callback, envelope: Envelope, outcome: IngestOutcome
+    ) -> web.StreamResponse:
+        assert adapter.callbacks is not None
+        return await adapter.callbacks.answer(payload, envelope, outcome)
 
 
 def setup_routes(app: web.Application, adapters: Mapping[str, WeComAdapter]) -> None:
-    hook = WeComWebhook(adapters)
-    app.router.add_get("/api/wecom/webhook/{integrationId}", hook.verify_url)
-    app.router.add_post("/api/wecom/webhook/{integrationId}", hook.callback)
+    app.router.add_get("/api/wecom/webhook/{integrationId}", UrlCheck(adapters).handle)
+    app.router.add_post("/api/wecom/webhook/{integrationId}", CallbackWebhook(adapters).handle)

@@ -1,4 +1,5 @@
-"""Self-built app replies (platforms.md §3.3).
+"""How a WeCom integration answers: one :class:`Outbound` strategy per connection mode, chosen
+once when the adapter is made; and the first of them, a self-built app's replies (§3.3).
 
 WeCom app messages cannot be edited: the only change a sent card allows is one
 ``update_template_card`` per ``response_code`` (single use, 72 h; each click hands out a new
@@ -10,19 +11,44 @@ Intermediate progress is not shown live on this platform.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 import structlog
 
 from adapters.wecom import cards
 from adapters.wecom.api import RATE_LIMITED, WeComApi, WeComApiError
-from gateway.envelope import Envelope
+from gateway.adapter import FetchedFile, RecordStore
+from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
-from sessions import RecordStore
 
 log = structlog.get_logger("adapters.wecom")
 
 NS = "wecom"
 TTL_MS = 72 * 3_600_000  # a response_code's lifetime
+
+
+class Outbound(Protocol):
+    """How one WeCom integration answers, chosen once by its connection mode: ``app`` (this
+    module's :class:`AppOutbound`), ``aibot`` (``aibot.StreamOutbound``, replies WeCom polls for)
+    or ``aibot_ws`` (``connection.AibotConnection``, frames on the long connection)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def readiness(self) -> dict[str, Any]: ...
+
+    async def send_card(
+        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
+    ) -> str: ...
+
+    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None: ...
+
+    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None: ...
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> FetchedFile | None:
+        """An attachment's content (media by MediaId, or an AI bot's encrypted link)."""
+        ...
 
 
 class AppOutbound:
@@ -33,6 +59,19 @@ class AppOutbound:
         self.agent_id = agent_id
         self.api = api
         self.records = records
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        await self.api.close()
+
+    def readiness(self) -> dict[str, Any]:
+        return {"ready": True, "mode": "app"}
+
+    async def fetch(self, attachment: Attachment, max_bytes: int) -> FetchedFile | None:
+        got = await self.api.media(attachment.key, max_bytes=max_bytes)
+        return FetchedFile(data=got[0], mime=got[1], name=attachment.name) if got else None
 
     def _key(self, *parts: str) -> str:
         return ":".join((self.integration_id, *parts))

@@ -27,7 +27,7 @@ from adapters.wecom.ws_link import (
     new_req_id,
     req_id_of,
 )
-from gateway.adapter import storage_failure
+from gateway.adapter import StoreUnavailable
 
 if TYPE_CHECKING:
     from adapters.wecom.connection import AibotConnection
@@ -175,9 +175,7 @@ class WsSession:
         src/types/event.ts, ``disconnected_event``)."""
         try:
             return await self.share.take()
-        except Exception as exc:
-            if not storage_failure(exc):
-                raise
+        except StoreUnavailable:
             log.warning(
                 "owner lease not renewed (storage unavailable); keeping the connection",
                 integration_id=self.settings.id,
@@ -208,11 +206,9 @@ class WsSession:
                     cursor, waited = cursor + 1, 0.0
                     await self.share.relayed(cursor)
                     continue
-            except Exception as exc:
+            except StoreUnavailable:
                 # While Redis is unreachable the relay waits rather than ending the connection
                 # (events are spooled meanwhile).
-                if not storage_failure(exc):
-                    raise
                 if await self.conn.pause(STORAGE_RETRY_S, over):
                     return
                 continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from sessions import RecordStore
+from gateway.adapter import RecordStore
 
 NS = "wecom-ws"
 OUTBOX_TTL_MS = 120_000

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from adapters.lark.connection import _Bridge
 from gateway.cli import settings_model
-from gateway.settings import load_settings
+from gateway.config_file import load_settings
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
 from tests.helpers import InProcessGateway

@@ -292,7 +292,7 @@ def _xml(kind: str, fields: str, msg_id: str = "<MsgId>55</MsgId>") -> str:
     ],
 )
 def test_app_message_types_become_envelopes(xml: str, text: str, attachment: str | None) -> None:
-    from adapters.wecom.messages import app_envelope, parse_app_xml
+    from adapters.wecom.events import app_envelope, parse_app_xml
 
     envelope = app_envelope("wc", parse_app_xml(xml))
     assert envelope is not None
@@ -301,7 +301,7 @@ def test_app_message_types_become_envelopes(xml: str, text: str, attachment: str
 
 
 def test_other_events_are_skipped() -> None:
-    from adapters.wecom.messages import app_envelope, parse_app_xml
+    from adapters.wecom.events import app_envelope, parse_app_xml
 
     xml = _xml("event", "<Event>enter_agent</Event>", msg_id="")
     assert app_envelope("wc", parse_app_xml(xml)) is None
@@ -311,7 +311,7 @@ def test_two_buttons_clicked_in_one_second_are_two_clicks_and_a_retry_is_one() -
     """Regression: a click's event id was FromUserName + CreateTime only, so a second button
     clicked within the same second was dropped as a duplicate."""
     from adapters.wecom.cards import button_key
-    from adapters.wecom.messages import app_envelope, parse_app_xml
+    from adapters.wecom.events import app_envelope, parse_app_xml
     from gateway.progress import Progress
     from tests.wecom_support import card_click
 

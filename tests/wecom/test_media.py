@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.wecom import sniff_mime
+from adapters.wecom.api import sniff_mime
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from tests.conftest import eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI

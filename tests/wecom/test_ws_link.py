@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.wecom.messages import aibot_envelope
+from adapters.wecom.events import aibot_envelope
 from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
 from tests.helpers import InProcessGateway
@@ -36,7 +36,7 @@ def state_of(gw: InProcessGateway) -> dict[str, Any]:
 
 
 def conn_of(gw: InProcessGateway) -> Any:
-    return gw.gateway.adapters["wc"].connection  # type: ignore[attr-defined]
+    return gw.gateway.adapters["wc"].outbound  # type: ignore[attr-defined]
 
 
 def message(msg_id: str, text: str, user: str = "alice") -> dict[str, Any]:

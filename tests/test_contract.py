@@ -1,0 +1,179 @@
+"""The adapter contract (DESIGN.md §2): adapters import only ``gateway.adapter``, the webhook
+skeleton and the public core types; every adapter package has the same module map; no module is
+over 400 lines; intake raises one exception for every storage failure; a WeCom integration's
+mode picks its outbound strategy once."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
+
+from gateway.adapter import Adapter, IngestUnavailable, ShuttingDown, StoreUnavailable
+from gateway.cli import settings_model
+from gateway.config_file import load_settings
+from gateway.envelope import Chat, Envelope, Sender
+from gateway.pipeline import Pipeline
+from tests.conftest import base_config
+
+ROOT = Path(__file__).resolve().parent.parent
+ADAPTERS = ROOT / "adapters"
+# What an adapter may import of ours (DESIGN.md §2): the contract, the webhook skeleton, and the
+# public core types.
+ALLOWED = {
+    "gateway.adapter",
+    "gateway.webhook",
+    "gateway.envelope",
+    "gateway.progress",
+    "gateway.settings",
+    "gateway.conversation",
+}
+PACKAGES = sorted(p.parent.name for p in ADAPTERS.glob("*/__init__.py"))
+
+
+def imported(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_adapters_import_only_the_contract_and_the_public_core_types() -> None:
+    offending = {}
+    for path in sorted(ADAPTERS.rglob("*.py")):
+        ours = {n for n in imported(path) if n.split(".")[0] in ("gateway", "sessions")}
+        # "from gateway.adapter import X" records both the module and gateway.adapter.X
+        bad = {n for n in ours if n not in ALLOWED and n.rpartition(".")[0] not in ALLOWED}
+        if bad:
+            offending[str(path.relative_to(ROOT))] = sorted(bad)
+    assert offending == {}
+
+
+def test_the_core_never_imports_an_adapter_or_a_platform_sdk() -> None:
+    sdks = ("adapters", "lark_oapi", "dingtalk_stream", "wechatpy")
+    for path in sorted((ROOT / "gateway").rglob("*.py")):
+        found = {n for n in imported(path) if n.split(".")[0] in sdks}
+        assert found == set(), path
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for folder in ("gateway", "adapters")
+        for p in (ROOT / folder).rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert long == {}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_adapter_package_has_the_same_module_map(package: str) -> None:
+    folder = ADAPTERS / package
+    for module in ("__init__", "events", "inbound", "outbound", "cards"):
+        assert (folder / f"{module}.py").exists(), f"adapters/{package}/{module}.py"
+    pkg = importlib.import_module(f"adapters.{package}")
+    own = [
+        v
+        for v in vars(pkg).values()
+        if isinstance(v, type) and issubclass(v, Adapter) and v.__module__ == pkg.__name__
+    ]
+    assert len(own) == 1, "the Adapter class lives in __init__.py"
+    factory = next(v for k, v in vars(pkg).items() if k.endswith("AdapterFactory"))
+    assert factory.__module__ == pkg.__name__
+    # The payload -> Envelope functions live in events.py, the only module that builds one
+    # from a platform payload (inbound.py and connection.py hand payloads to it).
+    events = (folder / "events.py").read_text(encoding="utf-8")
+    assert "Envelope(" in events or "Envelope.model_validate(" in events
+
+
+# --- intake: one exception for every storage failure -------------------------------------------
+class DownStore:
+    """A session store whose Redis refuses everything, the way redis-py says it."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def intake(self, **_: Any) -> Any:
+        raise self.error
+
+    async def mark_seen(self, *_: Any) -> bool:
+        raise self.error
+
+
+def envelope(text: str = "hello") -> Envelope:
+    return Envelope(
+        integration_id="console",
+        platform="console",
+        event_id="e1",
+        chat=Chat(id="dm-alice", type="p2p"),
+        sender=Sender(id="alice"),
+        text=text,
+        bot_mentioned=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RedisConnectionError("Connection refused"),
+        OutOfMemoryError("OOM command not allowed"),
+        StoreUnavailable("READONLY"),
+        ConnectionResetError("reset by peer"),
+        TimeoutError(),
+    ],
+)
+@pytest.mark.parametrize("text", ["hello", "/stop"])
+async def test_intake_raises_ingest_unavailable_for_any_storage_failure(
+    error: Exception, text: str
+) -> None:
+    settings = load_settings(base_config("x"), model=settings_model())
+    pipeline = Pipeline(
+        store=DownStore(error),  # type: ignore[arg-type]
+        records=None,  # type: ignore[arg-type]
+        settings=lambda: settings,
+        adapters={},
+        wake=lambda _due: None,
+        spawn=lambda _coro: None,
+    )
+    with pytest.raises(IngestUnavailable) as raised:
+        await pipeline.ingest(envelope(text))
+    assert raised.value.__cause__ is error
+    pipeline.accepting = False
+    with pytest.raises(ShuttingDown):
+        await pipeline.ingest(envelope(text))
+    assert issubclass(ShuttingDown, IngestUnavailable)  # adapters catch one exception
+
+
+# --- WeCom: three modes, three outbound strategies ----------------------------------------------
+@pytest.mark.parametrize(
+    ("mode", "strategy", "callbacks"),
+    [
+        ("app", "adapters.wecom.outbound.AppOutbound", "AppCallbacks"),
+        ("aibot", "adapters.wecom.aibot.StreamOutbound", "AibotCallbacks"),
+        ("aibot_ws", "adapters.wecom.connection.AibotConnection", None),
+    ],
+)
+def test_a_wecom_mode_picks_its_outbound_strategy_once(
+    mode: str, strategy: str, callbacks: str | None
+) -> None:
+    from adapters.wecom import WeComAdapter, WeComIntegration
+    from tests.wecom_support import AES_KEY, CORP_ID, TOKEN
+
+    fields: dict[str, Any] = {"id": "wc", "platform": "wecom", "xpertId": "echo"}
+    fields |= {"connectionMode": mode, "token": TOKEN, "encodingAesKey": AES_KEY}
+    fields |= {"corpId": CORP_ID, "agentId": 1, "corpSecret": "s"} if mode == "app" else {}
+    fields |= {"botId": "b", "botSecret": "s"} if mode == "aibot_ws" else {}
+    context: Any = type("Context", (), {"records": None})()
+    adapter = WeComAdapter(settings=WeComIntegration.model_validate(fields), context=context)
+    module, _, name = strategy.rpartition(".")
+    assert type(adapter.outbound) is getattr(importlib.import_module(module), name)
+    assert type(adapter.callbacks).__name__ == (callbacks or "NoneType")
