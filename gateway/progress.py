@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gateway.events import (
     ArtifactEvent,
@@ -16,7 +16,13 @@ from gateway.events import (
     UsageEvent,
 )
 
-Status = Literal["running", "waiting", "done", "error", "cancelled", "ended"]
+if TYPE_CHECKING:
+    from gateway.experts.base import Decision
+
+# "rejected": a confirmation the user rejected, and the run then ended as the expert chose; not
+# a success ("done") and not a failure, so cards show it in a neutral colour.
+Status = Literal["running", "waiting", "done", "rejected", "error", "cancelled", "ended"]
+FINAL: frozenset[str] = frozenset({"done", "rejected", "error", "cancelled", "ended"})
 
 # Action ids carried by card buttons; adapters map them to their platform's callback values.
 ACTION_STOP = "stop"
@@ -29,6 +35,7 @@ STATUS_TITLES: dict[str, str] = {
     "running": "Working on it…",
     "waiting": "Please confirm",
     "done": "Done",
+    "rejected": "Rejected",
     "error": "Something went wrong",
     "cancelled": "Stopped",
     "ended": "Conversation ended",
@@ -66,16 +73,21 @@ class Progress:
     input_tokens: int = 0
     output_tokens: int = 0
     version: int = 0
+    decision: Decision | None = None  # set when a waiting turn is resumed (Confirm / Reject)
 
     @property
     def title(self) -> str:
-        return (
-            self.prompt if self.status == "waiting" and self.prompt else STATUS_TITLES[self.status]
-        )
+        """The card's headline: the question while waiting, else the status."""
+        return self.prompt if self.status == "waiting" and self.prompt else self.status_title
+
+    @property
+    def status_title(self) -> str:
+        """The one word(s) a card shows for its status (the title is the question while waiting)."""
+        return STATUS_TITLES[self.status]
 
     @property
     def final(self) -> bool:
-        return self.status in ("done", "error", "cancelled", "ended")
+        return self.status in FINAL
 
     @property
     def buttons(self) -> tuple[Button, ...]:
@@ -101,6 +113,8 @@ class Progress:
 
     def _apply(self, event: RunEvent) -> Progress:
         if isinstance(event, TextDelta):
+            if event.replace:
+                return replace(self, answer=event.text) if event.text != self.answer else self
             return replace(self, answer=self.answer + event.text) if event.text else self
         if isinstance(event, StepEvent):
             return replace(
@@ -127,15 +141,25 @@ class Progress:
         return self
 
     def finish(self, outcome: str, error: str = "") -> Progress:
-        """The terminal state: running steps are closed, so no spinner is left forever."""
+        """The terminal state: running steps are closed, so no spinner is left forever (done when
+        the run succeeded, cancelled when it was stopped, failed when it failed). A run resumed
+        with Reject that then ends well is "rejected", not "done"."""
         if outcome == "interrupted":
             return (
                 replace(self, version=self.version + 1)
                 if self.status == "waiting"
                 else replace(self, status="waiting", version=self.version + 1)
             )
-        status: Status = {"success": "done", "cancelled": "cancelled"}.get(outcome, "error")  # type: ignore[assignment]
-        closing = "done" if status == "done" else "failed"
+        status: Status
+        if outcome == "success":
+            status = "rejected" if self.decision == "reject" else "done"
+        elif outcome == "cancelled":
+            status = "cancelled"
+        else:
+            status = "error"
+        closing = {"done": "done", "rejected": "done", "cancelled": "cancelled"}.get(
+            status, "failed"
+        )
         steps = tuple(
             replace(s, status=closing) if s.status == "running" else s for s in self.steps
         )
@@ -152,8 +176,12 @@ class Progress:
             version=self.version + 1,
         )
 
-    def resumed(self) -> Progress:
-        return replace(self, status="running", prompt="", version=self.version + 1)
+    def resumed(self, decision: Decision) -> Progress:
+        """The waiting card carrying on after Confirm / Reject: its steps, tools and answer so far
+        stay; the question goes. Call it on the state the card showed while waiting."""
+        return replace(
+            self, status="running", prompt="", decision=decision, version=self.version + 1
+        )
 
 
 def _upsert(items: tuple[Step, ...], step: Step) -> tuple[Step, ...]:

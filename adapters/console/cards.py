@@ -1,4 +1,9 @@
-"""Progress -> the console's card JSON (the contract of ``GET /console/api/chats/…/messages``)."""
+"""Progress -> the console's card JSON (the contract of ``GET /console/api/chats/…/messages``).
+
+``status`` is the state's id (the page styles by it), ``statusText`` the words for it and
+``title`` the headline: the question while a card waits, else the same as ``statusText``, so a
+page shows the status once and adds ``statusText`` only where the title is a question.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from gateway.progress import Progress
 def render_card(progress: Progress) -> dict[str, Any]:
     return {
         "status": progress.status,
+        "statusText": progress.status_title,
         "title": progress.title,
         "steps": [{"title": s.title, "status": s.status} for s in progress.steps],
         "tools": [

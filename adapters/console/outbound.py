@@ -6,9 +6,9 @@ import time
 from typing import Any
 
 from adapters.console.cards import render_card
+from gateway.adapter import TimelineStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
-from sessions import TimelineStore
 
 
 def _ms() -> int:

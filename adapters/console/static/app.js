@@ -8,15 +8,12 @@
     if (text != null) e.textContent = text;
     return e;
   };
-  const STATUS_LABEL = {
-    running: "Running", waiting: "Needs you", done: "Done",
-    error: "Error", cancelled: "Cancelled", ended: "Ended",
-  };
-  const STEP_MARK = { done: "✓", failed: "✗", error: "✗", cancelled: "–", pending: "○" };
+  // A step's mark: ✓ only once the step is done; a running step shows a spinner instead.
+  const STEP_MARK = { done: "✓", failed: "✗", cancelled: "–" };
+  const STEP_WORD = { running: "running", done: "done", failed: "failed", cancelled: "stopped" };
 
   const state = {
     integ: null, userId: null, chatId: null,
-    records: new Map(), // id -> record shown in the current chat
     gen: 0, loading: false, buffered: [], unread: new Set(), es: null,
   };
 
@@ -33,15 +30,15 @@
   }
   let toastTimer = null;
   function toast(msg) {
+    // At the top of the page (never over the composer), gone after 6 s or when clicked.
     const t = $("#toast");
     t.textContent = msg;
     t.hidden = false;
     clearTimeout(toastTimer);
-    toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
+    toastTimer = setTimeout(() => { t.hidden = true; }, 6000);
   }
   const chat = (id) => state.integ.chats.find((c) => c.id === id);
   const user = (id) => state.integ.users.find((u) => u.id === id);
-  const version = (r) => r.version ?? r.updatedAt ?? r.at;
   function timeOf(at) {
     if (at == null) return "";
     const d = typeof at === "number" ? new Date(at < 1e12 ? at * 1000 : at) : new Date(at);
@@ -83,14 +80,17 @@
     const card = el("div", "card");
     card.dataset.status = status;
     const head = card.appendChild(el("div", "card-head"));
-    const label = STATUS_LABEL[status] || status;
-    head.append(el("span", "dot"), el("span", "card-title", c.title || label));
-    if (c.title && c.title.replace(/…$/, "") !== label.replace(/…$/, "")) head.append(el("span", "pill", label));
+    // The status is said once: the title is the status, except while the card asks a
+    // question (the title is the question; the status goes beside it).
+    const title = c.title || c.statusText || status;
+    head.append(el("span", "dot"), el("span", "card-title", title));
+    if (c.statusText && c.statusText !== title) head.append(el("span", "pill", c.statusText));
     if (c.steps && c.steps.length) {
       const ul = card.appendChild(el("ul", "steps"));
       for (const s of c.steps) {
         const li = ul.appendChild(el("li"));
         li.dataset.stepStatus = s.status;
+        li.title = STEP_WORD[s.status] || s.status;
         const mark = li.appendChild(el("span", "mark", STEP_MARK[s.status] ?? ""));
         if (s.status === "running") mark.appendChild(el("i", "spinner"));
         li.appendChild(el("span", null, s.title));
@@ -118,8 +118,10 @@
       const body = row.appendChild(el("div", "body"));
       const meta = body.appendChild(el("div", "meta"));
       meta.append(el("b", null, state.integ.botName), el("time", null, timeOf(r.at)));
-      if (r.type === "card") body.appendChild(renderCard(r));
-      else body.appendChild(richText(r.text)).classList.add("bubble");
+      if (r.type === "card") {
+        body.appendChild(renderCard(r));
+        row.dataset.conversation = r.conversation || r.id;
+      } else body.appendChild(richText(r.text)).classList.add("bubble");
       if (r.replyTo) row.dataset.replyTo = r.replyTo;
     }
     row.dataset.messageId = r.id;
@@ -127,17 +129,34 @@
     return row;
   }
   function upsert(r) {
+    // Changes are applied in the order they arrive: Redis publishes them in the order they
+    // were written and the event stream keeps it (a card's version is no clock: a card that
+    // Retry or Confirm carries on may count again from 0).
     const tl = $("#timeline");
-    const old = state.records.get(r.id);
-    if (old && version(old) != null && version(r) != null && typeof version(old) === typeof version(r)
-        && version(r) < version(old)) return; // stale update
     const nearBottom = tl.scrollHeight - tl.scrollTop - tl.clientHeight < 80;
-    state.records.set(r.id, r);
     const node = renderRecord(r);
     const existing = tl.querySelector(`[data-message-id="${CSS.escape(r.id)}"]`);
     if (existing) existing.replaceWith(node); else tl.appendChild(node);
     $("#empty")?.remove();
+    markCurrent();
     if (nearBottom || !existing) tl.scrollTop = tl.scrollHeight;
+  }
+  function markCurrent() {
+    // Only the latest card of a conversation takes clicks: an older card's "New conversation"
+    // or "Stop" would act on whatever the conversation is doing now.
+    const seen = new Set();
+    const rows = [...document.querySelectorAll("#timeline .msg[data-conversation]")].reverse();
+    for (const row of rows) {
+      const stale = seen.has(row.dataset.conversation);
+      seen.add(row.dataset.conversation);
+      const card = row.querySelector(".card");
+      if (!card || (card.dataset.stale === "true") === stale) continue;
+      card.dataset.stale = String(stale);
+      for (const btn of card.querySelectorAll(".actions .btn")) {
+        btn.disabled = stale;
+        btn.title = stale ? "A newer card answers this conversation" : "";
+      }
+    }
   }
 
   // ---- chats ---------------------------------------------------------------------------
@@ -183,7 +202,6 @@
       if (gen !== state.gen) return; // a newer load started
       const tl = $("#timeline");
       tl.textContent = "";
-      state.records.clear();
       const msgs = data.messages || [];
       if (!msgs.length) tl.appendChild(el("div", "empty", "No messages yet. Say hello!")).id = "empty";
       for (const r of msgs) upsert(r);
@@ -253,7 +271,7 @@
       });
     } catch (e) {
       toast(e.message);
-      btn.disabled = false;
+      btn.disabled = btn.closest(".card")?.dataset.stale === "true";
     }
   }
   function autosize() {
@@ -278,6 +296,8 @@
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
     });
     $("#composer").addEventListener("input", autosize);
+    $("#toast").addEventListener("click", () => { $("#toast").hidden = true; });
+    if (matchMedia("(max-width: 720px)").matches) $("#composer").placeholder = "Type a message…";
     const first = state.integ.chats.find((c) => c.type === "group") || state.integ.chats[0];
     if (first) selectChat(first.id);
     connect();
