@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # xpert-gateway container image.
 #   docker build -t xpert-gateway .
-#   docker compose up            # gateway + Redis, console at http://localhost:8080/console/
+#   docker compose up            # gateway + Redis, console at http://127.0.0.1:8080/console/
+#                                # (published on localhost only: see docker-compose.yml)
 
 # --- builder: a wheel of the project plus wheels of all its dependencies --------------------
 FROM python:3.11-slim AS builder
@@ -16,7 +17,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY gateway ./gateway
 COPY sessions ./sessions
 COPY adapters ./adapters

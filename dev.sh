@@ -67,8 +67,8 @@ case "${1:-}" in
     TEST_REDIS_PIDFILE=""
     ensure_redis
     trap '[ -n "$TEST_REDIS_PIDFILE" ] && kill "$(cat "$TEST_REDIS_PIDFILE")" 2>/dev/null || true' EXIT
-    "$VENV/bin/ruff" check gateway sessions adapters tests bench scripts
-    "$VENV/bin/ruff" format --check gateway sessions adapters tests bench scripts
+    "$VENV/bin/ruff" check gateway sessions adapters tests bench
+    "$VENV/bin/ruff" format --check gateway sessions adapters tests bench
     "$VENV/bin/mypy"
     set +e
     "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -1,18 +1,15 @@
-"""The daemon: assembles Redis, adapters, pipeline, flusher and runner into one aiohttp app, and
-owns signals, health and graceful shutdown."""
+"""One replica: assembles Redis, adapters, pipeline, flusher and runner into one aiohttp app, and
+owns health and graceful shutdown (the process around it, sockets and signals: gateway.daemon)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import json
 import os
-import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import structlog
@@ -21,13 +18,16 @@ from aiohttp import web
 from gateway import __version__
 from gateway.adapter import Adapter, AdapterContext, AdapterFactory, discover_adapters
 from gateway.admin import AdminApi
+from gateway.control import Control
 from gateway.flusher import Flusher
+from gateway.live_settings import LiveSettings
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
-from gateway.runner import Runner
-from gateway.settings import ConfigError, IntegrationBase, Settings
+from gateway.settings import IntegrationBase, Settings
 from gateway.spool import store_identity
 from gateway.spooler import Spooler
+from gateway.turns import Runner
+from gateway.webhook import ServerLog
 from sessions import (
     HistoryStore,
     KeyBuilder,
@@ -48,7 +48,7 @@ class Gateway:
     """One replica. ``start`` brings it up, ``shutdown`` takes it down gracefully."""
 
     def __init__(self, *, settings: Settings, factories: dict[str, AdapterFactory] | None = None):
-        self.settings = settings
+        self.live = LiveSettings(settings)  # the current settings; a reload replaces them there
         self.factories = factories if factories is not None else discover_adapters()
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis: RedisHandle | None = None
@@ -58,7 +58,12 @@ class Gateway:
         self.started_at = time.time()
         self.stopping = False
         self._stop_event = asyncio.Event()
+        self._force = asyncio.Event()  # a second signal: the grace period ends now
         self._loops: list[asyncio.Task[None]] = []
+
+    @property
+    def settings(self) -> Settings:
+        return self.live()
 
     # --- assembly --------------------------------------------------------------------------
     def spawn(self, coro: Awaitable[Any]) -> None:
@@ -75,6 +80,32 @@ class Gateway:
         task.add_done_callback(self.tasks.discard)
 
     async def start(self) -> None:
+        """Bring the replica up. A start that fails or is cancelled part way (Ctrl-C while Redis
+        is unreachable, an adapter that cannot start) closes what it opened: nothing is left
+        running, the embedded Redis included."""
+        try:
+            await self._assemble()
+        except BaseException:
+            await self._close_partial()
+            raise
+
+    async def _close_partial(self) -> None:
+        for task in self._loops:
+            task.cancel()
+        if self._loops:
+            await asyncio.wait(self._loops, timeout=5)
+        for adapter in self.adapters.values():
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+        for part in (getattr(self, "spooler", None), getattr(self, "store", None)):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    await part.close()
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                await self.redis.close()
+
+    async def _assemble(self) -> None:
         s = self.settings
         url = s.redis.url.get_secret_value() if s.redis.url else None
         self.redis = await connect_redis(
@@ -90,7 +121,7 @@ class Gateway:
         self.timeline = TimelineStore(client=client, keys=keys)
         self.runner = Runner(
             store=self.store,
-            settings=s,
+            settings=self.live,
             adapters=self.adapters,
             replica_id=self.replica_id,
             history=HistoryStore(client=client, keys=keys),
@@ -99,17 +130,18 @@ class Gateway:
         self.flusher = Flusher(
             store=self.store,
             runner=self.runner,
-            replica_id=self.replica_id,
             poll_ms=s.runtime.poll_interval_ms,
             max_runs=s.runtime.max_concurrent_runs,
         )
+        self.control = Control(store=self.store)
         self.pipeline = Pipeline(
             store=self.store,
             records=self.records,
-            settings=s,
+            settings=self.live,
             adapters=self.adapters,
             wake=self.flusher.wake,
             spawn=self.spawn,
+            control=self.control,
         )
         ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
         # Long connections whose platform never delivers an event again spool it while Redis
@@ -139,7 +171,7 @@ class Gateway:
         self.spooler.start()
         self._loops = [
             asyncio.create_task(self.flusher.run(), name="flusher"),
-            asyncio.create_task(self._control_loop(), name="control"),
+            asyncio.create_task(self.control.listen(self.runner, self._stop_event), name="control"),
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
         ]
         log.info(
@@ -162,61 +194,35 @@ class Gateway:
         """Apply a new config (SIGHUP): experts, routes and integration options take effect for
         new sessions (running sessions keep their snapshot); changed integrations get a new
         adapter and the old one is closed. Server, Redis and runtime settings need a restart."""
-        old = self.settings
-        fixed = ("server", "redis", "data_dir", "runtime")
-        if any(getattr(settings, f) != getattr(old, f) for f in fixed):
-            log.warning("server, redis, dataDir and runtime changes apply after a restart")
-            settings = settings.model_copy(update={f: getattr(old, f) for f in fixed})
         wanted = {i.id: i for i in settings.integrations if i.enabled}
         for integ_id, adapter in list(self.adapters.items()):
             if wanted.get(integ_id) != adapter.settings:
                 del self.adapters[integ_id]
                 with contextlib.suppress(Exception):
                     await adapter.stop()
-        self.settings = self.runner.settings = self.pipeline.settings = settings
+        settings = self.live.replace(settings)
         for integ_id, integ in wanted.items():
             if integ_id not in self.adapters:
                 await self._add_adapter(integ)
         log.info("configuration reloaded", integrations=sorted(self.adapters))
 
     def web_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.server.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.settings.server.max_body_bytes,
+            # aiohttp's own 400s (bad URL bytes, duplicate headers) as one line, no traceback
+            handler_args={"logger": ServerLog()},
+        )
         app[APP_KEY] = self
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self.metrics.handler)
         app.router.add_get("/", self._root)
-        AdminApi(settings=lambda: self.settings, store=self.store, records=self.records).setup(app)
+        AdminApi(settings=self.live, store=self.store, records=self.records).setup(app)
         for factory in self.factories.values():
             factory.setup_routes(app, self.adapters)
         return app
 
     # --- loops -----------------------------------------------------------------------------
-    async def _control_loop(self) -> None:
-        """Stop requests from any replica reach the one running the turn at once (pub/sub);
-        the lease renewal re-checks the cancel flag in case a message is missed."""
-        assert self.redis is not None
-        while not self.stopping:
-            pubsub = self.redis.client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self.store.keys.control_channel())
-                async for message in pubsub.listen():
-                    if message.get("type") != "message":
-                        continue
-                    data = json.loads(message["data"])
-                    if data.get("op") == "cancel":
-                        self.runner.stop_local(data["conversation"], data.get("turnId"))
-                    elif data.get("op") == "steer":
-                        self.runner.steer_local(data["conversation"])
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("control channel lost; resubscribing", error=str(exc))
-                await asyncio.sleep(1)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-
     async def _heartbeat_loop(self) -> None:
         while not self.stopping:
             with contextlib.suppress(Exception):
@@ -266,14 +272,23 @@ class Gateway:
         return web.json_response(body, status=200 if ready else 503)
 
     # --- shutdown --------------------------------------------------------------------------
+    def force_stop(self) -> None:
+        """A second SIGINT/SIGTERM: the grace period ends now, unfinished runs are handed back."""
+        if not self._force.is_set():
+            log.warning("second stop signal: handing running turns back now")
+            self._force.set()
+
     async def shutdown(self) -> None:
-        """Stop intake, let runs finish within the grace period, hand back the rest, close."""
+        """Stop intake, let runs finish within the grace period (cut short by
+        :meth:`force_stop`), hand back the rest, close."""
         if self.stopping:
             return
         self.stopping = True
         self.pipeline.accepting = False
         grace = self.settings.runtime.shutdown_grace_seconds
-        log.info("shutting down", active_runs=len(self.runner.active), grace_s=grace)
+        active = len(self.runner.active)
+        hint = {"hint": "press Ctrl-C again to hand them back now"} if active and grace else {}
+        log.info("shutting down", active_runs=active, grace_s=grace, **hint)
         # Order matters. 1: no new claims - the flusher ends its tick by itself (a tick that is
         # mid-claim would otherwise start a run after the snapshot below, and a task cancelled
         # inside a Redis call drops its connection unclosed).
@@ -284,7 +299,16 @@ class Gateway:
         # 2: runs get the grace period, then are handed back to another replica.
         running = [r.task for r in self.runner.active.values() if r.task is not None]
         if running:
-            _done, pending = await asyncio.wait(running, timeout=grace)
+            waits = [
+                asyncio.ensure_future(asyncio.wait(running)),
+                asyncio.ensure_future(self._force.wait()),
+            ]
+            try:
+                await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            pending = [t for t in running if not t.done()]
             if pending:
                 log.info("handing back unfinished turns", count=len(pending))
                 await self.runner.hand_back_all()
@@ -306,44 +330,3 @@ class Gateway:
         if self.redis is not None:
             await self.redis.close()
         log.info("gateway stopped")
-
-
-async def serve(
-    settings: Settings,
-    *,
-    port: int | None = None,
-    reload: Callable[[], Settings] | None = None,
-) -> None:
-    """Run a replica until SIGTERM / SIGINT; SIGHUP re-reads the config through ``reload``."""
-    gateway = Gateway(settings=settings)
-    await gateway.start()
-    app = gateway.web_app()
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.server.host, settings.server.port if port is None else port)
-    await site.start()
-    # What start-up built (modules, settings, SDK classes) lives as long as the process: moved out
-    # of the collector's reach, a full collection no longer walks it (a pause of ~10 ms per
-    # 100k objects, otherwise paid every few thousand events).
-    gc.collect()
-    gc.freeze()
-    log.info("listening", address=site.name)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-    async def reread() -> None:
-        assert reload is not None
-        try:
-            new = await asyncio.to_thread(reload)
-        except ConfigError as exc:
-            log.error("configuration not reloaded: invalid", problems=exc.problems)
-            return
-        await gateway.reload(new)
-
-    if reload is not None:
-        loop.add_signal_handler(signal.SIGHUP, lambda: gateway.spawn(reread()))
-    await stop.wait()
-    await gateway.shutdown()
-    await runner.cleanup()

@@ -10,13 +10,21 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+from gateway import __version__
 from gateway.adapter import discover_adapters
+from gateway.config_file import load_settings
+from gateway.config_hints import config_warnings, redis_location
+from gateway.experts import discover_experts
 from gateway.logging import configure_logging
-from gateway.settings import ConfigError, Settings, build_settings_model, load_settings
+from gateway.settings import ConfigError, ConfigFileError, Settings, build_settings_model
 
 
 def settings_model() -> type[Settings]:
-    return build_settings_model({p: f.settings_model for p, f in discover_adapters().items()})
+    return build_settings_model(
+        {p: f.settings_model for p, f in discover_adapters().items()}, discover_experts()
+    )
 
 
 def json_schema() -> dict[str, object]:
@@ -34,6 +42,10 @@ def _load_or_report(path: str) -> Settings | None:
     """The settings, or None after printing every problem as ``key.path: reason``."""
     try:
         return _load(path)
+    except ConfigFileError as exc:  # missing, empty, not YAML: the problem names the file
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return None
     except ConfigError as exc:
         print(f"{path}: invalid configuration", file=sys.stderr)
         for problem in exc.problems:
@@ -45,8 +57,11 @@ def _check(args: argparse.Namespace) -> int:
     settings = _load_or_report(args.config)
     if settings is None:
         return 1
+    url = settings.redis.url
     redis = (
-        f"embedded (under {settings.data_dir})" if settings.redis.url is None else ("**********")
+        f"embedded (under {settings.data_dir})"
+        if url is None
+        else redis_location(url.get_secret_value())
     )
     print(f"{args.config}: OK")
     print(f"redis: {redis}, key prefix {settings.redis.key_prefix!r}")
@@ -71,6 +86,8 @@ def _check(args: argparse.Namespace) -> int:
             print(f"    route {match} -> {route.xpert_id}")
     if args.verbose:
         print(json.dumps(json.loads(settings.model_dump_json(by_alias=True)), indent=2))
+    for warning in config_warnings(settings):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -79,15 +96,15 @@ def _run(args: argparse.Namespace) -> int:
     if settings is None:
         return 1
     configure_logging(settings.logging.level, settings.logging.format)
-    from gateway.app import serve
+    log = structlog.get_logger("gateway.cli")
+    for warning in config_warnings(settings):
+        log.warning(warning)
+    from gateway.daemon import StartupError, serve
     from sessions.connection import RedisStartupError
 
     try:
         _event_loop_runner()(serve(settings, port=args.port, reload=lambda: _load(args.config)))
-    except RedisStartupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
+    except (StartupError, RedisStartupError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -109,6 +126,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xpert-gateway", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", required=True, help="YAML config file")

@@ -88,8 +88,15 @@ class EmbeddedRedis:
             "--daemonize",
             "no",
         ]
+        # Its own session: a Ctrl-C in the terminal signals the whole foreground process group,
+        # and Redis must outlive the gateway's graceful shutdown (which hands turns back through
+        # it); the gateway stops it last.
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 10
         while not self.socket_path.exists():
@@ -152,7 +159,14 @@ async def connect_redis(
     embedded: EmbeddedRedis | None = None
     if url is None:
         embedded = EmbeddedRedis(data_dir=data_dir)
-        url = await asyncio.to_thread(embedded.start)
+        starting = asyncio.get_running_loop().run_in_executor(None, embedded.start)
+        try:
+            url = await asyncio.shield(starting)
+        except asyncio.CancelledError:  # the thread starts the server anyway: stop it
+            with contextlib.suppress(Exception):
+                await starting
+            await asyncio.to_thread(embedded.stop)
+            raise
     # A blocking pool waits (up to 5 s) for a free connection under load, where the default pool
     # fails at once with "Too many connections" - which the API would have turned into 503s.
     # After Redis restarted, every pooled connection is dead: its next command fails with
@@ -173,25 +187,32 @@ async def connect_redis(
     deadline = time.monotonic() + connect_timeout_s
     delay = 0.1
     last: Exception | None = None
-    while True:
-        try:
-            await client.ping()
-            break
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            last = exc
-        except RedisError as exc:  # auth errors and the like: retrying will not help
-            await client.aclose()
-            if embedded:
-                embedded.stop()
-            raise RedisStartupError(f"Redis at {redact_url(url)} refused us: {exc}") from exc
-        if time.monotonic() + delay > deadline:
-            await client.aclose()
-            if embedded:
-                embedded.stop()
-            raise RedisStartupError(
-                f"could not reach Redis at {redact_url(url)} within {connect_timeout_s:g} s: {last}"
-            )
-        log.warning("redis not reachable, retrying", url=redact_url(url), delay_s=delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
+    try:
+        while True:
+            try:
+                await client.ping()
+                break
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                last = exc
+            except RedisError as exc:  # auth errors and the like: retrying will not help
+                await client.aclose()
+                if embedded:
+                    embedded.stop()
+                raise RedisStartupError(f"Redis at {redact_url(url)} refused us: {exc}") from exc
+            if time.monotonic() + delay > deadline:
+                await client.aclose()
+                if embedded:
+                    embedded.stop()
+                raise RedisStartupError(
+                    f"could not reach Redis at {redact_url(url)} "
+                    f"within {connect_timeout_s:g} s: {last}"
+                )
+            log.warning("redis not reachable, retrying", url=redact_url(url), delay_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    except asyncio.CancelledError:  # Ctrl-C during start-up: leave nothing running
+        await client.aclose()
+        if embedded:
+            await asyncio.to_thread(embedded.stop)
+        raise
     return RedisHandle(client=client, url=url, embedded=embedded)

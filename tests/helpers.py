@@ -20,7 +20,7 @@ from aiohttp import web
 
 from gateway.app import Gateway
 from gateway.cli import settings_model
-from gateway.settings import load_settings
+from gateway.config_file import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -150,7 +150,8 @@ async def test_conversation_variables_defaults_reducers_and_write_back(
 
 def test_reducers_must_fit_the_type() -> None:
     from gateway.cli import settings_model
-    from gateway.settings import ConfigError, load_settings
+    from gateway.config_file import load_settings
+    from gateway.settings import ConfigError
 
     cfg = config("x")
     cfg["integrations"][0]["variables"] = [{"name": "n", "type": "string", "reducer": "append"}]

@@ -1,0 +1,86 @@
+"""What a valid configuration may still get wrong: placeholder secrets left from the examples, no
+integration at all; and how to show a Redis URL without its password (``check`` and ``run``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import BaseModel, SecretStr
+
+from gateway.settings import Settings
+
+# Values the example configs and docs use where the operator must put a real one: replace-me,
+# change-me, sk-x-replace-me, and the example AES key of the WeCom docs; for secrets also
+# "<your token>", "your-app-secret", "xxxx".
+_PLACEHOLDER = re.compile(r"(?:replace|change|fill)[-_. ]?(?:me|this|it)(?![a-z])", re.I)
+_SECRET_PLACEHOLDER = re.compile(r"^x{3,}$|^<[^<>]*>$|^your[-_ ]", re.I)
+_EXAMPLE_VALUES = frozenset({"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"})
+
+
+def is_placeholder(value: str, *, secret: bool = True) -> bool:
+    text = value.strip()
+    return (
+        bool(_PLACEHOLDER.search(text))
+        or text in _EXAMPLE_VALUES
+        or (secret and bool(_SECRET_PLACEHOLDER.search(text)))
+    )
+
+
+def _strings(node: Any, path: str) -> Iterator[tuple[str, str, bool]]:
+    """Every string in the settings as (key path, value, is a secret)."""
+    if isinstance(node, BaseModel):
+        for name, field in type(node).model_fields.items():
+            key = field.alias or name
+            yield from _strings(getattr(node, name), f"{path}.{key}" if path else key)
+    elif isinstance(node, list | tuple):
+        for i, item in enumerate(node):
+            yield from _strings(item, f"{path}.{i}")
+    elif isinstance(node, dict):
+        for key, item in node.items():
+            yield from _strings(item, f"{path}.{key}")
+    elif isinstance(node, SecretStr):
+        yield path, node.get_secret_value(), True
+    elif isinstance(node, str):
+        yield path, node, False
+
+
+def config_warnings(settings: Settings) -> list[str]:
+    """Problems that do not stop the gateway but will surprise whoever runs it."""
+    warnings: list[str] = []
+    if not any(i.enabled for i in settings.integrations):
+        what, fix = (
+            ("all disabled", "enable one")
+            if settings.integrations
+            else ("none configured", "add one, e.g. {id: console, platform: console, xpertId: …}")
+        )
+        warnings.append(
+            f"integrations: {what}, so no chat platform (not even the console) can reach the "
+            f"gateway; {fix}"
+        )
+    for path, value, secret in _strings(settings, ""):
+        if is_placeholder(value, secret=secret):
+            shown = "" if secret else f" ({value!r})"
+            kind = "a placeholder secret" if secret else "a placeholder"
+            warnings.append(f"{path}: {kind}{shown}; set the real value (or its variable)")
+    return warnings
+
+
+def redis_location(url: str) -> str:
+    """A Redis URL as scheme, host, port and database (or socket path), without user name,
+    password or query (redis-py also reads ``?password=``)."""
+    parts = urlsplit(url)
+    hidden = bool(parts.username or parts.password) or any(
+        k.lower() == "password" for k, _ in parse_qsl(parts.query)
+    )
+    if parts.scheme == "unix":
+        where = f"unix://{parts.path}"
+    else:
+        host = parts.hostname or "localhost"
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port else ""
+        where = f"{parts.scheme}://{host}{port}{parts.path}"
+    return f"{where} (password hidden)" if hidden else where

@@ -1,0 +1,482 @@
+"""The first ten minutes: the daemon and the CLI as a newcomer meets them. A port in use, Ctrl-C
+(once, twice, during start-up), the embedded Redis never left running, the console URL in the
+log, ``--version``, config file mistakes named by file and line, placeholder secrets, a hidden
+Redis password, and the compose file publishing the console on localhost only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+import gateway
+from gateway.app import Gateway
+from gateway.cli import settings_model
+from gateway.config_file import load_settings
+from gateway.config_hints import config_warnings, is_placeholder, redis_location
+from gateway.settings import ConfigFileError
+from tests.conftest import base_config, eventually
+from tests.helpers import ROOT, ConsoleClient, free_port
+
+QUICKSTART = ROOT / "config" / "gateway.yaml"
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def run_cli(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains ``text`` (the process list, from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def quickstart(data_dir: Path) -> dict[str, Any]:
+    """The quick-start config (embedded Redis, console, echo) with its data under ``data_dir``."""
+    config: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
+    config["dataDir"] = str(data_dir)
+    config["logging"] = {"level": "info", "format": "json"}
+    return config
+
+
+class Daemon:
+    """``python -m gateway run`` as a terminal runs it: the leader of its own process group, so
+    that a Ctrl-C can be sent the way the terminal sends it (to the whole group)."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, name: str = "gw") -> None:
+        self.port = free_port()
+        self.config_path = workdir / f"{name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "gateway", "run"),
+                    *("--config", str(self.config_path), "--port", str(self.port)),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self.proc
+
+    async def start(self) -> None:
+        proc = self.spawn()
+        async with aiohttp.ClientSession() as http:
+
+            async def healthy() -> bool:
+                assert proc.poll() is None, self.log_path.read_text()[-2000:]
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
+                        return resp.status == 200
+                return False
+
+            await eventually(healthy, timeout=30)
+
+    def events(self) -> list[dict[str, Any]]:
+        lines = self.log_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def logged(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.events() if e.get("event") == event]
+
+    def ctrl_c(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGINT)  # what the terminal does: the whole group
+
+    async def wait_exit(self, timeout: float) -> int:
+        assert self.proc is not None
+        return await asyncio.to_thread(self.proc.wait, timeout)
+
+    async def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await self.wait_exit(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            await self.wait_exit(5)
+
+
+@pytest.fixture
+async def daemons(tmp_path: Path):  # type: ignore[no-untyped-def]
+    started: list[Daemon] = []
+
+    def make(config: dict[str, Any], name: str = "gw") -> Daemon:
+        daemon = Daemon(config, tmp_path, name)
+        started.append(daemon)
+        return daemon
+
+    try:
+        yield make
+    finally:
+        for daemon in started:
+            await daemon.stop()
+
+
+# --- port in use ------------------------------------------------------------------------------
+def test_port_in_use_exits_1_at_once_and_leaves_nothing_running(tmp_path: Path) -> None:
+    # ./dev.sh run is `xpert-gateway run --config config/gateway.yaml`; the quick start's
+    # embedded Redis would live under tmp_path/.gateway.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        began = time.monotonic()
+        result = run_cli(
+            "run", "--config", str(QUICKSTART), "--port", str(port), cwd=tmp_path, timeout=60
+        )
+        took = time.monotonic() - began
+    assert result.returncode == 1, result.stderr
+    assert f"error: port {port} is in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert took < 15, f"took {took:.1f} s"
+    assert "embedded redis started" not in result.stderr
+    assert not (tmp_path / ".gateway" / "redis.sock").exists()
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+# --- signals ----------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+async def test_a_stop_signal_stops_the_gateway_and_then_its_embedded_redis(
+    daemons: Any, tmp_path: Path, how: str
+) -> None:
+    data = tmp_path / "data"
+    daemon = daemons(quickstart(data))
+    await daemon.start()
+    assert processes_mentioning(str(data)), "the embedded Redis should be running"
+    if how == "ctrl-c":
+        daemon.ctrl_c()
+    else:
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGTERM)
+    assert await daemon.wait_exit(20) == 0
+    # The gateway stopped a Redis that was still running: a Ctrl-C reaching Redis directly
+    # would have ended it before the gateway's graceful shutdown, which needs it.
+    assert daemon.logged("embedded redis stopped")
+    assert not daemon.logged("control channel lost; resubscribing")
+    assert processes_mentioning(str(data)) == []
+
+
+@pytest.mark.slow
+async def test_the_start_up_log_prints_the_console_url(daemons: Any, tmp_path: Path) -> None:
+    daemon = daemons(quickstart(tmp_path / "data"))
+    await daemon.start()
+    [line] = daemon.logged("open the console")
+    assert line["url"] == f"http://127.0.0.1:{daemon.port}/console/"
+    async with aiohttp.ClientSession() as http, http.get(line["url"]) as resp:
+        assert resp.status == 200
+        assert "text/html" in resp.headers["Content-Type"]
+
+
+@pytest.mark.slow
+async def test_a_second_ctrl_c_ends_the_grace_period_and_hands_the_turn_back(
+    daemons: Any, prefix: str, redis_client: Any
+) -> None:
+    def config(grace: float) -> dict[str, Any]:
+        c = base_config(prefix)
+        c["logging"] = {"level": "info", "format": "json"}
+        c["runtime"]["shutdownGraceSeconds"] = grace
+        # A turn of over 30 s: it cannot end within the test by itself.
+        c["experts"] = [{"id": "echo", "kind": "echo", "stepDelayMs": 10_000}]
+        return c
+
+    a = daemons(config(grace=120), "a")
+    await a.start()
+    b = daemons(config(grace=0.2), "b")
+    await b.start()
+    client = ConsoleClient(f"http://127.0.0.1:{a.port}")
+    try:
+        await client.send("a long one")
+        await client.wait_cards(status="running")
+    finally:
+        await client.close()
+
+    a.ctrl_c()
+    [shutting] = await eventually(lambda: a.logged("shutting down"))
+    assert shutting["active_runs"] == 1 and "Ctrl-C again" in shutting["hint"]
+    assert a.proc is not None and a.proc.poll() is None  # within its 120 s grace period
+    began = time.monotonic()
+    a.ctrl_c()
+    assert await a.wait_exit(20) == 0
+    assert time.monotonic() - began < 20
+    assert a.logged("second stop signal: handing running turns back now")
+    assert a.logged("handing back unfinished turns")
+    # Handed back, not lost: the other replica picks the turn up.
+    await eventually(lambda: b.logged("resuming a turn left by another replica"), timeout=30)
+
+
+@pytest.mark.slow
+async def test_ctrl_c_during_start_up_stops_at_once(daemons: Any, tmp_path: Path) -> None:
+    config = {
+        "redis": {"url": f"redis://127.0.0.1:{free_port()}/0", "connectTimeoutSeconds": 120},
+        "logging": {"level": "info", "format": "json"},
+        "experts": [{"id": "echo", "kind": "echo"}],
+    }
+    daemon = daemons(config)
+    daemon.spawn()
+    await eventually(lambda: daemon.logged("redis not reachable, retrying"), timeout=30)
+    # A config without any integration starts, with a warning.
+    assert any("integrations: none configured" in e["event"] for e in daemon.events())
+    daemon.ctrl_c()
+    assert await daemon.wait_exit(10) == 0
+    assert daemon.logged("start-up interrupted; stopped")
+    assert "Traceback" not in daemon.log_path.read_text()
+
+
+async def test_a_start_that_fails_part_way_stops_the_embedded_redis(tmp_path: Path) -> None:
+    class Broken:
+        settings_model = None
+
+        def create(self, *, settings: Any, context: Any) -> Any:
+            class Adapter:
+                async def start(self) -> None:
+                    raise RuntimeError("the platform refused us")
+
+                async def stop(self) -> None:
+                    pass
+
+            return Adapter()
+
+    data = tmp_path / "data"
+    settings = load_settings(quickstart(data), model=settings_model())
+    gw = Gateway(settings=settings, factories={"console": Broken()})  # type: ignore[dict-item]
+    with pytest.raises(RuntimeError, match="refused"):
+        await gw.start()
+    assert gw.redis is not None and gw.redis.embedded is not None
+    assert gw.redis.embedded.process is not None
+    assert gw.redis.embedded.process.poll() is not None
+    assert processes_mentioning(str(data)) == []
+    assert all(t.done() for t in asyncio.all_tasks() if t is not asyncio.current_task())
+
+
+# --- CLI --------------------------------------------------------------------------------------
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"xpert-gateway {gateway.__version__}"
+    assert gateway.__version__ == importlib.metadata.version("xpert-gateway")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ("server:\n  host: 127.0.0.1\n  port 8080\nexperts: []\n", 3, 3),
+        ("experts:\n  - id: echo\n    kind: echo\n  bad: [1, 2\n", 4, 3),
+        ("logging: {level: info\nexperts: []\n", 1, 10),
+    ],
+)
+def test_a_yaml_syntax_error_names_the_file_and_line(
+    tmp_path: Path, text: str, line: int, column: int
+) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigFileError) as info:
+        load_settings(path)
+    [problem] = info.value.problems
+    assert problem.startswith(f"{path}, line {line}, column {column}: not valid YAML: "), problem
+    result = run_cli("check", "--config", str(path))
+    assert result.returncode == 1
+    assert f"error: {path}, line {line}, column {column}: not valid YAML" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_missing_config_file_says_so(tmp_path: Path, command: str) -> None:
+    result = run_cli(command, "--config", "nowhere.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: nowhere.yaml: no such config file (in {tmp_path})"
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# settings come later\n"])
+def test_an_empty_config_file_says_it_is_empty(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    result = run_cli("check", "--config", str(path))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: {path}: the file is empty (no settings in it)"
+
+
+def test_a_config_that_is_not_a_mapping_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("- experts\n- integrations\n")
+    with pytest.raises(ConfigFileError, match=r"expected a mapping of settings .*, not list"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize(
+    ("integrations", "warning"),
+    [
+        ([], "integrations: none configured"),
+        (
+            [{"id": "c", "platform": "console", "xpertId": "echo", "enabled": False}],
+            "integrations: all disabled",
+        ),
+    ],
+)
+def test_check_warns_when_no_integration_can_reach_the_gateway(
+    tmp_path: Path, integrations: list[Any], warning: str
+) -> None:
+    path = tmp_path / "quiet.yaml"
+    path.write_text(
+        yaml.safe_dump({"experts": [{"id": "echo", "kind": "echo"}], "integrations": integrations})
+    )
+    result = run_cli("check", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {warning}" in result.stderr
+
+
+def test_check_warns_about_placeholder_secrets_and_hides_the_redis_password(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "placeholders.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "redis": {"url": "redis://:s3cret-pw@127.0.0.1:6379/0"},
+                "admin": {"token": "change-me"},
+                "experts": [
+                    {
+                        "id": "agent",
+                        "kind": "xpert",
+                        "baseUrl": "https://api.example.com/api/ai",
+                        "apiKey": "${XGW_TEST_API_KEY:-sk-x-replace-me}",
+                    }
+                ],
+                "integrations": [{"id": "console", "platform": "console", "xpertId": "agent"}],
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XGW_TEST_API_KEY"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "check", "--config", str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "redis: redis://127.0.0.1:6379/0 (password hidden), key prefix 'xgw'" in result.stdout
+    assert "s3cret-pw" not in result.stdout + result.stderr
+    assert "warning: admin.token: a placeholder secret;" in result.stderr
+    assert "warning: experts.0.apiKey: a placeholder secret;" in result.stderr
+    # With the variable set, its placeholder default is not what runs: no warning for it.
+    result = run_cli("check", "--config", str(path), env={"XGW_TEST_API_KEY": "sk-live-0123"})
+    assert result.returncode == 0, result.stderr
+    assert "experts.0.apiKey" not in result.stderr
+    assert "warning: admin.token: a placeholder secret;" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["replace-me", "change-me", "sk-x-replace-me", "REPLACE_ME", "changeme", "<your token>",
+     "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"],
+)  # fmt: skip
+def test_placeholders_are_recognised(value: str) -> None:
+    assert is_placeholder(value)
+
+
+@pytest.mark.parametrize("value", ["none", "sk-live-0123", "replacement", "You said:", "echo"])
+def test_real_values_are_not_placeholders(value: str) -> None:
+    assert not is_placeholder(value)
+
+
+def test_placeholder_warnings_name_the_key_path_and_not_a_secret_value() -> None:
+    settings = load_settings(
+        {
+            "experts": [{"id": "echo", "kind": "echo", "replyPrefix": "replace-me"}],
+            "admin": {"token": "<your token>"},
+            "integrations": [{"id": "c", "platform": "console", "xpertId": "echo"}],
+        },
+        model=settings_model(),
+    )
+    warnings = {w.split(":")[0]: w for w in config_warnings(settings)}
+    assert set(warnings) == {"admin.token", "experts.0.replyPrefix"}
+    assert "a placeholder ('replace-me'); set the real value" in warnings["experts.0.replyPrefix"]
+    assert warnings["admin.token"].startswith("admin.token: a placeholder secret;")
+    assert "<your token>" not in warnings["admin.token"]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@redis.example:6380/2", "redis://redis.example:6380/2 (password hidden)"),
+        ("redis://user:pw@h/0", "redis://h/0 (password hidden)"),
+        ("rediss://h:6379/0?password=pw", "rediss://h:6379/0 (password hidden)"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ],
+)
+def test_redis_location_hides_credentials(url: str, shown: str) -> None:
+    assert redis_location(url) == shown
+
+
+# --- Docker -----------------------------------------------------------------------------------
+_COMPOSE_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}")
+
+
+def compose_interpolate(text: str, env: dict[str, str]) -> str:
+    """``${VAR}``, ``${VAR:-default}`` (unset or empty) and ``${VAR-default}`` (unset), as
+    https://docs.docker.com/reference/compose-file/interpolation/ defines them."""
+
+    def value(m: re.Match[str]) -> str:
+        name, op, default = m.group(1), m.group(2), m.group(3) or ""
+        if op == ":-":
+            return env.get(name) or default
+        if op == "-":
+            return env.get(name, default)
+        return env.get(name, "")
+
+    return _COMPOSE_VAR.sub(value, text)
+
+
+def _published(env: dict[str, str]) -> dict[str, list[str]]:
+    doc = yaml.safe_load(compose_interpolate(COMPOSE.read_text(), env))
+    return {name: [str(p) for p in s.get("ports", [])] for name, s in doc["services"].items()}
+
+
+def test_compose_publishes_the_console_on_localhost_unless_opted_in() -> None:
+    published = _published({})
+    assert published["gateway"] == ["127.0.0.1:8080:8080"]
+    assert all(p.startswith("127.0.0.1:") for ports in published.values() for p in ports)
+    assert _published({"XGW_PUBLISH_ADDRESS": "0.0.0.0"})["gateway"] == ["0.0.0.0:8080:8080"]
