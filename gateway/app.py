@@ -47,9 +47,21 @@ APP_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 class Gateway:
     """One replica. ``start`` brings it up, ``shutdown`` takes it down gracefully."""
 
-    def __init__(self, *, settings: Settings, factories: dict[str, AdapterFactory] | None = None):
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        factories: dict[str, AdapterFactory] | None = None,
+        worker: int | None = None,
+        embedded_redis_url: str | None = None,
+    ):
         self.live = LiveSettings(settings)  # the current settings; a reload replaces them there
         self.factories = factories if factories is not None else discover_adapters()
+        # Every process is its own replica, each worker of a supervisor too (``worker``: its
+        # index there, None for a process on its own; ``embedded_redis_url``: the embedded
+        # Redis the supervisor started for its workers, used as this process would its own).
+        self.worker = worker
+        self.embedded_redis_url = embedded_redis_url
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis: RedisHandle | None = None
         self.adapters: dict[str, Adapter] = {}
@@ -109,16 +121,26 @@ class Gateway:
         s = self.settings
         url = s.redis.url.get_secret_value() if s.redis.url else None
         self.redis = await connect_redis(
-            url, data_dir=s.data_dir, connect_timeout_s=s.redis.connect_timeout_seconds
+            url or self.embedded_redis_url,
+            data_dir=s.data_dir,
+            mode=s.redis.mode,
+            sentinels=s.redis.sentinels,
+            master_name=s.redis.master_name,
+            connect_timeout_s=s.redis.connect_timeout_seconds,
         )
         client = self.redis.client
-        keys = KeyBuilder(prefix=s.redis.key_prefix)
+        keys = KeyBuilder(prefix=s.redis.key_prefix, shards=s.runtime.due_shards)
         self.store = SessionStore(
-            client=client, keys=keys, dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000)
+            client=client,
+            keys=keys,
+            sharded_pubsub=self.redis.sharded_pubsub,
+            dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000),
         )
-        await self.store.prepare()
+        await self.store.prepare()  # LayoutMismatch (a RedisStartupError): another dueShards
         self.records = SessionRecords(client=client, keys=keys)
-        self.timeline = TimelineStore(client=client, keys=keys)
+        self.timeline = TimelineStore(
+            client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
+        )
         self.runner = Runner(
             store=self.store,
             settings=self.live,
@@ -149,7 +171,11 @@ class Gateway:
         # what a previous run left spooled, and replayed once they are up (replies need them).
         self.spooler = Spooler(
             directory=s.data_dir / "spool",
-            store=store_identity(url, s.redis.key_prefix),
+            # The Redis a spool replays into: its URL (for a cluster the node this config names:
+            # replicas sharing a dataDir share a config), or the sentinels and master name.
+            store=store_identity(
+                self.redis.url if s.redis.mode == "sentinel" else url, s.redis.key_prefix
+            ),
             max_bytes=s.runtime.spool_max_bytes,
             ingest=ingest,
             store_raw=self._store_raw,
@@ -163,6 +189,7 @@ class Gateway:
             records=RecordStore(client=client, keys=keys),
             spawn=self.spawn,
             public_url=s.server.public_url,
+            connection_lease_ms=int(s.runtime.connection_lease_seconds * 1000),
         )
         self.context = context
         for integ in s.integrations:
@@ -246,7 +273,10 @@ class Gateway:
         return web.json_response({"name": "xpert-gateway", "version": __version__})
 
     async def _healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "replica": self.replica_id})
+        body: dict[str, Any] = {"status": "ok", "replica": self.replica_id, "pid": os.getpid()}
+        if self.worker is not None:
+            body["worker"] = self.worker
+        return web.json_response(body)
 
     async def _readyz(self, request: web.Request) -> web.Response:
         checks: dict[str, Any] = {}

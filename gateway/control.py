@@ -1,9 +1,11 @@
 """The control channel: Stop and steer requests reach the replica that runs the turn.
 
 A Stop or a steer can arrive on any replica; the one holding the conversation's lease acts. The
-request is published on one Redis channel (pub/sub: at once); a missed Stop is still seen by the
-lease renewal, which re-checks the cancel flag, and a missed steer leaves the message in the
-burst, where it becomes the next turn.
+request is published at once on the conversation's control channel (``sessions.pubsub``: its due
+shard's sharded channel where Redis has sharded pub/sub, so on a cluster it stays in the shard;
+one classic channel otherwise), and every replica listens to all of them. A missed Stop is still
+seen by the lease renewal, which re-checks the cancel flag, and a missed steer leaves the message
+in the burst, where it becomes the next turn.
 """
 
 from __future__ import annotations
@@ -34,30 +36,27 @@ class Control:
 
     async def cancel(self, conversation: str, turn_id: str) -> None:
         await self.store.publish_control(
-            {"op": "cancel", "conversation": conversation, "turnId": turn_id}
+            conversation, {"op": "cancel", "conversation": conversation, "turnId": turn_id}
         )
 
     async def steer(self, conversation: str) -> None:
-        await self.store.publish_control({"op": "steer", "conversation": conversation})
+        await self.store.publish_control(
+            conversation, {"op": "steer", "conversation": conversation}
+        )
 
     async def listen(self, runs: Runs, stopping: asyncio.Event) -> None:
         """Subscribe and dispatch until ``stopping``; a lost subscription is made again."""
+        channels = self.store.control_channels()
         while not stopping.is_set():
-            pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self.store.keys.control_channel())
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        self._dispatch(runs, message["data"])
+                async for data in self.store.pubsub.listen(channels):
+                    self._dispatch(runs, data)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("control channel lost; resubscribing", error=str(exc))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), 1)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     @staticmethod
     def _dispatch(runs: Runs, raw: Any) -> None:

@@ -3,6 +3,8 @@ claim and start them.
 
 Local intake wakes it at once (window 0 => no polling delay); otherwise it sleeps until the next
 due time or ``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
+A look at every due shard (``runtime.dueShards``) is one pipelined round trip per Redis server;
+between those, a local intake has only its conversation's shard read.
 """
 
 from __future__ import annotations
@@ -35,14 +37,23 @@ class Flusher:
         self.max_runs = max_runs
         self.clock = clock
         self._event = asyncio.Event()
-        self._soonest: int | None = None
-        self._next_due: int | None = None
+        # Per due shard, the soonest time known to be due there (from the last read of it, or a
+        # local intake since); shards woken by a local intake; when every shard was last read.
+        self._next: dict[int, int] = {}
+        self._woken: set[int] = set()
+        self._read_all_at: int | None = None
         self._stopping = False
         self.claims = 0
 
-    def wake(self, due_ms: int) -> None:
-        if self._soonest is None or due_ms < self._soonest:
-            self._soonest = due_ms
+    def wake(self, due_ms: int, conversation: str | None = None) -> None:
+        """A local intake scheduled ``conversation`` at ``due_ms`` (without it: look everywhere)."""
+        if conversation is None:
+            self._read_all_at = None
+        else:
+            shard = self.store.keys.shard(conversation)
+            self._woken.add(shard)
+            if due_ms < self._next.get(shard, due_ms + 1):
+                self._next[shard] = due_ms
         if due_ms <= self.clock() + 1:
             self._event.set()
 
@@ -60,16 +71,32 @@ class Flusher:
                 await self._sleep()
                 backoff = 0.1
             except Exception as exc:
+                self._read_all_at = None  # what the failed read would have told: look again
                 log.warning("flusher tick failed", error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
     async def _tick(self) -> None:
+        """Every ``pollIntervalMs`` read every shard (work other replicas scheduled); between
+        those, only the shards a local intake woke or that hold something due by now."""
         now = self.clock()
-        self._soonest = None
-        due, self._next_due = await self.store.due_and_next(now, limit=self.max_runs)
-        if len(self.runner.active) >= self.max_runs:
+        room = self.max_runs - len(self.runner.active)
+        if room <= 0:  # busy: a run ending or the next poll looks again
             return
+        every = self._read_all_at is None or now - self._read_all_at >= self.poll_ms
+        shards = None if every else self._woken | {s for s, t in self._next.items() if t <= now}
+        if shards is not None and not shards:
+            return
+        self._woken.clear()
+        due, soonest = await self.store.due_in(now, limit=room, shards=shards)
+        if every:
+            self._read_all_at = now
+            self._next.clear()
+        for shard, at in soonest.items():
+            if at is None:
+                self._next.pop(shard, None)
+            else:
+                self._next[shard] = at
         for conv in due:
             if self._stopping or len(self.runner.active) >= self.max_runs:
                 return
@@ -79,10 +106,9 @@ class Flusher:
                 self.claims += 1
 
     async def _sleep(self) -> None:
-        timeout = self.poll_ms / 1000
-        for candidate in (self._next_due, self._soonest):
-            if candidate is not None:
-                timeout = min(timeout, max(0.0, (candidate - self.clock()) / 1000))
+        now = self.clock()
+        read_all = (now if self._read_all_at is None else self._read_all_at) + self.poll_ms
+        timeout = max(0.0, (min([read_all, *self._next.values()]) - now) / 1000)
         if timeout <= 0:
             # Due again already (a burst's window just closed): yield briefly, then look.
             timeout = 0.005 if len(self.runner.active) < self.max_runs else 0.05

@@ -47,7 +47,7 @@ class Pipeline:
         records: SessionRecords,
         settings: Callable[[], Settings],
         adapters: Mapping[str, Adapter],
-        wake: Callable[[int], None],
+        wake: Callable[[int, str], None],
         spawn: Callable[[Awaitable[Any]], None],
         control: Control | None = None,
         clock: Callable[[], int] = now_ms,
@@ -175,7 +175,7 @@ class Pipeline:
             self._reply(env, BUSY_TEXT)
             return IngestOutcome("busy")
         if not result.busy:
-            self.wake(result.due_ms)
+            self.wake(result.due_ms, conv)
         elif integ.busy_policy == "steer":
             # Stored first (durable); the replica running the turn hands it to the agent and
             # only then drops it from the burst. Missed or failed, it becomes the next turn.

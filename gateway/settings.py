@@ -7,21 +7,23 @@ kinds (entry points), so the core never names a platform's or a backend's fields
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     create_model,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+
+from gateway.model import GatewayModel as GatewayModel
+from gateway.redis_settings import RedisSettings as RedisSettings
 
 if TYPE_CHECKING:
     from gateway.experts.base import Expert
@@ -41,27 +43,39 @@ class ConfigFileError(ConfigError):
     """The file itself could not be used: missing, unreadable, empty or not YAML."""
 
 
-class GatewayModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
+def cpu_count() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's cpuset limits)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 class ServerSettings(GatewayModel):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
+        1,
+        description="Worker processes sharing the port (SO_REUSEPORT), each a full replica; "
+        "auto: one per core. Above 1 a supervisor process starts and restarts them",
+    )
     public_url: str | None = Field(None, description="Base URL the platforms reach us at")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above are 413")
 
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        """One message for a bad value, rather than one per member of the union."""
+        if value == "auto":
+            return value
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            with contextlib.suppress(ValueError):
+                if 1 <= int(value) <= 256:
+                    return int(value)
+        raise ValueError("a number of processes from 1 to 256, or auto")
 
-class RedisSettings(GatewayModel):
-    url: SecretStr | None = Field(
-        None, description="redis:// or unix:// URL; leave out to run the embedded Redis"
-    )
-    key_prefix: str = Field("xgw", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
-    connect_timeout_seconds: float = Field(
-        30, gt=0, description="How long start-up retries an unreachable Redis before failing"
-    )
+    def worker_count(self) -> int:
+        return cpu_count() if self.workers == "auto" else self.workers
 
 
 class AdminSettings(GatewayModel):
@@ -85,8 +99,21 @@ class RuntimeSettings(GatewayModel):
     )
     max_turn_attempts: int = Field(3, ge=1, description="A turn that crashed this often fails")
     max_concurrent_runs: int = Field(200, ge=1, description="Runs one replica executes at once")
+    due_shards: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="Conversations are spread over this many due shards (hash slots on a Redis "
+        "Cluster); every replica on a keyPrefix must use the same number",
+    )
     poll_interval_ms: int = Field(
         200, ge=10, le=5000, description="How often the flusher looks for work of other replicas"
+    )
+    connection_lease_seconds: float = Field(
+        15,
+        ge=1,
+        description="Long connections (Lark, DingTalk stream, WeCom aibot_ws) are held by one "
+        "process of all; another takes over within this long after it died",
     )
     spool_max_bytes: int = Field(
         64 * 1024 * 1024,
@@ -254,7 +281,7 @@ class Settings(GatewayModel):
 
     @model_validator(mode="after")
     def _cross_check(self) -> Settings:
-        problems: list[str] = []
+        problems: list[str] = self.redis.problems()
         for section in ("experts", "integrations"):
             seen: set[str] = set()
             for i, item in enumerate(getattr(self, section)):

@@ -4,9 +4,11 @@ This package imports nothing else of ours: it stores envelopes and records as JS
 interpret (DESIGN.md §2).
 """
 
-from sessions.connection import RedisHandle, connect_redis
+from sessions.connection import RedisClient, RedisHandle, connect_redis
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
+from sessions.layout import LayoutMismatch
+from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
 from sessions.records_admin import SessionRecords
 from sessions.store import (
@@ -24,7 +26,10 @@ __all__ = [
     "HistoryStore",
     "IntakeResult",
     "KeyBuilder",
+    "LayoutMismatch",
+    "PubSubHub",
     "RecordStore",
+    "RedisClient",
     "RedisHandle",
     "SessionRecords",
     "SessionStore",

@@ -4,16 +4,26 @@ Every inbound event costs one EVALSHA before its ack, and every turn about eight
 by one through the client, each call pays for a pool checkout, a retry wrapper, its own write and
 its own wake-up on the reply - about a third of the daemon's CPU per event under load
 (``bench/lark_ingest.py``). Here the calls made while a write is in flight queue up and go out
-together: one write on one dedicated connection, replies read back in order (the idea of ioredis'
-``enableAutoPipelining``). Each call still gets its own script run and its own reply; one
-caller's error reply touches no other caller.
+together: one write per server on one dedicated connection, replies read back in order (the idea
+of ioredis' ``enableAutoPipelining``). Each call still gets its own script run and its own reply;
+one caller's error reply touches no other caller.
 
-Recovery: a NOSCRIPT reply (Redis restarted or flushed its scripts) loads the script and sends
-the affected calls again; a lost connection is re-opened and the calls without a reply are sent
-once more, as redis-py's own retry does - the intake script deduplicates, so a call that did land
-answers ``dup`` the second time and is never stored twice; a resent claim at worst finds its own
-lease and waits for it to expire (a delay, never a double turn). A second failure reaches the
-callers (the platforms retry).
+On a Redis Cluster each call goes to the primary owning its keys' slot (every script's keys share
+one slot, ``sessions.keys``): a batch is split by node, the parts written in parallel, and the
+next batch waits for all replies. Redirections (the cluster spec, "Redirection and resharding"):
+MOVED updates the slot map and sends the call again to the new owner; ASK sends it once more to
+the node named, preceded by ASKING; TRYAGAIN (a script whose keys are split by a migration in
+progress) and CLUSTERDOWN wait a little and try again, for up to ``retry_budget_s``. A call that
+needed any of these goes out again before every later call of its slot, and that slot's calls
+are then sent one at a time until one goes through: a conversation's calls keep their order
+while its slot moves.
+
+Recovery: a NOSCRIPT reply (Redis restarted, flushed its scripts, or a node new to the slot) loads
+the script and sends the affected calls again; a lost connection is re-opened and the calls
+without a reply are sent once more, as redis-py's own retry does - the intake script
+deduplicates, so a call that did land answers ``dup`` the second time and is never stored twice;
+a resent claim at worst finds its own lease and waits for it to expire (a delay, never a double
+turn). A second failure reaches the callers (the platforms retry).
 """
 
 from __future__ import annotations
@@ -27,22 +37,23 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sessions.autopipe_links import Call, Link, Links, Lost
 
 log = structlog.get_logger("sessions.autopipe")
 
-
-@dataclass(slots=True, eq=False)
-class _Call:
-    script: AsyncScript
-    keys: Sequence[str]
-    args: Sequence[Any]
-    future: asyncio.Future[Any]
-    attempts: int = 0
+MAX_REDIRECTS = 16  # as redis-py's RedisClusterRequestTTL
 
 
 @dataclass(slots=True)
@@ -54,55 +65,48 @@ class PipeStats:
     largest_batch: int = 0
     reconnects: int = 0
     script_reloads: int = 0
-
-
-def _encode(value: Any) -> bytes:
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return repr(value).encode()
-    raise DataError(f"cannot send {type(value).__name__} to Redis")
-
-
-def _pack(call: _Call) -> bytes:
-    """One EVALSHA in RESP: the same bytes as redis-py's packer, for the few types we send."""
-    args = (call.script.sha, len(call.keys), *call.keys, *call.args)
-    out = [b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(args) + 1)]
-    for value in args:
-        data = value.encode() if value.__class__ is str else _encode(value)
-        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(out)
+    moved: int = 0
+    asked: int = 0
+    tryagain: int = 0
 
 
 class ScriptPipe:
-    """Queues script calls and sends those made meanwhile in one write on its own connection."""
+    """Queues script calls and sends those made meanwhile in one write per server."""
 
-    def __init__(self, client: aioredis.Redis, *, name: str = "", max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis | RedisCluster,
+        *,
+        name: str = "",
+        max_batch: int = 512,
+        retry_budget_s: float = 10.0,
+    ) -> None:
         self.client = client
-        # CLIENT SETNAME of the pipe's connection (no spaces allowed), so CLIENT LIST shows it.
+        # CLIENT SETNAME of the pipe's connections (no spaces allowed), so CLIENT LIST shows them.
         self.name = "".join(c if c.isprintable() and not c.isspace() else "_" for c in name)
         self.max_batch = max_batch
+        self.retry_budget_s = retry_budget_s
         self.stats = PipeStats()
-        self._queue: deque[_Call] = deque()
+        self._links = Links(client, self.name)
+        self._queue: deque[Call] = deque()
+        self._careful: set[int] = set()  # slots whose calls go one at a time (see above)
         self._drainer: asyncio.Task[None] | None = None
         self._idle: asyncio.Future[None] | None = None  # set while the drainer waits for work
-        self._conn: AbstractConnection | None = None
         self._closed = False
 
     async def evalsha(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run ``script`` (already loaded, or loaded on NOSCRIPT); returns its reply."""
         if self._closed:
             raise RedisConnectionError("script pipe is closed")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Call(script, keys, args, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append(Call(script, keys, args, future, slot=self._links.slot(keys)))
         # The drainer runs after this tick, so every call made in the same tick joins one write.
         if self._idle is not None:
             if not self._idle.done():
                 self._idle.set_result(None)
         elif self._drainer is None:
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+            self._drainer = loop.create_task(self._drain())
         return await future
 
     async def close(self) -> None:
@@ -116,32 +120,35 @@ class ScriptPipe:
             if not call.future.done():
                 call.future.set_exception(RedisConnectionError("script pipe is closed"))
         self._queue.clear()
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.disconnect()  # so the pool does not hand out a connection with our name
-            conn.client_name = None
-            await self.client.connection_pool.release(conn)
+        await self._links.close()
 
     # --- the drain loop ----------------------------------------------------------------------
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                if not self._queue:
-                    if self._closed:
-                        return
-                    # Waits for work rather than exiting: waking a future is cheaper than a task.
-                    self._idle = loop.create_future()
-                    try:
-                        await self._idle
-                    finally:
-                        self._idle = None
-                    continue
-                take = min(len(self._queue), self.max_batch)
-                batch = [self._queue.popleft() for _ in range(take)]
-                batch = [c for c in batch if not c.future.done()]  # callers that gave up
+                if self._closed and not self._queue:
+                    return
+                batch, wait = self._take(loop.time())
                 if batch:
-                    await self._send(batch)
+                    try:
+                        await self._send(batch)
+                    except BaseException as exc:  # a bug or a cancel: the batch is answered too
+                        for call in batch:
+                            if not call.future.done():
+                                call.future.set_exception(exc)
+                        raise
+                    continue
+                if self._closed and wait is None:
+                    return
+                # Waits for work (or a held call's time) rather than exiting: waking a future is
+                # cheaper than starting a task.
+                self._idle = loop.create_future()
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._idle, wait)
+                finally:
+                    self._idle = None
         except BaseException as exc:  # never leave a caller waiting
             for call in self._queue:
                 if not call.future.done():
@@ -151,94 +158,127 @@ class ScriptPipe:
         finally:
             self._drainer = None
 
-    async def _connection(self) -> AbstractConnection:
-        if self._conn is None:
-            pool = self.client.connection_pool
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-            try:
-                await self._name(conn)
-            except BaseException:
-                await pool.release(conn)
-                raise
-            self._conn = conn
-        return self._conn
+    def _take(self, now: float) -> tuple[list[Call], float | None]:
+        """The next batch, in queue order; a call waiting for TRYAGAIN holds back its slot's
+        later calls, and a careful slot sends one call. Also how long until a held call may go
+        (None: nothing held)."""
+        batch: list[Call] = []
+        kept: list[Call] = []
+        held: set[int] = set()
+        wait: float | None = None
+        while self._queue and len(batch) < self.max_batch:
+            call = self._queue.popleft()
+            if call.future.done():  # a caller that gave up
+                continue
+            if call.slot in held or call.not_before > now:
+                held.add(call.slot)
+                kept.append(call)
+                if call.not_before > now:
+                    left = call.not_before - now
+                    wait = left if wait is None else min(wait, left)
+                continue
+            if call.slot in self._careful:
+                held.add(call.slot)
+            batch.append(call)
+        self._queue.extendleft(reversed(kept))
+        return batch, wait
 
-    async def _name(self, conn: AbstractConnection) -> None:
-        """CLIENT SETNAME now, and on every reconnect from then on. A server that refuses the
-        command (some managed services disable CLIENT) leaves the connection unnamed."""
-        if not self.name:
-            return
-        await conn.send_command("CLIENT", "SETNAME", self.name)
-        try:
-            await conn.read_response()
-        except ResponseError as exc:
-            log.info("script connection left unnamed", error=str(exc))
-            return
-        conn.client_name = self.name
-
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _send(self, batch: list[Call]) -> None:
         stats = self.stats
         stats.calls += len(batch)
-        stats.writes += 1
         stats.largest_batch = max(stats.largest_batch, len(batch))
-        answered = 0
-        noscript: list[_Call] = []
-        lost: list[_Call] = []
-        packed: list[bytes] = []
+        groups: dict[Link, list[Call]] = {}
+        unrouted: list[Call] = []
+        refresh = False
+        now = asyncio.get_running_loop().time()
+        await self._links.ready()
         for call in batch:
+            call.first_sent = call.first_sent or now
             try:
-                packed.append(_pack(call))
-            except DataError as exc:
-                call.future.set_exception(exc)
-        batch = [c for c in batch if not c.future.done()]
-        try:
-            conn = await self._connection()
-            await conn.send_packed_command(b"".join(packed))
-            for call in batch:
-                try:
-                    reply: Any = await conn.read_response()
-                except NoScriptError as exc:
-                    reply = exc
-                    if call.attempts < 2:
-                        noscript.append(call)
-                except ResponseError as exc:
-                    reply = exc
-                answered += 1
-                if call.future.done() or call in noscript:
-                    continue
-                if isinstance(reply, ResponseError):
-                    call.future.set_exception(reply)
+                link = self._links.route(call)
+            except (SlotNotCoveredError, KeyError):  # read the slot map, then try again
+                refresh = True
+                self._hold(call, now)
+                unrouted.append(call)
+                continue
+            groups.setdefault(link, []).append(call)
+        stats.writes += len(groups)
+        outcomes: dict[int, Any] = {}
+        if len(groups) == 1:  # a single server: no task per write
+            [(link, calls)] = groups.items()
+            outcomes = await link.exchange(calls, self.stats)
+        else:
+            for part in await asyncio.gather(
+                *(k.exchange(c, self.stats) for k, c in groups.items())
+            ):
+                outcomes.update(part)
+        noscript: list[Call] = []
+        moved: list[Any] = []
+        retry: list[Call] = []
+        for call in unrouted:
+            self._redirected(call, now, retry)
+        for call in batch:
+            if call.future.done() or id(call) not in outcomes:
+                continue
+            reply = outcomes[id(call)]
+            was_asked, call.ask = call.ask, None
+            if isinstance(reply, NoScriptError) and call.attempts < 2:
+                noscript.append(call)
+            elif isinstance(reply, MovedError):
+                stats.moved += 1
+                moved.append(reply)
+                self._redirected(call, now, retry)
+            elif isinstance(reply, AskError):
+                stats.asked += 1
+                call.ask = f"{reply.host}:{reply.port}"
+                self._redirected(call, now, retry)
+            elif isinstance(reply, TryAgainError | ClusterDownError):
+                stats.tryagain += 1
+                refresh = refresh or isinstance(reply, ClusterDownError)
+                self._hold(call, now)
+                self._redirected(call, now, retry)
+            elif isinstance(reply, Lost):
+                if call.attempts >= 1:
+                    call.future.set_exception(reply.error)
                 else:
-                    call.future.set_result(reply)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            # The connection is gone (read_response closed it); what has no reply may or may
-            # not have run - the scripts deduplicate, so sending it once more is safe.
-            if self._conn is not None:
-                await self._conn.disconnect()
-            stats.reconnects += 1
-            for call in batch[answered:]:
-                if call.attempts >= 1 and not call.future.done():
-                    call.future.set_exception(exc)
-                else:
-                    lost.append(call)
-        except Exception as exc:
-            # Anything else leaves the connection in an unknown state: it is dropped, and the
-            # calls without a reply get the error rather than waiting forever.
-            log.warning("script pipeline error", error=str(exc))
-            if self._conn is not None:
-                await self._conn.disconnect()
-            for call in batch[answered:]:
-                if not call.future.done():
-                    call.future.set_exception(exc)
+                    retry.append(call)
+                refresh = refresh or self._links.cluster is not None
+            elif isinstance(reply, BaseException):
+                call.future.set_exception(reply)
+            else:
+                if not was_asked:  # an answer from the slot's owner: the slot is settled
+                    self._careful.discard(call.slot)
+                call.future.set_result(reply)
+        if moved:
+            await self._links.moved(moved)
+        if refresh:
+            await self._links.refresh()
         if noscript:
             await self._reload(noscript)
-        retry = [c for c in batch if c in noscript or c in lost]  # in the order they were made
+        retry += [c for c in noscript if not c.future.done()]
+        order = {id(c): i for i, c in enumerate(batch)}
+        retry.sort(key=lambda c: order[id(c)])  # in the order they were made
         for call in retry:
-            call.attempts += 1
-        self._queue.extendleft(reversed(retry))
+            if isinstance(outcomes.get(id(call)), Lost | NoScriptError):
+                call.attempts += 1
+        self._queue.extendleft(reversed([c for c in retry if not c.future.done()]))
 
-    async def _reload(self, calls: list[_Call]) -> None:
-        """NOSCRIPT: load each script named (once) before its calls are sent again."""
+    def _hold(self, call: Call, now: float) -> None:
+        call.not_before = now + min(0.01 * 2 ** min(call.redirects, 5), 0.25)
+
+    def _redirected(self, call: Call, now: float, retry: list[Call]) -> None:
+        call.redirects += 1
+        self._careful.add(call.slot)
+        if call.redirects > MAX_REDIRECTS and now - call.first_sent > self.retry_budget_s:
+            call.future.set_exception(
+                RedisConnectionError(f"slot {call.slot} kept moving for {self.retry_budget_s} s")
+            )
+            return
+        retry.append(call)
+
+    async def _reload(self, calls: list[Call]) -> None:
+        """NOSCRIPT: load each script named (once; on every primary of a cluster) before its
+        calls are sent again."""
         for script in {id(c.script): c.script for c in calls}.values():
             try:
                 script.sha = await self.client.script_load(script.script)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-
+from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 
 
@@ -15,7 +14,7 @@ class HistoryStore:
     (oldest dropped first), expiring ``ttl_ms`` after the last turn."""
 
     def __init__(
-        self, *, client: aioredis.Redis, keys: KeyBuilder, ttl_ms: int = 7 * 24 * 3_600_000
+        self, *, client: RedisClient, keys: KeyBuilder, ttl_ms: int = 7 * 24 * 3_600_000
     ) -> None:
         self.redis = client
         self.keys = keys

@@ -1,34 +1,88 @@
 """The one key builder: every Redis key and channel the gateway uses is spelled here.
 
-Everything one conversation touches shares the hash tag ``{<conversation>}`` so that the atomic
-scripts (intake, claim, finish) address a single slot. The due index is the one global key those
-scripts also touch; see ``due`` for why that is acceptable.
+Redis Cluster runs a script only when every key it touches hashes to one slot, and the session
+scripts (intake, claim, renew, finish) touch a conversation's keys *and* the due index that tells
+the flushers what to look at. So conversations are spread over ``shards`` due shards - a
+conversation's shard is fixed by its id (CRC-32 of it, modulo the count) - and every key of a
+conversation carries its shard's hash tag, the same tag as that shard's due index: each script
+addresses one slot, on a cluster as on a single server.
+
+Shard ``k`` of ``n`` has a tag chosen to hash into the k-th n-th of the slot space
+(:func:`shard_tag`), so the shards spread evenly over primaries that own equal contiguous slot
+ranges, as ``redis-cli --cluster create`` assigns them. The number of shards is fixed for a key
+prefix (``runtime.dueShards``; ``sessions.layout`` refuses a replica that disagrees): changing it
+would move every conversation's keys.
+
+Keys outside a conversation are single-key records (one slot each, never mixed with another key
+in a script or transaction), or noted below where one key is shared by everyone.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+from functools import cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+MAX_SHARDS = 1024
 
 
 def _tag_safe(value: str) -> str:
-    # Braces would end the hash tag early; chat ids never contain them on the real platforms, but a
+    # Braces would end a hash tag early; chat ids never contain them on the real platforms, but a
     # hostile console request could, so they are replaced rather than trusted.
     return value.replace("{", "(").replace("}", ")")
 
 
+def shard_of(name: str, shards: int) -> int:
+    """The shard of a conversation (or any other id): stable across processes and versions."""
+    return zlib.crc32(name.encode()) % shards
+
+
+@cache
+def shard_tag(shard: int, shards: int) -> str:
+    """The hash tag of shard ``shard`` of ``shards``: the first ``<shard>.<n>`` whose slot lies in
+    the shard's share of the 16384 slots (about ``shards`` CRC16s to find it)."""
+    if not 0 <= shard < shards <= MAX_SHARDS:
+        raise ValueError(f"shard {shard} of {shards}")
+    low = shard * REDIS_CLUSTER_HASH_SLOTS // shards
+    high = (shard + 1) * REDIS_CLUSTER_HASH_SLOTS // shards
+    n = 0
+    while not low <= key_slot(f"{shard}.{n}".encode()) < high:
+        n += 1
+    return f"{shard}.{n}"
+
+
 @dataclass(frozen=True, slots=True)
 class KeyBuilder:
-    """Builds keys as ``<prefix>:<part>:…`` with a per-conversation hash tag."""
+    """Builds keys as ``<prefix>:<part>:…``; a conversation's keys as
+    ``<prefix>:{<shard tag>}:<conversation>:<part>``."""
 
     prefix: str = "xgw"
     sep: str = ":"
+    shards: int = 16  # runtime.dueShards
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be 1..{MAX_SHARDS}, not {self.shards}")
 
     def _k(self, *parts: str) -> str:
         return self.sep.join((self.prefix, *parts))
 
-    # --- conversation-scoped (one hash tag each) -------------------------------------------
+    # --- shards ------------------------------------------------------------------------------
+    def shard(self, conv: str) -> int:
+        return shard_of(conv, self.shards)
+
+    def _tag(self, shard: int) -> str:
+        return "{" + shard_tag(shard, self.shards) + "}"
+
+    def slot(self, conv: str) -> int:
+        """The cluster slot all of a conversation's keys are in."""
+        return key_slot(shard_tag(self.shard(conv), self.shards).encode())
+
+    # --- conversation-scoped (the shard's hash tag) -------------------------------------------
     def _conv(self, conv: str, part: str) -> str:
-        return self._k("{" + _tag_safe(conv) + "}", part)
+        return self._k(self._tag(self.shard(conv)), conv, part)
 
     def dedup(self, conv: str, event_id: str) -> str:
         return self._conv(conv, "dedup") + self.sep + event_id
@@ -51,15 +105,37 @@ class KeyBuilder:
     def cancel(self, conv: str) -> str:
         return self._conv(conv, "cancel")
 
-    # --- global ----------------------------------------------------------------------------
-    def due(self) -> str:
-        """Sorted set of conversations with pending work, scored by when to look at them next.
+    # --- due index: one sorted set per shard -------------------------------------------------
+    def due(self, shard: int) -> str:
+        """Conversations of ``shard`` with pending work, scored by when to look at them next.
 
-        No TTL: it is an index whose members are removed when their work is done. It is shared by
-        all conversations, so on Redis Cluster the scripts that touch it would need it sharded by
-        slot; the gateway targets a standalone or replicated Redis.
-        """
-        return self._k("due")
+        No TTL: it is an index whose members are removed when their work is done. The flushers
+        read every shard (``SessionStore.due_and_next``: one command per shard, pipelined)."""
+        return self._k(self._tag(shard), "due")
+
+    def due_of(self, conv: str) -> str:
+        return self.due(self.shard(conv))
+
+    def due_keys(self) -> list[str]:
+        return [self.due(shard) for shard in range(self.shards)]
+
+    # --- pub/sub channels --------------------------------------------------------------------
+    # Sharded pub/sub (Redis >= 7, SPUBLISH/SSUBSCRIBE) delivers a channel's messages within its
+    # slot's shard only, so every shard has its own channel and a listener subscribes to all of
+    # them; classic pub/sub is broadcast to every node of a cluster anyway: one channel.
+    def control_channels(self, sharded: bool) -> list[str]:
+        """Stop and steer requests (gateway.control)."""
+        if not sharded:
+            return [self._k("ctl")]
+        return [self._k(self._tag(shard), "ctl") for shard in range(self.shards)]
+
+    def control_channel(self, conv: str, sharded: bool) -> str:
+        return self._k(self._tag(self.shard(conv)), "ctl") if sharded else self._k("ctl")
+
+    # --- global, one key each ----------------------------------------------------------------
+    def layout(self) -> str:
+        """The key layout in use under this prefix (``sessions.layout``): read once at start."""
+        return self._k("layout")
 
     def session_record(self, session_id: str) -> str:
         return self._k("session", session_id)
@@ -83,6 +159,13 @@ class KeyBuilder:
         return self._k("snapshot", digest)
 
     def audit(self) -> str:
+        """The audit stream: one key for everyone, bounded by MAXLEN rather than a TTL.
+
+        Safe on a cluster: it is only ever written by a single-key XADD (never in a script or
+        transaction with another key). It does put every audit record (one per turn, one per
+        refused or notable event) on the primary owning its slot: about 0.3 KB and one XADD per
+        turn, far below what one primary takes; a reader (``GET /v1.0/audit``) reads one key.
+        """
         return self._k("audit")
 
     def record(self, namespace: str, key: str) -> str:
@@ -90,17 +173,31 @@ class KeyBuilder:
         return self._k("rec", namespace, key)
 
     def replica(self, replica_id: str) -> str:
+        """A replica's heartbeat: one key per replica, written alone every 5 s."""
         return self._k("replica", replica_id)
 
-    def control_channel(self) -> str:
-        return self._k("ctl")
+    # --- timeline (the console adapter's chat transcripts) -----------------------------------
+    # A chat's transcript lives in its shard (by integration and chat id), with that shard's
+    # channel, so the script that writes a record can publish the change in the same slot.
+    def _chat(self, integration_id: str, chat_id: str) -> str:
+        return f"{integration_id}|{chat_id}"
 
-    # --- timeline (the console adapter's chat transcripts) ---------------------------------
     def timeline_messages(self, integration_id: str, chat_id: str) -> str:
-        return self._k("{tl|" + _tag_safe(f"{integration_id}|{chat_id}") + "}", "msgs")
+        chat = self._chat(integration_id, chat_id)
+        return self._k(self._tag(shard_of(chat, self.shards)), "tl", chat, "msgs")
 
     def timeline_order(self, integration_id: str, chat_id: str) -> str:
-        return self._k("{tl|" + _tag_safe(f"{integration_id}|{chat_id}") + "}", "order")
+        chat = self._chat(integration_id, chat_id)
+        return self._k(self._tag(shard_of(chat, self.shards)), "tl", chat, "order")
 
-    def timeline_channel(self) -> str:
-        return self._k("timeline")
+    def timeline_channels(self, sharded: bool) -> list[str]:
+        if not sharded:
+            return [self._k("timeline")]
+        return [self._k(self._tag(shard), "timeline") for shard in range(self.shards)]
+
+    def timeline_channel(self, integration_id: str, chat_id: str, sharded: bool) -> str:
+        if not sharded:
+            return self._k("timeline")
+        return self._k(
+            self._tag(shard_of(self._chat(integration_id, chat_id), self.shards)), "timeline"
+        )

@@ -8,9 +8,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import cast
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.store import StoreUnavailable
 
@@ -26,7 +26,7 @@ def unavailable() -> Iterator[None]:
 
 
 class RecordStore:
-    def __init__(self, *, client: aioredis.Redis, keys: KeyBuilder) -> None:
+    def __init__(self, *, client: RedisClient, keys: KeyBuilder) -> None:
         self.redis = client
         self.keys = keys
 

@@ -7,8 +7,7 @@ import json
 from importlib import resources
 from typing import Any, NamedTuple, cast
 
-import redis.asyncio as aioredis
-
+from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.store import audit_fields
 
@@ -26,7 +25,7 @@ class SessionRecords:
     def __init__(
         self,
         *,
-        client: aioredis.Redis,
+        client: RedisClient,
         keys: KeyBuilder,
         retention_ms: int = 7 * DAY_MS,
         memory_ttl_ms: int = 400 * DAY_MS,

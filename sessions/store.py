@@ -1,76 +1,36 @@
 """Session state: dedup, burst buffers with a due index, turns and leases, bindings, audit.
 
-Every multi-key change is one Lua script (``sessions/lua``); every key has a TTL or a comment in
-``keys.py`` saying why not.
+Every multi-key change is one Lua script (``sessions/lua``) whose keys share one hash slot (a
+conversation's keys and its shard's due index, ``keys.py``), so each runs on a Redis Cluster as
+on a single server; every key has a TTL or a comment in ``keys.py`` saying why not. (Over 300
+lines: one class holding every call of the state machine, each a few lines.)
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any, Literal, cast
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from sessions.autopipe import ScriptPipe
+from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
+from sessions.layout import ensure_layout
+from sessions.pubsub import PubSubHub
+from sessions.results import Binding as Binding
+from sessions.results import Claim as Claim
+from sessions.results import IntakeResult as IntakeResult
+from sessions.results import StoreUnavailable as StoreUnavailable
+from sessions.results import audit_fields as audit_fields
 
 HOUR_MS = 3_600_000
 
 
-class StoreUnavailable(RuntimeError):
-    """Redis did not accept a write (unreachable, out of memory, read-only)."""
-
-
-def audit_fields(record: dict[str, Any]) -> dict[Any, Any]:
-    """An audit record as stream fields: strings as they are, everything else as JSON."""
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()}
-
-
 def _load(name: str) -> str:
     return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
-
-
-@dataclass(frozen=True, slots=True)
-class IntakeResult:
-    status: Literal["queued", "dup", "busy"]
-    due_ms: int
-    busy: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A turn this replica now owns: new (from the burst) or resumed (a crashed replica's)."""
-
-    conversation: str
-    owner: str
-    resumed: bool
-    turn: dict[str, str]
-
-    @property
-    def turn_id(self) -> str:
-        return self.turn["id"]
-
-    @property
-    def attempts(self) -> int:
-        return int(self.turn.get("attempts", "1"))
-
-    @property
-    def items(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = json.loads(self.turn.get("items", "[]"))
-        return items
-
-
-@dataclass(frozen=True, slots=True)
-class Binding:
-    state: Literal["new", "continue"]
-    fields: dict[str, str]
-
-    @property
-    def session_id(self) -> str:
-        return self.fields["sessionId"]
 
 
 class SessionStore:
@@ -79,8 +39,9 @@ class SessionStore:
     def __init__(
         self,
         *,
-        client: aioredis.Redis,
+        client: RedisClient,
         keys: KeyBuilder,
+        sharded_pubsub: bool = False,
         dedup_ttl_ms: int = 24 * HOUR_MS,
         turn_ttl_ms: int = 24 * HOUR_MS,
         snapshot_ttl_ms: int = 30 * 24 * HOUR_MS,
@@ -103,13 +64,16 @@ class SessionStore:
         # Every script call goes through the auto-pipeline: intake (one per inbound event) and
         # the turn's claim, renewals, bindings and finish, batched across conversations.
         self.pipe = ScriptPipe(client, name=f"{keys.prefix}-scripts")
+        self.pubsub = PubSubHub(client, sharded=sharded_pubsub)
 
     async def close(self) -> None:
         """Give the auto-pipeline's connection back (before the client closes)."""
         await self.pipe.close()
 
     async def prepare(self) -> None:
-        """Load every script once at start-up, so each later call is a single EVALSHA."""
+        """Check the key layout, and load every script once at start-up (on every primary of a
+        cluster), so each later call is a single EVALSHA."""
+        await ensure_layout(self.redis, self.keys)
         for script in (
             self._intake,
             self._claim,
@@ -144,7 +108,7 @@ class SessionStore:
                     k.dedup(conversation, event_id),
                     k.burst(conversation),
                     k.burst_meta(conversation),
-                    k.due(),
+                    k.due_of(conversation),
                     k.turn(conversation),
                 ],
                 [
@@ -174,14 +138,45 @@ class SessionStore:
 
     # --- due index and claims --------------------------------------------------------------
     async def due_and_next(self, now_ms: int, limit: int = 64) -> tuple[list[str], int | None]:
-        """Conversations due now, and when the next one after now is due, in one round trip."""
+        """Up to ``limit`` conversations due now (soonest first) in every shard, and when the
+        next one is due."""
+        due, soonest = await self.due_in(now_ms, limit=limit)
+        times = [at for at in soonest.values() if at is not None]
+        return due, min(times) if times else None
+
+    async def due_in(
+        self, now_ms: int, *, limit: int = 64, shards: Iterable[int] | None = None
+    ) -> tuple[list[str], dict[int, int | None]]:
+        """Up to ``limit`` conversations due now (soonest first) in ``shards`` (all: None), and
+        per shard read when something is next due there, after those (None: nothing).
+
+        One command per shard - its soonest members - pipelined: one round trip on a single
+        server, one per node (in parallel) on a cluster. A shard whose every member read is due
+        may hold more: its next time is then now."""
+        read = sorted(range(self.keys.shards) if shards is None else set(shards))
+        per_shard = min(limit, max(4, -(-2 * limit // len(read)))) if read else 0
+        if not read:
+            return [], {}
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(self.keys.due(), "-inf", now_ms, start=0, num=limit)
-            pipe.zrangebyscore(
-                self.keys.due(), f"({now_ms}", "+inf", start=0, num=1, withscores=True
-            )
-            due, nxt = await pipe.execute()
-        return cast(list[str], due), (int(nxt[0][1]) if nxt else None)
+            for shard in read:
+                pipe.zrangebyscore(
+                    self.keys.due(shard), "-inf", "+inf", start=0, num=per_shard, withscores=True
+                )
+            rows = cast(list[list[tuple[str, float]]], await pipe.execute())
+        due: list[tuple[float, str]] = []
+        soonest: dict[int, int | None] = {}
+        for shard, members in zip(read, rows, strict=True):
+            soonest[shard] = None
+            for member, score in members:
+                if score > now_ms:
+                    soonest[shard] = int(score)
+                    break
+                due.append((score, member))
+            else:
+                if len(members) == per_shard:
+                    soonest[shard] = now_ms
+        due.sort()
+        return [member for _score, member in due[:limit]], soonest
 
     async def claim(
         self, *, conversation: str, owner: str, turn_id: str, now_ms: int, lease_ms: int
@@ -190,7 +185,7 @@ class SessionStore:
         res = await self.pipe.evalsha(
             self._claim,
             keys=[
-                k.due(),
+                k.due_of(conversation),
                 k.lease(conversation),
                 k.burst(conversation),
                 k.burst_meta(conversation),
@@ -214,7 +209,7 @@ class SessionStore:
         k = self.keys
         held, cancel = await self.pipe.evalsha(
             self._renew,
-            keys=[k.lease(conversation), k.due(), k.cancel(conversation)],
+            keys=[k.lease(conversation), k.due_of(conversation), k.cancel(conversation)],
             args=[owner, lease_ms, conversation, now_ms],
         )
         return bool(int(held)), str(cancel)
@@ -246,7 +241,7 @@ class SessionStore:
             self._finish,
             keys=[
                 k.lease(conversation),
-                k.due(),
+                k.due_of(conversation),
                 k.turn(conversation),
                 k.burst(conversation),
                 k.burst_meta(conversation),
@@ -358,5 +353,10 @@ class SessionStore:
     async def heartbeat(self, replica_id: str, info: dict[str, Any], ttl_ms: int) -> None:
         await self.redis.set(self.keys.replica(replica_id), json.dumps(info), px=ttl_ms)
 
-    async def publish_control(self, message: dict[str, Any]) -> None:
-        await self.redis.publish(self.keys.control_channel(), json.dumps(message))
+    async def publish_control(self, conversation: str, message: dict[str, Any]) -> None:
+        """A Stop or steer for ``conversation``, on its shard's control channel."""
+        channel = self.keys.control_channel(conversation, self.pubsub.sharded)
+        await self.pubsub.publish(channel, json.dumps(message))
+
+    def control_channels(self) -> list[str]:
+        return self.keys.control_channels(self.pubsub.sharded)

@@ -2,7 +2,9 @@
 
 The console adapter uses this as its "platform server": user messages and bot cards are records
 of a chat, visible to whichever replica serves the browser. Calls raise ``StoreUnavailable``
-when Redis cannot serve them.
+when Redis cannot serve them. A chat's records and the channel its changes are published on are
+in one due shard (``sessions.keys``), so the script writing a record publishes in its own slot;
+it goes through the session store's auto-pipeline (which waits out a migration of that slot).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any, Literal, cast
 
-import redis.asyncio as aioredis
-
+from sessions.autopipe import ScriptPipe
+from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
+from sessions.pubsub import PubSubHub
 from sessions.records import unavailable
 
 
@@ -22,8 +25,10 @@ class TimelineStore:
     def __init__(
         self,
         *,
-        client: aioredis.Redis,
+        client: RedisClient,
         keys: KeyBuilder,
+        pubsub: PubSubHub | None = None,
+        pipe: ScriptPipe | None = None,
         ttl_ms: int = 7 * 24 * 3_600_000,
         max_records: int = 500,
     ) -> None:
@@ -31,6 +36,8 @@ class TimelineStore:
         self.keys = keys
         self.ttl_ms = ttl_ms
         self.max_records = max_records
+        self.pubsub = pubsub or PubSubHub(client, sharded=False)
+        self.pipe = pipe
         self._put = client.register_script(
             resources.files("sessions").joinpath("lua", "timeline_put.lua").read_text("utf-8")
         )
@@ -50,22 +57,25 @@ class TimelineStore:
             separators=(",", ":"),
             ensure_ascii=False,
         )
+        keys = [
+            self.keys.timeline_messages(integration_id, chat_id),
+            self.keys.timeline_order(integration_id, chat_id),
+        ]
+        args = [
+            record["id"],
+            body,
+            mode,
+            self.ttl_ms,
+            self.max_records,
+            self.keys.timeline_channel(integration_id, chat_id, self.pubsub.sharded),
+            change,
+            "SPUBLISH" if self.pubsub.sharded else "PUBLISH",
+        ]
         with unavailable():
-            ok = await self._put(
-                keys=[
-                    self.keys.timeline_messages(integration_id, chat_id),
-                    self.keys.timeline_order(integration_id, chat_id),
-                ],
-                args=[
-                    record["id"],
-                    body,
-                    mode,
-                    self.ttl_ms,
-                    self.max_records,
-                    self.keys.timeline_channel(),
-                    change,
-                ],
-            )
+            if self.pipe is not None:
+                ok = await self.pipe.evalsha(self._put, keys, args)
+            else:
+                ok = await self._put(keys=keys, args=args)
         return bool(ok)
 
     async def get(self, integration_id: str, chat_id: str, record_id: str) -> dict[str, Any] | None:
@@ -86,12 +96,6 @@ class TimelineStore:
 
     async def changes(self) -> AsyncIterator[dict[str, Any]]:
         """Every change published by any replica, until the consumer stops iterating."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        try:
-            with unavailable():
-                await pubsub.subscribe(self.keys.timeline_channel())
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        yield json.loads(message["data"])
-        finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+        with unavailable():
+            async for data in self.pubsub.listen(self.keys.timeline_channels(self.pubsub.sharded)):
+                yield json.loads(data)

@@ -1,40 +1,109 @@
 """Shared fixtures: real Redis (own key prefix per test, cleaned up), in-process and
-subprocess daemons driven through the console API."""
+subprocess daemons driven through the console API.
+
+Redis is the shared server at ``REDIS_URL`` unless a test module runs on both targets with
+``pytestmark = BOTH_REDIS``: each test then runs once on it and once on a real 3-primary Redis
+Cluster (``tests/cluster_support.py``), started once for the whole session when first needed and
+stopped at its end. ``base_config`` names the current target."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
+from tests.cluster_support import LocalCluster
 from tests.helpers import ConsoleClient, InProcessGateway
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
-@pytest.fixture
-def redis_url() -> str:
-    return REDIS_URL
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where a test's Redis state lives: ``mode`` and ``url`` as ``redis.mode`` / ``redis.url``."""
+
+    mode: str
+    url: str
+
+    def client(self) -> Any:
+        """A client for the test itself (``RedisCluster`` on the cluster)."""
+        if self.mode == "cluster":
+            return RedisCluster.from_url(self.url, decode_responses=True)
+        return aioredis.Redis.from_url(self.url, decode_responses=True)
+
+    def settings(self, prefix: str) -> dict[str, Any]:
+        return {"url": self.url, "keyPrefix": prefix, "mode": self.mode}
+
+
+STANDALONE = RedisTarget("standalone", REDIS_URL)
+_current = STANDALONE  # the target of the running test (tests run one at a time)
+
+# ``pytestmark = BOTH_REDIS``: every test of the module that uses Redis runs on the shared Redis
+# and on the cluster (pytest_generate_tests below).
+BOTH_REDIS = pytest.mark.both_redis
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_redis: run on the shared Redis and on a cluster")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_redis") is None:
+        return
+    if "redis_target" in metafunc.fixturenames:
+        metafunc.parametrize("redis_target", ["standalone", "cluster"], indirect=True)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 3-primary Redis Cluster of this test session (started on first use, ~2 s)."""
+    cluster = LocalCluster(Path(tmp_path_factory.mktemp("redis-cluster"))).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
-def prefix() -> str:
+def redis_target(request: pytest.FixtureRequest) -> Iterator[RedisTarget]:
+    global _current
+    target = STANDALONE
+    if getattr(request, "param", "standalone") == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        target = RedisTarget("cluster", cluster.url)
+    _current = target
+    try:
+        yield target
+    finally:
+        _current = STANDALONE
+
+
+@pytest.fixture
+def redis_url(redis_target: RedisTarget) -> str:
+    return redis_target.url
+
+
+@pytest.fixture
+def prefix(redis_target: RedisTarget) -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
-async def delete_prefix(client: aioredis.Redis, prefix: str) -> None:
+async def delete_prefix(client: Any, prefix: str) -> None:
     async for key in client.scan_iter(match=f"{prefix}:*", count=500):
         await client.delete(key)
 
 
 @pytest.fixture
-async def redis_client(prefix: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+async def redis_client(prefix: str, redis_target: RedisTarget) -> AsyncIterator[aioredis.Redis]:
+    client = redis_target.client()
     try:
         yield client
     finally:
@@ -54,7 +123,7 @@ def base_config(prefix: str, **integration: Any) -> dict[str, Any]:
     }
     console.update(integration)
     return {
-        "redis": {"url": REDIS_URL, "keyPrefix": prefix},
+        "redis": _current.settings(prefix),
         "logging": {"level": "warning", "format": "json"},
         "runtime": {"leaseSeconds": 2, "pollIntervalMs": 50, "shutdownGraceSeconds": 2},
         "experts": [

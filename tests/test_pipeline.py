@@ -1,5 +1,6 @@
 """End-to-end through the console API with a real Redis: intake, merge window, sessions,
-busy policies, commands, interrupts, Stop and New (DESIGN.md §8 items 1-4)."""
+busy policies, commands, interrupts, Stop and New (DESIGN.md §8 items 1-4); each on the shared
+Redis and on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder
-from tests.conftest import base_config, eventually
+from tests.conftest import BOTH_REDIS, base_config, eventually
 from tests.helpers import ConsoleClient
+
+pytestmark = BOTH_REDIS
 
 SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 150, "charDelayMs": 20, "chunkChars": 2}
 

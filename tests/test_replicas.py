@@ -1,4 +1,5 @@
-"""Several daemon processes on one Redis (DESIGN.md §8 items 2, 3 and 5)."""
+"""Several daemon processes on one Redis (DESIGN.md §8 items 2, 3 and 5), a single server and a
+Redis Cluster."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder
-from tests.conftest import base_config, eventually
+from tests.conftest import BOTH_REDIS, base_config, eventually
 from tests.helpers import DaemonProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, BOTH_REDIS]
 
 
 def replica_config(prefix: str, **echo: Any) -> dict[str, Any]:

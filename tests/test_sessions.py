@@ -1,4 +1,5 @@
-"""Contract tests of sessions/: dedup, bursts and the due index, claims and leases, bindings."""
+"""Contract tests of sessions/: dedup, bursts and the due index, claims and leases, bindings;
+each on the shared Redis and on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 
-from sessions import KeyBuilder, SessionStore
-from tests.conftest import eventually
+from sessions import KeyBuilder, LayoutMismatch, SessionStore
+from sessions.layout import upgrade_layout_1
+from tests.conftest import BOTH_REDIS, eventually
 from tests.helpers import command_calls
+
+pytestmark = BOTH_REDIS
 
 CONV = "lark-main|group:oc_1"  # a conversation id (gateway.conversation builds them)
 
@@ -19,8 +25,18 @@ CONV = "lark-main|group:oc_1"  # a conversation id (gateway.conversation builds 
 @pytest.fixture
 async def store(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[SessionStore]:
     store = SessionStore(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    await store.prepare()
     yield store
     await store.close()
+
+
+async def calls_on(client: aioredis.Redis, key: str) -> dict[str, int]:
+    """INFO commandstats of the server holding ``key`` (the one node of a cluster)."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)
+        info = await client.info("commandstats", target_nodes=node)
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+    return await command_calls(client)
 
 
 def env(event_id: str, text: str = "hi", kind: str = "message") -> str:
@@ -54,7 +70,7 @@ async def claim(store: SessionStore, now: int, owner: str = "a", lease: int = 10
     )
 
 
-def test_keys_share_one_hash_tag_per_conversation() -> None:
+def test_a_conversations_keys_and_its_due_shard_share_one_slot() -> None:
     keys = KeyBuilder(prefix="xgw")
     tagged = [
         keys.burst(CONV),
@@ -64,24 +80,41 @@ def test_keys_share_one_hash_tag_per_conversation() -> None:
         keys.binding(CONV),
         keys.dedup(CONV, "ev1"),
         keys.cancel(CONV),
+        keys.due_of(CONV),
     ]
-    tags = {k[k.index("{") + 1 : k.index("}")] for k in tagged}
-    assert tags == {CONV}
-    assert all(k.startswith("xgw:") for k in tagged)
-    # a brace in a chat id cannot break out of the hash tag
-    key = keys.binding("i|group:a}b{c")
-    assert key.count("{") == 1 and key.count("}") == 1 and key.index("}") > key.index("c")
+    assert {key_slot(k.encode()) for k in tagged} == {keys.slot(CONV)}
+    assert all(k.startswith("xgw:{") for k in tagged)
+    assert keys.burst(CONV) == f"xgw:{{{keys.due_of(CONV)[5:].split('}')[0]}}}:{CONV}:burst"
+    # the shard is fixed by the id: the same in every process, whatever the prefix
+    assert KeyBuilder(prefix="other").shard(CONV) == keys.shard(CONV)
+    # a brace in a chat id cannot move the key out of its shard's slot
+    odd = "i|group:a}b{c"
+    assert key_slot(keys.binding(odd).encode()) == keys.slot(odd)
+
+
+def test_due_shards_spread_evenly_over_the_slot_space() -> None:
+    """Shard k's tag hashes into the k-th n-th of the slots, so n shards spread evenly over
+    primaries owning equal contiguous ranges (what redis-cli --cluster create assigns)."""
+    for n in (1, 3, 16, 64):
+        keys = KeyBuilder(shards=n)
+        slots = [key_slot(k.encode()) for k in keys.due_keys()]
+        assert [s * n // 16384 for s in slots] == list(range(n))
+    conversations = [f"console|p2p:dm-{i}" for i in range(4000)]
+    per_shard = [0] * 16
+    for conv in conversations:
+        per_shard[KeyBuilder().shard(conv)] += 1
+    assert min(per_shard) > 4000 / 16 * 0.7  # CRC-32 spreads ids evenly enough
 
 
 async def test_intake_is_one_round_trip_and_deduplicates(
     store: SessionStore, redis_client: aioredis.Redis
 ) -> None:
-    await store.prepare()
     await intake(store, "ev0", 1000)  # opens the pipe's connection (its HELLO is not per event)
     writes = store.pipe.stats.writes
-    before = await command_calls(redis_client)
+    where = store.keys.burst(CONV)
+    before = await calls_on(redis_client, where)
     first = await intake(store, "ev1", 1000)
-    after = await command_calls(redis_client)
+    after = await calls_on(redis_client, where)
     assert first.status == "queued" and first.due_ms == 2000
     # Read off the server: one EVALSHA, and nothing else on the wire (the script's own calls
     # count too, so they are taken out by name).
@@ -236,7 +269,8 @@ async def test_every_key_has_a_ttl_except_the_documented_indexes(
         if await redis_client.pttl(key) < 0:
             no_ttl.add(key)
     keys = store.keys
-    assert no_ttl == {keys.due(), keys.audit()}  # documented in keys.py / store.audit
+    # documented in keys.py: the due index, the audit stream, the layout record
+    assert no_ttl == {keys.due_of(CONV), keys.audit(), keys.layout()}
 
 
 async def test_idle_binding_costs_under_one_kilobyte(
@@ -284,3 +318,62 @@ async def test_record_leases_renew_and_release_only_for_their_holder(
     assert await records.get("wecom", "owner") == "a"
     assert await records.release("wecom", "owner", "a")
     assert await records.get("wecom", "owner") is None
+
+
+async def test_due_conversations_are_read_from_every_shard_soonest_first(
+    store: SessionStore,
+) -> None:
+    conversations = [f"console|p2p:dm-{i}" for i in range(40)]
+    assert len({store.keys.shard(c) for c in conversations}) > 8  # spread over the shards
+    for i, conv in enumerate(conversations):
+        await store.intake(
+            conversation=conv,
+            event_id=f"e{i}",
+            envelope_json=env(f"e{i}"),
+            now_ms=1000 + i,
+            window_ms=0,
+            max_window_ms=0,
+        )
+    due, nxt = await store.due_and_next(1000 + 19, limit=64)
+    assert due == conversations[:20]  # due now, soonest first, across shards
+    assert nxt == 1000 + 20
+    due, nxt = await store.due_and_next(10**13, limit=5)
+    assert due == conversations[:5]
+    assert nxt is not None  # more are due than were asked for: look again at once
+
+
+async def test_a_replica_with_another_shard_count_is_refused(
+    store: SessionStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    other = SessionStore(client=redis_client, keys=KeyBuilder(prefix=prefix, shards=8))
+    try:
+        with pytest.raises(LayoutMismatch, match=r"dueShards is 8.*laid out for 16"):
+            await other.prepare()
+    finally:
+        await other.close()
+    await store.prepare()  # the same layout again: fine
+
+
+async def test_keys_of_the_previous_layout_are_moved_once(
+    redis_client: aioredis.Redis, prefix: str, redis_target
+) -> None:  # type: ignore[no-untyped-def]
+    if redis_target.mode == "cluster":
+        pytest.skip("layout 1 never ran on a cluster")
+    old = f"{prefix}:{{{CONV}}}"
+    await redis_client.hset(f"{old}:binding", mapping={"sessionId": "s-old", "turns": "3"})
+    await redis_client.rpush(f"{old}:burst", env("q1"))
+    await redis_client.set(f"{old}:dedup:q1", 1, px=60_000)
+    await redis_client.hset(f"{prefix}:{{tl|console|dm-a}}:msgs", "m1", "{}")
+    await redis_client.zadd(f"{prefix}:due", {CONV: 1234})
+    store = SessionStore(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    try:
+        await store.prepare()
+        assert (await store.binding(CONV))["sessionId"] == "s-old"
+        assert [i["eventId"] for i in await store.burst_items(CONV)] == ["q1"]
+        assert await redis_client.exists(store.keys.dedup(CONV, "q1"))
+        assert await redis_client.hget(store.keys.timeline_messages("console", "dm-a"), "m1")
+        assert await store.due_and_next(2000) == ([CONV], None)
+        assert not await redis_client.exists(f"{prefix}:due", f"{old}:binding")
+        assert await upgrade_layout_1(redis_client, store.keys) == 0  # nothing left to move
+    finally:
+        await store.close()

@@ -1,7 +1,8 @@
 -- Put a record into a chat transcript and publish the change, atomically.
 -- KEYS: 1 records hash, 2 order list
 -- ARGV: 1 record id, 2 record json, 3 mode: create (only if new) | upsert, 4 ttl ms, 5 max records,
---       6 channel, 7 change json (published with "record" spliced in by the caller)
+--       6 channel, 7 change json (published with "record" spliced in by the caller),
+--       8 PUBLISH | SPUBLISH (sharded pub/sub: the channel is in this chat's slot)
 -- Returns 1 when written, 0 when create found the id taken.
 if ARGV[3] == 'create' then
   if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
@@ -17,5 +18,5 @@ end
 -- Transcripts are a development aid: they expire a week after the last change.
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('PUBLISH', ARGV[6], ARGV[7])
+redis.call(ARGV[8], ARGV[6], ARGV[7])
 return 1

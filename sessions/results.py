@@ -1,0 +1,56 @@
+"""What the session store answers (``sessions.store``), and the one error every store raises."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis did not accept a write (unreachable, out of memory, read-only)."""
+
+
+def audit_fields(record: dict[str, Any]) -> dict[Any, Any]:
+    """An audit record as stream fields: strings as they are, everything else as JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in record.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeResult:
+    status: Literal["queued", "dup", "busy"]
+    due_ms: int
+    busy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A turn this replica now owns: new (from the burst) or resumed (a crashed replica's)."""
+
+    conversation: str
+    owner: str
+    resumed: bool
+    turn: dict[str, str]
+
+    @property
+    def turn_id(self) -> str:
+        return self.turn["id"]
+
+    @property
+    def attempts(self) -> int:
+        return int(self.turn.get("attempts", "1"))
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self.turn.get("items", "[]"))
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    state: Literal["new", "continue"]
+    fields: dict[str, str]
+
+    @property
+    def session_id(self) -> str:
+        return self.fields["sessionId"]
