@@ -11,6 +11,8 @@ Usage: python bench/lark_ingest.py [--events 3000] [--concurrency 1,16,64] [--ro
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
        python bench/lark_ingest.py --py-spy [--concurrency 16]   (the daemon process under load,
            sampled by py-spy: its time by component and the top frames, as JSON)
+       python bench/lark_ingest.py --workers 2 [--duration 10] [--connections 64] [--rounds 3]
+           (1 and 2 worker processes under wrk, CPU per event from /proc: bench/lark_workers.py)
 REDIS_URL defaults to redis://127.0.0.1:6379/0; the bench's keys are deleted on the way out.
 """
 
@@ -375,7 +377,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true")
+    parser.add_argument("--workers", type=int, default=0, help="compare 1 and N workers (wrk)")
+    parser.add_argument("--duration", type=float, default=10.0, help="--workers: s per round")
+    parser.add_argument("--connections", type=int, default=64, help="--workers: wrk's -c")
     args = parser.parse_args()
+    if args.workers:
+        import lark_workers
+
+        lark_workers.main(args.workers, args.duration, args.connections, args.rounds)
+        return
     if args.serve:
         serve(args.serve, args.port)
         return

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.envelope import Attachment, Envelope
+from gateway.leases import LeasedConnection, OwnerLease, holder_token
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
 from sessions import StoreUnavailable
@@ -33,13 +34,16 @@ __all__ = [
     "Ingest",
     "IngestOutcome",
     "IngestUnavailable",
+    "LeasedConnection",
     "LiveAdapters",
+    "OwnerLease",
     "RecordStore",
     "ShuttingDown",
     "StoreUnavailable",
     "TimelineStore",
     "body_type",
     "discover_adapters",
+    "holder_token",
     "read_body",
 ]
 
@@ -138,7 +142,8 @@ class AdapterContext:
     (long connections such as DingTalk stream and WeCom ``aibot_ws``): where ``ingest`` would
     raise, it keeps the event in the local spool and returns ``spooled`` (ack it); it raises
     ``IngestUnavailable`` only when the spool is full. ``timeline`` and ``records`` raise
-    ``StoreUnavailable`` when Redis cannot be reached."""
+    ``StoreUnavailable`` when Redis cannot be reached. ``connection_lease_ms``: the owner lease of
+    a long connection (``OwnerLease.for_connection``; ``runtime.connectionLeaseSeconds``)."""
 
     ingest: Ingest
     ingest_or_spool: Ingest
@@ -146,6 +151,7 @@ class AdapterContext:
     records: RecordStore
     spawn: Callable[[Awaitable[Any]], None]
     public_url: str | None = None
+    connection_lease_ms: int = 15_000
 
 
 @dataclass(frozen=True, slots=True)

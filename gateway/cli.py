@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -15,10 +16,16 @@ import structlog
 from gateway import __version__
 from gateway.adapter import discover_adapters
 from gateway.config_file import load_settings
-from gateway.config_hints import config_warnings, redis_location
+from gateway.config_hints import config_warnings, redis_summary
 from gateway.experts import discover_experts
 from gateway.logging import configure_logging
-from gateway.settings import ConfigError, ConfigFileError, Settings, build_settings_model
+from gateway.settings import (
+    ConfigError,
+    ConfigFileError,
+    Settings,
+    build_settings_model,
+    cpu_count,
+)
 
 
 def settings_model() -> type[Settings]:
@@ -57,15 +64,11 @@ def _check(args: argparse.Namespace) -> int:
     settings = _load_or_report(args.config)
     if settings is None:
         return 1
-    url = settings.redis.url
-    redis = (
-        f"embedded (under {settings.data_dir})"
-        if url is None
-        else redis_location(url.get_secret_value())
-    )
     print(f"{args.config}: OK")
-    print(f"redis: {redis}, key prefix {settings.redis.key_prefix!r}")
-    print(f"server: http://{settings.server.host}:{settings.server.port}")
+    print(f"redis: {redis_summary(settings)}")
+    workers = settings.server.worker_count()
+    processes = f" ({workers} worker processes)" if workers > 1 else ""
+    print(f"server: http://{settings.server.host}:{settings.server.port}{processes}")
     print("experts:")
     for expert in settings.experts:
         print(f"  {expert.id} ({expert.kind})")
@@ -97,17 +100,42 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     configure_logging(settings.logging.level, settings.logging.format)
     log = structlog.get_logger("gateway.cli")
-    for warning in config_warnings(settings):
-        log.warning(warning)
-    from gateway.daemon import StartupError, serve
+    from gateway.daemon import StartupError, Worker, serve
     from sessions.connection import RedisStartupError
 
+    worker: Worker | None = None
+    if args.worker_index is not None:  # started by a supervisor (hidden options)
+        structlog.contextvars.bind_contextvars(worker=args.worker_index)
+        link = socket.socket(fileno=args.supervisor_fd) if args.supervisor_fd is not None else None
+        worker = Worker(
+            index=args.worker_index, link=link, embedded_redis_url=args.embedded_redis_url
+        )
+    else:
+        for warning in config_warnings(settings):
+            log.warning(warning)
     try:
-        _event_loop_runner()(serve(settings, port=args.port, reload=lambda: _load(args.config)))
+        workers = settings.server.worker_count() if args.workers is None else args.workers
+        if worker is None and workers > 1:
+            from gateway.supervisor import Supervisor
+
+            return Supervisor(settings, config=args.config, workers=workers, port=args.port).run()
+
+        _event_loop_runner()(
+            serve(settings, port=args.port, reload=lambda: _load(args.config), worker=worker)
+        )
     except (StartupError, RedisStartupError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _workers(value: str) -> int:
+    """``--workers``: a number, or ``auto`` for one per core."""
+    if value == "auto":
+        return cpu_count()
+    if value.isdigit() and 1 <= int(value) <= 256:
+        return int(value)
+    raise argparse.ArgumentTypeError("a number of processes from 1 to 256, or auto")
 
 
 def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
@@ -131,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", required=True, help="YAML config file")
     run.add_argument("--port", type=int, default=None, help="override server.port")
+    run.add_argument(
+        "--workers", type=_workers, default=None, help="override server.workers (N or auto)"
+    )
+    # Set by a supervisor for its workers, not by users.
+    run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--embedded-redis-url", default=None, help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
     check = sub.add_parser("check", help="validate a config and print what it sets up")
     check.add_argument("--config", required=True)

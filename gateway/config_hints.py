@@ -68,6 +68,33 @@ def config_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
+def redis_summary(settings: Settings) -> str:
+    """Where the gateway keeps its state, for ``check``: mode, location (no password), shards."""
+    redis = settings.redis
+    url = redis.url.get_secret_value() if redis.url else None
+    if redis.embedded:
+        where = f"embedded (under {settings.data_dir})"
+    elif redis.mode == "sentinel":
+        where = f"sentinel master {redis.master_name!r} via {', '.join(redis.sentinels)}"
+        parts = urlsplit(url or "")
+        notes = [
+            note
+            for note, used in (
+                (f"database {parts.path.strip('/')}", parts.path.strip("/") not in ("", "0")),
+                ("TLS", parts.scheme == "rediss"),
+                ("password hidden", bool(parts.password)),
+            )
+            if used
+        ]
+        where += f" ({', '.join(notes)})" if notes else ""
+    elif redis.mode == "cluster":
+        where = f"cluster via {redis_location(url or '')}"
+    else:
+        where = redis_location(url or "")
+    shards = settings.runtime.due_shards
+    return f"{where}, key prefix {redis.key_prefix!r}, {shards} due shard{'s' * (shards != 1)}"
+
+
 def redis_location(url: str) -> str:
     """A Redis URL as scheme, host, port and database (or socket path), without user name,
     password or query (redis-py also reads ``?password=``)."""

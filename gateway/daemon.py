@@ -1,6 +1,8 @@
 """The process around a replica: its listening sockets (taken before anything starts, so a port
 in use fails at once), the console URL in the start-up log, and signals: SIGTERM/SIGINT stop,
-a second one ends the grace period, SIGHUP reloads the config."""
+a second one ends the grace period, SIGHUP reloads the config. A worker of a supervisor
+(``gateway.supervisor``) binds its own socket with ``SO_REUSEPORT``, tells the supervisor when it
+listens, and stops as on SIGTERM when the supervisor is gone."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import gc
 import signal
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -34,11 +37,13 @@ def _listen_error(exc: OSError, address: Any, port: Any) -> StartupError:
     return StartupError(f"cannot listen on {address} port {port}: {exc.strerror}")
 
 
-def listen_sockets(host: str, port: int) -> list[socket.socket]:
+def listen_sockets(host: str, port: int, *, reuse_port: bool = False) -> list[socket.socket]:
     """The server's sockets, bound before anything else starts: a port another process listens
     on is an error at once, with nothing (embedded Redis, adapters) to stop. One socket per
     address of ``host``, bound as ``loop.create_server`` binds them; they listen once the
-    gateway is up (until then a connection is refused rather than left waiting)."""
+    gateway is up (until then a connection is refused rather than left waiting).
+    ``reuse_port``: the workers of one supervisor each bind the port (``SO_REUSEPORT``), and
+    the kernel spreads new connections over the sockets that listen."""
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -54,6 +59,8 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
                 continue
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
@@ -69,12 +76,11 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def console_url(settings: Settings, sock: socket.socket) -> str | None:
+def console_url(settings: Settings, port: int) -> str | None:
     """Where to open the console (when one is configured), for the start-up log."""
     if not any(i.enabled and i.platform == "console" for i in settings.integrations):
         return None
     host = settings.server.host
-    port = sock.getsockname()[1]
     if host in ("", "0.0.0.0"):
         host = "127.0.0.1"
     elif host == "::":
@@ -84,18 +90,38 @@ def console_url(settings: Settings, sock: socket.socket) -> str | None:
     return f"http://{host}:{port}/console/"
 
 
+@dataclass(frozen=True)
+class Worker:
+    """This process as a supervisor's worker: its index, its end of the supervisor's link, and
+    the embedded Redis the supervisor runs (when the config has no ``redis.url``)."""
+
+    index: int
+    link: socket.socket | None = None
+    embedded_redis_url: str | None = None
+
+
 async def serve(
     settings: Settings,
     *,
     port: int | None = None,
     reload: Callable[[], Settings] | None = None,
+    worker: Worker | None = None,
 ) -> None:
     """Run a replica until SIGTERM / SIGINT (a second one ends the grace period at once);
     SIGHUP re-reads the config through ``reload``. Whatever fails, what was started is stopped."""
-    sockets = listen_sockets(settings.server.host, settings.server.port if port is None else port)
-    gateway = Gateway(settings=settings)
+    sockets = listen_sockets(
+        settings.server.host,
+        settings.server.port if port is None else port,
+        reuse_port=worker is not None,
+    )
+    gateway = Gateway(
+        settings=settings,
+        worker=None if worker is None else worker.index,
+        embedded_redis_url=None if worker is None else worker.embedded_redis_url,
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    listening = asyncio.Event()
     starting = asyncio.create_task(gateway.start(), name="start")
 
     def on_signal(sig: signal.Signals) -> None:
@@ -108,6 +134,22 @@ async def serve(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+
+    async def reread() -> None:
+        await listening.wait()  # a SIGHUP during start-up reloads once started
+        assert reload is not None
+        try:
+            new = await asyncio.to_thread(reload)
+        except ConfigError as exc:
+            log.error("configuration not reloaded: invalid", problems=exc.problems)
+            return
+        await gateway.reload(new)
+
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: gateway.spawn(reread()))
+    link = worker.link if worker is not None else None
+    if link is not None:
+        _watch_supervisor(loop, link, lambda: on_signal(signal.SIGTERM))
     runner: web.AppRunner | None = None
     try:
         try:
@@ -131,21 +173,15 @@ async def serve(
         gc.collect()
         gc.freeze()
         log.info("listening", address=", ".join(site.name for site in sites))
-        url = console_url(settings, sockets[0])
-        if url is not None:
+        listening.set()
+        url = console_url(settings, sockets[0].getsockname()[1])
+        if url is not None and worker is None:  # a supervisor logs it once for its workers
             log.info("open the console", url=url)
-
-        async def reread() -> None:
-            assert reload is not None
+        if link is not None:
             try:
-                new = await asyncio.to_thread(reload)
-            except ConfigError as exc:
-                log.error("configuration not reloaded: invalid", problems=exc.problems)
-                return
-            await gateway.reload(new)
-
-        if reload is not None:
-            loop.add_signal_handler(signal.SIGHUP, lambda: gateway.spawn(reread()))
+                link.send(b"ready")
+            except OSError:  # the supervisor is gone: the watch stops us
+                pass
         await stop.wait()
     finally:
         if starting.done() and not starting.cancelled() and starting.exception() is None:
@@ -154,3 +190,29 @@ async def serve(
             await runner.cleanup()
         for sock in sockets:
             sock.close()
+        if link is not None:
+            loop.remove_reader(link.fileno())
+            link.close()
+
+
+def _watch_supervisor(
+    loop: asyncio.AbstractEventLoop, link: socket.socket, stop: Callable[[], None]
+) -> None:
+    """The supervisor never writes to the link: when it is readable, the supervisor has gone
+    (end of file), and a worker left alone stops rather than serve on unsupervised."""
+    link.setblocking(False)
+
+    def readable() -> None:
+        try:
+            data = link.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            return
+        loop.remove_reader(link.fileno())
+        log.warning("supervisor gone; stopping")
+        stop()
+
+    loop.add_reader(link.fileno(), readable)

@@ -26,7 +26,9 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (PrintLogger writes the line and its newline apart, so with
+        # PYTHONUNBUFFERED the workers of a supervisor, sharing stderr, could merge lines).
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         # Configured once per process (reload does not touch logging): a cached logger saves a
         # bind per log call, debug calls on the hot path included.
         cache_logger_on_first_use=True,

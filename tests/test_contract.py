@@ -172,7 +172,7 @@ def test_a_wecom_mode_picks_its_outbound_strategy_once(
     fields |= {"connectionMode": mode, "token": TOKEN, "encodingAesKey": AES_KEY}
     fields |= {"corpId": CORP_ID, "agentId": 1, "corpSecret": "s"} if mode == "app" else {}
     fields |= {"botId": "b", "botSecret": "s"} if mode == "aibot_ws" else {}
-    context: Any = type("Context", (), {"records": None})()
+    context: Any = type("Context", (), {"records": None, "connection_lease_ms": 15_000})()
     adapter = WeComAdapter(settings=WeComIntegration.model_validate(fields), context=context)
     module, _, name = strategy.rpartition(".")
     assert type(adapter.outbound) is getattr(importlib.import_module(module), name)

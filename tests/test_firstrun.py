@@ -221,14 +221,15 @@ async def test_a_second_ctrl_c_ends_the_grace_period_and_hands_the_turn_back(
 
     a = daemons(config(grace=120), "a")
     await a.start()
-    b = daemons(config(grace=0.2), "b")
-    await b.start()
     client = ConsoleClient(f"http://127.0.0.1:{a.port}")
     try:
         await client.send("a long one")
         await client.wait_cards(status="running")
     finally:
         await client.close()
+    # Started once a runs the turn: any replica may claim a due turn, so b would race for it.
+    b = daemons(config(grace=0.2), "b")
+    await b.start()
 
     a.ctrl_c()
     [shutting] = await eventually(lambda: a.logged("shutting down"))

@@ -89,9 +89,11 @@ async def start_gateway(
     *,
     expert: dict[str, Any] | None = None,
     clock: float | None = None,
+    runtime: dict[str, Any] | None = None,
     **extra: Any,
 ) -> InProcessGateway:
     config = base_config(prefix)
+    config["runtime"].update(runtime or {})
     config["experts"] = [expert or ECHO_FAST]
     config["integrations"] = [integration(fake, mode, **extra)]
     gw = InProcessGateway(config)
@@ -105,12 +107,11 @@ async def start_gateway(
 async def control_subscribed(gw: InProcessGateway) -> None:
     """Wait for the replica's control-channel subscription: a gateway stopped while it is
     still subscribing can hang in shutdown (a core race; see the adapter's report)."""
-    client = gw.gateway.store.redis
-    channel = gw.gateway.store.keys.control_channel()
+    store = gw.gateway.store
+    channels = store.control_channels()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        [(_, count)] = await client.pubsub_numsub(channel)
-        if count:
+        if all(await store.pubsub.subscribers(channels)):
             return
         await asyncio.sleep(0.02)
 

@@ -21,6 +21,7 @@ from gateway.adapter import (
     AdapterContext,
     FetchedFile,
     LiveAdapters,
+    OwnerLease,
     body_type,
     read_body,
 )
@@ -80,6 +81,12 @@ class DingTalkAdapter(Adapter):
                 integration_id=settings.id,
                 on_message=stream.robot_message,
                 on_card=stream.card_callback,
+                lease=OwnerLease.for_connection(
+                    context.records,
+                    platform="dingtalk",
+                    account=settings.client_id,
+                    ttl_ms=context.connection_lease_ms,
+                ),
             )
             if settings.connection_mode == "stream"
             else None

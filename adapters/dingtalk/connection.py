@@ -4,7 +4,12 @@ event loop and sleeps a fixed 10 s after a failure; here the open call is async,
 ``apiBase``, reconnects with backoff and a fresh ticket, and reports its state to ``/readyz``.
 
 A frame is acked only after its handler returned, and the handlers return only after intake
-stored the event (DESIGN.md §8.1)."""
+stored the event (DESIGN.md §8.1).
+
+One process of all (workers and replicas) holds the robot's stream: the one holding its owner
+lease (``gateway.leases``); the others stand by (ready: their replies go out over HTTP) and take
+over when the lease runs out. DingTalk would accept several connections and push each event to
+one of them, but N workers times M replicas would be N x M sockets for one robot."""
 
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from dingtalk_stream import (
     DingTalkStreamClient,
 )
 from websockets.asyncio.client import connect
+
+from gateway.adapter import LeasedConnection, OwnerLease
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -57,6 +64,7 @@ class StreamConnection(DingTalkStreamClient):  # type: ignore[misc]
         integration_id: str,
         on_message: Handle,
         on_card: Handle,
+        lease: OwnerLease,
         min_backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
@@ -75,26 +83,40 @@ class StreamConnection(DingTalkStreamClient):  # type: ignore[misc]
         self.connected_since: float | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
+        self.lease = LeasedConnection(
+            lease, connect=self._open, disconnect=self._close, integration_id=integration_id
+        )
 
     def begin(self) -> None:
-        self._task = asyncio.create_task(self.run(), name=f"dingtalk-stream:{self.integration_id}")
+        """Connect once this process holds the robot's lease (at once when no one else does)."""
+        self.lease.start()
 
     async def close(self) -> None:
+        await self.lease.stop()
+        self.state = "closed"
+
+    async def _open(self) -> None:
+        self._task = asyncio.create_task(self.run(), name=f"dingtalk-stream:{self.integration_id}")
+
+    async def _close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=DRAIN_S)
-        self.state = "closed"
+        self.state = "standby"
 
     def readiness(self) -> dict[str, Any]:
+        role = self.lease.role
+        state = {"owner": self.state, "standby": "standby", "stopped": "closed"}.get(role, "idle")
         return {
-            "ready": self.state == "connected",
+            "ready": state in ("connected", "standby"),
             "mode": "stream",
-            "state": self.state,
+            "state": state,
             "connects": self.connects,
-            **({"error": self.last_error} if self.last_error else {}),
+            **self.lease.readiness(),
+            **({"error": self.last_error} if self.last_error and role == "owner" else {}),
         }
 
     async def open(self) -> dict[str, Any]:

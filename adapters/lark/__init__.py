@@ -88,7 +88,10 @@ class LarkAdapter(Adapter):
             from adapters.lark.connection import LongConnection
 
             self.connection = LongConnection(
-                settings=self.settings, inbound=self.inbound, loop=asyncio.get_running_loop()
+                settings=self.settings,
+                inbound=self.inbound,
+                loop=asyncio.get_running_loop(),
+                context=self.context,
             )
             self.connection.start()
 
@@ -120,7 +123,7 @@ class LarkAdapter(Adapter):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._bot_task
         if self.connection is not None:
-            await asyncio.to_thread(self.connection.stop)
+            await self.connection.stop()
         await self.api.close()
 
     def readiness(self) -> dict[str, Any]:
@@ -132,8 +135,9 @@ class LarkAdapter(Adapter):
         if self.bot_error:
             state["error"] = self.bot_error
         if self.connection is not None:
-            state["connection"] = self.connection.state
-            state["ready"] = state["ready"] and self.connection.state == "connected"
+            # A standby is ready: another process holds the app's connection (its lease).
+            state.update(self.connection.readiness())
+            state["ready"] = state["ready"] and state["connection"] in ("connected", "standby")
         return state
 
     async def send_card(

@@ -7,6 +7,11 @@ handler hands each payload to the daemon's loop and waits for intake there: the 
 frame only when the handler returns, so an event is acked only once it is durable. A handler
 that fails (storage down, shutting down) makes the SDK answer 500 and Lark re-pushes.
 The SDK reconnects by itself with the interval and jitter the server configures.
+
+One process of all (workers and replicas) holds the app's connection: the one holding its owner
+lease (``gateway.leases``); the others stand by and take over when the lease runs out. Lark would
+accept several connections and push each event to one of them, but N workers times M replicas
+would be N x M sockets for one bot.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 import warnings
 from typing import Any, Literal
 
@@ -21,11 +27,12 @@ import structlog
 
 from adapters.lark.inbound import LarkInbound, Rejected
 from adapters.lark.settings import LarkIntegration
+from gateway.adapter import AdapterContext, LeasedConnection, OwnerLease
 from gateway.webhook import json_object
 
 log = structlog.get_logger("adapters.lark")
 
-State = Literal["connecting", "connected", "retrying", "failed", "stopped"]
+State = Literal["connecting", "connected", "retrying", "failed", "standby", "stopped"]
 HANDLER_TIMEOUT_S = 2.5  # Lark wants an answer within 3 s
 
 
@@ -86,6 +93,11 @@ class _Bridge:
         return answer or None
 
 
+def _imported(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("lark SDK import failed", error=str(done.exception()))
+
+
 class LongConnection:
     def __init__(
         self,
@@ -93,6 +105,7 @@ class LongConnection:
         settings: LarkIntegration,
         inbound: LarkInbound,
         loop: asyncio.AbstractEventLoop,
+        context: AdapterContext,
     ) -> None:
         self.settings = settings
         self.inbound = inbound
@@ -102,21 +115,67 @@ class LongConnection:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._looping = threading.Event()  # the thread's loop and stop event exist
+        self._sdk: asyncio.Future[Any] | None = None
+        lease = OwnerLease.for_connection(
+            context.records,
+            platform="lark",
+            account=settings.app_id,
+            ttl_ms=context.connection_lease_ms,
+        )
+        self.lease = LeasedConnection(
+            lease, connect=self._open, disconnect=self._close, integration_id=settings.id
+        )
 
     def start(self) -> None:
+        """Connect once this process holds the app's lease (at once when no one else does).
+        The SDK is imported meanwhile (seconds of work): a standby taking over connects at once."""
+        self._sdk = asyncio.ensure_future(asyncio.to_thread(sdk_client))
+        self._sdk.add_done_callback(_imported)
+        self.lease.start()
+
+    async def stop(self) -> None:
+        await self.lease.stop()
+        if self._sdk is not None:  # a thread still importing is not left running on its own
+            await asyncio.wait([self._sdk], timeout=10)
+        self.state = "stopped"
+
+    def readiness(self) -> dict[str, object]:
+        """``connection``: the socket's state, or ``standby`` where another process holds it."""
+        role = self.lease.role
+        state = {"owner": self.state, "standby": "standby", "stopped": "stopped"}.get(
+            role, "connecting"
+        )
+        return {"connection": state, **self.lease.readiness()}
+
+    async def _open(self) -> None:
+        # Not waiting for the SDK import here (the thread does, on the import lock): the lease
+        # loop must get back to its renewals at once.
+        self.state = "connecting"
+        self._loop, self._stop = None, None
+        self._looping.clear()
         self._thread = threading.Thread(
             target=self._run, name=f"lark-ws:{self.settings.id}", daemon=True
         )
         self._thread.start()
 
-    def stop(self) -> None:
-        """Close the socket and end the thread (called from a worker thread at shutdown)."""
+    async def _close(self) -> None:
+        await asyncio.to_thread(self._end_thread)
+        self.state = "standby"
+
+    def _end_thread(self) -> None:
+        """Close the socket and end the thread (in a worker thread: it joins)."""
+        thread = self._thread
+        deadline = time.monotonic() + 5
+        # A thread just started may not have made its loop yet: wait for it (or its end).
+        while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+            if self._looping.wait(0.05):
+                break
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self.state = "stopped"
+        if thread is not None:
+            thread.join(timeout=10)
 
     def _run(self) -> None:
         try:
@@ -133,6 +192,7 @@ class LongConnection:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._looping.set()
         sdk = sdk_client()
         client = sdk.Client(
             self.settings.app_id,

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,13 +32,18 @@ from adapters.wecom.ws_link import ReplyQueues
 from adapters.wecom.ws_replies import WsReplies
 from adapters.wecom.ws_session import SubscribeRefused, WsSession
 from adapters.wecom.ws_shared import BotShare
-from gateway.adapter import AdapterContext, FetchedFile, IngestOutcome, IngestUnavailable
+from gateway.adapter import (
+    AdapterContext,
+    FetchedFile,
+    IngestOutcome,
+    IngestUnavailable,
+    holder_token,
+)
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 
 log = structlog.get_logger("adapters.wecom")
 
-LEASE_MS = 45_000
 BACKOFF_MAX_S = 30.0  # ws.ts: 1 s doubling, at most 30 s
 
 
@@ -50,8 +54,8 @@ class AibotConnection:
         self.settings = settings
         self.context = context
         self.records = context.records
-        self.lease_ms = lease_ms or LEASE_MS
-        self.me = uuid.uuid4().hex
+        self.lease_ms = lease_ms or context.connection_lease_ms  # runtime.connectionLeaseSeconds
+        self.me = holder_token()  # host:pid:random, telling an operator who holds the bot
         self.share = BotShare(
             records=self.records, bot_id=settings.bot_id, me=self.me, lease_ms=self.lease_ms
         )

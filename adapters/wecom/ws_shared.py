@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.adapter import RecordStore
+from gateway.adapter import OwnerLease, RecordStore
 
 NS = "wecom-ws"
 OUTBOX_TTL_MS = 120_000
@@ -33,6 +33,11 @@ class BotShare:
         self.bot_id = bot_id
         self.me = me
         self.lease_ms = lease_ms
+        # The owner lease is the one every long connection uses (gateway.leases), under the
+        # key it always had here.
+        self.lease = OwnerLease(
+            records, namespace=NS, key=self._key("owner"), ttl_ms=lease_ms, me=me
+        )
 
     def _key(self, *parts: str) -> str:
         return ":".join((self.bot_id, *parts))
@@ -40,16 +45,13 @@ class BotShare:
     # --- the lease ----------------------------------------------------------------------------
     async def take(self) -> bool:
         """Take or renew the owner lease (both atomic: set-if-absent, extend-if-mine)."""
-        key = self._key("owner")
-        if await self.records.put_new(NS, key, self.me, ttl_ms=self.lease_ms):
-            return True
-        return await self.records.renew(NS, key, self.me, ttl_ms=self.lease_ms)
+        return await self.lease.take()
 
     async def holder(self) -> str | None:
-        return await self.records.get(NS, self._key("owner"))
+        return await self.lease.holder()
 
     async def release(self) -> None:
-        await self.records.release(NS, self._key("owner"), self.me)
+        await self.lease.release()
 
     # --- displacement -------------------------------------------------------------------------
     async def displaced_until(self) -> float | None:

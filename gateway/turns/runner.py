@@ -260,16 +260,29 @@ class Runner:
             return status, due
 
     async def _keep_lease(self, conv: str, owner: str, turn_id: str) -> None:
+        """Renew the lease every third of its time. A lease that could not be renewed for its
+        whole time (Redis stalled or unreachable) may already be another replica's: the local
+        run stops rather than run alongside the one that resumes it."""
         interval = self.settings.runtime.lease_seconds / 3
+        renewed = asyncio.get_running_loop().time()
         while True:
             await asyncio.sleep(interval)
             try:
-                held, cancel = await self.store.renew(
-                    conversation=conv, owner=owner, now_ms=self.clock(), lease_ms=self.lease_ms
+                # Bounded: a stalled Redis must not hold the renewal past the lease's time.
+                held, cancel = await asyncio.wait_for(
+                    self.store.renew(
+                        conversation=conv, owner=owner, now_ms=self.clock(), lease_ms=self.lease_ms
+                    ),
+                    interval,
                 )
             except Exception as exc:
-                log.warning("lease renewal failed", error=str(exc))
+                log.warning("lease renewal failed", error=str(exc) or type(exc).__name__)
+                if asyncio.get_running_loop().time() - renewed >= self.lease_ms / 1000:
+                    log.warning("lease not renewed for its whole time; stopping the local run")
+                    self.stop_local(conv, turn_id, reason="lost")
+                    return
                 continue
+            renewed = asyncio.get_running_loop().time()
             if not held:
                 log.warning("lease lost; stopping the local run")
                 self.stop_local(conv, turn_id, reason="lost")

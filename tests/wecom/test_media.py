@@ -58,7 +58,9 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 
 
 def test_media_decrypts_with_a_32_byte_padding_block_and_refuses_garbage() -> None:
-    key = os.urandom(32)
+    # A fixed key: with a random one, the zeros below decrypt to valid padding about once in
+    # 256 runs.
+    key = bytes(range(32))
     fake = FakeWeCom()
     for size in (0, 1, 15, 16, 31, 32, 33, 1000):
         data = os.urandom(size)

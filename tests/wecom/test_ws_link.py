@@ -94,12 +94,12 @@ async def test_another_client_taking_the_bot_stops_reconnects_until_the_hold_end
 
 
 async def test_a_displaced_bot_keeps_every_replica_off(
-    gateways: list[Any], prefix: str, fake: FakeWeCom, monkeypatch: pytest.MonkeyPatch
+    gateways: list[Any], prefix: str, fake: FakeWeCom
 ) -> None:
-    monkeypatch.setattr("adapters.wecom.connection.LEASE_MS", 1500)  # standby checks every 0.5 s
-    first = await ws_gateway(gateways, prefix, fake, displacedRetrySeconds=3)
+    lease = {"connectionLeaseSeconds": 1.5}  # standby checks every 0.5 s
+    first = await ws_gateway(gateways, prefix, fake, displacedRetrySeconds=3, runtime=lease)
     await eventually(lambda: state_of(first)["state"] == "connected")
-    second = await ws_gateway(gateways, prefix, fake, displacedRetrySeconds=3)
+    second = await ws_gateway(gateways, prefix, fake, displacedRetrySeconds=3, runtime=lease)
     await eventually(lambda: state_of(second)["state"] == "standby")
     async with another_client(fake):
         await eventually(
