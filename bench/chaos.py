@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -47,7 +48,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.chaos_monitor import Monitor
-from bench.chaos_redis import RedisLauncher, launcher
+from bench.chaos_redis import RedisLauncher, dump_keys, launcher
 from bench.chaos_replica import INTEGRATION, Replica, replica_config
 from bench.chaos_verdict import Verdict, audit_checks, judge
 
@@ -243,6 +244,26 @@ async def settle(
     return verdict
 
 
+async def left_behind(redis: RedisLauncher, prefix: str, chats: list[str]) -> dict[str, Any]:
+    """What Redis holds for the conversations that lost messages (their keys, and their entries
+    in the due index), so a failed run says where the messages stopped."""
+    if not chats:
+        return {}
+    keys = await dump_keys(redis.nodes, f"{prefix}:*")
+    out: dict[str, Any] = {}
+    for chat in chats:
+        mine = re.compile(rf"(^|[^0-9A-Za-z-]){re.escape(chat)}($|[^0-9])")
+        out[chat] = {k: v for k, v in keys.items() if mine.search(k)}
+        out[chat]["due"] = [
+            (k, m)
+            for k, v in keys.items()
+            if v["type"] == "zset" and k.endswith(":due")
+            for m in v["value"]
+            if mine.search(str(m[0]))
+        ]
+    return out
+
+
 # --- the run -------------------------------------------------------------------------------------
 async def run(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     rng = random.Random(opts.seed)
@@ -313,6 +334,7 @@ async def drive(
     busy_s = window_s - opts.pause_seconds  # nothing polls a paused Redis
     verdict = await settle(opts, convs, replicas, http)
     seconds = now() - t0
+    lost_state = await left_behind(redis, prefix, [convs[n][0].chat for n in verdict.lost_in[:2]])
     audit = audit_checks(await redis.audit_rows(prefix))
     memory = await redis.memory(prefix) if opts.memory else None
     await stats.close()
@@ -349,6 +371,8 @@ async def drive(
         "redis_traffic": stats.per_message(before, after, idle, busy_s, accepted, audit),
         **({"redis_memory_by_kind": memory} if memory is not None else {}),
         **({"monitor": calls} if calls is not None else {}),
+        **({"lost_in": [convs[n][0].chat for n in verdict.lost_in]} if verdict.lost_in else {}),
+        **({"lost_state": lost_state} if lost_state else {}),
         "replica_cpu_ms_per_message": (
             round(replica_cpu * 1000 / max(accepted, 1), 2) if opts.kill_at is None else None
         ),

@@ -358,3 +358,29 @@ class Stats:
                 k: round(v / m, 2) for k, v in calls.most_common() if v / m >= 0.05
             },
         }
+
+
+async def dump_keys(nodes: list[tuple[str, int]], pattern: str) -> dict[str, Any]:
+    """Every key matching ``pattern`` on every node with its type, TTL and content: what a
+    conversation left behind when the run lost messages in it."""
+    out: dict[str, Any] = {}
+    for _host, port in nodes:
+        client = aioredis.Redis(port=port, decode_responses=True)
+        try:
+            async for key in client.scan_iter(match=pattern, count=1000):
+                kind = await client.type(key)
+                value: Any
+                if kind == "hash":
+                    value = await client.hgetall(key)
+                elif kind == "list":
+                    value = await client.lrange(key, 0, -1)
+                elif kind == "zset":
+                    value = await client.zrange(key, 0, -1, withscores=True)
+                elif kind == "string":
+                    value = await client.get(key)
+                else:
+                    value = kind
+                out[str(key)] = {"type": kind, "pttl": await client.pttl(key), "value": value}
+        finally:
+            await client.aclose()
+    return out

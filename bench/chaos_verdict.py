@@ -10,7 +10,7 @@ import bisect
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Card statuses that end a card (gateway/progress.py FINAL); anything else is still going.
@@ -29,6 +29,7 @@ class Verdict:
     answered_unaccepted: int = 0  # answered though no delivery got a 202 (fine, counted)
     user_record_dups: int = 0  # a message shown twice in the transcript
     unreadable: int = 0  # conversations whose transcript could not be read
+    lost_in: list[int] = field(default_factory=list)  # conversations (by index) with a loss
 
     @property
     def complete(self) -> bool:
@@ -59,10 +60,11 @@ def judge(
     """Each conversation: the texts sent in order, those accepted, and its transcript records
     (``None`` when unreadable)."""
     v = Verdict()
-    for sent, accepted, records in conversations:
+    for n, (sent, accepted, records) in enumerate(conversations):
         if records is None:
             v.unreadable += 1
             v.lost += len(accepted)
+            v.lost_in.append(n)
             continue
         cards = [r["card"] for r in records if r.get("type") == "card"]
         v.cards += len(cards)
@@ -72,7 +74,10 @@ def judge(
         count = Counter(lines)
         index = {text: i for i, text in enumerate(sent)}
         v.unknown_lines += sum(n for text, n in count.items() if text not in index)
-        v.lost += sum(1 for text in accepted if count[text] == 0)
+        lost = sum(1 for text in accepted if count[text] == 0)
+        v.lost += lost
+        if lost:
+            v.lost_in.append(n)
         v.duplicated += sum(1 for text in sent if count[text] > 1)
         v.answered_unaccepted += sum(1 for text in sent if count[text] and text not in accepted)
         firsts = [index[t] for t in dict.fromkeys(lines) if t in index]

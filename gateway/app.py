@@ -264,7 +264,8 @@ class Gateway:
                     ttl_ms=15_000,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop_event.wait(), 5)
+                async with asyncio.timeout(5):
+                    await self._stop_event.wait()
 
     # --- HTTP ------------------------------------------------------------------------------
     async def _root(self, request: web.Request) -> web.StreamResponse:
@@ -283,7 +284,8 @@ class Gateway:
         ready = not self.stopping
         try:
             assert self.redis is not None
-            await asyncio.wait_for(self.redis.client.ping(), 2)
+            async with asyncio.timeout(2):
+                await self.redis.client.ping()
             checks["redis"] = {"ready": True}
         except Exception as exc:
             checks["redis"] = {"ready": False, "error": type(exc).__name__}

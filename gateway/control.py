@@ -56,7 +56,8 @@ class Control:
             except Exception as exc:
                 log.warning("control channel lost; resubscribing", error=str(exc))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), 1)
+                    async with asyncio.timeout(1):
+                        await stopping.wait()
 
     @staticmethod
     def _dispatch(runs: Runs, raw: Any) -> None:

@@ -100,6 +100,23 @@ class Worker:
     embedded_redis_url: str | None = None
 
 
+def dump_tasks() -> None:
+    """SIGUSR1: one log line per asyncio task with where it waits, innermost call last (what an
+    operator sends a replica that seems stuck; code locations only, no message content)."""
+    for task in asyncio.all_tasks():
+        where: list[str] = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and len(where) < 24:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:  # a future, or a finished coroutine
+                where.append(type(awaited).__name__)
+                break
+            name = frame.f_code.co_filename.rsplit("/", 2)[-2:]
+            where.append(f"{'/'.join(name)}:{frame.f_lineno} {frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        log.warning("task dump", task=task.get_name(), where=" -> ".join(where))
+
+
 async def serve(
     settings: Settings,
     *,
@@ -147,6 +164,7 @@ async def serve(
 
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, lambda: gateway.spawn(reread()))
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
     link = worker.link if worker is not None else None
     if link is not None:
         _watch_supervisor(loop, link, lambda: on_signal(signal.SIGTERM))

@@ -10,6 +10,7 @@ between those, a local intake has only its conversation's shard read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import structlog
@@ -112,8 +113,7 @@ class Flusher:
         if timeout <= 0:
             # Due again already (a burst's window just closed): yield briefly, then look.
             timeout = 0.005 if len(self.runner.active) < self.max_runs else 0.05
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
         self._event.clear()

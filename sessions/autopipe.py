@@ -146,7 +146,8 @@ class ScriptPipe:
                 self._idle = loop.create_future()
                 try:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._idle, wait)
+                        async with asyncio.timeout(wait):
+                            await self._idle
                 finally:
                     self._idle = None
         except BaseException as exc:  # never leave a caller waiting

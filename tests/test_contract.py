@@ -75,6 +75,24 @@ def test_no_module_is_over_400_lines() -> None:
     assert long == {}
 
 
+def test_no_bare_asyncio_wait_for() -> None:
+    """On Python 3.11, ``asyncio.wait_for`` swallows a cancel that arrives as its awaitable
+    completes (CPython gh-86296, fixed in 3.12): a lease keeper cancelled that way renewed a
+    finished turn's lease forever, and a Stop could be lost the same way. ``asyncio.timeout``
+    keeps the cancel; ``wait_for(asyncio.shield(...))`` waits for a task we do not cancel."""
+    found = []
+    for folder in ("gateway", "sessions", "adapters"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Call)
+                    and ast.unparse(node.func) == "asyncio.wait_for"
+                    and not ast.unparse(node.args[0]).startswith("asyncio.shield(")
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_adapter_package_has_the_same_module_map(package: str) -> None:
     folder = ADAPTERS / package

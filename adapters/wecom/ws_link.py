@@ -177,7 +177,8 @@ class ReplyQueues:
                 self._acks[req_id] = ack
                 try:
                     await self._write(json.dumps(item.frame, ensure_ascii=False))
-                    item.settle(await asyncio.wait_for(ack, self.timeout_s))
+                    async with asyncio.timeout(self.timeout_s):
+                        item.settle(await ack)
                 except TimeoutError:
                     # The SDK gives up on the ack after 5 s and moves on to the next frame.
                     log.warning("no ack for a reply", req_id=req_id, cmd=item.frame.get("cmd"))

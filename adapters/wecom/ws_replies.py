@@ -192,7 +192,8 @@ class WsReplies:
             while not live.over.is_set():
                 wake = min(live.sent_at + self.keepalive_s, deadline)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(live.over.wait(), max(0.0, wake - loop.time()))
+                    async with asyncio.timeout(max(0.0, wake - loop.time())):
+                        await live.over.wait()
                 async with live.lock:
                     if live.over.is_set():
                         return

@@ -280,7 +280,8 @@ class XpertExpert(Expert):
                 # resume must read after it), and not for long.
                 wait = END_GRACE_S if stream.finished else s.idle_timeout_seconds
                 try:
-                    sse = await asyncio.wait_for(anext(events), wait)
+                    async with asyncio.timeout(wait):  # not wait_for: it can swallow a Stop
+                        sse = await anext(events)
                 except StopAsyncIteration:
                     return
                 except TimeoutError:

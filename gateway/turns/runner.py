@@ -268,13 +268,14 @@ class Runner:
         while True:
             await asyncio.sleep(interval)
             try:
-                # Bounded: a stalled Redis must not hold the renewal past the lease's time.
-                held, cancel = await asyncio.wait_for(
-                    self.store.renew(
+                # Bounded: a stalled Redis must not hold the renewal past the lease's time. Not
+                # asyncio.wait_for: on Python 3.11 a cancel arriving as the renewal completes is
+                # swallowed by it, and this keeper would then renew the lease of a finished turn
+                # forever (its conversation stuck; seen in bench/chaos.py).
+                async with asyncio.timeout(interval):
+                    held, cancel = await self.store.renew(
                         conversation=conv, owner=owner, now_ms=self.clock(), lease_ms=self.lease_ms
-                    ),
-                    interval,
-                )
+                    )
             except Exception as exc:
                 log.warning("lease renewal failed", error=str(exc) or type(exc).__name__)
                 if asyncio.get_running_loop().time() - renewed >= self.lease_ms / 1000:
