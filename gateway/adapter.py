@@ -202,6 +202,22 @@ class Adapter(abc.ABC):
         """Connection state for ``/readyz``; ``ready`` False makes the replica unready."""
         return {"ready": True}
 
+    def reuses_card(self, handle: str) -> bool:
+        """Whether a card an earlier turn sent can show a later turn in place (an external
+        object's card, updated by each of its events: gateway/triggers/event_cards.py). False
+        where updates are once-only messages (markdown replies), so each turn gets its own."""
+        return False
+
+    def posts_unprompted(self, chat_type: str) -> bool:
+        """Whether the bot can post into a chat of ``chat_type`` with no message to answer
+        (a scheduled turn's card); a platform mode that only answers says False."""
+        return True
+
+    def unprompted_chat_id(self, envelope: Envelope) -> str:
+        """The chat id a schedule made from ``envelope`` (``/schedule`` or a routine said in
+        that chat) posts its turns to; the envelope's own chat unless the platform says else."""
+        return envelope.chat.id
+
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:

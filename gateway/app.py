@@ -26,6 +26,10 @@ from gateway.pipeline import Pipeline
 from gateway.settings import IntegrationBase, Settings
 from gateway.spool import store_identity
 from gateway.spooler import Spooler
+from gateway.triggers import external
+from gateway.triggers.schedule_api import ScheduleApi
+from gateway.triggers.schedules import Scheduler
+from gateway.triggers.watch_admin import WatchAdmin
 from gateway.turns import Runner
 from gateway.webhook import ServerLog
 from sessions import (
@@ -166,6 +170,14 @@ class Gateway:
             control=self.control,
         )
         ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
+        self.scheduler = Scheduler(
+            store=self.pipeline.schedules.book.store,
+            settings=self.live,
+            ingest=ingest,
+            adapters=self.adapters,
+            owner=self.replica_id,
+        )
+        self.pipeline.schedules.on_change = self.scheduler.wake
         # Long connections whose platform never delivers an event again spool it while Redis
         # is unreachable; opened before the adapters start, so their events queue up behind
         # what a previous run left spooled, and replayed once they are up (replies need them).
@@ -200,6 +212,7 @@ class Gateway:
             asyncio.create_task(self.flusher.run(), name="flusher"),
             asyncio.create_task(self.control.listen(self.runner, self._stop_event), name="control"),
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self.scheduler.run(), name="scheduler"),
         ]
         log.info(
             "gateway started",
@@ -244,9 +257,14 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self.metrics.handler)
         app.router.add_get("/", self._root)
-        AdminApi(settings=self.live, store=self.store, records=self.records).setup(app)
+        admin = AdminApi(settings=self.live, store=self.store, records=self.records)
+        admin.setup(app)
+        WatchAdmin(settings=self.live, watch=self.pipeline.watch).setup(app, admin.guarded)
+        book = self.pipeline.schedules.book
+        ScheduleApi(book=book, on_change=self.scheduler.wake).setup(app, admin.guarded)
         for factory in self.factories.values():
             factory.setup_routes(app, self.adapters)
+        external.setup_routes(app, self.adapters)  # POST /api/events/{integrationId}/{source}
         return app
 
     # --- loops -----------------------------------------------------------------------------
@@ -325,9 +343,10 @@ class Gateway:
         # mid-claim would otherwise start a run after the snapshot below, and a task cancelled
         # inside a Redis call drops its connection unclosed).
         self.flusher.stop()
+        self.scheduler.stop()
         self._stop_event.set()
-        flusher, _control, heartbeat = self._loops
-        await asyncio.wait([flusher, heartbeat], timeout=3)
+        flusher, _control, heartbeat, scheduler = self._loops
+        await asyncio.wait([flusher, heartbeat, scheduler], timeout=3)
         # 2: runs get the grace period, then are handed back to another replica.
         running = [r.task for r in self.runner.active.values() if r.task is not None]
         if running:

@@ -7,7 +7,9 @@ import asyncio
 import json
 import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from gateway.settings import (
     build_settings_model,
     cpu_count,
 )
+from gateway.triggers.schedule_book import entries_of
 
 
 def settings_model() -> type[Settings]:
@@ -60,6 +63,19 @@ def _load_or_report(path: str) -> Settings | None:
         return None
 
 
+def _print_schedules(settings: Settings) -> None:
+    """The config's schedules with their next fire time (runtime ones live in Redis)."""
+    entries = entries_of(settings, {})
+    if entries:
+        print("schedules:")
+    now = int(time.time() * 1000)
+    for entry in entries:
+        s = entry.schedule
+        nxt = entry.next_fire(now)
+        when = "never" if nxt is None else datetime.fromtimestamp(nxt / 1000, UTC).isoformat()
+        print(f"  {s.id}: {s.cron!r} {entry.zone} in {s.integration_id}/{s.chat_id}, next {when}")
+
+
 def _check(args: argparse.Namespace) -> int:
     settings = _load_or_report(args.config)
     if settings is None:
@@ -87,6 +103,11 @@ def _check(args: argparse.Namespace) -> int:
                 if v is not None
             )
             print(f"    route {match} -> {route.xpert_id}")
+        for watch in integ.watches:
+            print(f"    watch {watch.id}" + ("" if watch.enabled else " [disabled]"))
+        for source in integ.events:
+            print(f"    events {source.source} -> chat {source.chat_id}")
+    _print_schedules(settings)
     if args.verbose:
         print(json.dumps(json.loads(settings.model_dump_json(by_alias=True)), indent=2))
     for warning in config_warnings(settings):

@@ -35,7 +35,12 @@ class ConversationId:
 
     @classmethod
     def of(cls, integration: IntegrationBase, envelope: Envelope) -> ConversationId:
-        """The scope of DESIGN.md §6: the chat, the chat and its sender, or the chat's thread."""
+        """The scope of DESIGN.md §6: the chat, the chat and its sender, or the chat's thread.
+        An external event's is its object's, whatever the scope: a pull request's events are one
+        conversation, in order, with one card (gateway/triggers/external.py)."""
+        if envelope.subject is not None:
+            chat = envelope.chat
+            return cls(integration.id, chat.type, chat.id, thread=envelope.subject.thread)
         sender = thread = None
         if integration.session_scope == "chat_sender":
             sender = envelope.sender.id

@@ -60,7 +60,30 @@ class Action(_Frozen):
     message_id: str | None = None
 
 
-EnvelopeKind = Literal["message", "action", "command", "schedule"]
+class Subject(_Frozen):
+    """What an external event (kind ``event``) is about: its source and the object's key. Events
+    about one subject share a conversation and update one card until one of them is ``final``
+    (gateway/triggers/external.py)."""
+
+    source: str
+    key: str
+    final: bool = False
+
+    @property
+    def thread(self) -> str:
+        return f"{self.source}:{self.key}"
+
+
+class Trigger(_Frozen):
+    """What started a turn nobody addressed to the bot (kind ``watch``): the watch's id, its
+    instruction and the expert it names, if any (``gateway.triggers.watch``)."""
+
+    id: str
+    text: str | None = None
+    xpert_id: str | None = None
+
+
+EnvelopeKind = Literal["message", "action", "command", "schedule", "watch", "event"]
 
 
 class Envelope(_Frozen):
@@ -78,6 +101,8 @@ class Envelope(_Frozen):
     attachments: tuple[Attachment, ...] = ()
     reply_to: ReplyTo | None = None
     action: Action | None = None
+    trigger: Trigger | None = None
+    subject: Subject | None = None  # kind event
     locale: str | None = None
     raw: dict[str, Any] | None = None
 

@@ -1,9 +1,10 @@
 """Intake: the entry point every adapter hands its Envelopes to (DESIGN.md §1).
 
 Order, and why: (1) drop what is not for us (bots, unmentioned group chatter) without touching
-Redis; (2) commands and Stop/New clicks act at once, since they must not wait behind the running
-turn; (3) everything else is deduplicated and appended to its conversation's burst in ONE Redis
-round trip, so that when ``ingest`` returns the adapter may ack: the message is durable.
+Redis, unless a group watch takes the chatter (gateway/triggers/watch_intake.py); (2) commands
+and Stop/New clicks act at once, since they must not wait behind the running turn; (3) everything
+else is deduplicated and appended to its conversation's burst in ONE Redis round trip, so that
+when ``ingest`` returns the adapter may ack: the message is durable.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from gateway.progress import (
     ACTION_STOP,
 )
 from gateway.settings import IntegrationBase, Settings
+from gateway.triggers import routines
+from gateway.triggers.watch_intake import GroupWatch
 from sessions import SessionRecords, SessionStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.intake")
@@ -61,6 +64,13 @@ class Pipeline:
         self.spawn = spawn
         self.clock = clock
         self.accepting = True
+        # Group watch: unaddressed group messages that match a watch (gateway/triggers).
+        self.watch = GroupWatch(store=store, settings=settings, wake=wake, spawn=spawn, clock=clock)
+        # /schedule, /schedules, /unschedule and routines said in plain words (gateway/triggers).
+        self.schedules = routines.ChatSchedules.of(
+            store=store, settings=settings, adapters=adapters, reply=self._reply, spawn=spawn,
+            clock=clock,
+        )  # fmt: skip
 
     @property
     def settings(self) -> Settings:
@@ -100,6 +110,10 @@ class Pipeline:
                 and integ.group_reply_strategy == "mention_only"
                 and not env.bot_mentioned
             ):
+                if env.kind == "message":
+                    watched = await self.watch.offer(integ, env)
+                    if watched is not None:
+                        return watched
                 if integ.history_context_limit and env.text.strip():
                     # Context for the next turn in this chat (historyContextLimit).
                     await self.records.add_group_message(
@@ -116,6 +130,10 @@ class Pipeline:
                     )
                 return IngestOutcome("ignored", "group message without a mention")
             command = parse_command(env.text)
+            if command is None and env.kind == "message":
+                routine = await self.schedules.offer(integ, env, conv)  # None: not a routine
+                if routine is not None:
+                    return routine
             if command is not None:
                 if not await self.store.mark_seen(conv, env.event_id, self.clock()):
                     return IngestOutcome("duplicate")
@@ -129,6 +147,9 @@ class Pipeline:
                 if command.name in ("remember", "memory", "forget"):
                     await self._memory_command(integ, env, command.name, command.rest)
                     return IngestOutcome("handled", command.name)
+                if command.name in routines.COMMANDS:
+                    await self.schedules.command(integ, env, command.name, command.rest)
+                    return IngestOutcome("handled", command.name)
                 await self._new(conv, env, announce=not command.rest)
                 if not command.rest:
                     return IngestOutcome("handled", "new")
@@ -139,7 +160,9 @@ class Pipeline:
                         "event_id": env.event_id + "#new",
                     }
                 )
-        mode = "reject" if integ.busy_policy == "reject" else "collect"
+        # An external event is never turned away as busy (it has no one to tell): it waits.
+        busy_reject = integ.busy_policy == "reject" and env.kind != "event"
+        mode = "reject" if busy_reject else "collect"
         if env.kind == "action":
             assert env.action is not None
             action_id = env.action.id
@@ -157,6 +180,8 @@ class Pipeline:
                 else:
                     await self._new(conv, env, announce=True)
                 return IngestOutcome("handled", action_id)
+            if action_id in routines.ACTIONS:
+                return await self.schedules.click(integ, env, conv)
             if action_id not in (ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY):
                 return IngestOutcome("ignored", f"unknown action {action_id!r}")
             mode = "urgent"

@@ -30,6 +30,9 @@ ACTION_NEW = "new"
 ACTION_CONFIRM = "confirm"
 ACTION_REJECT = "reject"
 ACTION_RETRY = "retry"
+# A routine said in plain words waits for these (gateway/triggers/routines.py).
+ACTION_ROUTINE_CONFIRM = "routine_confirm"
+ACTION_ROUTINE_CANCEL = "routine_cancel"
 
 STATUS_TITLES: dict[str, str] = {
     "running": "Working on it…",
@@ -74,10 +77,15 @@ class Progress:
     output_tokens: int = 0
     version: int = 0
     decision: Decision | None = None  # set when a waiting turn is resumed (Confirm / Reject)
+    # A card that is no turn's (a routine's confirmation): its own title and buttons.
+    headline: str = ""
+    actions: tuple[Button, ...] | None = None
 
     @property
     def title(self) -> str:
         """The card's headline: the question while waiting, else the status."""
+        if self.headline:
+            return self.headline
         return self.prompt if self.status == "waiting" and self.prompt else self.status_title
 
     @property
@@ -91,6 +99,8 @@ class Progress:
 
     @property
     def buttons(self) -> tuple[Button, ...]:
+        if self.actions is not None:
+            return self.actions
         if self.status == "running":
             return (Button(ACTION_STOP, "Stop", "danger"),)
         if self.status == "waiting":

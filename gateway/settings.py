@@ -24,6 +24,9 @@ from pydantic import (
 
 from gateway.model import GatewayModel as GatewayModel
 from gateway.redis_settings import RedisSettings as RedisSettings
+from gateway.triggers.event_settings import EventSource, unique_sources
+from gateway.triggers.schedule_settings import Schedules
+from gateway.triggers.watch import Watches, watch_problems
 
 if TYPE_CHECKING:
     from gateway.experts.base import Expert
@@ -242,7 +245,12 @@ class IntegrationBase(GatewayModel):
         default_factory=list,
         description="Sender ids allowed to /remember and /forget; empty: everyone in the chat",
     )
+    schedule_admins: list[str] = Field(default_factory=list, description="Who may schedule")
     routes: list[Route] = Field(default_factory=list)
+    watches: Watches = Field(default_factory=list, description="Group watch: start turns unasked")
+    events: Annotated[list[EventSource], AfterValidator(unique_sources)] = Field(
+        default_factory=list, description="Signed external events (GitHub, GitLab, generic)"
+    )
 
     @model_validator(mode="after")
     def _windows(self) -> IntegrationBase:
@@ -275,6 +283,7 @@ class Settings(GatewayModel):
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     experts: list[ExpertBase] = Field(min_length=1)
     integrations: list[IntegrationBase] = Field(default_factory=list)
+    schedules: Schedules = Field(default_factory=list, description="Turns started by a cron")
 
     # The installed expert kinds the model was built for (build_settings_model).
     expert_kinds: ClassVar[Mapping[str, type[Expert]]] = {}
@@ -305,11 +314,17 @@ class Settings(GatewayModel):
                     f"integrations.{i}.xpertId: {integ.xpert_id!r} names no expert "
                     f"(experts: {', '.join(sorted(experts))})"
                 )
+            problems += watch_problems(
+                f"integrations.{i}", integ.watches, experts, integ.group_reply_strategy
+            )
             for j, route in enumerate(integ.routes):
                 if route.xpert_id not in experts:
                     problems.append(
                         f"integrations.{i}.routes.{j}.xpertId: {route.xpert_id!r} names no expert"
                     )
+            for j, ev in enumerate(integ.events):
+                if ev.xpert_id is not None and ev.xpert_id not in experts:
+                    problems.append(f"integrations.{i}.events.{j}.xpertId: names no expert")
         if problems:
             raise ValueError("; ".join(problems))
         return self

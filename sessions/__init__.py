@@ -5,12 +5,14 @@ interpret (DESIGN.md §2).
 """
 
 from sessions.connection import RedisClient, RedisHandle, connect_redis
+from sessions.external import EventCardStore
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.layout import LayoutMismatch
 from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
 from sessions.records_admin import SessionRecords
+from sessions.schedules import ScheduleStore
 from sessions.store import (
     Binding,
     Claim,
@@ -23,6 +25,7 @@ from sessions.timeline import TimelineStore
 __all__ = [
     "Binding",
     "Claim",
+    "EventCardStore",
     "HistoryStore",
     "IntakeResult",
     "KeyBuilder",
@@ -31,6 +34,7 @@ __all__ = [
     "RecordStore",
     "RedisClient",
     "RedisHandle",
+    "ScheduleStore",
     "SessionRecords",
     "SessionStore",
     "StoreUnavailable",

@@ -105,6 +105,44 @@ class KeyBuilder:
     def cancel(self, conv: str) -> str:
         return self._conv(conv, "cancel")
 
+    # --- external events (gateway/triggers/external.py, sessions/external.py) ----------------
+    def event_card(self, conv: str) -> str:
+        """The card of an external object (the conversation's subject) while it is open."""
+        return self._conv(conv, "evcard")
+
+    # --- group watch (gateway/triggers/watch*.py, sessions/watch.py) -------------------------
+    def watch_cooldown(self, conv: str, watch_id: str) -> str:
+        """A watch's cooldown in a chat. ``conv`` is the watch's conversation, which one
+        (integration, chat, watch) always gives, so this is one key per (integration, watch,
+        chat), in the conversation's slot: the script that checks it also dedups and appends."""
+        return self._conv(conv, "watch") + self.sep + _tag_safe(watch_id)
+
+    def watches(self, integration_id: str) -> str:
+        """An integration's runtime watches and enabled overrides: one hash, no TTL (it is
+        configuration, changed only through the admin API). Safe on a cluster: every command on
+        it names this key alone (HGETALL, HSET, HDEL, a MULTI on it only)."""
+        return self._k("watches", _tag_safe(integration_id))
+
+    # --- schedules (gateway/triggers/schedules.py, sessions/schedules.py) ----------------------
+    # Every command on these names one key alone (no script or transaction mixes two), so each
+    # is safe on a cluster; the two hashes are shared by all replicas, read once per tick each.
+    def schedules(self) -> str:
+        """The runtime schedules (id -> JSON): no TTL, they live until deleted."""
+        return self._k("schedules")
+
+    def schedule_fires(self) -> str:
+        """The last fire per schedule (id -> epoch ms): no TTL, it is what survives a restart;
+        a deleted schedule's field goes with it."""
+        return self._k("schedule-fires")
+
+    def schedule_claim(self, schedule_id: str, fire_ms: int) -> str:
+        """One fire's claim (SET NX PX): whoever sets it starts that fire's turn."""
+        return self._k("schedule-claim", _tag_safe(schedule_id), str(fire_ms))
+
+    def routine(self, token: str) -> str:
+        """A routine waiting for Confirm / Cancel (with a TTL)."""
+        return self._k("routine", _tag_safe(token))
+
     # --- due index: one sorted set per shard -------------------------------------------------
     def due(self, shard: int) -> str:
         """Conversations of ``shard`` with pending work, scored by when to look at them next.

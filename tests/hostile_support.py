@@ -1,8 +1,9 @@
 """Support for the hostile-input tests (test_hostile.py, test_fuzz.py): one gateway serving
-every HTTP endpoint (console, Lark, DingTalk, WeCom app and AI bot, admin), run on a thread of
-its own so that synchronous tests (hypothesis drives those) talk to it over a real socket; a Redis
-of its own, so "nothing stored" is a cheap, exact check of its whole key set; and the log, all of
-it (structlog and stdlib), kept to assert that nothing logged a traceback or an error.
+every HTTP endpoint (console, Lark, DingTalk, WeCom app and AI bot, external events, admin), run
+on a thread of its own so that synchronous tests (hypothesis drives those) talk to it over a real
+socket; a Redis of its own, so "nothing stored" is a cheap, exact check of its whole key set;
+and the log, all of it (structlog and stdlib), kept to assert that nothing logged a traceback or
+an error.
 
 Turns never run here (the flusher is stopped) and replies are never sent (intake's replies are
 dropped): an event a fuzzer happens to make valid is stored, and that is all.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import json
 import logging
 import socket
@@ -39,6 +42,7 @@ T = TypeVar("T")
 LARK_TOKEN = "v_token_test"
 DINGTALK_SECRET = "dt-app-secret"
 ADMIN_TOKEN = "admin-token-123"
+EVENT_SECRETS = {"github": "gh-secret", "gitlab": "gl-token", "generic": "gen-secret"}
 
 
 def config(redis_url: str) -> dict[str, Any]:
@@ -48,7 +52,15 @@ def config(redis_url: str) -> dict[str, Any]:
     cfg["admin"] = {"token": ADMIN_TOKEN}
     common = {"xpertId": "echo", "summaryWindowSeconds": 0, "maxWindowSeconds": 5}
     cfg["integrations"] = [
-        {"id": "console", "platform": "console", **common},
+        {
+            "id": "console",
+            "platform": "console",
+            "events": [
+                {"source": source, "secret": secret, "chatId": "team"}
+                for source, secret in EVENT_SECRETS.items()
+            ],
+            **common,
+        },
         {
             "id": "lk",
             "platform": "lark",
@@ -277,3 +289,17 @@ def _query(params: dict[str, str]) -> str:
     from urllib.parse import urlencode
 
     return urlencode(params)
+
+
+def event_signed(
+    source: str, body: bytes, event: str = "pull_request"
+) -> tuple[str, dict[str, str]]:
+    """(target, headers) of an external event carrying ``body``, signed as ``source`` signs."""
+    secret = EVENT_SECRETS[source]
+    mac = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {
+        "github": {"X-GitHub-Event": event, "X-GitHub-Delivery": "d-1", "X-Hub-Signature-256": mac},
+        "gitlab": {"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Token": secret},
+        "generic": {"X-Signature-256": mac},
+    }[source]
+    return f"/api/events/console/{source}", headers

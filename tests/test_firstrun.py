@@ -481,3 +481,16 @@ def test_compose_publishes_the_console_on_localhost_unless_opted_in() -> None:
     assert published["gateway"] == ["127.0.0.1:8080:8080"]
     assert all(p.startswith("127.0.0.1:") for ports in published.values() for p in ports)
     assert _published({"XGW_PUBLISH_ADDRESS": "0.0.0.0"})["gateway"] == ["0.0.0.0:8080:8080"]
+
+
+def test_check_lists_the_triggers_of_the_example_configs() -> None:
+    schedules = run_cli("check", "--config", str(ROOT / "config/examples/schedules.yaml"))
+    assert schedules.returncode == 0, schedules.stderr
+    assert "schedules:\n" in schedules.stdout
+    line = next(x for x in schedules.stdout.splitlines() if "weekday-summary" in x)
+    assert "'30 9 * * 1-5' Europe/Berlin in console/team, next 20" in line
+    assert "paused" in schedules.stdout and "next never" in schedules.stdout
+    watch = run_cli("check", "--config", str(ROOT / "config/examples/watch.yaml"))
+    assert "    watch incidents\n" in watch.stdout
+    events = run_cli("check", "--config", str(ROOT / "config/examples/events.yaml"))
+    assert "    events github -> chat " in events.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +20,7 @@ from tests.hostile_support import (
     ADMIN_TOKEN,
     Hostile,
     dingtalk_headers,
+    event_signed,
     hostile_gateway,
     lark_signed,
     raw_request,
@@ -101,6 +103,13 @@ AUTH_HEADERS = [
     "timestamp",
     "sign",
     "Authorization",
+    "X-Hub-Signature-256",
+    "X-GitHub-Event",
+    "X-GitHub-Delivery",
+    "X-Gitlab-Token",
+    "Idempotency-Key",
+    "X-Signature-256",
+    "X-Delivery-Id",
 ]
 
 
@@ -170,6 +179,9 @@ ENDPOINTS = [
     ("POST", "/api/dingtalk/webhook/dt"),
     ("POST", "/api/wecom/webhook/wa?msg_signature=a&timestamp=1&nonce=n"),
     ("POST", "/api/wecom/webhook/wb?msg_signature=a&timestamp=1&nonce=n"),
+    ("POST", "/api/events/console/github"),
+    ("POST", "/api/events/console/gitlab"),
+    ("POST", "/api/events/console/generic"),
 ]
 
 
@@ -261,6 +273,15 @@ def _aibot_templates() -> list[dict[str, Any]]:
     ]
 
 
+EVENTS = Path(__file__).parent / "fixtures" / "events"
+
+
+def _event_templates(*names: str) -> list[dict[str, Any]]:
+    return [json.loads((EVENTS / name).read_text()) for name in names]
+
+
+GENERIC_EVENT = {"key": "INC-1", "chatId": "ops", "title": "t", "status": "done", "url": "u"}
+
 APP_FIELDS = ["FromUserName", "MsgType", "Content", "MsgId", "Event", "EventKey", "TaskId"]
 xml_text = st.one_of(
     st.text(st.characters(exclude_categories=["Cs", "Cc"]), max_size=20),
@@ -281,6 +302,25 @@ SIGNED: list[tuple[str, Any]] = [
     ("dingtalk", mutated(_dingtalk_template()).map(_dumps)),
     ("wecom-aibot", st.sampled_from(_aibot_templates()).flatmap(mutated).map(_dumps)),
     ("wecom-app", app_xml().map(str.encode)),
+    (
+        "github",
+        st.sampled_from(
+            _event_templates(
+                "github/pull_request.closed.json", "github/workflow_run.completed.json"
+            )
+        )
+        .flatmap(mutated)
+        .map(_dumps),
+    ),
+    (
+        "gitlab",
+        st.sampled_from(
+            _event_templates("gitlab/merge_request.open.json", "gitlab/pipeline.success.json")
+        )
+        .flatmap(mutated)
+        .map(_dumps),
+    ),
+    ("generic", mutated(GENERIC_EVENT).map(_dumps)),
 ]
 
 
@@ -292,6 +332,10 @@ def sign(kind: str, plain: bytes) -> tuple[str, Any, bytes]:
         return "/api/lark/webhook/lk", headers, body
     if kind == "dingtalk":
         return "/api/dingtalk/webhook/dt", dingtalk_headers(), plain
+    if kind in ("github", "gitlab", "generic"):
+        event = "workflow_run" if b'"workflow_run"' in plain else "pull_request"
+        target, headers = event_signed(kind, plain, event)
+        return target, headers, plain
     if kind == "wecom-aibot":
         query, body = wecom_aibot_signed(plain.decode())
         return f"/api/wecom/webhook/wb?{query}", {}, body

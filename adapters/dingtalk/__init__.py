@@ -102,6 +102,12 @@ class DingTalkAdapter(Adapter):
             await self.connection.close()
         await self.api.close()
 
+    def unprompted_chat_id(self, envelope: Envelope) -> str:
+        """Direct robot messages go to a staff id (oToMessages/batchSend), not a conversation."""
+        if envelope.chat.type == "p2p":
+            return str(reply_extras(envelope).get("senderStaffId") or envelope.sender.id)
+        return envelope.chat.id
+
     def readiness(self) -> dict[str, Any]:
         if self.connection is None:
             return {"ready": True, "mode": "http"}

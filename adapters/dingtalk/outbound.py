@@ -55,11 +55,13 @@ def delivered(answer: dict[str, Any]) -> bool:
 
 def target(envelope: Envelope) -> tuple[bool, str, str]:
     """(group?, openConversationId, staff id) for OpenAPI sends; schedules have no reply
-    handle, so the chat and sender stand in."""
+    handle, so the chat stands in (a direct chat's schedule names the user's staff id as its
+    chat: ``DingTalkAdapter.unprompted_chat_id``)."""
     extras = reply_extras(envelope)
     ctype = extras.get("conversationType") or ("2" if envelope.chat.type == "group" else "1")
     conversation = str(extras.get("conversationId") or envelope.chat.id)
-    staff = str(extras.get("senderStaffId") or envelope.sender.id)
+    sender = envelope.chat.id if envelope.kind in ("schedule", "event") else envelope.sender.id
+    staff = str(extras.get("senderStaffId") or sender)
     return ctype == "2", conversation, staff
 
 

@@ -151,6 +151,12 @@ class LarkAdapter(Adapter):
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
 
+    def reuses_card(self, handle: str) -> bool:
+        # A card message is PATCHed in place by any turn. A CardKit card ("ck:") closed its
+        # streaming mode and its write sequence lapses after a day; a card that fell back to
+        # text ("tx:") answers once: each of those turns gets a card of its own.
+        return not handle.startswith(("tx:", "ck:"))
+
 
 class LarkAdapterFactory:
     platform = "lark"

@@ -32,6 +32,8 @@ TOASTS = {
     "confirm": ("success", "Confirmed"),
     "reject": ("info", "Rejected"),
     "retry": ("info", "Retrying…"),
+    "routine_confirm": ("success", "Scheduling…"),
+    "routine_cancel": ("info", "Cancelled"),
 }
 CONTINUED = "\n\n_(continued below)_"
 # What a click shows at once: (header title, header template, note); None keeps it as it was.
@@ -41,6 +43,8 @@ CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
     "confirm": ("Continuing…", "blue", None),
     "reject": ("Continuing…", "blue", None),
     "retry": ("Retrying…", "blue", None),
+    "routine_confirm": ("Scheduling…", "blue", None),
+    "routine_cancel": ("Cancelled", "grey", None),
 }
 
 

@@ -11,12 +11,28 @@ import re
 from typing import Any, Literal
 
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
-from gateway.progress import ACTION_CONFIRM, ACTION_NEW, ACTION_REJECT, ACTION_RETRY, ACTION_STOP
+from gateway.progress import (
+    ACTION_CONFIRM,
+    ACTION_NEW,
+    ACTION_REJECT,
+    ACTION_RETRY,
+    ACTION_ROUTINE_CANCEL,
+    ACTION_ROUTINE_CONFIRM,
+    ACTION_STOP,
+)
 from gateway.webhook import Rejected, json_value
 
 PLATFORM = "lark"
 # Every button Progress can carry: a click Lark gets a 4xx for shows the user an error.
-ACTIONS = (ACTION_STOP, ACTION_NEW, ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY)
+ACTIONS = (
+    ACTION_STOP,
+    ACTION_NEW,
+    ACTION_CONFIRM,
+    ACTION_REJECT,
+    ACTION_RETRY,
+    ACTION_ROUTINE_CONFIRM,
+    ACTION_ROUTINE_CANCEL,
+)
 # message_type -> (attachment kind, content key holding the resource key)
 RESOURCES: dict[str, tuple[str, str]] = {
     "image": ("image", "image_key"),

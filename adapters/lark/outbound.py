@@ -281,7 +281,9 @@ class LarkOutbound:
     async def _finish(self, env: Envelope, handle: str, progress: Progress) -> None:
         """Overflowing answer parts as follow-up text, then the typing reaction comes off."""
         for i, part in enumerate(answer_parts(progress.answer)[1:], start=1):
-            await self._send(env, "text", _json({"text": part}), f"{handle}#p{i}")
+            # per turn: an external object's card shows several turns (event_cards.py)
+            key = f"{handle}#{progress.turn_id}#p{i}"
+            await self._send(env, "text", _json({"text": part}), key)
         self.pacer.cards.pop(handle, None)
         await self._typing_off(env)
 

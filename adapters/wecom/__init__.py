@@ -90,6 +90,12 @@ class WeComAdapter(Adapter):
     def readiness(self) -> dict[str, Any]:
         return self.outbound.readiness()
 
+    def posts_unprompted(self, chat_type: str) -> bool:
+        """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the
+        aibot callback mode only answers what WeCom polls for, so it cannot (platforms.md §3)."""
+        mode = self.settings.connection_mode
+        return mode == "aibot_ws" or (mode == "app" and chat_type == "p2p")
+
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:

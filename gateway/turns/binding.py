@@ -54,6 +54,8 @@ class Binder:
             raise LookupError(f"expert {xpert_id!r} is not configured")
         text, digest = snapshot_of(integ, expert, xpert_id)
         known = claim.turn.get("session")
+        if last.trigger is not None and last.trigger.xpert_id and not known:
+            await self._switch_expert(claim.conversation, xpert_id)
         binding = await self.store.open_or_continue(
             conversation=claim.conversation,
             now_ms=self.clock(),
@@ -97,6 +99,23 @@ class Binder:
             thread_id=binding.fields.get("threadId") or None,
             new=binding.state == "new",
         )
+
+    async def _switch_expert(self, conversation: str, xpert_id: str) -> None:
+        """A trigger (schedule, watch) that names its expert: a session going on with another
+        expert ends, so the turn opens one with the named expert."""
+        bound = await self.store.binding(conversation)
+        if bound.get("sessionId") and bound.get("xpertId") != xpert_id:
+            await self.store.end_session(conversation)
+            log.info("session ended: the trigger names another expert", xpert_id=xpert_id)
+            await self.store.audit(
+                {
+                    "event": "session.end",
+                    "session": bound["sessionId"],
+                    "conversation": conversation,
+                    "at": self.clock(),
+                    "by": "trigger",
+                }
+            )
 
     async def snapshot(self, digest: str) -> SessionSnapshot | None:
         stored = await self.store.get_snapshot(digest)

@@ -26,13 +26,18 @@ MAX_ATTACHMENT_BYTES = 10 * 1024 * 1024
 
 
 def merge_input(items: list[Envelope]) -> str:
-    """One line per message (a scheduled turn's text counts as one); in a group with several
-    speakers each line names its speaker."""
-    messages = [e for e in items if e.kind in ("message", "schedule")]
+    """One line per message (a scheduled turn's or an external event's text counts as one); in a
+    group with several speakers, or with a watch's match, each line names its speaker; a watch's
+    or an event source's instruction goes first, once (gateway/triggers/watch.py, external.py)."""
+    messages = [e for e in items if e.kind in ("message", "schedule", "event", "watch")]
     speakers = {e.sender.id for e in messages}
-    if messages and messages[-1].chat.type == "group" and len(speakers) > 1:
-        return "\n".join(f"{e.sender.name or e.sender.id}: {e.text}" for e in messages)
-    return "\n".join(e.text for e in messages)
+    watched = any(e.kind == "watch" for e in messages)
+    instructions = [e.trigger.text for e in messages if e.kind in ("watch", "event") and e.trigger]
+    if messages and messages[-1].chat.type == "group" and (len(speakers) > 1 or watched):
+        lines = "\n".join(f"{e.sender.name or e.sender.id}: {e.text}" for e in messages)
+    else:
+        lines = "\n".join(e.text for e in messages)
+    return "\n\n".join([*dict.fromkeys(t for t in instructions if t), lines])
 
 
 @dataclass(frozen=True)

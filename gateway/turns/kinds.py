@@ -18,6 +18,7 @@ from gateway.experts import Decision, Expert
 from gateway.progress import Progress, Step
 from gateway.render import CardRenderer
 from gateway.settings import IntegrationBase, Settings
+from gateway.triggers.event_cards import EventCards
 from gateway.turns.binding import Binder, Session
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
@@ -47,8 +48,10 @@ class TurnKinds:
         settings: Callable[[], Settings],
         active: Callable[[str], ActiveRun | None],
         clock: Callable[[], int],
+        event_cards: EventCards | None = None,
     ) -> None:
         self.store = store
+        self.event_cards = event_cards
         self.binder = binder
         self.contexts = contexts
         self.driver = driver
@@ -101,6 +104,7 @@ class TurnKinds:
         progress: Progress,
         *,
         card: str | None = None,
+        borrowed: bool = False,
     ) -> tuple[CardRenderer, Awaitable[None]]:
         """The renderer of the turn's card and its first showing, already on its way. A card
         whose buttons carry another turn id than the claim's (a Retry or a Confirm shown in an
@@ -117,7 +121,19 @@ class TurnKinds:
             card,
             progress.turn_id,
         )
-        return renderer, asyncio.create_task(renderer.start(progress))
+        first = self._reuse(renderer, progress) if borrowed else renderer.start(progress)
+        return renderer, asyncio.create_task(first)
+
+    @staticmethod
+    async def _reuse(renderer: CardRenderer, progress: Progress) -> None:
+        """An external object's card from an earlier turn, updated in place; one that can no
+        longer be (deleted, too old to edit) gives way to a new card."""
+        try:
+            await renderer.start(progress)
+        except Exception as exc:
+            log.warning("event card not updated; sending a new one", error=str(exc))
+            renderer.handle = None
+            await renderer.start(progress)
 
     async def _finish(
         self,
@@ -174,8 +190,12 @@ class TurnKinds:
         structlog.contextvars.bind_contextvars(session_id=session.id)
         expert = self.expert_for(session.snapshot)
         progress = Progress(turn_id=card_turn, conversation=claim.conversation)
+        card, borrowed = failed.card if failed else None, False
+        if card is None and not claim.turn.get("card") and self.event_cards is not None:
+            card = await self.event_cards.live(claim.conversation, last)  # its object's card
+            borrowed = card is not None
         renderer, first_card = await self._start(
-            claim, adapter, last, session, progress, card=failed.card if failed else None
+            claim, adapter, last, session, progress, card=card, borrowed=borrowed
         )
         since = None
         if integ.history_context_limit and last.chat.type == "group":
@@ -201,6 +221,10 @@ class TurnKinds:
             session.snapshot.declared,
         )
         await self._finish(claim, session, outcome, renderer, turn.text, last)
+        if self.event_cards is not None:
+            handle = renderer.handle
+            kept = handle if handle and adapter.reuses_card(handle) else None
+            await self.event_cards.settle(claim.conversation, last, kept)
         log.info("turn finished", status=outcome.progress.status, renders=renderer.renders)
         return TurnResult(session.id, turn.variables)
 

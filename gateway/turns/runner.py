@@ -21,12 +21,13 @@ from gateway.envelope import Envelope
 from gateway.events import StepEvent
 from gateway.experts import Expert, build_expert
 from gateway.settings import Settings
+from gateway.triggers.event_cards import EventCards
 from gateway.turns.binding import Binder
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
 from gateway.turns.kinds import TurnKinds
 from gateway.turns.snapshot import SessionSnapshot
-from sessions import Claim, HistoryStore, SessionRecords, SessionStore
+from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.runner")
 
@@ -63,6 +64,9 @@ class Runner:
             settings=settings,
             active=self.active.get,
             clock=clock,
+            event_cards=EventCards(
+                store=EventCardStore(client=store.redis, keys=store.keys), settings=settings
+            ),
         )
 
     @property

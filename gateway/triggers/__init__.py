@@ -1,0 +1,1 @@
+"""Triggers beyond a message: schedules, routines, group watch, external events."""

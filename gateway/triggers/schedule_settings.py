@@ -1,0 +1,114 @@
+"""Schedule models: ``schedules[]`` in the config, and the runtime schedules kept in Redis.
+
+A schedule names a chat of an integration, a cron (5 fields, or 6 with seconds first), an IANA
+time zone (default: the integration's ``timezone``, else UTC), the text its turn starts with and
+optionally the expert to run. Errors name the schedule and what is wrong. Cross-checks against
+the integrations and experts run as the ``schedules`` field's validator (``check_schedules``),
+which sees the sections validated before it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, ValidationInfo, model_validator
+
+from gateway.model import GatewayModel
+from gateway.triggers.cron import Cron, CronError
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
+SCHEDULE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class ScheduleConfig(GatewayModel):
+    """One schedule: a turn started in a chat at the times its cron names."""
+
+    id: str = Field(pattern=SCHEDULE_ID)
+    integration_id: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1, max_length=256)
+    chat_type: Literal["p2p", "group"]
+    cron: str = Field(description="5 fields, or 6 with seconds first, e.g. '0 9 * * 1-5'")
+    timezone: str | None = Field(
+        None, description="IANA name; default the integration's timezone, else UTC"
+    )
+    text: str = Field(min_length=1, max_length=20_000, description="What the turn is asked")
+    xpert_id: str | None = Field(None, description="The expert to run; default: routing")
+    enabled: bool = True
+    misfire_grace_seconds: int = Field(
+        60,
+        ge=1,
+        le=86_400,
+        description="A fire missed (replicas down) by at most this long still runs, once",
+    )
+
+    @model_validator(mode="after")
+    def _cron(self) -> ScheduleConfig:
+        try:
+            Cron.parse(self.cron, self.timezone or "UTC")
+        except CronError as exc:
+            raise ValueError(f"schedule {self.id!r}: {exc}") from None
+        return self
+
+    def zone_name(self, settings: Settings) -> str:
+        """The time zone it fires in: its own, else its integration's, else UTC."""
+        if self.timezone:
+            return self.timezone
+        integ = settings.integration(self.integration_id)
+        return (integ.timezone if integ is not None else None) or "UTC"
+
+    def parsed(self, settings: Settings) -> Cron:
+        return Cron.parse(self.cron, self.zone_name(settings))
+
+
+class RuntimeSchedule(ScheduleConfig):
+    """A schedule made at run time (admin API, ``/schedule``, a confirmed routine)."""
+
+    source: Literal["admin", "chat", "routine"] = "admin"
+    created_at: int = 0
+    created_by: str | None = None
+
+
+def problems_of(schedule: ScheduleConfig, integrations: Any, experts: Any) -> list[str]:
+    """What is wrong with ``schedule`` against the configured integrations and experts."""
+    out: list[str] = []
+    integ = next((i for i in integrations if i.id == schedule.integration_id), None)
+    expert_ids = {e.id for e in experts}
+    if integ is None:
+        known = ", ".join(sorted(i.id for i in integrations)) or "none"
+        out.append(
+            f"schedule {schedule.id!r}: unknown integration {schedule.integration_id!r} "
+            f"(integrations: {known})"
+        )
+    elif schedule.timezone is None and integ.timezone is not None:
+        try:
+            Cron.parse(schedule.cron, integ.timezone)
+        except CronError as exc:
+            out.append(f"schedule {schedule.id!r}: {exc}")
+    if schedule.xpert_id is not None and schedule.xpert_id not in expert_ids:
+        out.append(
+            f"schedule {schedule.id!r}: xpertId {schedule.xpert_id!r} names no expert "
+            f"(experts: {', '.join(sorted(expert_ids))})"
+        )
+    return out
+
+
+def check_schedules(value: list[ScheduleConfig], info: ValidationInfo) -> list[ScheduleConfig]:
+    """Ids unique; integration and expert known (when those sections validated)."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for schedule in value:
+        if schedule.id in seen:
+            problems.append(f"schedule {schedule.id!r}: duplicate id")
+        seen.add(schedule.id)
+    integrations, experts = info.data.get("integrations"), info.data.get("experts")
+    if integrations is not None and experts is not None:
+        for schedule in value:
+            problems += problems_of(schedule, integrations, experts)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return value
+
+
+Schedules = Annotated[list[ScheduleConfig], AfterValidator(check_schedules)]
