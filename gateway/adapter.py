@@ -4,6 +4,7 @@ and everything the core lends them (intake, record and timeline stores) with wha
 Adapters import only this module, the webhook skeleton (``gateway.webhook``) and the public core
 types (``gateway.envelope``, ``gateway.progress``, ``gateway.settings``, ``gateway.conversation``),
 never ``sessions`` or ``gateway.pipeline``; the core never imports an adapter (DESIGN.md §2).
+(Over 300 lines: the whole contract between the core and the adapters, kept in one module.)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "Adapter",
     "AdapterContext",
     "AdapterFactory",
+    "ApiCalls",
     "FetchedFile",
     "Ingest",
     "IngestOutcome",
@@ -69,9 +71,11 @@ class IngestOutcome:
     """What became of an inbound event; adapters ack the platform only after this returns.
 
     ``spooled``: Redis was unreachable, so the event went into the replica's local spool (on
-    disk); it goes into intake as soon as Redis answers again (``ingest_or_spool`` only)."""
+    disk); it goes into intake as soon as Redis answers again (``ingest_or_spool`` only).
+    ``refused``: over a budget (``reason``: which limit); nothing stored, the chat was told when
+    it can ask again (gateway/budgets.py)."""
 
-    status: Literal["queued", "duplicate", "ignored", "busy", "handled", "spooled"]
+    status: Literal["queued", "duplicate", "ignored", "busy", "handled", "spooled", "refused"]
     reason: str = ""
 
 
@@ -79,6 +83,19 @@ class Ingest(Protocol):
     """Makes an event durable; raises :class:`IngestUnavailable` when it could not."""
 
     async def __call__(self, envelope: Envelope) -> IngestOutcome: ...
+
+
+class ApiCalls(Protocol):
+    """Counts an adapter's platform API calls for ``/metrics``: one call per HTTP exchange, a
+    retry included. ``endpoint``: a fixed short name per API method (``reply``, ``patch``, never
+    a URL with ids in it); ``code``: ``ok``, or the platform's error code, or ``http_<status>``,
+    or the exception's name when no answer came."""
+
+    def __call__(self, endpoint: str, code: str, seconds: float) -> None: ...
+
+
+def _uncounted(integration_id: str, platform: str) -> ApiCalls:
+    return lambda endpoint, code, seconds: None
 
 
 class RecordStore(Protocol):
@@ -152,6 +169,8 @@ class AdapterContext:
     spawn: Callable[[Awaitable[Any]], None]
     public_url: str | None = None
     connection_lease_ms: int = 15_000
+    # (integrationId, platform) -> the hook its API clients report each call to (metrics).
+    api_calls: Callable[[str, str], ApiCalls] = _uncounted
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +210,10 @@ class Adapter(abc.ABC):
     @property
     def integration_id(self) -> str:
         return self.settings.id
+
+    def api_calls(self) -> ApiCalls:
+        """The hook this integration's platform API clients report each call to."""
+        return self.context.api_calls(self.integration_id, self.settings.platform)
 
     async def start(self) -> None:  # noqa: B027 - adapters without connections need nothing
         """Open long connections, fetch the bot's own identity."""

@@ -78,33 +78,6 @@ class AdminApi:
             return fail(503, "storage_unavailable", "Redis did not answer")
         return response
 
-    async def sessions(self, request: web.Request) -> web.Response:
-        integration_id = request.query.get("integrationId", "")
-        chat_id = request.query.get("chatId", "")
-        if not integration_id or not chat_id:
-            return fail(400, "bad_request", "integrationId and chatId are required")
-        ids = await self.records.of_chat(integration_id, chat_id)
-        result = [r for r in [await self._session(i) for i in ids] if r]
-        return ok(result)
-
-    async def _session(self, session_id: str) -> dict[str, Any] | None:
-        record = await self.records.get(session_id)
-        if not record:
-            return None
-        binding = await self.store.binding(record["conversation"])
-        current = binding.get("sessionId") == session_id
-        result: dict[str, Any] = {k: v for k, v in record.items() if k != "conversation"}
-        result["status"] = "active" if current else "ended"
-        if current:
-            result["turns"] = int(binding.get("turns", "0"))
-            result["lastActiveAt"] = int(binding.get("lastActiveAt", "0"))
-            result["threadId"] = binding.get("threadId")
-        return result
-
-    async def session(self, request: web.Request) -> web.Response:
-        result = await self._session(request.match_info["sessionId"])
-        return ok(result) if result else fail(404, "not_found", "no such session")
-
     async def variables(self, request: web.Request) -> web.Response:
         session_id = request.match_info["sessionId"]
         if not await self.records.get(session_id):
@@ -147,17 +120,9 @@ class AdminApi:
         )
         return ok([{"index": i, **item} for i, item in enumerate(items, 1)])
 
-    async def audit(self, request: web.Request) -> web.Response:
-        raw = request.query.get("count", "100")
-        if not (raw.isascii() and raw.isdigit() and int(raw) >= 1):
-            return fail(400, "bad_request", "count must be a whole number from 1")
-        return ok(await self.store.audit_records(count=min(int(raw), 1000)))
-
     def setup(self, app: web.Application) -> None:
         r, g = app.router, self.guarded
-        r.add_get("/v1.0/sessions", g(self.sessions))
-        r.add_get("/v1.0/sessions/{sessionId}", g(self.session))
+        # GET /v1.0/sessions, /v1.0/sessions/{id}[/audit], /v1.0/audit: gateway/audit_api.py.
         r.add_get("/v1.0/sessions/{sessionId}/variables", g(self.variables))
         r.add_delete("/v1.0/sessions/{sessionId}", g(self.end))
         r.add_get("/v1.0/chats/{integrationId}/{chatId}/memory", g(self.memory))
-        r.add_get("/v1.0/audit", g(self.audit))

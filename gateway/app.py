@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway import __version__
 from gateway.adapter import Adapter, AdapterContext, AdapterFactory, discover_adapters
 from gateway.admin import AdminApi
+from gateway.audit_api import AuditApi
 from gateway.control import Control
 from gateway.flusher import Flusher
 from gateway.live_settings import LiveSettings
@@ -31,6 +32,7 @@ from gateway.triggers.schedule_api import ScheduleApi
 from gateway.triggers.schedules import Scheduler
 from gateway.triggers.watch_admin import WatchAdmin
 from gateway.turns import Runner
+from gateway.usage_api import UsageApi
 from gateway.webhook import ServerLog
 from sessions import (
     HistoryStore,
@@ -141,7 +143,9 @@ class Gateway:
             dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000),
         )
         await self.store.prepare()  # LayoutMismatch (a RedisStartupError): another dueShards
-        self.records = SessionRecords(client=client, keys=keys)
+        self.records = SessionRecords(
+            client=client, keys=keys, audit_limits=lambda: self.live().audit.limits()
+        )
         self.timeline = TimelineStore(
             client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
         )
@@ -152,6 +156,7 @@ class Gateway:
             replica_id=self.replica_id,
             history=HistoryStore(client=client, keys=keys),
             records=self.records,
+            observer=self.metrics,
         )
         self.flusher = Flusher(
             store=self.store,
@@ -169,6 +174,7 @@ class Gateway:
             spawn=self.spawn,
             control=self.control,
         )
+        self.pipeline.budgets.observer = self.metrics  # refusals: xgw_budget_refusals_total
         ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
         self.scheduler = Scheduler(
             store=self.pipeline.schedules.book.store,
@@ -193,7 +199,7 @@ class Gateway:
             store_raw=self._store_raw,
         )
         await self.spooler.open()
-        self.metrics.track_spool(self.spooler)
+        self.metrics.track(self)  # scrape-time reads of this replica, Redis script latency
         context = AdapterContext(
             ingest=ingest,
             ingest_or_spool=self.spooler.ingest,
@@ -202,6 +208,7 @@ class Gateway:
             spawn=self.spawn,
             public_url=s.server.public_url,
             connection_lease_ms=int(s.runtime.connection_lease_seconds * 1000),
+            api_calls=self.metrics.api_calls,
         )
         self.context = context
         for integ in s.integrations:
@@ -259,9 +266,11 @@ class Gateway:
         app.router.add_get("/", self._root)
         admin = AdminApi(settings=self.live, store=self.store, records=self.records)
         admin.setup(app)
+        AuditApi(settings=self.live, records=self.records).setup(app, admin.guarded)
         WatchAdmin(settings=self.live, watch=self.pipeline.watch).setup(app, admin.guarded)
         book = self.pipeline.schedules.book
         ScheduleApi(book=book, on_change=self.scheduler.wake).setup(app, admin.guarded)
+        UsageApi(settings=self.live, budgets=self.pipeline.budgets).setup(app, admin.guarded)
         for factory in self.factories.values():
             factory.setup_routes(app, self.adapters)
         external.setup_routes(app, self.adapters)  # POST /api/events/{integrationId}/{source}

@@ -17,6 +17,7 @@ import structlog
 
 from gateway import __version__
 from gateway.adapter import discover_adapters
+from gateway.bundles import Limits
 from gateway.config_file import load_settings
 from gateway.config_hints import config_warnings, redis_summary
 from gateway.experts import discover_experts
@@ -76,6 +77,20 @@ def _print_schedules(settings: Settings) -> None:
         print(f"  {s.id}: {s.cron!r} {entry.zone} in {s.integration_id}/{s.chat_id}, next {when}")
 
 
+def _limits(limits: Limits) -> str:
+    """A budget as ``check`` shows it: `` [limits: 10 turns/h per chat, …]`` or nothing."""
+    parts = [
+        f"{value} {unit}"
+        for value, unit in (
+            (limits.turns_per_hour_per_chat, "turns/h per chat"),
+            (limits.turns_per_hour_per_sender, "turns/h per sender"),
+            (limits.tokens_per_day_per_chat, "tokens/day per chat"),
+        )
+        if value is not None
+    ]
+    return f" [limits: {', '.join(parts)}]" if parts else ""
+
+
 def _check(args: argparse.Namespace) -> int:
     settings = _load_or_report(args.config)
     if settings is None:
@@ -91,18 +106,16 @@ def _check(args: argparse.Namespace) -> int:
     print("integrations:")
     for integ in settings.integrations:
         state = "" if integ.enabled else " [disabled]"
-        print(f"  {integ.id} ({integ.platform}){state} -> {integ.xpert_id}")
+        print(f"  {integ.id} ({integ.platform}){state} -> {integ.xpert_id}{_limits(integ.limits)}")
         for route in integ.routes:
-            match = ", ".join(
-                f"{k}={v}"
-                for k, v in (
-                    ("chatId", route.chat_id),
-                    ("chatType", route.chat_type),
-                    ("senderId", route.sender_id),
-                )
-                if v is not None
+            extra = [f"model {route.model}"] if route.model else []
+            extra += [f"tools {', '.join(route.tools)}"] if route.tools is not None else []
+            extra += [f"variables {', '.join(route.variables)}"] if route.variables else []
+            shown = f" ({'; '.join(extra)})" if extra else ""
+            limits = _limits(integ.limits.over(route.limits)) if route.limits else ""
+            print(
+                f"    route {route.describe()} -> {route.xpert_id or integ.xpert_id}{shown}{limits}"
             )
-            print(f"    route {match} -> {route.xpert_id}")
         for watch in integ.watches:
             print(f"    watch {watch.id}" + ("" if watch.enabled else " [disabled]"))
         for source in integ.events:

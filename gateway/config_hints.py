@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from gateway.bundles import budget_warnings
 from gateway.settings import Settings
 
 # Values the example configs and docs use where the operator must put a real one: replace-me,
@@ -60,6 +61,7 @@ def config_warnings(settings: Settings) -> list[str]:
             f"integrations: {what}, so no chat platform (not even the console) can reach the "
             f"gateway; {fix}"
         )
+    warnings += budget_warnings(settings)  # route options the expert cannot take, and so on
     for path, value, secret in _strings(settings, ""):
         if is_placeholder(value, secret=secret):
             shown = "" if secret else f" ({value!r})"

@@ -1,92 +1,252 @@
-"""Prometheus metrics for ``/metrics``; one registry per replica object (no module singletons)."""
+"""Prometheus metrics for ``/metrics``; one registry per replica object (no module singletons).
+
+Labels are few and bounded - integration, platform, expert, outcome, endpoint, code, state -
+never a chat, user or session id: integration and expert ids come from the config, endpoints
+are fixed names per API method, codes are capped per platform (``MAX_CODES``, then ``other``).
+What is cheap to read when scraped (active runs, connection states, the due backlog, spool,
+schedules, the script pipe's counters) is read then (``gateway.metrics_collectors``); the rest is
+counted where it happens: intake, the end of each turn, each card sent or updated, each platform
+API exchange, each Redis script exchange. The series list: docs/operations.md, "Metrics".
+"""
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
 
-from gateway.adapter import Ingest, IngestOutcome
+from gateway import __version__
+from gateway.adapter import ApiCalls, Ingest, IngestOutcome, IngestUnavailable, ShuttingDown
 from gateway.envelope import Envelope
+from gateway.metrics_collectors import GatewayCollector, SpoolCollector
+from gateway.turns.records import TURN_OUTCOMES, TurnEnd
 
 if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.settings import Settings
     from gateway.spooler import Spooler
+
+MAX_CODES = 40  # distinct result codes kept per platform; later ones count as "other"
+MAX_ENDPOINTS = 40  # distinct endpoint names kept per platform
+BUDGET_LIMITS = ("turnsPerHourPerChat", "turnsPerHourPerSender", "tokensPerDayPerChat")
+_LABEL_OK = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        # No ``*_created`` series (prometheus_client's default): they double what Prometheus
+        # stores and nothing here reads them. A process-wide switch; every registry is ours.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = r = CollectorRegistry()
         self.ingested = Counter(
             "xgw_ingested_total",
-            "Inbound events by outcome",
+            "Inbound events by outcome; unavailable / shutting_down: intake did not store it "
+            "(a webhook answered 503, a long connection spooled it)",
             ["integration", "status"],
-            registry=self.registry,
+            registry=r,
         )
         self.ingest_seconds = Histogram(
             "xgw_ingest_seconds",
             "Time to make an inbound event durable",
-            registry=self.registry,
+            registry=r,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
         )
+        self.turns = Counter(
+            "xgw_turns_total",
+            "Turns by how they ended (done, error, cancelled, interrupted, handback, gave_up, "
+            "refused)",
+            ["integration", "platform", "expert", "outcome"],
+            registry=r,
+        )
+        self.turn_seconds = Histogram(
+            "xgw_turn_duration_seconds",
+            "A turn's run time, from its claim to its end",
+            ["integration"],
+            registry=r,
+            buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+        )
+        self.queue_seconds = Histogram(
+            "xgw_turn_queue_seconds",
+            "From a turn's first message to its claim (summary window and waiting included)",
+            ["integration"],
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+        )
+        self.first_card_seconds = Histogram(
+            "xgw_turn_first_card_seconds",
+            "From a turn's first message to its card first showing in the chat",
+            ["integration"],
+            registry=r,
+            buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60),
+        )
+        self.card_updates = Counter(
+            "xgw_card_updates_total",
+            "Cards sent (kind=send) and updated in place (kind=update), by result",
+            ["integration", "kind", "result"],
+            registry=r,
+        )
+        self.coalesced = Counter(
+            "xgw_card_updates_coalesced_total",
+            "Card states never shown: a newer one replaced them within updateIntervalMs",
+            ["integration"],
+            registry=r,
+        )
+        self.api_calls_total = Counter(
+            "xgw_platform_api_calls_total",
+            "Platform API exchanges (retries included) by endpoint and result code",
+            ["integration", "platform", "endpoint", "code"],
+            registry=r,
+        )
+        self.api_seconds = Histogram(
+            "xgw_platform_api_seconds",
+            "Platform API exchange time",
+            ["platform", "endpoint"],
+            registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.redis_seconds = Histogram(
+            "xgw_redis_script_seconds",
+            "One auto-pipelined exchange of script calls with Redis (write to last reply)",
+            registry=r,
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
+        self.budget_refusals = Counter(
+            "xgw_budget_refusals_total",
+            "Turns refused for a limit (limits.turnsPerHourPerChat, ...)",
+            ["integration", "limit"],
+            registry=r,
+        )
+        Gauge("xgw_build_info", "The gateway's version", ["version"], registry=r).labels(
+            __version__
+        ).set(1)
+        self._children: dict[tuple[Any, ...], Any] = {}  # labels() takes a lock per call
+        self._codes: dict[str, set[str]] = {}
+        self._endpoints: dict[str, set[str]] = {}
+        self._known: set[tuple[str, str, str]] = set()  # integrations whose series are made
+        self.collector: GatewayCollector | None = None
 
+    # --- wiring ----------------------------------------------------------------------------
     def track_spool(self, spooler: Spooler) -> None:
-        self.registry.register(_SpoolCollector(spooler))
+        self.registry.register(SpoolCollector(spooler))
 
+    def track(self, gateway: Gateway) -> None:
+        """Read the replica's state when scraped, and time its Redis script exchanges."""
+        self.collector = GatewayCollector(gateway)
+        self.registry.register(self.collector)
+        self.track_spool(gateway.spooler)
+        gateway.store.pipe.on_exchange = self.redis_exchange
+
+    def prepare(self, settings: Settings) -> None:
+        """Make every series of each configured integration, at zero, so queries and alerts
+        see them before anything happened (Prometheus' advice for known label values)."""
+        for integ in settings.integrations:
+            key = (integ.id, integ.platform, integ.xpert_id)
+            if key in self._known:
+                continue
+            self._known.add(key)
+            for outcome in TURN_OUTCOMES:
+                self.turns.labels(*key, outcome)
+            for hist in (self.turn_seconds, self.queue_seconds, self.first_card_seconds):
+                hist.labels(integ.id)
+            for kind in ("send", "update"):
+                for result in ("ok", "error"):
+                    self.card_updates.labels(integ.id, kind, result)
+            self.coalesced.labels(integ.id)
+            for limit in BUDGET_LIMITS:
+                self.budget_refusals.labels(integ.id, limit)
+            for status in ("queued", "duplicate", "unavailable"):
+                self.ingested.labels(integ.id, status)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    # --- intake ----------------------------------------------------------------------------
     def wrap_ingest(self, ingest: Ingest) -> Ingest:
-        children: dict[tuple[str, str], Any] = {}  # labels() takes a lock per call
-
         async def measured(envelope: Envelope) -> IngestOutcome:
             start = time.perf_counter()
-            outcome = await ingest(envelope)
+            try:
+                outcome = await ingest(envelope)
+            except IngestUnavailable as exc:
+                status = "shutting_down" if isinstance(exc, ShuttingDown) else "unavailable"
+                self._child(self.ingested, envelope.integration_id, status).inc()
+                raise
             self.ingest_seconds.observe(time.perf_counter() - start)
-            key = (envelope.integration_id, outcome.status)
-            counter = children.get(key)
-            if counter is None:
-                counter = children[key] = self.ingested.labels(*key)
-            counter.inc()
+            self._child(self.ingested, envelope.integration_id, outcome.status).inc()
             return outcome
 
         return measured
 
+    # --- turns and cards (gateway.turns.Runner's observer) ----------------------------------
+    def turn_ended(self, end: TurnEnd) -> None:
+        integ = end.integration_id
+        self._child(self.turns, integ, end.platform, end.expert or "none", end.outcome).inc()
+        t = end.timings
+        self._child(self.turn_seconds, integ).observe(t.run_ms / 1000)
+        self._child(self.queue_seconds, integ).observe(t.queued_ms / 1000)
+        if t.first_card_ms is not None:
+            self._child(self.first_card_seconds, integ).observe(t.first_card_ms / 1000)
+
+    def card_rendered(self, integration_id: str, kind: Literal["send", "update"], ok: bool) -> None:
+        self._child(self.card_updates, integration_id, kind, "ok" if ok else "error").inc()
+
+    def card_coalesced(self, integration_id: str) -> None:
+        self._child(self.coalesced, integration_id).inc()
+
+    def budget_refused(self, integration_id: str, limit: str) -> None:
+        """A turn refused for ``limit`` (one of ``BUDGET_LIMITS``; anything else is "other")."""
+        self._child(
+            self.budget_refusals, integration_id, limit if limit in BUDGET_LIMITS else "other"
+        ).inc()
+
+    # --- platform API calls (AdapterContext.api_calls) --------------------------------------
+    def api_calls(self, integration_id: str, platform: str) -> ApiCalls:
+        """The hook an integration's API clients report each exchange to."""
+
+        def observe(endpoint: str, code: str, seconds: float) -> None:
+            endpoint = self._bounded(self._endpoints, platform, endpoint, MAX_ENDPOINTS)
+            code = self._bounded(self._codes, platform, code, MAX_CODES)
+            self._child(self.api_calls_total, integration_id, platform, endpoint, code).inc()
+            self._child(self.api_seconds, platform, endpoint).observe(seconds)
+
+        return observe
+
+    @staticmethod
+    def _bounded(seen: dict[str, set[str]], platform: str, value: str, cap: int) -> str:
+        """``value`` as a label: well-formed and one of at most ``cap`` per platform."""
+        if not _LABEL_OK.match(value):
+            return "other"
+        known = seen.setdefault(platform, set())
+        if value in known:
+            return value
+        if len(known) >= cap:
+            return "other"
+        known.add(value)
+        return value
+
+    # --- Redis (ScriptPipe.on_exchange) ------------------------------------------------------
+    def redis_exchange(self, seconds: float, calls: int) -> None:
+        self.redis_seconds.observe(seconds)
+
+    # --- /metrics --------------------------------------------------------------------------
     async def handler(self, request: web.Request) -> web.Response:
+        if self.collector is not None:
+            self.prepare(self.collector.gateway.settings)
+            await self.collector.refresh()
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
-
-
-class _SpoolCollector(Collector):
-    """The local spool's depth and bound, read when scraped."""
-
-    def __init__(self, spooler: Spooler) -> None:
-        self.spooler = spooler
-
-    def collect(self) -> Iterator[Metric]:
-        sp = self.spooler
-        for name, doc, value in (
-            ("xgw_spool_records", "Long-connection events waiting in the local spool", sp.records),
-            ("xgw_spool_bytes", "Bytes of the local spool", sp.size),
-            (
-                "xgw_spool_max_bytes",
-                "Bound of the local spool (runtime.spoolMaxBytes)",
-                sp.max_bytes,
-            ),
-            ("xgw_spool_full", "1 while the local spool refuses events for lack of room", sp.full),
-        ):
-            yield GaugeMetricFamily(name, doc, value=float(value))
-        for name, doc, count in (
-            (
-                "xgw_spooled",
-                "Events kept in the local spool while Redis was unreachable",
-                sp.spooled,
-            ),
-            ("xgw_spool_refused", "Events the full local spool refused", sp.refused),
-            ("xgw_spool_replayed", "Spooled events fed into intake", sp.replayed),
-            ("xgw_spool_dropped", "Spooled events intake failed on (logged), skipped", sp.dropped),
-        ):
-            yield CounterMetricFamily(name, doc, value=count)

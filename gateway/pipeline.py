@@ -10,6 +10,7 @@ when ``ingest`` returns the adapter may ack: the message is durable.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from gateway.adapter import Adapter, IngestOutcome, IngestUnavailable, ShuttingDown
+from gateway.budgets import Budgets
 from gateway.clock import now_ms
 from gateway.commands import HELP_TEXT, parse_command
 from gateway.control import Control
@@ -28,11 +30,13 @@ from gateway.progress import (
     ACTION_REJECT,
     ACTION_RETRY,
     ACTION_STOP,
+    Progress,
 )
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers import routines
 from gateway.triggers.watch_intake import GroupWatch
-from sessions import SessionRecords, SessionStore, StoreUnavailable
+from sessions import IntakeResult, SessionRecords, SessionStore, StoreUnavailable
+from sessions.budgets import BudgetIntakeResult
 
 log = structlog.get_logger("gateway.intake")
 
@@ -64,6 +68,8 @@ class Pipeline:
         self.spawn = spawn
         self.clock = clock
         self.accepting = True
+        # Limits per integration and route (gateway/budgets.py), checked in the intake step.
+        self.budgets = Budgets(store=store, clock=clock)
         # Group watch: unaddressed group messages that match a watch (gateway/triggers).
         self.watch = GroupWatch(store=store, settings=settings, wake=wake, spawn=spawn, clock=clock)
         # /schedule, /schedules, /unschedule and routines said in plain words (gateway/triggers).
@@ -185,15 +191,23 @@ class Pipeline:
             if action_id not in (ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY):
                 return IngestOutcome("ignored", f"unknown action {action_id!r}")
             mode = "urgent"
-        result = await self.store.intake(
-            conversation=conv,
-            event_id=env.event_id,
-            envelope_json=env.to_json(store_raw=integ.store_raw),
-            now_ms=self.clock(),
-            window_ms=int(integ.summary_window_seconds * 1000),
-            max_window_ms=int(integ.max_window_seconds * 1000),
-            mode=mode,  # type: ignore[arg-type]
-        )
+        stored: dict[str, Any] = {
+            "envelope_json": env.to_json(store_raw=integ.store_raw),
+            "now_ms": self.clock(),
+            "window_ms": int(integ.summary_window_seconds * 1000),
+            "max_window_ms": int(integ.max_window_seconds * 1000),
+            "mode": mode,
+        }
+        if env.kind == "message":  # a message may start a turn: under the budgets, same step
+            result: IntakeResult | BudgetIntakeResult
+            result = await self.budgets.intake(integ, env, conv, **stored)
+            if result.status in ("refused", "again"):
+                return self.budgets.refused(
+                    integ, env, conv, result, notice=self._notice, spawn=self.spawn,
+                    records=self.records,
+                )  # fmt: skip
+        else:
+            result = await self.store.intake(conversation=conv, event_id=env.event_id, **stored)
         if result.status == "dup":
             return IngestOutcome("duplicate")
         if result.status == "busy":
@@ -221,6 +235,22 @@ class Pipeline:
         or an earlier card of this one, must not end the session going on now)."""
         current = (await self.store.binding(conv)).get("cardTurn")
         return not (clicked and current and clicked != current)
+
+    def _notice(self, env: Envelope, conversation: str, headline: str, text: str) -> None:
+        """A short card that is no turn's (a budget refusal): final at once, no buttons."""
+        adapter = self.adapters.get(env.integration_id)
+        if adapter is not None:
+            key = f"{env.event_id}#notice"
+            card = Progress(
+                turn_id=hashlib.sha256(key.encode()).hexdigest()[:32],
+                conversation=conversation,
+                status="ended",
+                headline=headline,
+                answer=text,
+                actions=(),
+                version=1,
+            )
+            self.spawn(adapter.send_card(env, card, idempotency_key=key))
 
     def _reply(self, env: Envelope, text: str) -> None:
         adapter = self.adapters.get(env.integration_id)

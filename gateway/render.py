@@ -6,14 +6,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
 
 import structlog
 
 from gateway.adapter import Adapter
+from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 
 log = structlog.get_logger("gateway.render")
+
+
+class RenderObserver(Protocol):
+    """Told of each card sent or updated and of each state a newer one replaced before it was
+    shown (``/metrics``: ``xgw_card_updates_total``, ``xgw_card_updates_coalesced_total``)."""
+
+    def card_rendered(
+        self, integration_id: str, kind: Literal["send", "update"], ok: bool
+    ) -> None: ...
+
+    def card_coalesced(self, integration_id: str) -> None: ...
 
 
 class CardRenderer:
@@ -29,6 +42,8 @@ class CardRenderer:
         handle: str | None = None,
         on_handle: Callable[[str], Awaitable[None]] | None = None,
         final_attempts: int = 6,
+        observer: RenderObserver | None = None,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.adapter = adapter
         self.reply_to = reply_to
@@ -37,7 +52,12 @@ class CardRenderer:
         self.handle = handle
         self.on_handle = on_handle
         self.final_attempts = final_attempts
+        self.observer = observer
+        self.clock = clock
         self.renders = 0
+        self.coalesced = 0  # states pushed that a newer one replaced before they were shown
+        self.first_shown_ms: int | None = None  # when the card first showed (epoch ms)
+        self._unshown: Progress | None = None  # the newest pushed state not yet shown
         self._latest: Progress | None = None
         self._rendered_version = -1
         self._last_at = 0.0
@@ -52,18 +72,42 @@ class CardRenderer:
         self._task = asyncio.create_task(self._loop(), name=f"render:{self.idempotency_key}")
 
     def push(self, progress: Progress) -> None:
+        if self._unshown is not None and self._unshown.version < progress.version:
+            self._coalesced()  # replaced within the interval: never shown
+        self._unshown = progress
         self._latest = progress
         self._changed.set()
 
+    def _coalesced(self) -> None:
+        self.coalesced += 1
+        if self.observer is not None:
+            self.observer.card_coalesced(self.adapter.integration_id)
+
     async def _render(self, progress: Progress) -> None:
-        if self.handle is None:
-            self.handle = await self.adapter.send_card(
-                self.reply_to, progress, idempotency_key=self.idempotency_key
-            )
-            if self.on_handle is not None:
-                await self.on_handle(self.handle)
-        else:
-            await self.adapter.update_card(self.reply_to, self.handle, progress)
+        kind: Literal["send", "update"] = "send" if self.handle is None else "update"
+        try:
+            if self.handle is None:
+                self.handle = await self.adapter.send_card(
+                    self.reply_to, progress, idempotency_key=self.idempotency_key
+                )
+            else:
+                await self.adapter.update_card(self.reply_to, self.handle, progress)
+        except Exception:
+            if self.observer is not None:
+                self.observer.card_rendered(self.adapter.integration_id, kind, False)
+            raise
+        if self.observer is not None:
+            self.observer.card_rendered(self.adapter.integration_id, kind, True)
+        if kind == "send" and self.on_handle is not None:
+            assert self.handle is not None
+            await self.on_handle(self.handle)
+        if self.first_shown_ms is None:
+            self.first_shown_ms = self.clock()
+        shown = self._unshown
+        if shown is not None and shown.version <= progress.version:
+            if shown.version < progress.version:
+                self._coalesced()
+            self._unshown = None
         self.renders += 1
         self._rendered_version = progress.version
         self._last_at = time.monotonic()
@@ -94,6 +138,12 @@ class CardRenderer:
                     raise asyncio.CancelledError() from exc
                 log.warning("card update failed", key=self.idempotency_key, error=str(exc))
                 self._last_at = time.monotonic()
+
+    def abandon(self) -> None:
+        """Let go of the card without a last update (the turn was handed back or its lease
+        lost: another replica goes on with this card). The loop ends at its next step."""
+        self._closing = True
+        self._changed.set()
 
     async def close(self, final: Progress) -> None:
         """Stop the loop and deliver ``final`` (retrying with backoff); never raises on cancel."""

@@ -1,27 +1,31 @@
 """Routing: integration + per-chat routes -> xpertId (the session scope is
-``gateway.conversation``)."""
+``gateway.conversation``; what else a route gives a chat is ``gateway.bundles``)."""
 
 from __future__ import annotations
 
+from gateway.bundles import route_of
 from gateway.envelope import Envelope
 from gateway.settings import IntegrationBase
 
 
-def route(integration: IntegrationBase, envelope: Envelope) -> str:
-    """The first matching per-chat route wins; otherwise the integration's default xpertId. An
-    external event whose source names an expert goes to that one."""
+def named_expert(integration: IntegrationBase, envelope: Envelope) -> str | None:
+    """The expert a trigger (a schedule, a watch) or an external event's source names, if any."""
     if envelope.trigger is not None and envelope.trigger.xpert_id:
-        return envelope.trigger.xpert_id  # a schedule or a watch that names its expert
+        return envelope.trigger.xpert_id
     if envelope.subject is not None:
         source = next((e for e in integration.events if e.source == envelope.subject.source), None)
         if source is not None and source.xpert_id:
             return source.xpert_id
-    for rule in integration.routes:
-        if rule.chat_id is not None and rule.chat_id != envelope.chat.id:
-            continue
-        if rule.chat_type is not None and rule.chat_type != envelope.chat.type:
-            continue
-        if rule.sender_id is not None and rule.sender_id != envelope.sender.id:
-            continue
-        return rule.xpert_id
+    return None
+
+
+def route(integration: IntegrationBase, envelope: Envelope) -> str:
+    """The first matching per-chat route wins; otherwise the integration's default xpertId. A
+    trigger or an external event source that names an expert goes to that one."""
+    named = named_expert(integration, envelope)
+    if named is not None:
+        return named
+    matched = route_of(integration.routes, envelope)
+    if matched is not None and matched[1].xpert_id is not None:
+        return matched[1].xpert_id
     return integration.xpert_id

@@ -22,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.audit_settings import AuditSettings
+from gateway.bundles import Limits, bundle_problems
+from gateway.bundles import Route as Route
 from gateway.model import GatewayModel as GatewayModel
 from gateway.redis_settings import RedisSettings as RedisSettings
 from gateway.triggers.event_settings import EventSource, unique_sources
@@ -183,21 +186,6 @@ class VariableDecl(GatewayModel):
         return self
 
 
-class Route(GatewayModel):
-    """A per-chat rule; the first matching route wins, else the integration's ``xpertId``."""
-
-    xpert_id: str
-    chat_id: str | None = None
-    chat_type: Literal["p2p", "group"] | None = None
-    sender_id: str | None = None
-
-    @model_validator(mode="after")
-    def _has_matcher(self) -> Route:
-        if self.chat_id is None and self.chat_type is None and self.sender_id is None:
-            raise ValueError("a route needs at least one of chatId, chatType, senderId")
-        return self
-
-
 class IntegrationBase(GatewayModel):
     """Options every integration has; adapters subclass it with their platform fields."""
 
@@ -246,7 +234,8 @@ class IntegrationBase(GatewayModel):
         description="Sender ids allowed to /remember and /forget; empty: everyone in the chat",
     )
     schedule_admins: list[str] = Field(default_factory=list, description="Who may schedule")
-    routes: list[Route] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list, description="Access bundles per chat")
+    limits: Limits = Field(default_factory=Limits, description="Budgets; routes override them")
     watches: Watches = Field(default_factory=list, description="Group watch: start turns unasked")
     events: Annotated[list[EventSource], AfterValidator(unique_sources)] = Field(
         default_factory=list, description="Signed external events (GitHub, GitLab, generic)"
@@ -281,6 +270,7 @@ class Settings(GatewayModel):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     experts: list[ExpertBase] = Field(min_length=1)
     integrations: list[IntegrationBase] = Field(default_factory=list)
     schedules: Schedules = Field(default_factory=list, description="Turns started by a cron")
@@ -303,7 +293,7 @@ class Settings(GatewayModel):
             if integ.busy_policy == "steer":
                 # Where the running expert cannot be steered the message is collected instead;
                 # an integration none of whose experts can be steered is a mistake.
-                used = {integ.xpert_id, *(r.xpert_id for r in integ.routes)}
+                used = {integ.xpert_id, *(r.xpert_id or integ.xpert_id for r in integ.routes)}
                 if not used & steerable:
                     problems.append(
                         f"integrations.{i}.busyPolicy: steer needs {self._steerable_text()} "
@@ -317,11 +307,7 @@ class Settings(GatewayModel):
             problems += watch_problems(
                 f"integrations.{i}", integ.watches, experts, integ.group_reply_strategy
             )
-            for j, route in enumerate(integ.routes):
-                if route.xpert_id not in experts:
-                    problems.append(
-                        f"integrations.{i}.routes.{j}.xpertId: {route.xpert_id!r} names no expert"
-                    )
+            problems += bundle_problems(f"integrations.{i}", integ.routes, experts)
             for j, ev in enumerate(integ.events):
                 if ev.xpert_id is not None and ev.xpert_id not in experts:
                     problems.append(f"integrations.{i}.events.{j}.xpertId: names no expert")

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,9 @@ class ScriptPipe:
         self.max_batch = max_batch
         self.retry_budget_s = retry_budget_s
         self.stats = PipeStats()
+        # Told the time of each exchange (one write per server and its replies) and how many
+        # calls it carried: the gateway's Redis latency histogram. Must not raise or block.
+        self.on_exchange: Callable[[float, int], None] | None = None
         self._links = Links(client, self.name)
         self._queue: deque[Call] = deque()
         self._careful: set[int] = set()  # slots whose calls go one at a time (see above)
@@ -205,6 +209,7 @@ class ScriptPipe:
             groups.setdefault(link, []).append(call)
         stats.writes += len(groups)
         outcomes: dict[int, Any] = {}
+        began = time.perf_counter()
         if len(groups) == 1:  # a single server: no task per write
             [(link, calls)] = groups.items()
             outcomes = await link.exchange(calls, self.stats)
@@ -213,6 +218,8 @@ class ScriptPipe:
                 *(k.exchange(c, self.stats) for k, c in groups.items())
             ):
                 outcomes.update(part)
+        if groups and self.on_exchange is not None:
+            self.on_exchange(time.perf_counter() - began, len(batch) - len(unrouted))
         noscript: list[Call] = []
         moved: list[Any] = []
         retry: list[Call] = []

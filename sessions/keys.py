@@ -123,6 +123,35 @@ class KeyBuilder:
         it names this key alone (HGETALL, HSET, HDEL, a MULTI on it only)."""
         return self._k("watches", _tag_safe(integration_id))
 
+    # --- budgets (gateway/budgets.py, sessions/budgets.py) -----------------------------------
+    # A conversation's counters carry its hash tag: budget_intake.lua checks them, dedups and
+    # appends in one step on one slot. Each has a TTL: the turn windows an hour (PEXPIRE on each
+    # write), the day counters an hour after their day, the usage index two days; all relative to
+    # the gateway's clock (PEXPIRE), which decides the windows.
+    def budget_turns(self, conv: str) -> str:
+        """The turns the conversation started in the last hour: event id -> start ms."""
+        return self._conv(conv, "bturns")
+
+    def budget_sender_turns(self, conv: str, sender_id: str) -> str:
+        """The turns one sender started in the conversation in the last hour."""
+        return self._conv(conv, "bsender") + self.sep + _tag_safe(sender_id)
+
+    def budget_tokens(self, conv: str, day: str) -> str:
+        """Tokens the conversation's turns reported on ``day`` (YYYY-MM-DD, local)."""
+        return self._conv(conv, "btokens") + self.sep + day
+
+    def budget_refused(self, conv: str, day: str) -> str:
+        """Messages refused over a budget on ``day``."""
+        return self._conv(conv, "brefused") + self.sep + day
+
+    def usage(self, shard: int, integration_id: str) -> str:
+        """An integration's conversations of ``shard`` with usage, scored by their last use
+        (``GET /v1.0/usage`` reads every shard's)."""
+        return self._k(self._tag(shard), "usage", _tag_safe(integration_id))
+
+    def usage_of(self, conv: str, integration_id: str) -> str:
+        return self.usage(self.shard(conv), integration_id)
+
     # --- schedules (gateway/triggers/schedules.py, sessions/schedules.py) ----------------------
     # Every command on these names one key alone (no script or transaction mixes two), so each
     # is safe on a cluster; the two hashes are shared by all replicas, read once per tick each.
@@ -202,9 +231,48 @@ class KeyBuilder:
         Safe on a cluster: it is only ever written by a single-key XADD (never in a script or
         transaction with another key). It does put every audit record (one per turn, one per
         refused or notable event) on the primary owning its slot: about 0.3 KB and one XADD per
-        turn, far below what one primary takes; a reader (``GET /v1.0/audit``) reads one key.
+        turn, far below what one primary takes; a reader (``GET /v1.0/audit/events``) reads one
+        key. The full per-turn records are the per-integration trail below.
         """
         return self._k("audit")
+
+    # --- the session audit trail (sessions/audit.py): one hash tag per integration -----------
+    # Every key of an integration's audit trail carries the integration's id as its hash tag, so
+    # the one script that stores a turn's record, indexes it and trims the oldest (audit_put.lua)
+    # and every read (audit_page.lua) address one slot, on a cluster as on a single server. The
+    # price: one integration's trail lives on one primary - one script call and a few KB per turn,
+    # bounded by audit.maxRecords and audit.retentionDays - while different integrations spread.
+    # Every key gets the retention as its TTL on each write; entries are trimmed on write.
+    def _audit(self, integration_id: str, *parts: str) -> str:
+        return self._k("audit", "{" + _tag_safe(integration_id) + "}", *parts)
+
+    def audit_records(self, integration_id: str) -> str:
+        """The integration's audit records: record id -> JSON."""
+        return self._audit(integration_id, "records")
+
+    def audit_ends(self, integration_id: str) -> str:
+        """Every record id of the integration, scored by when its turn ended."""
+        return self._audit(integration_id, "ends")
+
+    def audit_chat(self, integration_id: str, chat_id: str) -> str:
+        """The record ids of one chat, scored by end."""
+        return self._audit(integration_id, "chat", chat_id)
+
+    def audit_session(self, integration_id: str, session_id: str) -> str:
+        """The record ids of one session, scored by end (its turns in order)."""
+        return self._audit(integration_id, "session", session_id)
+
+    def audit_outcome(self, integration_id: str, outcome: str) -> str:
+        """The record ids of one outcome (done, error, …), scored by end."""
+        return self._audit(integration_id, "outcome", outcome)
+
+    def audit_sessions(self, integration_id: str) -> str:
+        """The integration's sessions, scored by their last activity."""
+        return self._audit(integration_id, "sessions")
+
+    def audit_session_info(self, integration_id: str) -> str:
+        """Session id -> JSON summary (chat, expert, turns, outcomes, last activity)."""
+        return self._audit(integration_id, "session-info")
 
     def record(self, namespace: str, key: str) -> str:
         """An adapter's own record (``sessions.records``); every write there carries a TTL."""

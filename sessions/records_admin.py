@@ -3,10 +3,13 @@ context read. Bindings (``store.py``) decide which session is current; these des
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable, Coroutine
 from importlib import resources
 from typing import Any, NamedTuple, cast
 
+from sessions.audit import AuditEntry, AuditLimits, AuditStore
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.store import audit_fields
@@ -30,8 +33,10 @@ class SessionRecords:
         retention_ms: int = 7 * DAY_MS,
         memory_ttl_ms: int = 400 * DAY_MS,
         memory_max_items: int = 50,
+        audit_limits: Callable[[], AuditLimits] = AuditLimits,
     ) -> None:
         self.redis = client
+        self.audit = AuditStore(client=client, keys=keys, limits=audit_limits)
         self.keys = keys
         self.retention_ms = retention_ms
         self.memory_ttl_ms = memory_ttl_ms
@@ -56,9 +61,23 @@ class SessionRecords:
             pipe.zremrangebyrank(index, 0, -1001)  # the newest thousand per chat
             pipe.pexpire(index, self.retention_ms)
             await pipe.execute()
+        # Listed at once on the Sessions page (its first turn may still run).
+        summary: dict[str, Any] = {
+            k: fields[k] for k in ("chatId", "chatType", "conversation", "xpertId") if k in fields
+        }
+        await self.audit.session_opened(fields["integrationId"], session_id, summary, at_ms=at_ms)
 
     async def get(self, session_id: str) -> dict[str, str]:
         return cast(dict[str, str], await self.redis.hgetall(self.keys.session_record(session_id)))
+
+    async def get_many(self, session_ids: list[str]) -> list[dict[str, str]]:
+        """The records of ``session_ids`` ({} where none), in one pipeline."""
+        if not session_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for session_id in session_ids:
+                pipe.hgetall(self.keys.session_record(session_id))
+            return cast(list[dict[str, str]], await pipe.execute())
 
     async def of_chat(self, integration_id: str, chat_id: str, limit: int = 100) -> list[str]:
         index = self.keys.chat_sessions(integration_id, chat_id)
@@ -104,20 +123,36 @@ class SessionRecords:
         self,
         session_id: str,
         variables: dict[str, str],
-        audit: dict[str, Any],
+        audit: dict[str, Any] | None,
         *,
+        entry: AuditEntry | None = None,
+        session: dict[str, Any] | None = None,
+        now_ms: int = 0,
         audit_maxlen: int = 10_000,
     ) -> None:
-        """At the end of a turn, in one round trip: the variables it saw (for the admin API)
-        and its audit record (the stream is bounded by MAXLEN rather than a TTL)."""
+        """At the end of a turn, two round trips at once: the variables it saw (for the admin
+        API) and its row in the audit stream (bounded by MAXLEN rather than a TTL), pipelined;
+        and its audit record (``entry``, sessions/audit.py; ``session``: the session's summary
+        should the trail have none yet)."""
         # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
         seen = {k: v for k, v in variables.items() if not k.startswith("var.")}
+        writes: list[Coroutine[Any, Any, Any]] = []
+        if (session_id and seen) or audit:
+            writes.append(self._turn_rows(session_id, seen, audit, audit_maxlen))
+        if entry is not None:
+            writes.append(self.audit.put(entry, now_ms=now_ms, session=session or {}))
+        await asyncio.gather(*writes)
+
+    async def _turn_rows(
+        self, session_id: str, seen: dict[str, str], audit: dict[str, Any] | None, maxlen: int
+    ) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
             if session_id and seen:
                 key = self.keys.session_variables(session_id)
                 pipe.hset(key, mapping=cast(dict[Any, Any], seen))
                 pipe.pexpire(key, self.retention_ms)
-            pipe.xadd(self.keys.audit(), audit_fields(audit), maxlen=audit_maxlen, approximate=True)
+            if audit:
+                pipe.xadd(self.keys.audit(), audit_fields(audit), maxlen=maxlen, approximate=True)
             await pipe.execute()
 
     async def variables(self, session_id: str) -> dict[str, str]:

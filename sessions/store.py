@@ -342,13 +342,6 @@ class SessionStore:
             self.keys.audit(), audit_fields(record), maxlen=self.audit_maxlen, approximate=True
         )
 
-    async def audit_records(self, count: int = 1000) -> list[dict[str, str]]:
-        rows = cast(
-            list[tuple[str, dict[str, str]]],
-            await self.redis.xrange(self.keys.audit(), count=count),
-        )
-        return [dict(fields) for _id, fields in rows]
-
     # --- replicas --------------------------------------------------------------------------
     async def heartbeat(self, replica_id: str, info: dict[str, Any], ttl_ms: int) -> None:
         await self.redis.set(self.keys.replica(replica_id), json.dumps(info), px=ttl_ms)

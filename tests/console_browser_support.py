@@ -79,6 +79,12 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from run_daemon(tmp_path_factory, CONFIG)
+
+
+def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Iterator[Daemon]:
+    """The daemon of a module's ``daemon`` fixture, from a config ``template`` (CONFIG's
+    placeholders: redis, prefix, data)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
     client = redis_lib.Redis.from_url(REDIS_URL)
@@ -90,7 +96,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     tmp = tmp_path_factory.mktemp("console")
     prefix = "tb" + uuid.uuid4().hex[:8]
     config = tmp / "gateway.yaml"
-    config.write_text(CONFIG.format(redis=REDIS_URL, prefix=prefix, data=tmp / "data"))
+    config.write_text(template.format(redis=REDIS_URL, prefix=prefix, data=tmp / "data"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "daemon.log"

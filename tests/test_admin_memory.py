@@ -94,7 +94,7 @@ async def test_admin_api_sessions_variables_and_end(
         console, "GET", "/v1.0/sessions", integrationId="console", chatId="team"
     )
     assert len(body["result"]) == 2 and body["result"][0]["sessionId"] != sid
-    status, body = await admin(console, "GET", "/v1.0/audit")
+    status, body = await admin(console, "GET", "/v1.0/audit/events", event="session.end")
     assert any(r["event"] == "session.end" and r["by"] == "admin" for r in body["result"])
 
 
@@ -110,7 +110,7 @@ async def test_admin_api_refuses_bad_tokens_and_unknown_sessions(
         "code": "not_found",
         "msg": "no such session",
     }
-    status, body = await admin(console, "GET", "/v1.0/sessions")
+    status, body = await admin(console, "GET", "/v1.0/sessions", status="dead")
     assert status == 400 and body["code"] == "bad_request"
     plain = await make_gateway(base_config(prefix))
     async with aiohttp.ClientSession() as http, http.get(plain.base + "/v1.0/audit") as resp:

@@ -19,6 +19,7 @@ from gateway.cli import settings_model
 from gateway.config_file import load_settings
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.pipeline import Pipeline
+from sessions import KeyBuilder
 from tests.conftest import base_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,14 @@ def test_the_core_never_imports_an_adapter_or_a_platform_sdk() -> None:
     sdks = ("adapters", "lark_oapi", "dingtalk_stream", "wechatpy")
     for path in sorted((ROOT / "gateway").rglob("*.py")):
         found = {n for n in imported(path) if n.split(".")[0] in sdks}
+        assert found == set(), path
+
+
+def test_sessions_import_nothing_of_ours() -> None:
+    """``sessions/`` stores what it is given (DESIGN.md §2); what the gateway wants to know of it
+    (the script pipe's latency for /metrics) it learns through hooks such as ``on_exchange``."""
+    for path in sorted((ROOT / "sessions").rglob("*.py")):
+        found = {n for n in imported(path) if n.split(".")[0] in ("gateway", "adapters")}
         assert found == set(), path
 
 
@@ -115,10 +124,21 @@ def test_every_adapter_package_has_the_same_module_map(package: str) -> None:
 
 # --- intake: one exception for every storage failure -------------------------------------------
 class DownStore:
-    """A session store whose Redis refuses everything, the way redis-py says it."""
+    """A session store whose Redis refuses everything, the way redis-py says it (a message's
+    intake runs the budgets' script through its auto-pipeline: ``redis``, ``pipe``)."""
+
+    keys = KeyBuilder(prefix="x")
+    dedup_ttl_ms = 60_000
 
     def __init__(self, error: Exception) -> None:
         self.error = error
+        self.redis = self.pipe = self
+
+    def register_script(self, text: str) -> str:
+        return text
+
+    async def evalsha(self, *_: Any) -> Any:
+        raise self.error
 
     async def intake(self, **_: Any) -> Any:
         raise self.error
@@ -190,7 +210,8 @@ def test_a_wecom_mode_picks_its_outbound_strategy_once(
     fields |= {"connectionMode": mode, "token": TOKEN, "encodingAesKey": AES_KEY}
     fields |= {"corpId": CORP_ID, "agentId": 1, "corpSecret": "s"} if mode == "app" else {}
     fields |= {"botId": "b", "botSecret": "s"} if mode == "aibot_ws" else {}
-    context: Any = type("Context", (), {"records": None, "connection_lease_ms": 15_000})()
+    parts = {"records": None, "connection_lease_ms": 15_000, "api_calls": lambda *_: None}
+    context: Any = type("Context", (), parts)()
     adapter = WeComAdapter(settings=WeComIntegration.model_validate(fields), context=context)
     module, _, name = strategy.rpartition(".")
     assert type(adapter.outbound) is getattr(importlib.import_module(module), name)

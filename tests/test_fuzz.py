@@ -200,6 +200,15 @@ QUERIES: list[tuple[str, list[str]]] = [
     ("/api/wecom/webhook/wb", ["msg_signature", "timestamp", "nonce", "echostr"]),
     ("/api/dingtalk/action/dt", ["t"]),
     ("/v1.0/audit", ["count"]),
+    (
+        "/v1.0/audit",
+        ["integrationId", "chatId", "sessionId", "outcome", "since", "limit", "count"],
+    ),
+    ("/v1.0/audit/events", ["event", "limit"]),
+    ("/v1.0/sessions", ["integrationId", "chatId", "status", "outcome", "since", "limit"]),
+    ("/v1.0/sessions/s-1/audit", ["since", "limit"]),
+    ("/v1.0/sessions/s-1", ["x"]),
+    ("/v1.0/usage", ["integrationId", "chatId"]),
     ("/console/api/chats/dm-alice/messages", ["integrationId"]),
 ]
 

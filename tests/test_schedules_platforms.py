@@ -29,19 +29,23 @@ def wecom_fields(mode: str) -> dict[str, Any]:
     return fields
 
 
+# What these adapters read of their context (gateway.adapter.AdapterContext) at construction.
+CONTEXT = {"records": None, "connection_lease_ms": 15_000, "api_calls": lambda *_: None}
+
+
 @pytest.mark.parametrize(
     ("mode", "p2p", "group"),
     [("app", True, False), ("aibot", False, False), ("aibot_ws", True, True)],
 )
 def test_which_wecom_modes_post_unprompted(mode: str, p2p: bool, group: bool) -> None:
-    context: Any = type("Context", (), {"records": None, "connection_lease_ms": 15_000})()
+    context: Any = type("Context", (), CONTEXT)()
     settings = WeComIntegration.model_validate(wecom_fields(mode))
     adapter = WeComAdapter(settings=settings, context=context)
     assert (adapter.posts_unprompted("p2p"), adapter.posts_unprompted("group")) == (p2p, group)
 
 
 def test_a_dingtalk_direct_chat_schedule_goes_to_the_users_staff_id() -> None:
-    context: Any = type("Context", (), {"records": None, "connection_lease_ms": 15_000})()
+    context: Any = type("Context", (), CONTEXT)()
     settings = DingTalkIntegration.model_validate(
         {"id": "dt", "platform": "dingtalk", "xpertId": "echo", "clientId": "c",
          "clientSecret": "s", "robotCode": "r"}

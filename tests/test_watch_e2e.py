@@ -38,7 +38,7 @@ async def test_a_watched_keyword_starts_a_turn_and_the_cooldown_holds(
     [card] = await console.wait_cards(chat="team")
     assert card["replyTo"] == event_id
     assert card["card"]["answer"] == ("You said:\n> Triage this.\n> \n> Bob: P0: checkout is down")
-    _, body = await admin(console, "GET", "/v1.0/audit")
+    _, body = await admin(console, "GET", "/v1.0/audit/events")
     [record] = [r for r in body["result"] if r["event"] == "watch.fire"]
     assert (record["watch"], record["eventId"], record["sender"]) == ("incidents", event_id, "bob")
     # Within the cooldown: no new turn ...

@@ -51,7 +51,10 @@ class DingTalkAdapter(Adapter):
         self.clock = clock
         secret = settings.client_secret.get_secret_value()
         self.api = DingTalkApi(
-            base=settings.base, client_id=settings.client_id, client_secret=secret
+            base=settings.base,
+            client_id=settings.client_id,
+            client_secret=secret,
+            observe=self.api_calls(),
         )
         self.sender = Sender(
             integration_id=settings.id,

@@ -6,7 +6,8 @@ Error answers of ``api.dingtalk.com`` are ``{"code", "message", "requestid"}`` w
 unknown access token is **400** ``InvalidAuthentication`` (not 401); throttling is 403
 ``Forbidden.AccessDenied.Qps…/Qpm…`` (…/how-to-process-api-throttling-on-the-dingtalk-server),
 and the robot send APIs also throttle with 400 ``send.too.fast`` and its siblings
-(…/the-robot-sends-a-group-message)."""
+(…/the-robot-sends-a-group-message). Every HTTP exchange is reported to ``observe`` under the
+API's short name (``ENDPOINTS``; ``/metrics``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from typing import Any
 import aiohttp
 import structlog
 
+from gateway.adapter import ApiCalls
+
 log = structlog.get_logger("adapters.dingtalk")
 
 TOKEN_MARGIN_S = 300  # refresh 5 min early, like the SDK (§2.4)
@@ -30,6 +33,16 @@ TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fet
 # (…/custom-robots-send-group-messages); 130101/130102 are the older "send too fast" codes.
 WEBHOOK_RETRY = {-1, 410100, 130101, 130102}
 JSON_UTF8 = {"Content-Type": "application/json; charset=utf-8"}
+# The metrics' name of each OpenAPI path the gateway calls (none carries an id).
+ENDPOINTS = {
+    "/v1.0/oauth2/accessToken": "token",
+    "/v1.0/robot/groupMessages/send": "group_send",
+    "/v1.0/robot/oToMessages/batchSend": "p2p_send",
+    "/v1.0/robot/messageFiles/download": "file_download",
+    "/v1.0/card/instances/createAndDeliver": "card_create",
+    "/v1.0/card/instances": "card_update",
+    "/v1.0/card/streaming": "card_stream",
+}
 
 
 class DingTalkApiError(RuntimeError):
@@ -72,8 +85,10 @@ class DingTalkApi:
         attempts: int = 5,
         backoff_s: float = 0.25,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        observe: ApiCalls | None = None,
     ) -> None:
         self.base = base.rstrip("/")
+        self.observe = observe
         self.client_id = client_id
         self._secret = client_secret
         self.attempts = attempts
@@ -92,6 +107,10 @@ class DingTalkApi:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+    def _count(self, endpoint: str, began: float, code: str) -> None:
+        if self.observe is not None:
+            self.observe(endpoint, code, time.perf_counter() - began)
 
     async def _pause(self, attempt: int) -> None:
         delay = min(self.backoff_s * 2**attempt, 8.0)
@@ -120,10 +139,12 @@ class DingTalkApi:
         self, method: str, path: str, body: dict[str, Any], *, auth: bool
     ) -> dict[str, Any]:
         last: DingTalkApiError | None = None
+        endpoint = ENDPOINTS.get(path, "other")
         for attempt in range(self.attempts):
             headers = dict(JSON_UTF8)
             if auth:
                 headers["x-acs-dingtalk-access-token"] = await self.access_token()
+            began = time.perf_counter()
             try:
                 async with self.http.request(
                     method, self.base + path, data=dumps(body), headers=headers
@@ -131,6 +152,7 @@ class DingTalkApi:
                     data = await resp.json(content_type=None) if resp.content_length != 0 else {}
                     data = data if isinstance(data, dict) else {}
                     if resp.status < 300:
+                        self._count(endpoint, began, "ok")
                         return data
                     err = DingTalkApiError(
                         resp.status,
@@ -140,6 +162,7 @@ class DingTalkApi:
                     )
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 err = DingTalkApiError(0, type(exc).__name__, str(exc))
+            self._count(endpoint, began, err.code or f"http_{err.status}")
             last = err
             if auth and attempt == 0 and (err.status == 401 or err.code in TOKEN_REFUSED):
                 self._token = None  # revoked or rotated: fetch a fresh one once
@@ -160,11 +183,13 @@ class DingTalkApi:
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works."""
         for attempt in range(self.attempts):
+            began = time.perf_counter()
             try:
                 async with self.http.post(url, data=dumps(body), headers=JSON_UTF8) as resp:
                     data = await resp.json(content_type=None)
                     status = resp.status
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                self._count("session_webhook", began, type(exc).__name__)
                 log.warning("sessionWebhook retry", error=type(exc).__name__)
                 await self._pause(attempt)
                 continue
@@ -172,7 +197,10 @@ class DingTalkApi:
                 errcode = int(data.get("errcode", 0)) if isinstance(data, dict) else -2
             except (TypeError, ValueError):
                 errcode = -2
-            if status < 300 and errcode == 0:
+            ok = status < 300 and errcode == 0
+            code = "ok" if ok else (str(errcode) if errcode not in (0, -2) else f"http_{status}")
+            self._count("session_webhook", began, code)
+            if ok:
                 return
             if status == 429 or status >= 500 or errcode in WEBHOOK_RETRY:
                 log.warning("sessionWebhook retry", status=status, errcode=errcode)

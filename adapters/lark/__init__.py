@@ -68,6 +68,7 @@ class LarkAdapter(Adapter):
             base_url=settings.api_base,
             app_id=settings.app_id,
             app_secret=settings.app_secret.get_secret_value(),
+            observe=self.api_calls(),
         )
         self.inbound = LarkInbound(settings=settings, adapter=self)
         self.outbound = LarkOutbound(

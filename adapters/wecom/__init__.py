@@ -59,6 +59,7 @@ class WeComAdapter(Adapter):
                 api_base=settings.api_base,
                 corp_id=settings.corp_id,
                 corp_secret=_secret(settings.corp_secret),
+                observe=self.api_calls(),
             )
             app = AppOutbound(
                 integration_id=settings.id,

@@ -3,7 +3,8 @@ message/send and update_template_card, with the platform's error codes handled; 
 bot's encrypted attachment links.
 
 wechatpy's client is synchronous and hardcodes the gettoken URL (§3.7), so this is a small
-aiohttp client against ``apiBase``.
+aiohttp client against ``apiBase``. Every HTTP exchange is reported to ``observe`` under the
+API's short name (``/metrics``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ import structlog
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
-from gateway.adapter import FetchedFile, body_type, read_body
+from gateway.adapter import ApiCalls, FetchedFile, body_type, read_body
 from gateway.envelope import Attachment
 
 log = structlog.get_logger("adapters.wecom")
 
 TOKEN_ERRORS = {40001, 40014, 42001}  # invalid / expired access token: refetch, retry once
 RATE_LIMITED = 45009
+# The metrics' name of each server API the gateway calls.
+ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "card_update"}
+NO_ANSWER = (aiohttp.ClientError, TimeoutError)
 
 
 class WeComApiError(RuntimeError):
@@ -45,8 +49,10 @@ class WeComApi:
         corp_secret: str,
         backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0),
         clock: Callable[[], float] = time.monotonic,
+        observe: ApiCalls | None = None,
     ) -> None:
         self.base = api_base.rstrip("/")
+        self.observe = observe
         self.corp_id = corp_id
         self.corp_secret = corp_secret
         self.backoff_s = backoff_s
@@ -65,13 +71,25 @@ class WeComApi:
         if self._http is not None:
             await self._http.close()
 
+    def _count(self, endpoint: str, began: float, code: int | str) -> None:
+        """Report one exchange: ``ok`` for errcode 0, else the errcode (or ``http_<status>``)."""
+        if self.observe is not None:
+            label = "ok" if code == 0 else str(code)
+            self.observe(endpoint, label, time.perf_counter() - began)
+
     async def token(self, *, refresh: bool = False) -> str:
         async with self._token_lock:
             if not refresh and self._token and self.clock() < self._token_expires:
                 return self._token
             params = {"corpid": self.corp_id, "corpsecret": self.corp_secret}
-            async with self._session().get(f"{self.base}/cgi-bin/gettoken", params=params) as r:
-                data = await r.json(content_type=None)
+            began = time.perf_counter()
+            try:
+                async with self._session().get(f"{self.base}/cgi-bin/gettoken", params=params) as r:
+                    data = await r.json(content_type=None)
+            except NO_ANSWER as exc:
+                self._count("token", began, type(exc).__name__)
+                raise
+            self._count("token", began, int(data.get("errcode", 0)))
             if data.get("errcode", 0) != 0 or "access_token" not in data:
                 raise WeComApiError(int(data.get("errcode", -1)), str(data.get("errmsg", "")))
             # Renew five minutes early so a token never expires in flight.
@@ -85,15 +103,23 @@ class WeComApi:
         a frequency limit (45009) backs off and retries a few times."""
         refreshed = False
         limited = 0
+        endpoint = ENDPOINTS.get(path, "other")
         while True:
             token = await self.token(refresh=False)
-            async with self._session().post(
-                f"{self.base}/cgi-bin/{path}", params={"access_token": token}, json=body
-            ) as resp:
-                if resp.status >= 500:
-                    raise WeComApiError(-resp.status, "server error")
-                data: dict[str, Any] = await resp.json(content_type=None)
+            began = time.perf_counter()
+            try:
+                async with self._session().post(
+                    f"{self.base}/cgi-bin/{path}", params={"access_token": token}, json=body
+                ) as resp:
+                    if resp.status >= 500:
+                        self._count(endpoint, began, f"http_{resp.status}")
+                        raise WeComApiError(-resp.status, "server error")
+                    data: dict[str, Any] = await resp.json(content_type=None)
+            except NO_ANSWER as exc:
+                self._count(endpoint, began, type(exc).__name__)
+                raise
             code = int(data.get("errcode", 0))
+            self._count(endpoint, began, code)
             if code == 0:
                 return data
             if code in TOKEN_ERRORS and not refreshed:
@@ -116,15 +142,25 @@ class WeComApi:
         while True:
             token = await self.token()
             params = {"access_token": token, "media_id": media_id}
-            async with self._session().get(f"{self.base}/cgi-bin/media/get", params=params) as r:
-                if r.status >= 500:
-                    raise WeComApiError(-r.status, "server error")
-                mime = body_type(r)
-                if mime not in ("application/json", "text/plain"):
-                    data = await read_body(r, max_bytes)
-                    return (data, mime) if data is not None else None
-                error: dict[str, Any] = await r.json(content_type=None)
+            began = time.perf_counter()
+            try:
+                async with self._session().get(
+                    f"{self.base}/cgi-bin/media/get", params=params
+                ) as r:
+                    if r.status >= 500:
+                        self._count("media", began, f"http_{r.status}")
+                        raise WeComApiError(-r.status, "server error")
+                    mime = body_type(r)
+                    if mime not in ("application/json", "text/plain"):
+                        self._count("media", began, 0)
+                        data = await read_body(r, max_bytes)
+                        return (data, mime) if data is not None else None
+                    error: dict[str, Any] = await r.json(content_type=None)
+            except NO_ANSWER as exc:
+                self._count("media", began, type(exc).__name__)
+                raise
             code = int(error.get("errcode", -1))
+            self._count("media", began, code)
             if code in TOKEN_ERRORS and not refreshed:
                 refreshed = True
                 await self.token(refresh=True)

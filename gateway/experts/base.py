@@ -38,6 +38,7 @@ class TurnInput:
     declared_variables: Mapping[str, str] = field(default_factory=dict)
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
+    memory_rules: int = 0  # how many items of the chat's memory memory.rules holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,12 @@ class Expert(abc.ABC):
     # Whether a running run takes follow-up messages (``steer``): busyPolicy steer needs it.
     supports_steer: ClassVar[bool] = False
     accepts_images = False  # the runner fetches image attachments through the adapter for it
+    # What a route's access bundle may set on this kind (gateway/bundles.py): "model" and/or
+    # "tools", each a field of ``settings_model`` that the route's value replaces.
+    bundle_options: ClassVar[frozenset[str]] = frozenset()
+    # Whether only declared conversation variables reach the backend (route variables that are
+    # not declared are then warned about by ``check``).
+    declared_variables_only: ClassVar[bool] = False
 
     async def steer(self, turn: TurnInput, text: str) -> None:
         """Hand a follow-up message to the running run (busyPolicy steer)."""

@@ -58,6 +58,7 @@ def _context(turn: TurnInput) -> list[dict[str, Any]]:
 class OpenAIExpert(Expert):
     kind = "openai"
     settings_model = OpenAIExpertSettings
+    bundle_options = frozenset({"model"})  # a route may pick the model; it calls no tools
 
     def __init__(self, *, settings: OpenAIExpertSettings, history: HistoryStore) -> None:
         self.settings = settings

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Literal, get_args, get_origin
 
+from gateway.bundles import option_problems
 from gateway.experts.base import Expert, ExpertContext
 from gateway.settings import ExpertBase
 from sessions import HistoryStore
@@ -52,6 +53,8 @@ def checked_kind(name: str, target: object, *, where: str = "") -> type[Expert]:
     tag = model.model_fields["kind"].annotation
     if get_origin(tag) is not Literal or get_args(tag) != (name,):
         raise ExpertKindError(f"{label}: {model.__name__}.kind must be Literal[{name!r}]")
+    for problem in option_problems(target):
+        raise ExpertKindError(f"{label}: {problem}")
     return target
 
 

@@ -57,6 +57,9 @@ class XpertExpert(Expert):
     settings_model = XpertExpertSettings
     supports_steer = True
     accepts_images = True  # the runner hands pictures over as data: URLs
+    # No bundle_options: a run takes no model and no tool list (docs/xpertai.md, "Access
+    # bundles"); and XpertAI drops state keys the agent did not declare.
+    declared_variables_only = True
 
     def __init__(self, *, settings: XpertExpertSettings) -> None:
         self.settings = settings

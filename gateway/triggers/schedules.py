@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
@@ -75,6 +76,9 @@ class Scheduler:
         self.clock = clock
         self.tick_ms = tick_ms
         self.fired = 0  # fires this replica started
+        # Per integrationId, for /metrics: fires started here, and fires skipped as too old.
+        self.fired_by: Counter[str] = Counter()
+        self.missed_by: Counter[str] = Counter()
         self._next: dict[tuple[str, str, str, int], int] = {}  # (id, cron, zone, last) -> next
         self._warned: set[str] = set()
         self._event = asyncio.Event()
@@ -174,6 +178,7 @@ class Scheduler:
         if previous is not None:
             self._skipped(entry, previous, fire)
         self.fired += 1
+        self.fired_by[s.integration_id] += 1
         log.info(
             "schedule fired",
             schedule_id=s.id,
@@ -187,6 +192,7 @@ class Scheduler:
             return
         missed = entry.cron.between(after, before - 1)
         if missed:
+            self.missed_by[entry.schedule.integration_id] += len(missed)
             log.info(
                 "schedule misfire skipped",
                 schedule_id=entry.schedule.id,

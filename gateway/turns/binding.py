@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import structlog
 
+from gateway.bundles import bundled
 from gateway.envelope import Envelope
-from gateway.routing import route
+from gateway.routing import named_expert, route
 from gateway.settings import IntegrationBase, Settings
 from gateway.turns.snapshot import SessionSnapshot, snapshot_of
 from sessions import Claim, SessionRecords, SessionStore
@@ -49,10 +50,15 @@ class Binder:
         snapshot of the current config; a turn resumed from a crashed replica keeps its own.
         ``card`` (the turn id the card's buttons carry) becomes the session's current card."""
         xpert_id = route(integ, last)
-        expert = self.settings().expert(xpert_id)
+        settings = self.settings()
+        expert = settings.expert(xpert_id)
         if expert is None:
             raise LookupError(f"expert {xpert_id!r} is not configured")
-        text, digest = snapshot_of(integ, expert, xpert_id)
+        # The route's access bundle (model, tools, variables) goes into the snapshot.
+        kind = settings.expert_kinds.get(expert.kind)
+        own = named_expert(integ, last) is None
+        expert, bundle = bundled(integ.routes, last, expert, kind, own=own)
+        text, digest = snapshot_of(integ, expert, xpert_id, bundle)
         known = claim.turn.get("session")
         if last.trigger is not None and last.trigger.xpert_id and not known:
             await self._switch_expert(claim.conversation, xpert_id)
@@ -89,9 +95,10 @@ class Binder:
                 },
                 at_ms=self.clock(),
             )
-            defaults = [(d.name, "default", d.default) for d in snapshot.declared]
+            defaults = {d.name: d.default for d in snapshot.declared if d.default is not None}
+            defaults.update(snapshot.bundle_variables)  # the route's values win
             await self.records.apply_variables(
-                session_id, [d for d in defaults if d[2] is not None]
+                session_id, [(name, "default", value) for name, value in defaults.items()]
             )
         return Session(
             id=session_id,

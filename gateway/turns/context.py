@@ -124,6 +124,7 @@ class ContextBuilder:
             declared_variables={d.name: d.reducer for d in session.snapshot.declared},
             expert_thread_id=session.thread_id,
             group_history=tuple(group),
+            memory_rules=len(context.memory),
         )
 
 

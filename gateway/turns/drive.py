@@ -17,6 +17,7 @@ from gateway.experts import Expert, TurnInput
 from gateway.progress import Progress
 from gateway.render import CardRenderer
 from gateway.settings import VariableDecl
+from gateway.turns.audit import TurnTrace
 from sessions import SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.turns")
@@ -42,6 +43,7 @@ class ActiveRun:
     inject: Callable[[RunEvent], None] | None = None
     steering: bool = False
     started_at: float = field(default_factory=time.monotonic)
+    trace: TurnTrace | None = None  # the current turn's steps and usage, for its audit record
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Driver:
                     )
                 if isinstance(event, Interrupt):
                     asked = dict(event.data)
+                if run is not None and run.trace is not None:
+                    run.trace.see(event)
                 state = state.apply(event)
                 renderer.push(state)
                 if state.final or (state.status == "waiting" and isinstance(event, Finished)):
@@ -106,6 +110,8 @@ class Driver:
 
         def inject(event: RunEvent) -> None:
             nonlocal state
+            if run is not None and run.trace is not None:
+                run.trace.see(event)
             state = state.apply(event)
             renderer.push(state)
 
@@ -119,8 +125,10 @@ class Driver:
         except asyncio.CancelledError:
             reason = run.stop_reason if run is not None else ""
             if reason == "handback" or (not reason and self.handing_back()):
+                renderer.abandon()
                 raise Handback() from None
             if reason in ("lost", ""):  # the lease went, or our own task was cancelled
+                renderer.abandon()
                 raise
             state = state.finish("cancelled")
             log.info("run stopped by the user")

@@ -14,15 +14,15 @@ import structlog
 
 from gateway.adapter import Adapter
 from gateway.envelope import Envelope
-from gateway.experts import Decision, Expert
+from gateway.experts import Decision, Expert, TurnInput
 from gateway.progress import Progress, Step
-from gateway.render import CardRenderer
+from gateway.render import CardRenderer, RenderObserver
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.binding import Binder, Session
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
-from gateway.turns.records import FailedTurn, PendingInterrupt
+from gateway.turns.records import FailedTurn, PendingInterrupt, TurnOutcome, outcome_of
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, SessionStore
 
@@ -34,6 +34,15 @@ R = TypeVar("R", FailedTurn, PendingInterrupt)
 class TurnResult:
     session_id: str
     variables: dict[str, str]  # what the turn saw (kept for the admin API)
+    outcome: TurnOutcome = "done"
+    expert: str = ""  # the xpertId that ran it ("": none did)
+    first_card: int | None = None  # when its card first showed (epoch ms)
+    # For the audit record (gateway/turns/audit.py): the context handed to the expert, the
+    # card's last state, the session's snapshot, or what the turn said instead of running.
+    turn: TurnInput | None = None
+    final: Progress | None = None
+    snapshot: SessionSnapshot | None = None
+    said: str = ""
 
 
 class TurnKinds:
@@ -49,8 +58,10 @@ class TurnKinds:
         active: Callable[[str], ActiveRun | None],
         clock: Callable[[], int],
         event_cards: EventCards | None = None,
+        observer: RenderObserver | None = None,
     ) -> None:
         self.store = store
+        self.observer = observer
         self.event_cards = event_cards
         self.binder = binder
         self.contexts = contexts
@@ -93,6 +104,8 @@ class TurnKinds:
             idempotency_key=key,
             handle=claim.turn.get("card") or card,
             on_handle=remember,
+            observer=self.observer,
+            clock=self.clock,
         )
 
     async def _start(
@@ -226,7 +239,16 @@ class TurnKinds:
             kept = handle if handle and adapter.reuses_card(handle) else None
             await self.event_cards.settle(claim.conversation, last, kept)
         log.info("turn finished", status=outcome.progress.status, renders=renderer.renders)
-        return TurnResult(session.id, turn.variables)
+        return TurnResult(
+            session.id,
+            turn.variables,
+            outcome_of(outcome.progress.status),
+            session.snapshot.xpert_id,
+            renderer.first_shown_ms,
+            turn=turn,
+            final=outcome.progress,
+            snapshot=session.snapshot,
+        )
 
     async def retry(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
@@ -235,10 +257,9 @@ class TurnKinds:
         failed = await self._take(claim, "failed", FailedTurn.load)
         if failed is None or not _clicked_on(action, failed.turn_id):
             log.info("retry click on a turn that is no longer failed")
-            await adapter.send_text(
-                action, "There is nothing to retry.", idempotency_key=claim.turn_id
-            )
-            return TurnResult("", {})
+            said = "There is nothing to retry."
+            await adapter.send_text(action, said, idempotency_key=claim.turn_id)
+            return TurnResult("", {}, said=said)
         original = failed.envelope().model_copy(update={"text": failed.text})
         return await self.message(claim, integ, adapter, [original], failed=failed)
 
@@ -253,10 +274,9 @@ class TurnKinds:
         session_id = claim.turn.get("session") or binding.get("sessionId", "")
         if interrupt is None or not _clicked_on(action, interrupt.turn_id):
             log.info("click on a confirmation that is no longer pending")
-            await adapter.send_text(
-                action, "Nothing is waiting for a confirmation.", idempotency_key=claim.turn_id
-            )
-            return TurnResult(session_id, {})
+            said = "Nothing is waiting for a confirmation."
+            await adapter.send_text(action, said, idempotency_key=claim.turn_id)
+            return TurnResult(session_id, {}, said=said)
         snapshot = SessionSnapshot.of(interrupt.snapshot)
         session = Session(
             id=session_id, snapshot=snapshot, thread_id=binding.get("threadId") or None, new=False
@@ -291,7 +311,16 @@ class TurnKinds:
         )
         await self._finish(claim, session, outcome, renderer, interrupt.text, reply_to)
         log.info("resumed turn finished", decision=decision, status=outcome.progress.status)
-        return TurnResult(session_id, turn.variables)
+        return TurnResult(
+            session_id,
+            turn.variables,
+            outcome_of(outcome.progress.status),
+            snapshot.xpert_id,
+            renderer.first_shown_ms,
+            turn=turn,
+            final=outcome.progress,
+            snapshot=snapshot,
+        )
 
     async def give_up(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, last: Envelope

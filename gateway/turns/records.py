@@ -5,7 +5,8 @@ records always had, so sessions made before an upgrade still resume."""
 
 from __future__ import annotations
 
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,3 +48,65 @@ class PendingInterrupt(_Record):
     steps: list[dict[str, str]] = Field(default_factory=list)
     tools: list[dict[str, str]] = Field(default_factory=list)
     answer: str = ""
+
+
+# --- how a turn ended, and when --------------------------------------------------------------
+# One vocabulary for the audit record, the metrics (``xgw_turns_total{outcome}``) and budgets:
+# done (the run ended well, a Reject included), error, cancelled (Stop), interrupted (waiting for
+# Confirm / Reject), handback (shutdown gave it to another replica), gave_up (failed too often),
+# refused (over a budget: the polite card, no run).
+TurnOutcome = Literal["done", "error", "cancelled", "interrupted", "handback", "gave_up", "refused"]
+TURN_OUTCOMES: tuple[TurnOutcome, ...] = get_args(TurnOutcome)
+
+
+def outcome_of(status: str) -> TurnOutcome:
+    """The outcome of a turn whose card ended in Progress ``status``."""
+    if status in ("done", "rejected", "ended"):
+        return "done"
+    if status == "waiting":
+        return "interrupted"
+    if status == "cancelled":
+        return "cancelled"
+    return "error"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTimings:
+    """A turn's times (epoch ms), computed once in the turn code for the audit record and the
+    metrics: ``received`` the first burst item's arrival, ``claimed`` when this replica took the
+    turn, ``first_card`` when its card first showed (None: it never did), ``finished``."""
+
+    received: int
+    claimed: int
+    finished: int
+    first_card: int | None = None
+
+    @property
+    def queued_ms(self) -> int:
+        return max(0, self.claimed - self.received)
+
+    @property
+    def run_ms(self) -> int:
+        return max(0, self.finished - self.claimed)
+
+    @property
+    def first_card_ms(self) -> int | None:
+        """From the first message to the first card: what the user waits for."""
+        return None if self.first_card is None else max(0, self.first_card - self.received)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    """A finished turn as the metrics see it: low-cardinality labels and its timings."""
+
+    integration_id: str
+    platform: str
+    expert: str  # the xpertId that ran it
+    outcome: TurnOutcome
+    timings: TurnTimings
+
+
+class TurnObserver(Protocol):
+    """Told of every turn's end (``gateway.metrics.Metrics`` is one)."""
+
+    def turn_ended(self, end: TurnEnd) -> None: ...

@@ -12,24 +12,33 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import structlog
 
 from gateway.adapter import Adapter
+from gateway.budgets import Budgets
 from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
 from gateway.experts import Expert, build_expert
-from gateway.settings import Settings
+from gateway.render import RenderObserver
+from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.event_cards import EventCards
+from gateway.turns.audit import TurnFacts, TurnTrace, write_audit
 from gateway.turns.binding import Binder
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
-from gateway.turns.kinds import TurnKinds
+from gateway.turns.kinds import TurnKinds, TurnResult
+from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.runner")
+
+
+class _Observer(TurnObserver, RenderObserver, Protocol):
+    """What the runner tells of its turns and their cards (``gateway.metrics.Metrics``)."""
 
 
 class Runner:
@@ -43,8 +52,10 @@ class Runner:
         records: SessionRecords,
         history: HistoryStore | None = None,
         clock: Callable[[], int] = now_ms,
+        observer: _Observer | None = None,
     ) -> None:
         self.store = store
+        self.observer = observer
         self.records = records
         self.history = history
         self._settings = settings  # read at each use: a reload replaces what it answers
@@ -55,6 +66,7 @@ class Runner:
         self.handing_back = False
         self._experts: dict[str, Expert] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.budgets = Budgets(store=store, clock=clock)  # tokens per day (gateway/budgets.py)
         self.kinds = TurnKinds(
             store=store,
             binder=Binder(store=store, records=records, settings=settings, clock=clock),
@@ -67,6 +79,7 @@ class Runner:
             event_cards=EventCards(
                 store=EventCardStore(client=store.redis, keys=store.keys), settings=settings
             ),
+            observer=observer,
         )
 
     @property
@@ -205,6 +218,13 @@ class Runner:
         last = items[-1]
         mode = "finish"
         session_id = ""
+        claimed = self.clock()
+        outcome: TurnOutcome = "error"
+        result: TurnResult | None = None
+        error = ""
+        trace = TurnTrace(clock=self.clock)  # the driver notes the run's steps and usage
+        if (run := self.active.get(conv)) is not None:
+            run.trace = trace
         with structlog.contextvars.bound_contextvars(
             turn_id=claim.turn_id,
             conversation=conv,
@@ -218,38 +238,42 @@ class Runner:
                 if integ is None or adapter is None:
                     log.error("turn for an integration that is no longer configured")
                 elif claim.attempts > self.settings.runtime.max_turn_attempts:
+                    outcome = "gave_up"
+                    error = f"Gave up after {claim.attempts - 1} attempts"
                     await self.kinds.give_up(claim, integ, adapter, last)
                 else:
                     if claim.resumed:
                         log.info("resuming a turn left by another replica", attempts=claim.attempts)
-                    started = self.clock()
                     result = await self.kinds.run(claim, integ, adapter, items)
-                    session_id = result.session_id
-                    # One audit record per completed turn, written while the lease is still
-                    # held, with the variables the turn saw (admin API): one round trip.
-                    await self.records.turn_done(
-                        session_id,
-                        result.variables,
-                        {
-                            "event": "turn",
-                            "turn": claim.turn_id,
-                            "conversation": conv,
-                            "session": session_id,
-                            "replica": self.replica_id,
-                            "start": started,
-                            "end": self.clock(),
-                            "resumed": int(claim.resumed),
-                        },
-                    )
+                    session_id, outcome = result.session_id, result.outcome
             except Handback:
-                mode = "handback"
+                mode, outcome = "handback", "handback"
                 log.info("turn handed back")
-            except Exception:
+            except Exception as exc:
                 log.exception("turn failed")
+                error = f"The turn failed: {type(exc).__name__}"
             finally:
                 keeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await keeper
+            timings = TurnTimings(
+                received=min(int(i.received_at.timestamp() * 1000) for i in items),
+                claimed=claimed,
+                finished=self.clock(),
+                first_card=result.first_card if result else None,
+            )
+            if integ is not None:  # its audit record, while the lease is still held
+                facts = TurnFacts.of(
+                    claim,
+                    items,
+                    result,
+                    outcome=outcome,
+                    timings=timings,
+                    replica=self.replica_id,
+                    error=error,
+                )
+                await write_audit(self.records, facts, trace, result, now_ms=self.clock())
+                await self._spend(integ, conv, trace)
             timeout_ms = (integ.session_timeout_seconds if integ else 3600) * 1000
             status, due = await self.store.finish(
                 conversation=conv,
@@ -261,7 +285,33 @@ class Runner:
             )
             if status == "lost":
                 log.warning("lease was lost before the turn finished")
+            self._observe(items, integ, outcome, result, timings)
             return status, due
+
+    async def _spend(self, integ: IntegrationBase, conv: str, trace: TurnTrace) -> None:
+        """The tokens the expert reported, counted against the chat's day (gateway/budgets.py);
+        a failure to count costs only the count."""
+        try:
+            await self.budgets.spend(integ, conv, trace.input_tokens + trace.output_tokens)
+        except Exception as exc:
+            log.warning("tokens not counted", error=str(exc) or type(exc).__name__)
+
+    def _observe(
+        self,
+        items: list[Envelope],
+        integ: IntegrationBase | None,
+        outcome: TurnOutcome,
+        result: TurnResult | None,
+        timings: TurnTimings,
+    ) -> None:
+        """Tell the observer (metrics, audit) how the turn ended and its timings."""
+        if self.observer is None:
+            return
+        last = items[-1]
+        expert = (result.expert if result else "") or (integ.xpert_id if integ else "")
+        self.observer.turn_ended(
+            TurnEnd(last.integration_id, last.platform, expert, outcome, timings)
+        )
 
     async def _keep_lease(self, conv: str, owner: str, turn_id: str) -> None:
         """Renew the lease every third of its time. A lease that could not be renewed for its

@@ -32,13 +32,22 @@ KEPT_OPTIONS = {
 }
 
 
-def snapshot_of(integration: IntegrationBase, expert: ExpertBase, xpert_id: str) -> tuple[str, str]:
-    """The config a new session locks in (secrets excluded), as JSON and its hash."""
-    data = {
+def snapshot_of(
+    integration: IntegrationBase,
+    expert: ExpertBase,
+    xpert_id: str,
+    bundle: Mapping[str, Any] | None = None,
+) -> tuple[str, str]:
+    """The config a new session locks in (secrets excluded), as JSON and its hash; ``bundle``:
+    what its route gives it (gateway/bundles.py; absent without one, so that configs without
+    routes keep their digests)."""
+    data: dict[str, Any] = {
         "xpertId": xpert_id,
         "expert": expert.model_dump(mode="json", by_alias=True),
         "integration": integration.model_dump(mode="json", by_alias=True, include=KEPT_OPTIONS),
     }
+    if bundle:
+        data["bundle"] = dict(bundle)
     return json.dumps(data, sort_keys=True, separators=(",", ":")), snapshot_digest(data)
 
 
@@ -87,6 +96,11 @@ class SessionSnapshot:
     def expert(self, settings: Settings) -> ExpertBase:
         """The session's expert settings, with the secrets of the current config put back."""
         return settings.expert_from_snapshot(self.data["expert"])
+
+    @property
+    def bundle_variables(self) -> dict[str, Any]:
+        """The conversation variables the session's route starts it with."""
+        return dict(self.data.get("bundle", {}).get("variables", {}))
 
     @property
     def declared(self) -> list[VariableDecl]:

@@ -1,0 +1,301 @@
+"""A turn's audit record: what started it, what it was given, what it ran, what it cost and how
+it ended, written once when the turn ends (the record: ``audit_record.py``; sessions/audit.py
+stores and indexes it).
+
+:class:`TurnTrace` watches the run's events as the driver sees them (when each step and tool
+started and ended, the usage reported); :func:`audit_record` puts the record together from the
+claim, the turn's result, the trace and the timings; :func:`write_audit` stores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from gateway.clock import now_ms
+from gateway.envelope import Envelope
+from gateway.events import RunEvent, StepEvent, ToolEvent, UsageEvent
+from gateway.turns.audit_record import (
+    ANSWER_BYTES,
+    DETAIL_CHARS,
+    ERROR_CHARS,
+    INPUT_BYTES,
+    MAX_STEPS,
+    MAX_VARIABLES,
+    TITLE_CHARS,
+    AuditContext,
+    AuditExpert,
+    AuditInput,
+    AuditRecord,
+    AuditStep,
+    AuditTimings,
+    AuditTrigger,
+    AuditUsage,
+    bounded,
+    short,
+)
+from gateway.turns.context import merge_input
+from gateway.turns.records import TurnOutcome, TurnTimings
+
+if TYPE_CHECKING:
+    from gateway.experts import TurnInput
+    from gateway.progress import Progress
+    from gateway.turns.kinds import TurnResult
+    from gateway.turns.snapshot import SessionSnapshot
+    from sessions import Claim, SessionRecords
+
+log = structlog.get_logger("gateway.turns")
+
+
+@dataclass
+class TurnTrace:
+    """What the driver saw of one run: per step and tool id when it first showed and when it
+    ended (done or failed), and the usage the expert reported (summed)."""
+
+    clock: Callable[[], int] = now_ms
+    started: dict[tuple[str, str], int] = field(default_factory=dict)
+    ended: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (title, status, detail) of each step and tool as the events left them
+    seen: dict[tuple[str, str], tuple[str, str, str]] = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    usage_seen: bool = False
+
+    def see(self, event: RunEvent) -> None:
+        if isinstance(event, StepEvent | ToolEvent):
+            key = ("step" if isinstance(event, StepEvent) else "tool", event.id)
+            title, detail = (
+                (event.title, event.detail)
+                if isinstance(event, StepEvent)
+                else (event.name, event.summary)
+            )
+            self.seen[key] = (title, event.status, detail)
+            now = self.clock()
+            self.started.setdefault(key, now)
+            if event.status != "running":
+                self.ended[key] = now
+            else:
+                self.ended.pop(key, None)
+        elif isinstance(event, UsageEvent):
+            self.usage_seen = True
+            self.input_tokens += event.input_tokens
+            self.output_tokens += event.output_tokens
+            self.cost += event.cost
+
+    def usage(self) -> AuditUsage | None:
+        if not self.usage_seen:
+            return None
+        cost = round(self.cost, 6) if self.cost else None
+        return AuditUsage(
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost=cost
+        )
+
+    def steps(self, final: Progress | None, finished: int) -> list[AuditStep]:
+        """The card's steps and tools in their final state (or, for a run that never showed
+        one - handed back, crashed - as the events left them), each with its times in this run;
+        a step still open when the run ended closes at ``finished``."""
+        rows: list[tuple[tuple[str, str], tuple[str, str, str]]]
+        if final is not None:
+            rows = [(("step", s.id), (s.title, s.status, s.detail)) for s in final.steps]
+            rows += [(("tool", t.id), (t.title, t.status, t.detail)) for t in final.tools]
+        else:
+            rows = list(self.seen.items())
+        out: list[AuditStep] = []
+        for key, (title, status, detail) in rows[:MAX_STEPS]:
+            start = self.started.get(key)
+            end = self.ended.get(key, finished) if start is not None else None
+            out.append(
+                AuditStep(
+                    id=short(key[1], TITLE_CHARS),
+                    kind="step" if key[0] == "step" else "tool",
+                    title=short(title, TITLE_CHARS),
+                    status=status,
+                    detail=short(detail, DETAIL_CHARS),
+                    started_at=start,
+                    ended_at=end,
+                    ms=None if start is None or end is None else max(0, end - start),
+                )
+            )
+        return out
+
+
+def trigger_of(items: list[Envelope]) -> AuditTrigger:
+    """What started the turn: the newest item's kind (a click is a turn of its own)."""
+    last = items[-1]
+    trigger_id = last.trigger.id if last.trigger else None
+    if last.kind == "action" and last.action is not None:
+        return AuditTrigger(kind="button", action=last.action.id)
+    if last.kind == "event":
+        return AuditTrigger(
+            kind="event", id=trigger_id, source=last.subject.source if last.subject else None
+        )
+    if last.kind in ("schedule", "watch"):
+        return AuditTrigger(kind=last.kind, id=trigger_id)
+    return AuditTrigger(kind="message")
+
+
+def context_of(turn: TurnInput) -> AuditContext:
+    names = sorted(turn.variables)
+    return AuditContext(
+        variables=names[:MAX_VARIABLES],
+        variable_count=len(names),
+        history=len(turn.group_history),
+        attachments=len(turn.attachments),
+        attachment_kinds=sorted({str(a.get("kind", "file")) for a in turn.attachments}),
+        memory_rules=turn.memory_rules,
+    )
+
+
+def expert_of(xpert_id: str, snapshot: SessionSnapshot | None) -> AuditExpert | None:
+    if not xpert_id:
+        return None
+    data: Mapping[str, Any] = snapshot.data.get("expert", {}) if snapshot else {}
+    model = data.get("model")
+    return AuditExpert(
+        id=xpert_id,
+        kind=str(data["kind"]) if data.get("kind") else None,
+        model=str(model) if model else None,
+    )
+
+
+@dataclass(frozen=True)
+class TurnFacts:
+    """What the turn code knows once a turn ended, for :func:`audit_record`."""
+
+    claim_turn_id: str
+    attempt: int
+    resumed: bool
+    conversation: str
+    items: list[Envelope]
+    outcome: TurnOutcome
+    timings: TurnTimings
+    replica: str
+    claim_id: str = ""  # this claim's own part of the owner token: unique per claim
+    session_id: str = ""
+    xpert_id: str = ""
+    input_text: str | None = None  # None: the merged input of ``items``
+    turn: TurnInput | None = None
+    final: Progress | None = None
+    snapshot: SessionSnapshot | None = None
+    error: str = ""
+    answer: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        claim: Claim,
+        items: list[Envelope],
+        result: TurnResult | None,
+        *,
+        outcome: TurnOutcome,
+        timings: TurnTimings,
+        replica: str,
+        error: str = "",
+    ) -> TurnFacts:
+        """The facts of a claimed turn; ``result`` is None when it never returned one (it was
+        handed back, gave up or crashed)."""
+        return cls(
+            claim_turn_id=claim.turn_id,
+            claim_id=claim.owner.rsplit(":", 1)[-1],
+            attempt=claim.attempts,
+            resumed=claim.resumed,
+            conversation=claim.conversation,
+            items=items,
+            outcome=outcome,
+            timings=timings,
+            replica=replica,
+            session_id=result.session_id if result else "",
+            xpert_id=result.expert if result else "",
+            turn=result.turn if result else None,
+            final=result.final if result else None,
+            snapshot=result.snapshot if result else None,
+            error=error,
+            answer=result.said if result else "",
+        )
+
+
+def audit_record(facts: TurnFacts, trace: TurnTrace | None) -> AuditRecord:
+    last = facts.items[-1]
+    t = facts.timings
+    text = facts.input_text
+    if text is None:
+        text = facts.turn.text if facts.turn is not None else merge_input(facts.items)
+    cut, truncated = bounded(text, INPUT_BYTES)
+    final = facts.final
+    answer, _ = bounded(facts.answer or (final.answer if final else ""), ANSWER_BYTES)
+    error = facts.error or (final.error if final else "")
+    return AuditRecord(
+        id=f"{facts.claim_turn_id}-{facts.claim_id or facts.attempt}",
+        turn_id=facts.claim_turn_id,
+        attempt=facts.attempt,
+        resumed=facts.resumed,
+        integration_id=last.integration_id,
+        platform=last.platform,
+        chat_id=last.chat.id,
+        chat_type=last.chat.type,
+        conversation=facts.conversation,
+        session_id=facts.session_id,
+        sender_id=last.sender.id,
+        trigger=trigger_of(facts.items),
+        input=AuditInput(text=cut, chars=len(text), truncated=truncated, messages=len(facts.items)),
+        context=context_of(facts.turn) if facts.turn is not None else None,
+        expert=expert_of(facts.xpert_id, facts.snapshot),
+        steps=trace.steps(final, t.finished) if trace else [],
+        usage=trace.usage() if trace else None,
+        outcome=facts.outcome,
+        error=short(error, ERROR_CHARS),
+        answer=answer,
+        timings=AuditTimings(
+            received_at=t.received,
+            claimed_at=t.claimed,
+            first_card_at=t.first_card,
+            finished_at=t.finished,
+            queued_ms=t.queued_ms,
+            first_card_ms=t.first_card_ms,
+            run_ms=t.run_ms,
+        ),
+        replica=facts.replica,
+    )
+
+
+async def write_audit(
+    records: SessionRecords,
+    facts: TurnFacts,
+    trace: TurnTrace,
+    result: TurnResult | None,
+    *,
+    now_ms: int,
+) -> None:
+    """The turn's audit record and, for a turn that ran to its end here (``result``), its row in
+    the event stream and the variables it saw (admin API); a failure to write them costs only
+    them (the turn still finishes)."""
+    record = audit_record(facts, trace)
+    row = None
+    if result is not None:
+        row = {
+            "event": "turn",
+            "turn": facts.claim_turn_id,
+            "conversation": facts.conversation,
+            "session": facts.session_id,
+            "integrationId": record.integration_id,
+            "outcome": facts.outcome,
+            "replica": facts.replica,
+            "start": facts.timings.claimed,
+            "end": facts.timings.finished,
+            "resumed": int(facts.resumed),
+        }
+    try:
+        await records.turn_done(
+            facts.session_id,
+            result.variables if result else {},
+            row,
+            entry=record.entry(),
+            session=record.session_summary(),
+            now_ms=now_ms,
+        )
+    except Exception as exc:
+        log.warning("audit record not written", error=str(exc) or type(exc).__name__)

@@ -1,0 +1,231 @@
+"""The session audit trail in Redis: one record per turn, per integration, newest first.
+
+A record is JSON this module does not interpret beyond what indexes it (``AuditEntry``). Per
+integration (one hash slot, ``keys.py``): the records, an index of them by end time, one per
+chat, per session and per outcome, and the sessions with a small summary each. One script
+(``audit_put.lua``) stores a record, indexes it and trims the trail past ``retention_ms`` and
+``max_records``; reads take one page of an index with its records in one round trip
+(``audit_page.lua``), so a query reads what it answers, not the whole trail.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal, cast
+
+from sessions.connection import RedisClient
+from sessions.keys import KeyBuilder
+
+DAY_MS = 86_400_000
+PAGE = 200  # index entries read per round trip while a filter skips records
+
+
+@dataclass(frozen=True, slots=True)
+class AuditLimits:
+    retention_ms: int = 7 * DAY_MS
+    max_records: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """A record to store and what it is indexed by."""
+
+    record_id: str
+    integration_id: str
+    chat_id: str
+    session_id: str  # "" when the turn had none (it failed before binding)
+    outcome: str
+    end_ms: int
+    body: str  # the record, JSON
+
+
+IndexKind = Literal["ends", "chat", "session", "outcome"]
+
+
+def _load(name: str) -> str:
+    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+class AuditStore:
+    def __init__(
+        self,
+        *,
+        client: RedisClient,
+        keys: KeyBuilder,
+        limits: Callable[[], AuditLimits] = AuditLimits,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.limits = limits  # read at each use: a reload changes them
+        self._put = client.register_script(_load("audit_put.lua"))
+        self._page = client.register_script(_load("audit_page.lua"))
+
+    # --- writes ------------------------------------------------------------------------------
+    async def put(self, entry: AuditEntry, *, now_ms: int, session: dict[str, Any]) -> int:
+        """Store ``entry``; ``session`` is the session's summary should it have none yet (a
+        session opened before the audit trail existed). Returns the records the integration
+        keeps."""
+        k, i, limits = self.keys, entry.integration_id, self.limits()
+        kept = await self._put(
+            keys=[
+                k.audit_records(i),
+                k.audit_ends(i),
+                k.audit_chat(i, entry.chat_id),
+                k.audit_session(i, entry.session_id),
+                k.audit_outcome(i, entry.outcome),
+                k.audit_sessions(i),
+                k.audit_session_info(i),
+            ],
+            args=[
+                entry.record_id,
+                entry.body,
+                entry.end_ms,
+                now_ms,
+                limits.retention_ms,
+                limits.max_records,
+                entry.session_id,
+                json.dumps(session, separators=(",", ":"), ensure_ascii=False),
+                entry.outcome,
+            ],
+        )
+        return int(kept)
+
+    async def session_opened(
+        self, integration_id: str, session_id: str, info: dict[str, Any], *, at_ms: int
+    ) -> None:
+        """List a new session at once (its first turn may run for a while): one transaction
+        on the integration's slot; the turn's record later adds to its summary."""
+        k, ttl = self.keys, self.limits().retention_ms
+        body = json.dumps(
+            {**info, "turns": 0, "startedAt": at_ms, "lastActiveAt": at_ms},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(k.audit_session_info(integration_id), session_id, body)
+            pipe.zadd(k.audit_sessions(integration_id), {session_id: at_ms}, gt=True)
+            pipe.pexpire(k.audit_session_info(integration_id), ttl)
+            pipe.pexpire(k.audit_sessions(integration_id), ttl)
+            await pipe.execute()
+
+    # --- reads -------------------------------------------------------------------------------
+    def _index(self, integration_id: str, kind: IndexKind, value: str) -> str:
+        k = self.keys
+        if kind == "chat":
+            return k.audit_chat(integration_id, value)
+        if kind == "session":
+            return k.audit_session(integration_id, value)
+        if kind == "outcome":
+            return k.audit_outcome(integration_id, value)
+        return k.audit_ends(integration_id)
+
+    async def _read(
+        self,
+        hash_key: str,
+        index: str,
+        *,
+        order: Literal["asc", "desc"],
+        high: str,
+        low: str,
+        offset: int,
+        count: int,
+    ) -> list[tuple[str, str | None]]:
+        ids, values = await self._page(
+            keys=[hash_key, index], args=[order, high, low, offset, count]
+        )
+        return list(zip(cast(list[str], ids), cast(list[str | None], values), strict=True))
+
+    async def records(
+        self,
+        integration_id: str,
+        *,
+        index: IndexKind = "ends",
+        value: str = "",
+        since_ms: int,
+        limit: int,
+        keep: Callable[[dict[str, Any]], bool] = lambda _r: True,
+        order: Literal["asc", "desc"] = "desc",
+        max_scan: int = 20_000,
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` records of ``index`` that ended at ``since_ms`` or later, newest first
+        (``desc``) or in order, that ``keep`` accepts; a filter reads at most ``max_scan`` index
+        entries. Entries whose record the trail no longer keeps are skipped."""
+        hash_key = self.keys.audit_records(integration_id)
+        key = self._index(integration_id, index, value)
+        out: list[dict[str, Any]] = []
+        offset = 0
+        while len(out) < limit and offset < max_scan:
+            count = min(PAGE, max(limit - len(out), 1) * 2, max_scan - offset)
+            page = await self._read(
+                hash_key,
+                key,
+                order=order,
+                high="+inf",
+                low=str(since_ms),
+                offset=offset,
+                count=count,
+            )
+            for _id, body in page:
+                if body is None:
+                    continue
+                record = json.loads(body)
+                if keep(record):
+                    out.append(record)
+                    if len(out) == limit:
+                        break
+            if len(page) < count:
+                break
+            offset += count
+        return out
+
+    async def sessions(
+        self, integration_id: str, *, since_ms: int, limit: int, offset: int = 0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The integration's sessions active at ``since_ms`` or later, most recent first, with
+        their summaries."""
+        page = await self._read(
+            self.keys.audit_session_info(integration_id),
+            self.keys.audit_sessions(integration_id),
+            order="desc",
+            high="+inf",
+            low=str(since_ms),
+            offset=offset,
+            count=limit,
+        )
+        return [(sid, json.loads(body)) for sid, body in page if body is not None]
+
+    async def session_infos(
+        self, integration_id: str, session_ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        if not session_ids:
+            return {}
+        raw = await self.redis.hmget(self.keys.audit_session_info(integration_id), session_ids)
+        return {
+            sid: json.loads(body)
+            for sid, body in zip(session_ids, cast(list[str | None], raw), strict=True)
+            if body is not None
+        }
+
+    async def running(self, conversations: Iterable[str]) -> dict[str, tuple[bool, dict[str, str]]]:
+        """Per conversation: whether a run holds its lease now, and its binding (its current
+        session). One pipeline of single-key reads, each in its conversation's slot."""
+        convs = list(dict.fromkeys(conversations))
+        if not convs:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for conv in convs:
+                pipe.exists(self.keys.lease(conv))
+                pipe.hgetall(self.keys.binding(conv))
+            rows = await pipe.execute()
+        return {conv: (bool(rows[2 * n]), rows[2 * n + 1]) for n, conv in enumerate(convs)}
+
+    async def events(self, count: int) -> list[dict[str, str]]:
+        """The newest ``count`` rows of the event stream (``keys.audit``), newest first."""
+        rows = cast(
+            list[tuple[str, dict[str, str]]],
+            await self.redis.xrevrange(self.keys.audit(), count=count),
+        )
+        return [dict(fields) for _id, fields in rows]

@@ -1,0 +1,197 @@
+"""Budget counters: turns per hour (a conversation's and each sender's there), tokens and
+refusals per day, and which conversations used any of it (for ``GET /v1.0/usage``).
+
+Every counter of a conversation lives in its slot, so ``budget_intake.lua`` (which runs
+``intake.lua`` inside it) checks the limits, dedups and stores a message - or refuses it, storing
+nothing but the verdict under the event's dedup key - in one round trip: two replicas racing at
+a limit cannot both take the last turn, and a redelivered refusal is answered, not counted,
+again. The caller's clock decides the windows (tests inject one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal, cast
+
+from redis.commands.core import AsyncScript
+
+from sessions.keys import KeyBuilder
+from sessions.store import SessionStore
+
+HOUR_MS = 3_600_000
+USAGE_KEEP_MS = 48 * HOUR_MS  # a conversation unused this long leaves the usage index
+
+
+def _load(name: str) -> str:
+    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimits:
+    """The limits that apply to one message (None: unlimited)."""
+
+    chat_turns: int | None = None
+    sender_turns: int | None = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetIntakeResult:
+    """``refused``: over ``limit`` (chat | sender | tokens) until ``retry_ms``, nothing stored;
+    ``again``: a redelivery of a message refused before (the same verdict)."""
+
+    status: Literal["queued", "dup", "busy", "refused", "again"]
+    due_ms: int
+    busy: bool
+    limit: str = ""
+    retry_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationUsage:
+    conversation: str
+    turns_last_hour: int
+    tokens_today: int
+    refused_today: int
+
+
+class BudgetStore:
+    def __init__(self, *, store: SessionStore) -> None:
+        self.store = store
+        self._intake: AsyncScript | None = None
+        self._spend: AsyncScript | None = None
+
+    @property
+    def keys(self) -> KeyBuilder:
+        return self.store.keys
+
+    def _scripts(self) -> tuple[AsyncScript, AsyncScript]:
+        if self._intake is None or self._spend is None:
+            text = _load("budget_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
+            self._intake = self.store.redis.register_script(text)
+            self._spend = self.store.redis.register_script(_load("budget_spend.lua"))
+        return self._intake, self._spend
+
+    async def intake(
+        self,
+        *,
+        integration_id: str,
+        conversation: str,
+        event_id: str,
+        sender_id: str,
+        envelope_json: str,
+        now_ms: int,
+        window_ms: int,
+        max_window_ms: int,
+        mode: Literal["collect", "reject"],
+        limits: BudgetLimits,
+        budget_now_ms: int,
+        day: str,
+        day_end_ms: int,
+    ) -> BudgetIntakeResult:
+        """Dedup, check the limits and append in ONE round trip; returns once the envelope is
+        durable in Redis (or refused, with nothing of it stored but the verdict)."""
+        k, store = self.keys, self.store
+        script, _ = self._scripts()
+        # A storage error goes up as redis-py raised it (the pipeline makes it one error).
+        status, due, busy, verdict = await store.pipe.evalsha(
+            script,
+            [
+                k.dedup(conversation, event_id),
+                k.burst(conversation),
+                k.burst_meta(conversation),
+                k.due_of(conversation),
+                k.turn(conversation),
+                k.budget_turns(conversation),
+                k.budget_sender_turns(conversation, sender_id),
+                k.budget_tokens(conversation, day),
+                k.budget_refused(conversation, day),
+                k.usage_of(conversation, integration_id),
+            ],
+            [
+                envelope_json,
+                now_ms,
+                window_ms,
+                max_window_ms,
+                store.dedup_ttl_ms,
+                max(store.dedup_ttl_ms, 3 * max_window_ms),
+                conversation,
+                mode,
+                event_id,
+                budget_now_ms,
+                _limit(limits.chat_turns),
+                _limit(limits.sender_turns),
+                _limit(limits.tokens),
+                day_end_ms,
+                USAGE_KEEP_MS,
+            ],
+        )
+        limit, _, retry = str(verdict).partition(":")
+        return BudgetIntakeResult(
+            status=status,
+            due_ms=int(due),
+            busy=bool(int(busy)),
+            limit=limit,
+            retry_ms=int(retry or 0),
+        )
+
+    async def spend(
+        self,
+        *,
+        integration_id: str,
+        conversation: str,
+        tokens: int,
+        day: str,
+        day_end_ms: int,
+        now_ms: int,
+    ) -> int:
+        """Add a finished turn's tokens to its conversation's day; returns the day's total."""
+        k = self.keys
+        _, script = self._scripts()
+        total = await self.store.pipe.evalsha(
+            script,
+            [k.budget_tokens(conversation, day), k.usage_of(conversation, integration_id)],
+            [tokens, day_end_ms, conversation, now_ms, USAGE_KEEP_MS],
+        )
+        return int(total)
+
+    async def used(self, integration_id: str, *, since_ms: int, limit: int) -> list[str]:
+        """The integration's conversations used since ``since_ms``, the most recent first, at
+        most ``limit``: one command per shard, pipelined."""
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for shard in range(self.keys.shards):
+                pipe.zrevrangebyscore(
+                    self.keys.usage(shard, integration_id),
+                    "+inf",
+                    since_ms,
+                    start=0,
+                    num=limit,
+                    withscores=True,
+                )
+            rows = cast(list[list[tuple[str, float]]], await pipe.execute())
+        found = sorted((-score, conv) for members in rows for conv, score in members)
+        return [conv for _score, conv in found[:limit]]
+
+    async def usage(
+        self, conversations: list[str], *, now_ms: int, day: str
+    ) -> list[ConversationUsage]:
+        """Each conversation's turns in the last hour, and its tokens and refusals of ``day``."""
+        if not conversations:
+            return []
+        k = self.keys
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for conv in conversations:
+                pipe.zcount(k.budget_turns(conv), f"({now_ms - HOUR_MS}", "+inf")
+                pipe.get(k.budget_tokens(conv, day))
+                pipe.get(k.budget_refused(conv, day))
+            values = await pipe.execute()
+        return [
+            ConversationUsage(
+                conv, int(values[3 * i]), int(values[3 * i + 1] or 0), int(values[3 * i + 2] or 0)
+            )
+            for i, conv in enumerate(conversations)
+        ]
+
+
+def _limit(value: int | None) -> int:
+    return -1 if value is None else value

@@ -1,0 +1,226 @@
+"""The console's Sessions page in headless Chromium against a real daemon (echo expert, real
+Redis): the admin token asked once, live and recent sessions, the filters, a session's audit
+trail as a timeline per turn (input, context, steps with durations, answer, timings), the usage
+panel when the usage route answers, the chat view still there; at phone width too.
+
+Run:  pytest -m browser tests/test_console_sessions.py  (XGW_SCREENSHOT=1: docs/sessions.png)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.console_browser_support import (
+    CONFIG,
+    DESKTOP,
+    PHONE,
+    ROOT,
+    Daemon,
+    Page,
+    browse,
+    card_after,
+    expect,
+    open_chat,
+    run_daemon,
+    send,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TOKEN = "sessions-page-token"
+STEPS = ["Reading your message", "Thinking it over", "Writing the answer"]
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from run_daemon(tmp_path_factory, CONFIG + f'admin: {{{{token: "{TOKEN}"}}}}\n')
+
+
+@pytest.fixture
+async def page(daemon: Daemon) -> AsyncIterator[Page]:
+    async with browse(daemon, DESKTOP) as pg:
+        yield pg
+
+
+@pytest.fixture
+async def phone(daemon: Daemon) -> AsyncIterator[Page]:
+    async with browse(daemon, PHONE, is_mobile=True, has_touch=True) as pg:
+        yield pg
+
+
+def post_message(daemon: Daemon, chat: str, text: str, sender: str = "bob") -> None:
+    body = {
+        "integrationId": "console",
+        "chatId": chat,
+        "chatType": "p2p" if chat.startswith("dm-") else "group",
+        "senderId": sender,
+        "text": text,
+        "mentionBot": True,
+    }
+    request = urllib.request.Request(
+        daemon.url + "/console/api/messages",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        assert resp.status == 202
+
+
+def usage_route(daemon: Daemon) -> bool:
+    """Whether the daemon has the usage route the page's usage panel reads."""
+    request = urllib.request.Request(
+        daemon.url + "/v1.0/usage?integrationId=console&chatId=team",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
+async def sign_in(page: Page) -> None:
+    await page.locator(".views a[data-view='sessions']").click()
+    await expect(page.locator("#sessions-view")).to_be_visible()
+    await expect(page.locator("#chat-view")).to_be_hidden()
+    await expect(page.locator("#token-form")).to_be_visible()
+    await page.locator("#token").fill("not the token")
+    await page.locator("#token-submit").click()
+    await expect(page.locator("#token-error")).to_have_text("That token was refused.")
+    await page.locator("#token").fill(TOKEN)
+    await page.locator("#token-submit").click()
+    await expect(page.locator("#token-form")).to_be_hidden()
+    await expect(page.locator("#sessions-body")).to_be_visible()
+
+
+def row(page: Page, chat: str) -> Any:
+    return page.locator("#session-list tbody tr", has=page.locator(".chat-id", has_text=chat))
+
+
+async def test_sessions_page_lists_filters_and_shows_a_turns_timeline(
+    page: Page, daemon: Daemon
+) -> None:
+    # A turn in the team chat from the page, then a long one in Bob's chat that still runs
+    # when the Sessions page opens.
+    await open_chat(page, "team")
+    user_id = await send(page, "Please summarise the incident", mention=True)
+    await expect(card_after(page, user_id)).to_have_attribute("data-status", "done")
+    post_message(daemon, "dm-bob", "a long question that takes a while to answer " * 6)
+    await sign_in(page)
+
+    bob, team = row(page, "dm-bob"), row(page, "team")
+    await expect(team).to_have_count(1)
+    await expect(bob).to_have_attribute("data-live", "true")
+    await expect(bob.locator(".live")).to_have_text("live")
+    await expect(team.locator(".outcome")).to_have_attribute("data-outcome", "done")
+    await expect(team.locator("td").nth(0)).to_have_text("console")
+    await expect(team.locator("td").nth(2)).to_have_text("echo")
+    await expect(team.locator("td").nth(4)).to_have_text("1")
+    # The page refreshes itself: Bob's turn ends and his session is no longer live.
+    await expect(bob).to_have_attribute("data-live", "false", timeout=20_000)
+    await expect(bob.locator(".outcome")).to_have_attribute("data-outcome", "done")
+
+    # Filters: by chat, by outcome (nothing failed), back to all.
+    await page.locator("#f-chat").fill("team")
+    await page.locator("#f-apply").click()
+    await expect(page.locator("#session-list tbody tr")).to_have_count(1)
+    await expect(team).to_have_count(1)
+    await page.locator("#f-outcome").select_option("error")
+    await expect(page.locator("#session-list tbody tr")).to_have_count(0)
+    await expect(page.locator("#sessions-empty")).to_be_visible()
+    await page.locator("#f-outcome").select_option("")
+    await page.locator("#f-chat").fill("")
+    await page.locator("#f-apply").click()
+    await expect(page.locator("#session-list tbody tr")).to_have_count(2)
+
+    # The team session's trail: input -> context -> steps -> answer, with timings.
+    await team.click()
+    await expect(page).to_have_url(re.compile(r"#sessions/[0-9a-f]+$"))
+    await expect(team).to_have_class(re.compile(r"\bactive\b"))
+    trail = page.locator("#trail")
+    await expect(trail.locator(".trail-head h2")).to_have_text("console · team")
+    turn = trail.locator("article.turn")
+    await expect(turn).to_have_count(1)
+    await expect(turn).to_have_attribute("data-outcome", "done")
+    stages = turn.locator(".flow > li")
+    await expect(stages).to_have_count(4)
+    assert await stages.evaluate_all("els => els.map(e => e.dataset.stage)") == [
+        "input",
+        "context",
+        "steps",
+        "answer",
+    ]
+    await expect(turn.locator(".input-text")).to_have_text("Please summarise the incident")
+    await expect(turn.locator(".trigger")).to_have_text("message")
+    await expect(turn.locator("[data-stage='context'] .facts")).to_contain_text("variables")
+    steps = turn.locator(".audit-steps li")
+    await expect(steps).to_have_count(3)
+    for i, title in enumerate(STEPS):
+        await expect(steps.nth(i)).to_have_attribute("data-step-status", "done")
+        await expect(steps.nth(i).locator(".step-title")).to_have_text(title)
+        await expect(steps.nth(i).locator(".dur")).to_have_text(re.compile(r"^\d+(\.\d+)? m?s$"))
+    await expect(turn.locator(".answer-text")).to_contain_text("Please summarise the incident")
+    for name in ("queued", "first card", "run"):
+        await expect(turn.locator(f"[data-timing='{name}'] b")).to_have_text(
+            re.compile(r"^\d+(\.\d+)? m?s$")
+        )
+    # The usage panel shows when the usage route answers, and is hidden when it does not.
+    if usage_route(daemon):
+        await expect(trail.locator("#usage")).to_contain_text("Turns in the last hour")
+    else:
+        await expect(trail.locator("#usage")).to_have_count(0)
+
+    if os.environ.get("XGW_SCREENSHOT") == "1":
+        await page.screenshot(path=str(ROOT / "docs" / "sessions.png"))
+
+    # A reload keeps the token (this tab's sessionStorage) and the open session.
+    await page.reload()
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+    await expect(page.locator("#token-form")).to_be_hidden()
+    await expect(page.locator("#trail article.turn")).to_have_count(1)
+
+    # Back to the chat: it works as before.
+    await page.locator(".views a[data-view='chat']").click()
+    await expect(page.locator("#chat-view")).to_be_visible()
+    await open_chat(page, "team")
+    again = await send(page, "One more thing", mention=True)
+    await expect(card_after(page, again)).to_have_attribute("data-status", "done")
+
+    # The new turn is the trail's second, in order.
+    await page.locator(".views a[data-view='sessions']").click()
+    await team.click()
+    await expect(trail.locator("article.turn")).to_have_count(2)
+    await expect(trail.locator("article.turn").nth(1).locator(".input-text")).to_have_text(
+        "One more thing"
+    )
+
+
+async def test_sessions_page_at_phone_width(phone: Page, daemon: Daemon) -> None:
+    post_message(daemon, "dm-carol", "hello from a phone", sender="carol")
+    await sign_in(phone)
+    carol = row(phone, "dm-carol")
+    await expect(carol.locator(".outcome")).to_have_attribute(
+        "data-outcome", "done", timeout=20_000
+    )
+    await carol.click()
+    turn = phone.locator("#trail article.turn").first
+    await expect(turn.locator(".audit-steps li")).to_have_count(3)
+    await expect(turn.locator(".input-text")).to_be_in_viewport()
+    width = await phone.evaluate("document.documentElement.clientWidth")
+    out = await phone.evaluate(
+        """(width) => [...document.querySelectorAll('#trail *, .filters *, .views *')]
+            .filter(e => e.getClientRects().length && !e.closest('.session-list-box'))
+            .filter(e => { const r = e.getBoundingClientRect();
+                           return r.width && (r.left < -1 || r.right > width + 1); })
+            .map(e => e.tagName + '.' + e.className)""",
+        width,
+    )
+    assert out == [], f"sticks out at phone width: {out}"
