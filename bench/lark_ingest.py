@@ -1,406 +1,319 @@
-"""Lark webhook ingest benchmark: signed, encrypted ``im.message.receive_v1`` POSTs.
+"""Lark webhook ingest benchmark: signed, encrypted ``im.message.receive_v1`` POSTs, with wrk.
 
-Three servers, each its own process on 127.0.0.1, get the same pre-built payloads at rising
-concurrency: the daemon (``python -m gateway run``: verify, decrypt, parse, dedup, store, ack),
-a bare aiohttp handler answering ``{}``, and lark-oapi's ``EventDispatcherHandler`` (verify,
-decrypt, parse, no storage) inside aiohttp. Turns are held back (a long summary window) so the
-daemon's figure is intake alone. Prints ONE JSON line: events/s per server and concurrency, the
-ratio to bare aiohttp, and p50/p99 ack latency.
+Three servers, each its own process on 127.0.0.1, get the same signed, encrypted webhooks from
+wrk (C, one thread, ``--connections`` keep-alive connections; ``lark_wrk.lua`` cycles through a
+pre-built file of payloads, each its own event with its own message id, nonce and signature):
 
-Usage: python bench/lark_ingest.py [--events 3000] [--concurrency 1,16,64] [--rounds 3]
+- ``daemon``: ``python -m gateway run`` (verify, decrypt, parse, dedup, store durably, ack), with
+  turns held back (a long summary window) so the figure is intake alone, on a private
+  redis-server (nothing else adds to its counts or competes for it);
+- ``bare``: an aiohttp handler answering ``{}``;
+- ``lark_oapi``: lark-oapi's ``EventDispatcherHandler`` inside aiohttp (verify, decrypt, parse,
+  store nothing).
+
+Rounds interleave the servers (daemon, bare, lark_oapi, daemon, …), each ``--duration`` s, so a
+machine that speeds up or slows down moves all three alike; each round writes a fresh payload
+file (new event ids: the daemon's dedup never short-circuits; fresh timestamps: its replay
+window accepts them), large enough that the daemon and lark-oapi never wrap (``wraps`` says if
+one did; the bare handler, which reads nothing, may). The servers are pinned to the first core,
+wrk, the private Redis and this script to the second (``pinned`` in the JSON; nothing is pinned
+on one core or with ``--no-pin``). The daemon's CPU per event comes from /proc (user + system of
+its process over the run / events answered).
+
+Prints ONE JSON line: per server the median round and every round's events/s, latency
+(p50/p90/p99/p99.9 from wrk's own histogram) and CPU per event; the ratios daemon/bare and
+daemon/lark_oapi (of the medians, and per round); the daemon's Redis commands per event; the
+load average before and after. Without wrk (and no way to install it) the Python client runs
+instead, labelled ``"client": "python (client-bound)"``: one Python process is itself the limit
+near 12,000 requests/s and flatters every ratio.
+
+Usage: python bench/lark_ingest.py [--duration 10] [--connections 32] [--rounds 5] [--no-pin]
+       python bench/lark_ingest.py --python-client [--events 3000] [--connections 32]
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
        python bench/lark_ingest.py --py-spy [--concurrency 16]   (the daemon process under load,
            sampled by py-spy: its time by component and the top frames, as JSON)
        python bench/lark_ingest.py --workers 2 [--duration 10] [--connections 64] [--rounds 3]
            (1 and 2 worker processes under wrk, CPU per event from /proc: bench/lark_workers.py)
-REDIS_URL defaults to redis://127.0.0.1:6379/0; the bench's keys are deleted on the way out.
+``--redis-url`` (default: a private redis-server) is the daemon's Redis for the main mode;
+``--profile``, ``--py-spy`` and ``--workers`` use $REDIS_URL (default redis://127.0.0.1:6379/0).
+The bench's keys are deleted on the way out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import redis.asyncio as aioredis
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fakes.lark import FakeLark  # noqa: E402
-from tests.helpers import DaemonProcess, command_calls, free_port  # noqa: E402
-from tests.lark_support import (  # noqa: E402
-    ENCRYPT_KEY,
-    INTEGRATION,
-    TOKEN,
-    bot_mention,
-    lark_integration,
-    message_event,
-    sealed,
+from lark_bench import (
+    Server,
+    bench_config,
+    delete_keys,
+    drive,
+    log,
+    payloads,
+    private_redis,
+    serve,
 )
+from procstat import Cores, cpu_seconds, loadavg
+from wrk_support import ensure_wrk, run_wrk, write_payloads
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+from tests.helpers import command_calls
 
-
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+NAMES = ("daemon", "bare", "lark_oapi")
 
 
-def payloads(n: int) -> list[tuple[bytes, dict[str, str]]]:
-    out = []
-    for i in range(n):
-        event = message_event(
-            f"@_user_1 question {i}",
-            chat_id=f"oc_bench{i % 200}",
-            chat_type="group",
-            message_id=f"om_{uuid.uuid4().hex[:16]}",
-            mentions=[bot_mention()],
-        )
-        out.append(sealed(event))
-    return out
-
-
-# --- the two comparison servers (run as subprocesses of this script) -------------------------
-def serve(kind: str, port: int) -> None:
-    from aiohttp import web
-
-    if kind == "bare":
-
-        async def handle(request: web.Request) -> web.Response:
-            await request.read()
-            return web.json_response({})
-
-    else:
-        import lark_oapi as lark
-        from lark_oapi.core.model import RawRequest
-
-        def on_message(data: Any) -> None:
-            return None
-
-        dispatcher = (
-            lark.EventDispatcherHandler.builder(ENCRYPT_KEY, TOKEN)
-            .register_p2_im_message_receive_v1(on_message)
-            .build()
-        )
-
-        async def handle(request: web.Request) -> web.Response:
-            raw = RawRequest()
-            raw.uri = request.path
-            raw.body = await request.read()
-            raw.headers = dict(request.headers)
-            resp = dispatcher.do(raw)
-            return web.Response(status=resp.status_code, body=resp.content)
-
-    app = web.Application()
-    app.router.add_post("/api/lark/webhook/{integrationId}", handle)
-    import uvloop
-
-    uvloop.run(web._run_app(app, host="127.0.0.1", port=port, print=None))
-
-
-async def wait_up(port: int, deadline_s: float = 20) -> None:
-    deadline = time.monotonic() + deadline_s
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.post(f"http://127.0.0.1:{port}/api/lark/webhook/x", data=b"{}"):
-                    return
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"server on {port} did not come up")
-
-
-async def command_counts() -> dict[str, int]:
-    client = aioredis.Redis.from_url(REDIS_URL)
+async def command_counts(redis_url: str) -> dict[str, int]:
+    client = aioredis.Redis.from_url(redis_url)
     try:
         return await command_calls(client)
     finally:
         await client.aclose()
 
 
-# --- load --------------------------------------------------------------------------------
-async def drive(
-    port: int, items: list[tuple[bytes, dict[str, str]]], concurrency: int
-) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{port}/api/lark/webhook/{INTEGRATION}"
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    queue = list(reversed(items))
-    conn = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=conn) as http:
-
-        async def worker() -> None:
-            while queue:
-                body, headers = queue.pop()
-                t0 = time.perf_counter()
-                async with http.post(url, data=body, headers=headers) as resp:
-                    await resp.read()
-                latencies.append((time.perf_counter() - t0) * 1000)
-                statuses[resp.status] = statuses.get(resp.status, 0) + 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return {
-        "events_s": round(len(items) / elapsed, 1),
-        "p50_ms": round(percentile(latencies, 50), 2),
-        "p99_ms": round(percentile(latencies, 99), 2),
-        "statuses": statuses,
-    }
-
-
 @contextlib.asynccontextmanager
-async def bench_config() -> AsyncIterator[dict[str, Any]]:
-    """A daemon config for a fresh key prefix with turns held back (a long summary window), so
-    the figure is intake alone; the fake Lark it talks to runs meanwhile, and the prefix's keys
-    are deleted on the way out."""
-    fake = FakeLark()
-    await fake.start()
-    prefix = f"bench{uuid.uuid4().hex[:8]}"
-    integ = lark_integration(fake, summaryWindowSeconds=600, maxWindowSeconds=600)
-    try:
-        yield {
-            "redis": {"url": REDIS_URL, "keyPrefix": prefix},
-            "logging": {"level": "warning", "format": "json"},
-            "experts": [{"id": "echo", "kind": "echo"}],
-            "integrations": [integ],
+async def servers(
+    redis_url: str, workdir: Path, cores: Cores
+) -> AsyncIterator[tuple[dict[str, Server], str]]:
+    """The three servers, started and pinned; yields them and the daemon's key prefix."""
+    async with bench_config(redis_url) as config:
+        running = {
+            "daemon": Server.daemon(config, workdir, cores.server),
+            "bare": Server.handler("bare", workdir, cores.server),
+            "lark_oapi": Server.handler("lark_oapi", workdir, cores.server),
         }
-    finally:
-        await fake.stop()
-        client = aioredis.Redis.from_url(REDIS_URL)
-        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-            await client.delete(key)
-        await client.aclose()
-
-
-async def run(events: int, levels: list[int], rounds: int) -> dict[str, Any]:
-    async with bench_config() as config:
-        results = await measure(config, events, levels, rounds)
-    bare = results["servers"]["bare"]
-    results["ratio_to_bare"] = {
-        name: {c: round(r[c]["events_s"] / bare[c]["events_s"], 2) for c in r}
-        for name, r in results["servers"].items()
-    }
-    return results
-
-
-async def measure(
-    config: dict[str, Any], events: int, levels: list[int], rounds: int
-) -> dict[str, Any]:
-    results: dict[str, Any] = {
-        "events_per_round": events,
-        "rounds": rounds,
-        "levels": levels,
-        "servers": {},
-    }
-    procs: list[asyncio.subprocess.Process] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        daemon = DaemonProcess(config, Path(tmp), "lark-bench")
         try:
-            await daemon.start()
-            ports = {"daemon": daemon.port}
-            for kind in ("bare", "lark_oapi"):
-                port = free_port()
-                cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
-                procs.append(
-                    await asyncio.create_subprocess_exec(
-                        *cmd, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL
-                    )
-                )
-                await wait_up(port)
-                ports[kind] = port
-            stats_before = await command_counts()
-            for port in ports.values():
-                await drive(port, payloads(300), 8)  # warm-up
-            # Rounds interleave the servers (rotating who goes first), so a machine that speeds
-            # up or slows down mid-run moves every server alike; each figure is the median round.
-            names = list(ports)
-            runs: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n in names}
-            for c in levels:
-                for r in range(rounds):
-                    for name in names[r % len(names) :] + names[: r % len(names)]:
-                        res = await drive(ports[name], payloads(events), c)
-                        runs[name].setdefault(str(c), []).append(res)
-                log(
-                    f"concurrency {c}: "
-                    + ", ".join(f"{n} {[x['events_s'] for x in runs[n][str(c)]]}" for n in names)
-                )
-            # Only the daemon talks to Redis here: its commands per event, read off the server.
-            stats_after = await command_counts()
-            sent = 300 + events * rounds * len(levels)
-            delta = {k: stats_after.get(k, 0) - stats_before.get(k, 0) for k in stats_after}
-            delta.pop("info", None)
-            results["daemon_redis"] = {
-                "events": sent,
-                "evalsha_per_event": round(delta.get("evalsha", 0) / sent, 3),
-                # Calls per command, the script's own calls included (Redis counts those too).
-                "commands": {k: v for k, v in sorted(delta.items()) if v},
-            }
-            for name in names:
-                results["servers"][name] = {
-                    c: {
-                        **sorted(rs, key=lambda x: x["events_s"])[len(rs) // 2],
-                        "rounds_events_s": [x["events_s"] for x in rs],
-                    }
-                    for c, rs in runs[name].items()
-                }
+            for server in running.values():
+                await server.start()
+            yield running, str(config["redis"]["keyPrefix"])
         finally:
-            await daemon.stop()
-            for proc in procs:
-                proc.terminate()
-                await asyncio.wait_for(proc.wait(), 10)
-    return results
+            for server in running.values():
+                await server.stop()
 
 
-async def profile(events: int) -> None:
-    """cProfile of the daemon's webhook path in this process (handler, verify, ingest)."""
-    import cProfile
-    import pstats
-
-    from gateway.logging import configure_logging
-    from tests.helpers import InProcessGateway
-
-    configure_logging("warning", "json")
-    async with bench_config() as config:
-        gw = InProcessGateway(config)
-        await gw.start()
-        items = payloads(events)
-        prof = cProfile.Profile()
-        prof.enable()
-        await drive(gw.port, items, 16)
-        prof.disable()
-        await gw.stop()
-    pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+async def forget_events(redis_url: str, prefix: str) -> None:
+    """Drop the events a daemon round stored (bursts, dedup marks), so every round starts with
+    Redis as the first did (the events of the next round are new anyway)."""
+    for pattern in ("*:dedup:*", "*:burst", "*:burstmeta"):
+        await delete_keys(redis_url, f"{prefix}:{pattern}")
 
 
-# Where a sample's time is charged: the innermost frame of one of these, by its module path.
-# (asyncio's own frames are skipped, so a socket write counts for whoever made it.)
-COMPONENTS = [
-    ("redis-py", "(redis/"),
-    ("pydantic", "(pydantic"),
-    ("crypto", "(cryptography/"),
-    ("json", "(json/"),
-    ("structlog", "(structlog/"),
-    ("prometheus", "(prometheus_client/"),
-    ("sessions/", "(sessions/"),
-    ("adapters/lark/", "(adapters/lark/"),
-    ("aiohttp", "(aiohttp/"),
-    ("gateway/", "(gateway/"),
-]
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per server its median round (by events/s) with every round's figures alongside; the
+    ratios of the daemon to the others, of the medians and round by round."""
+    out: dict[str, Any] = {"servers": {}}
+    for name, rs in runs.items():
+        median = sorted(rs, key=lambda x: x["events_s"])[len(rs) // 2]
+        out["servers"][name] = {
+            **median,
+            "rounds_events_s": [x["events_s"] for x in rs],
+            "rounds_p99_ms": [x["p99_ms"] for x in rs],
+            "rounds_cpu_ms_per_event": [x["cpu_ms_per_event"] for x in rs],
+            "rounds_other_cores": [x["other_cores"] for x in rs],
+        }
+    # The ratios of the median rounds shown (with an even number of rounds, the upper one).
+    med = {n: out["servers"][n]["events_s"] for n in runs}
+    for other in ("bare", "lark_oapi"):
+        out[f"daemon_over_{other}"] = round(med["daemon"] / med[other], 3)
+        out[f"rounds_daemon_over_{other}"] = [
+            round(d["events_s"] / o["events_s"], 3)
+            for d, o in zip(runs["daemon"], runs[other], strict=True)
+        ]
+    return out
 
 
-def charge(stack: list[str]) -> str:
-    for frame in reversed(stack):
-        for name, marker in COMPONENTS:
-            if marker in frame:
-                # The daemon's entry point sits under every loop callback: only the innermost
-                # gateway/ frame that is not the entry point counts as gateway work.
-                if name == "gateway/" and ("(gateway/__main__" in frame or "(gateway/cli" in frame):
-                    return "event loop (uvloop)"
-                return name
-    return "other"
+async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
+    cores = Cores.plan(not args.no_pin)
+    if cores.client is not None:
+        os.sched_setaffinity(0, set(cores.client))  # this script: off the servers' core
+    load_before = loadavg()
+    with tempfile.TemporaryDirectory(prefix="xgw-lark-") as tmp:
+        workdir = Path(tmp)
+        async with contextlib.AsyncExitStack() as stack:
+            redis_url = args.redis_url or await stack.enter_async_context(
+                private_redis(workdir, cores.client)
+            )
+            running, prefix = await stack.enter_async_context(servers(redis_url, workdir, cores))
+            result = await rounds(args, running, prefix, redis_url, workdir, cores)
+    pinned: dict[str, list[int]] | None = cores.describe(
+        daemon="server", bare="server", lark_oapi="server", wrk="client", bench="client"
+    )
+    if pinned is not None and not args.redis_url:
+        pinned["redis"] = pinned["wrk"]
+    result.update(
+        client="wrk",
+        connections=args.connections,
+        duration_s=args.duration,
+        rounds=args.rounds,
+        cores=os.cpu_count(),
+        pinned=pinned,
+        redis=args.redis_url or "private",
+        loadavg_before=load_before,
+        loadavg_after=loadavg(),
+    )
+    return result
 
 
-async def spy(exe: str, events: int, concurrency: int) -> dict[str, Any]:
-    """The daemon under load, sampled by py-spy: its time by component, and the top frames."""
-    async with bench_config() as config:
-        with tempfile.TemporaryDirectory() as tmp:
-            daemon = DaemonProcess(config, Path(tmp), "lark-spy")
-            await daemon.start()
-            try:
-                assert daemon.proc is not None
-                await drive(daemon.port, payloads(500), 8)  # warm-up
-                raw = Path(tmp) / "samples.txt"
-                recorder = await asyncio.create_subprocess_exec(
-                    *(exe, "record", "--pid", str(daemon.proc.pid), "--rate", "250"),
-                    *("--format", "raw", "--output", str(raw), "--nonblocking"),
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.PIPE,
-                )
-                await asyncio.sleep(1.0)
-                load = await drive(daemon.port, payloads(events), concurrency)
-                recorder.send_signal(signal.SIGINT)
-                _out, err = await asyncio.wait_for(recorder.communicate(), 30)
-                try:
-                    text = await asyncio.to_thread(raw.read_text)
-                except FileNotFoundError:
-                    raise SystemExit(f"py-spy recorded nothing: {err.decode()[-500:]}") from None
-            finally:
-                await daemon.stop()
-    return {"concurrency": concurrency, "load": load, **breakdown(text)}
+async def rounds(
+    args: argparse.Namespace,
+    running: dict[str, Server],
+    prefix: str,
+    redis_url: str,
+    workdir: Path,
+    cores: Cores,
+) -> dict[str, Any]:
+    async def one(name: str, file: Path, duration: float) -> dict[str, Any]:
+        server = running[name]
+        return await run_wrk(
+            server.url,
+            file,
+            duration=duration,
+            connections=args.connections,
+            pids=server.pids(),
+            redis_url=redis_url if name == "daemon" else None,
+            cores=cores.client,
+        )
 
-
-def breakdown(text: str) -> dict[str, Any]:
-    """py-spy's raw output (``frame;frame;… count`` lines) as shares by component."""
-    shares: collections.Counter[str] = collections.Counter()
-    leaves: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in text.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
-        total += int(count)
-        shares[charge(frames)] += int(count)
-        leaves[frames[-1]] += int(count)
-    total = max(total, 1)
-    return {
-        "samples": total,
-        "share": {k: round(v / total, 3) for k, v in shares.most_common()},
-        "top_frames": [[f, round(n / total, 3)] for f, n in leaves.most_common(15)],
+    # Warm-up (3 s each), which also gives a first guess of each rate to size the files by.
+    warm = workdir / "warm.tsv"
+    await asyncio.to_thread(write_payloads, warm, 20_000)
+    rates = {name: (await one(name, warm, 3))["events_s"] for name in NAMES}
+    log(f"warm-up events/s: {rates}")
+    await forget_events(redis_url, prefix)
+    stats_before = await command_counts(redis_url)
+    sent = 0
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in NAMES}
+    file = workdir / "events.tsv"
+    for r in range(args.rounds):
+        need = int(max(rates["daemon"], rates["lark_oapi"], 1000) * args.duration * 1.5)
+        await asyncio.to_thread(write_payloads, file, need)  # fresh ids and timestamps
+        for name in NAMES:
+            res = await one(name, file, args.duration)
+            runs[name].append({**res, "events_in_file": need})
+            rates[name] = max(rates[name], res["events_s"])
+            if name == "daemon":
+                sent += res["requests"]
+                await forget_events(redis_url, prefix)
+            if res["wraps"] and name != "bare":
+                log(f"round {r + 1}: {name} ran through the payload file ({res['wraps']} wraps)")
+            log(
+                f"round {r + 1} {name}: {res['events_s']} events/s, p99 {res['p99_ms']} ms, "
+                f"{res['cpu_ms_per_event']} ms CPU/event, other cores {res['other_cores']}"
+            )
+    stats_after = await command_counts(redis_url)
+    delta = {k: stats_after.get(k, 0) - stats_before.get(k, 0) for k in stats_after}
+    for ours in ("info", "scan", "unlink", "hello", "client|setinfo"):  # this script's own
+        delta.pop(ours, None)
+    result = summarise(runs)
+    result["daemon_redis"] = {
+        "events": sent,
+        "evalsha_per_event": round(delta.get("evalsha", 0) / max(sent, 1), 3),
+        # Calls per command, the scripts' own calls included (Redis counts those too).
+        "commands_per_event": {
+            k: round(v / max(sent, 1), 3) for k, v in sorted(delta.items()) if v
+        },
     }
+    return result
+
+
+# --- the Python client: a fallback where wrk cannot be had ------------------------------------
+async def compare_python(args: argparse.Namespace) -> dict[str, Any]:
+    """The same three servers driven by one Python process (aiohttp, ``--connections``
+    workers, ``--events`` per round): client-bound near 12,000 requests/s."""
+    load_before = loadavg()
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in NAMES}
+    with tempfile.TemporaryDirectory(prefix="xgw-lark-") as tmp:
+        workdir = Path(tmp)
+        async with contextlib.AsyncExitStack() as stack:
+            redis_url = args.redis_url or await stack.enter_async_context(
+                private_redis(workdir, None)
+            )
+            running, _prefix = await stack.enter_async_context(servers(redis_url, workdir, Cores()))
+            for server in running.values():
+                await drive(server.port, payloads(300), 8)  # warm-up
+            for r in range(args.rounds):
+                items = payloads(args.events)
+                for name in NAMES:
+                    server = running[name]
+                    cpu = cpu_of(server)
+                    res = await drive(server.port, items, args.connections)
+                    res["cpu_ms_per_event"] = round((cpu_of(server) - cpu) * 1000 / args.events, 4)
+                    res["other_cores"] = None
+                    runs[name].append(res)
+                    log(f"round {r + 1} {name}: {res}")
+    return {
+        **summarise(runs),
+        "client": "python (client-bound)",
+        "connections": args.connections,
+        "events_per_round": args.events,
+        "rounds": args.rounds,
+        "pinned": None,
+        "redis": "private" if not args.redis_url else args.redis_url,
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
+    }
+
+
+def cpu_of(server: Server) -> float:
+    return cpu_seconds(server.pids())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=3000)
-    parser.add_argument("--concurrency", default="1,16,64")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=10.0, help="s per server and round")
+    parser.add_argument("--connections", type=int, default=None, help="wrk's -c (default 32)")
+    parser.add_argument("--rounds", type=int, default=None, help="default 5 (--workers: 3)")
+    parser.add_argument("--no-pin", action="store_true", help="leave every process unpinned")
+    parser.add_argument("--redis-url", default=None, help="the daemon's Redis (default: private)")
+    parser.add_argument("--python-client", action="store_true", help="the fallback client")
+    parser.add_argument("--events", type=int, default=3000, help="Python client: per round")
+    parser.add_argument("--concurrency", default="16", help="--py-spy: concurrent requests")
     parser.add_argument("--serve", choices=["bare", "lark_oapi"])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true")
     parser.add_argument("--workers", type=int, default=0, help="compare 1 and N workers (wrk)")
-    parser.add_argument("--duration", type=float, default=10.0, help="--workers: s per round")
-    parser.add_argument("--connections", type=int, default=64, help="--workers: wrk's -c")
     args = parser.parse_args()
-    if args.workers:
-        import lark_workers
-
-        lark_workers.main(args.workers, args.duration, args.connections, args.rounds)
-        return
     if args.serve:
         serve(args.serve, args.port)
         return
-    if args.profile:
-        asyncio.run(profile(args.events))
+    if args.workers:
+        import lark_workers
+
+        connections, rounds = args.connections or 64, args.rounds or 3
+        lark_workers.main(args.workers, args.duration, connections, rounds)
         return
-    if args.py_spy:
+    if args.profile or args.py_spy:
+        import lark_profile
+
+        if args.profile:
+            asyncio.run(lark_profile.profile(args.events))
+            return
         exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         if not Path(exe).exists():
             raise SystemExit("py-spy is not installed: pip install py-spy")
-        level = 16 if "," in args.concurrency else int(args.concurrency)
-        print(json.dumps(asyncio.run(spy(exe, args.events, level))))
+        level = int(args.concurrency.split(",")[0])
+        print(json.dumps(asyncio.run(lark_profile.spy(exe, args.events, level))))
         return
-    levels = [int(c) for c in args.concurrency.split(",")]
-    print(json.dumps(asyncio.run(run(args.events, levels, args.rounds))))
+    args.connections = args.connections or 32
+    args.rounds = args.rounds or 5
+    if not args.python_client and ensure_wrk() is None:
+        log("wrk is missing and cannot be installed: the Python client runs (client-bound)")
+        args.python_client = True
+    run = compare_python if args.python_client else compare_wrk
+    print(json.dumps(asyncio.run(run(args))))
 
 
 if __name__ == "__main__":

@@ -23,88 +23,41 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lark_ingest import REDIS_URL, bench_config, log  # noqa: E402
+from lark_bench import REDIS_URL, bench_config, log  # noqa: E402
+from procstat import child_pids, pin_to  # noqa: E402
+from wrk_support import ensure_wrk, run_wrk, write_payloads  # noqa: E402
 
 from tests.helpers import free_port  # noqa: E402
-from tests.lark_support import INTEGRATION, bot_mention, message_event, sealed  # noqa: E402
-
-WRK_SCRIPT = Path(__file__).with_name("lark_wrk.lua")
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def write_payloads(path: Path, n: int) -> None:
-    """``n`` events, each with its own message id, sealed and signed as Lark sends them."""
-    with path.open("w") as out:
-        for i in range(n):
-            event = message_event(
-                f"@_user_1 question {i}",
-                chat_id=f"oc_bench{i % 200}",
-                chat_type="group",
-                message_id=f"om_{uuid.uuid4().hex[:16]}",
-                mentions=[bot_mention()],
-            )
-            body, headers = sealed(event)
-            line = "\t".join(
-                (
-                    headers["X-Lark-Request-Timestamp"],
-                    headers["X-Lark-Request-Nonce"],
-                    headers["X-Lark-Signature"],
-                    body.decode(),
-                )
-            )
-            out.write(line + "\n")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of ``pids`` so far (/proc/<pid>/stat fields 14 and 15)."""
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total * TICK_S
-
-
-def machine_busy_seconds() -> float:
-    """CPU time all cores spent busy so far (/proc/stat: everything but idle and iowait)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(fields) - fields[3] - fields[4]) * TICK_S
-
-
-def worker_pids(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
+from tests.lark_support import INTEGRATION  # noqa: E402
 
 
 class Daemon:
     """``python -m gateway run --workers N`` on a free port."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, workers: int) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        workdir: Path,
+        workers: int,
+        cores: frozenset[int] | None = None,
+    ) -> None:
         self.workers = workers
+        self.cores = cores
         self.port = free_port()
         self.config_path = workdir / f"w{workers}.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
@@ -117,7 +70,7 @@ class Daemon:
 
     def pids(self) -> list[int]:
         assert self.proc is not None
-        return [self.proc.pid, *worker_pids(self.proc.pid)]
+        return [self.proc.pid, *child_pids(self.proc.pid)]
 
     def spawn(self) -> None:
         with self.log_path.open("wb") as out:
@@ -130,6 +83,7 @@ class Daemon:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=pin_to(self.cores),
             )
 
     async def start(self) -> None:
@@ -155,48 +109,18 @@ class Daemon:
             await asyncio.to_thread(self.proc.wait, 60)
 
 
-async def redis_cpu_seconds() -> float:
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
-        info = await client.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    finally:
-        await client.aclose()
-
-
 async def wrk(daemon: Daemon, payloads: Path, duration: float, connections: int) -> dict[str, Any]:
     """One wrk run against ``daemon``, with the CPU each party used meanwhile."""
-    command = [
-        *("wrk", "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency"),
-        *("-s", str(WRK_SCRIPT), daemon.url, "--", str(payloads), "1"),
-    ]
-    pids = daemon.pids()
-    children = resource.RUSAGE_CHILDREN  # wrk is the only child reaped meanwhile
-    before = (cpu_seconds(pids), await redis_cpu_seconds(), resource.getrusage(children))
-    busy = machine_busy_seconds()
-    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
-    busy = machine_busy_seconds() - busy
-    after = (cpu_seconds(pids), await redis_cpu_seconds(), resource.getrusage(children))
-    if done.returncode != 0:
-        raise RuntimeError(f"wrk failed: {done.stderr or done.stdout}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    answered = result["requests"] - result["non_2xx"]
-    seconds = result["duration_us"] / 1e6
-    per_event = max(answered, 1)
-    daemon_cpu, redis_cpu = after[0] - before[0], after[1] - before[1]
-    wrk_cpu = (after[2].ru_utime + after[2].ru_stime) - (before[2].ru_utime + before[2].ru_stime)
-    return {
-        "events_s": round(answered / seconds, 1),
-        "cpu_ms_per_event": round(daemon_cpu * 1000 / per_event, 4),
-        "daemon_cores": round(daemon_cpu / seconds, 2),
-        "events_per_core_s": round(answered / max(daemon_cpu, 1e-9), 1),
-        "redis_cpu_ms_per_event": round(redis_cpu * 1000 / per_event, 4),
-        "wrk_cpu_ms_per_event": round(wrk_cpu * 1000 / per_event, 4),
-        # Cores kept busy by anything else meanwhile (other processes on the machine): a figure
-        # taken while this is well above 0 measures the neighbours as much as the daemon.
-        "other_cores": round(max(0.0, busy - daemon_cpu - redis_cpu - wrk_cpu) / seconds, 2),
-        **{k: result[k] for k in ("p50_ms", "p99_ms", "non_2xx", "socket_errors", "wraps")},
-    }
+    res = await run_wrk(
+        daemon.url,
+        payloads,
+        duration=duration,
+        connections=connections,
+        pids=daemon.pids(),
+        redis_url=REDIS_URL,
+    )
+    res["daemon_cores"] = res.pop("server_cores")
+    return {k: v for k, v in res.items() if k not in ("requests", "p90_ms", "p999_ms")}
 
 
 async def measure(
@@ -262,7 +186,7 @@ async def measure(
 
 
 async def run(workers: int, duration: float, connections: int, rounds: int) -> dict[str, Any]:
-    if shutil.which("wrk") is None:
+    if ensure_wrk() is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
     async with bench_config() as config:
         return await measure(config, [1, workers], duration, connections, rounds)

@@ -1,7 +1,8 @@
--- wrk script of bench/lark_workers.py: signed, encrypted Lark webhooks, each request its own
--- event. The payloads come from a file of "timestamp<TAB>nonce<TAB>signature<TAB>body" lines
--- (wrk ... -s lark_wrk.lua URL -- FILE THREADS); thread k takes lines k, k+THREADS, ... so no
--- event is sent twice unless a thread runs out and starts again ("wraps" in the result).
+-- wrk script of bench/lark_ingest.py and bench/lark_workers.py: signed, encrypted Lark webhooks,
+-- each request its own event. The payloads come from a file of
+-- "timestamp<TAB>nonce<TAB>signature<TAB>body" lines (wrk ... -s lark_wrk.lua URL -- FILE THREADS);
+-- thread k takes lines k, k+THREADS, ... so no event is sent twice unless a thread runs out and
+-- starts again ("wraps" in the result).
 
 local threads = {}
 
@@ -43,9 +44,12 @@ function done(summary, latency, _)
     wrapped = wrapped + (thread:get("wraps") or 0)
   end
   local e = summary.errors
+  -- One JSON line: the counts, and the latency distribution in ms (wrk records every request).
   io.write(string.format(
     '{"requests": %d, "duration_us": %d, "non_2xx": %d, "socket_errors": %d, '
-      .. '"p50_ms": %.2f, "p99_ms": %.2f, "wraps": %d}\n',
+      .. '"p50_ms": %.3f, "p90_ms": %.3f, "p99_ms": %.3f, "p999_ms": %.3f, '
+      .. '"mean_ms": %.3f, "max_ms": %.3f, "wraps": %d}\n',
     summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000, wrapped))
+    latency:percentile(50) / 1000, latency:percentile(90) / 1000, latency:percentile(99) / 1000,
+    latency:percentile(99.9) / 1000, latency.mean / 1000, latency.max / 1000, wrapped))
 end

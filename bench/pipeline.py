@@ -1,17 +1,36 @@
 """End-to-end pipeline benchmark: console POST -> intake -> turn -> first bot card over SSE.
 
-Starts its own daemon (``python -m gateway run``) against a real Redis under a unique key prefix,
-drives the console API open-loop at a target rate and prints ONE JSON line:
+Starts its own daemon (``python -m gateway run``) against a private redis-server on a free port
+(or ``--redis-url``, under a unique key prefix), drives the console API open-loop at a target
+rate and prints ONE JSON line:
 
   messages, conversations, duration_s, throughput_msg_s, first_card_ms {p50,p90,p99,max},
   own_card_messages, redis_commands_per_message, evalsha_per_message, binding_memory_bytes,
-  baseline_healthz_ms {p50,p99}, p99_vs_healthz_ratio  (plus a few diagnostic keys)
+  baseline_healthz_ms {p50,p99}, p99_vs_healthz_ratio, turns, daemon_cpu_ms_per_turn,
+  redis_round_trips_per_turn {gateway, console_timeline, ...}  (plus diagnostic keys)
 
-Usage: python bench/pipeline.py [--conversations 50] [--messages 20] [--rate 200]
-       [--duration-cap 60]          REDIS_URL defaults to redis://127.0.0.1:6379/0
+``daemon_cpu_ms_per_turn``: the daemon's own CPU (/proc/<pid>/stat user + system, all threads)
+from the first POST until every turn has finished, minus its idle rate (measured for
+``--idle-seconds`` just before the load) times that window, divided by the turns finished in it
+(``xgw_turns_total`` from /metrics; else the cards first seen in the window). It includes the
+console's own work (its transcript writes, the SSE stream this bench reads).
 
-Everything goes to 127.0.0.1; every wait has a deadline; the daemon is stopped and the prefix's
-keys deleted on the way out.
+``redis_round_trips_per_turn``: top-level Redis commands the daemon sent in the same window,
+from MONITOR (``bench/redis_monitor.py`` says exactly what counts: each EVALSHA one, MULTI..EXEC
+one, each command of a pipeline one), split into the gateway's own state and the console's
+transcript (``timeline_put`` and transcript reads: the console's "platform" calls), per turn;
+``gateway_net_of_idle`` leaves out the daemon's idle polling. ``script_writes_per_turn``: how
+many writes the auto-pipeline needed for its script calls (from /metrics, when exposed).
+
+The expert is echo with zero delays and the integration's summary window 0 unless
+``--step-delay-ms`` / ``--char-delay-ms`` / ``--window-s`` say otherwise; ``--zero-delays``
+insists on zero (the configuration of the CPU-per-turn figure).
+
+Usage: python bench/pipeline.py [--conversations 50] [--messages 20] [--rate 200] [--zero-delays]
+       [--duration-cap 60] [--idle-seconds 3] [--no-monitor] [--redis-url URL]
+
+Everything goes to 127.0.0.1; every wait has a deadline; the daemon (and the private Redis) is
+stopped and the prefix's keys deleted on the way out.
 """
 
 from __future__ import annotations
@@ -19,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -40,9 +58,14 @@ import aiohttp
 import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parents[1]
-LUA_DIR = ROOT / "sessions" / "lua"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chaos_redis import StandaloneRedis  # noqa: E402
+from redis_monitor import capturing, count, per_turn, script_names  # noqa: E402
+
 INTEGRATION = "console"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+PROBE_NAME = "bench-probe"  # our connections' CLIENT SETNAME: their commands are left out
 
 
 def log(msg: str) -> None:
@@ -73,13 +96,25 @@ def free_port() -> int:
 
 
 # --- the daemon --------------------------------------------------------------------------------
-def write_config(path: Path, *, redis_url: str, prefix: str, port: int, data_dir: Path) -> None:
+def write_config(
+    path: Path,
+    *,
+    redis_url: str,
+    prefix: str,
+    port: int,
+    data_dir: Path,
+    expert: dict[str, Any] | None = None,
+    integration: dict[str, Any] | None = None,
+    runtime: dict[str, Any] | None = None,
+) -> None:
+    """The daemon's config: one console integration answered by the echo expert (zero delays,
+    window 0, 100 ms card updates unless ``expert`` / ``integration`` / ``runtime`` override)."""
     config = {
         "server": {"host": "127.0.0.1", "port": port},
         "redis": {"url": redis_url, "keyPrefix": prefix, "connectTimeoutSeconds": 10},
         "dataDir": str(data_dir),
         "logging": {"level": "warning", "format": "json"},
-        "runtime": {"shutdownGraceSeconds": 3},
+        "runtime": {"shutdownGraceSeconds": 3, **(runtime or {})},
         "experts": [
             {
                 "id": "echo",
@@ -88,6 +123,7 @@ def write_config(path: Path, *, redis_url: str, prefix: str, port: int, data_dir
                 "charDelayMs": 0,
                 "chunkChars": 10000,
                 "stepTitles": ["Echo"],
+                **(expert or {}),
             }
         ],
         "integrations": [
@@ -98,6 +134,7 @@ def write_config(path: Path, *, redis_url: str, prefix: str, port: int, data_dir
                 "summaryWindowSeconds": 0,
                 "maxWindowSeconds": 0,
                 "updateIntervalMs": 100,
+                **(integration or {}),
             }
         ],
     }
@@ -106,13 +143,17 @@ def write_config(path: Path, *, redis_url: str, prefix: str, port: int, data_dir
 
 
 class Daemon:
-    def __init__(self, config: Path, port: int, logfile: Path) -> None:
+    def __init__(
+        self, config: Path, port: int, logfile: Path, cores: frozenset[int] | None = None
+    ) -> None:
         self.config, self.port, self.logfile = config, port, logfile
+        self.cores = cores  # pinned to these from its start (every thread)
         self.proc: subprocess.Popen[bytes] | None = None
         self.base = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        cores = self.cores
         with self.logfile.open("wb") as out:
             self.proc = subprocess.Popen(
                 [
@@ -130,6 +171,7 @@ class Daemon:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                preexec_fn=(lambda: os.sched_setaffinity(0, set(cores))) if cores else None,
             )
 
     def log_tail(self, lines: int = 40) -> str:
@@ -279,9 +321,16 @@ class RedisProbe:
 
     def __init__(self, url: str, prefix: str) -> None:
         self.client: aioredis.Redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5
+            url,
+            decode_responses=True,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            client_name=PROBE_NAME,
         )
         self.prefix = prefix
+        parts = urlsplit(url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = (parts.port or 6379) if parts.scheme == "redis" else 0  # 0: a unix socket
         self.issued: dict[str, int] = {}  # by command, as commandstats names them
 
     def count(self, command: str) -> None:
@@ -314,11 +363,33 @@ class RedisProbe:
         leases = await self.scan(f"{self.prefix}:*:lease", limit_s=5)
         return due + len(leases)
 
+    async def own_addresses(self) -> set[str]:
+        """Where our own connections come from (MONITOR names clients by address)."""
+        self.count("client|list")
+        clients = await self.client.client_list()
+        return {str(c["addr"]) for c in clients if c.get("name") == PROBE_NAME}
+
     async def delete_prefix(self) -> int:
         keys = await self.scan(f"{self.prefix}:*", limit_s=30)
         for i in range(0, len(keys), 500):
             await self.client.unlink(*keys[i : i + 500])
         return len(keys)
+
+
+def metric_sum(text: str | None, name: str) -> float | None:
+    """The sum of every sample of ``name`` (all label sets) in Prometheus text, or None."""
+    if text is None:
+        return None
+    found = None
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            found = (found or 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def metric_delta(before: str | None, after: str | None, name: str) -> float | None:
+    a, b = metric_sum(before, name), metric_sum(after, name)
+    return None if a is None or b is None else b - a
 
 
 def diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -327,15 +398,6 @@ def diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         for k in after
         if after.get(k, 0) - before.get(k, 0) > 0
     }
-
-
-def script_names() -> dict[str, str]:
-    """sha1 -> script name for the gateway's Lua scripts (what EVALSHA names)."""
-    names = {}
-    for path in sorted(LUA_DIR.glob("*.lua")):
-        body = path.read_text(encoding="utf-8")
-        names[hashlib.sha1(body.encode("utf-8")).hexdigest()] = path.stem
-    return names
 
 
 # --- the load ----------------------------------------------------------------------------------
@@ -400,6 +462,16 @@ class Bench:
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                 item.acked = now()
                 item.error = f"{type(exc).__name__}: {exc}"
+
+    async def metrics(self) -> str | None:
+        """The daemon's /metrics text (None when it cannot be read)."""
+        try:
+            async with self.http.get(
+                f"{self.base}/metrics", timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                return await resp.text() if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError):
+            return None
 
     async def healthz_baseline(self, n: int = 500) -> list[float]:
         url = f"{self.base}/healthz"
@@ -516,7 +588,19 @@ async def monitor_sample(
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    redis_url = args.redis_url
+    with tempfile.TemporaryDirectory(prefix="xgw-bench-") as tmp:
+        tmpdir = Path(tmp)
+        if args.redis_url:
+            return await with_redis(args, args.redis_url, tmpdir)
+        own = StandaloneRedis(tmpdir)
+        await own.start()
+        try:
+            return await with_redis(args, own.url, tmpdir)
+        finally:
+            await own.stop()
+
+
+async def with_redis(args: argparse.Namespace, redis_url: str, tmpdir: Path) -> dict[str, Any]:
     parts = urlsplit(redis_url)
     if parts.scheme not in ("redis", "unix") or (
         parts.scheme == "redis" and parts.hostname not in LOOPBACK
@@ -525,42 +609,51 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     port = free_port()
     result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="xgw-bench-") as tmp:
-        tmpdir = Path(tmp)
-        config = tmpdir / "gateway.yaml"
-        write_config(
-            config, redis_url=redis_url, prefix=prefix, port=port, data_dir=tmpdir / "data"
-        )
-        daemon = Daemon(config, port, tmpdir / "daemon.log")
-        probe = RedisProbe(redis_url, prefix)
-        await probe.client.ping()
-        connector = aiohttp.TCPConnector(
-            limit=max(10, min(args.conversations, 100)), limit_per_host=0
-        )
-        sse_timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
-        daemon.start()
-        try:
-            async with (
-                aiohttp.ClientSession(connector=connector) as http,
-                aiohttp.ClientSession(timeout=sse_timeout, read_bufsize=1 << 20) as sse,
-            ):
-                await daemon.wait_healthy(http)
-                bench = Bench(args, daemon.base, http)
-                result = await run_bench(args, bench, sse, probe, daemon)
-        finally:
-            code = daemon.stop()
-            if code not in (0, None):
-                log(f"daemon exited with code {code}:\n{daemon.log_tail()}")
-            if result:
-                result["daemon_exit_code"] = code
-                result["daemon_log"] = daemon.log_summary()
-            if args.keep_daemon_log:
-                log(f"daemon log:\n{daemon.log_tail(200)}")
-            with contextlib.suppress(Exception):
-                deleted = await probe.delete_prefix()
-                log(f"deleted {deleted} keys under {prefix}:")
-            await probe.client.aclose()
+    config = tmpdir / "gateway.yaml"
+    write_config(
+        config,
+        redis_url=redis_url,
+        prefix=prefix,
+        port=port,
+        data_dir=tmpdir / "data",
+        expert=expert_options(args),
+        integration={"summaryWindowSeconds": args.window_s, "maxWindowSeconds": args.window_s},
+    )
+    daemon = Daemon(config, port, tmpdir / "daemon.log")
+    probe = RedisProbe(redis_url, prefix)
+    await probe.client.ping()
+    connector = aiohttp.TCPConnector(limit=max(10, min(args.conversations, 100)), limit_per_host=0)
+    sse_timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+    daemon.start()
+    try:
+        async with (
+            aiohttp.ClientSession(connector=connector) as http,
+            aiohttp.ClientSession(timeout=sse_timeout, read_bufsize=1 << 20) as sse,
+        ):
+            await daemon.wait_healthy(http)
+            bench = Bench(args, daemon.base, http)
+            result = await run_bench(args, bench, sse, probe, daemon, tmpdir)
+            result["redis"] = "shared" if args.redis_url else "private"
+            result["expert"] = {"kind": "echo", **expert_options(args)}
+            result["summary_window_s"] = args.window_s
+    finally:
+        code = daemon.stop()
+        if code not in (0, None):
+            log(f"daemon exited with code {code}:\n{daemon.log_tail()}")
+        if result:
+            result["daemon_exit_code"] = code
+            result["daemon_log"] = daemon.log_summary()
+        if args.keep_daemon_log:
+            log(f"daemon log:\n{daemon.log_tail(200)}")
+        with contextlib.suppress(Exception):
+            deleted = await probe.delete_prefix()
+            log(f"deleted {deleted} keys under {prefix}:")
+        await probe.client.aclose()
     return result
+
+
+def expert_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"stepDelayMs": args.step_delay_ms, "charDelayMs": args.char_delay_ms}
 
 
 async def run_bench(
@@ -569,6 +662,7 @@ async def run_bench(
     sse: aiohttp.ClientSession,
     probe: RedisProbe,
     daemon: Daemon,
+    tmpdir: Path,
 ) -> dict[str, Any]:
     # 1. Baseline on the idle daemon.
     healthz = await bench.healthz_baseline(500)
@@ -579,7 +673,7 @@ async def run_bench(
     stream = Stream()
     task = asyncio.create_task(stream.run(resp))
     try:
-        return await measure(args, bench, stream, probe, daemon, healthz)
+        return await measure(args, bench, stream, probe, daemon, healthz, tmpdir)
     finally:
         task.cancel()
         with contextlib.suppress(BaseException):
@@ -594,6 +688,7 @@ async def measure(
     probe: RedisProbe,
     daemon: Daemon,
     healthz: list[float],
+    tmpdir: Path,
 ) -> dict[str, Any]:
     # 3. The SSE connection is proven live by a warm-up message whose card must come back.
     warm_deadline = now() + 20
@@ -624,51 +719,70 @@ async def measure(
         unloaded.append(stream.first_card_for[event_id] - t)
         await asyncio.sleep(0.3)  # let the turn finish: the next message starts a fresh turn
 
-    # 4. Idle Redis traffic (the daemon's polling, and other clients of a shared Redis).
+    # 4. Idle: the daemon's own CPU and Redis traffic (its polling; other clients of a shared
+    # Redis) for --idle-seconds, MONITOR already capturing.
     await wait_quiet(probe, now() + 15)
-    idle_before = await probe.commandstats()
-    t_idle = now()
-    await asyncio.sleep(1.0)
-    idle_after = await probe.commandstats()
-    idle_rate = max(0, sum(diff(idle_before, idle_after).values()) - 1) / (now() - t_idle)
-
-    # 5. The load, between two INFO commandstats snapshots.
-    cpu_before, rusage_before = daemon.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
-    issued_before = dict(probe.issued)
-    stats_before = await probe.commandstats()
-    t_stats = now()
-    t0 = now() + 0.2
-    cap_deadline = t0 + args.duration_cap
-    await asyncio.gather(
-        *(bench.conversation(i, t0, cap_deadline) for i in range(args.conversations))
+    monitor = (
+        capturing(probe.host, probe.port, args.monitor_file or tmpdir / "monitor.raw")
+        if args.monitor and probe.port
+        else contextlib.nullcontext()
     )
-    sends_done = now()
-    cpu_after, rusage_after = daemon.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
-    daemon_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-    client_cpu = (
-        rusage_after.ru_utime
-        + rusage_after.ru_stime
-        - rusage_before.ru_utime
-        - rusage_before.ru_stime
-    )
-    ok = [s for s in bench.sent if s.event_id]
+    with monitor as capture:
+        idle_before = await probe.commandstats()
+        t_idle, wall_idle, cpu_idle = now(), time.time(), daemon.cpu_seconds()
+        await asyncio.sleep(args.idle_seconds)
+        idle_after = await probe.commandstats()
+        idle_s, cpu_idle_end = now() - t_idle, daemon.cpu_seconds()
+        wall_idle_end = time.time()
+        idle_rate = max(0, sum(diff(idle_before, idle_after).values()) - 1) / idle_s
+        idle_cpu_rate = (
+            (cpu_idle_end - cpu_idle) / idle_s
+            if cpu_idle is not None and cpu_idle_end is not None
+            else None
+        )
+        metrics_before = await bench.metrics()
 
-    def all_rendered() -> bool:
-        return all(s.event_id in stream.first_card_for for s in ok)
+        # 5. The load, between two INFO commandstats snapshots; the window for CPU and round
+        # trips runs from the first POST until every turn has finished.
+        cpu_before, rusage_before = daemon.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
+        issued_before = dict(probe.issued)
+        stats_before = await probe.commandstats()
+        t_stats, wall_window = now(), time.time()
+        t0 = now() + 0.2
+        cap_deadline = t0 + args.duration_cap
+        await asyncio.gather(
+            *(bench.conversation(i, t0, cap_deadline) for i in range(args.conversations))
+        )
+        sends_done = now()
+        cpu_sends, rusage_after = daemon.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
+        daemon_cpu = None if cpu_before is None or cpu_sends is None else cpu_sends - cpu_before
+        client_cpu = (
+            rusage_after.ru_utime
+            + rusage_after.ru_stime
+            - rusage_before.ru_utime
+            - rusage_before.ru_stime
+        )
+        ok = [s for s in bench.sent if s.event_id]
 
-    # Merged messages never get a card of their own; stop waiting once cards stop coming.
-    card_deadline = max(cap_deadline, sends_done + 5)
-    last_count, last_change = -1, now()
-    while now() < card_deadline and not all_rendered():
-        await stream.wait_for(all_rendered, min(card_deadline, now() + 0.5))
-        if len(stream.cards) != last_count:
-            last_count, last_change = len(stream.cards), now()
-        elif now() - last_change > 3 and await probe.pending_work() == 0:
-            break
+        def all_rendered() -> bool:
+            return all(s.event_id in stream.first_card_for for s in ok)
 
-    quiet = await wait_quiet(probe, now() + 20)
-    stats_after = await probe.commandstats()
-    stats_window = now() - t_stats
+        # Merged messages never get a card of their own; stop waiting once cards stop coming.
+        card_deadline = max(cap_deadline, sends_done + 5)
+        last_count, last_change = -1, now()
+        while now() < card_deadline and not all_rendered():
+            await stream.wait_for(all_rendered, min(card_deadline, now() + 0.5))
+            if len(stream.cards) != last_count:
+                last_count, last_change = len(stream.cards), now()
+            elif now() - last_change > 3 and await probe.pending_work() == 0:
+                break
+
+        quiet = await wait_quiet(probe, now() + 20)
+        cpu_window_end, t_window_end, wall_window_end = daemon.cpu_seconds(), now(), time.time()
+        stats_after = await probe.commandstats()
+        stats_window = now() - t_stats
+        metrics_after = await bench.metrics()
+        ours_addrs = await probe.own_addresses()
     # Leave out our own commands in the window: all we issued since, except the last INFO
     # (a snapshot does not count itself).
     delta = diff(stats_before, stats_after)
@@ -681,6 +795,40 @@ async def measure(
     total_cmds = sum(delta.values())
     background = idle_rate * stats_window
     evalsha = delta.get("evalsha", 0) + delta.get("evalsha_ro", 0)
+
+    # Turns finished in the window, and the daemon's CPU for each.
+    window_s = t_window_end - t_stats
+    cards_in_window = sum(1 for c in stream.cards.values() if t_stats <= c.first_seen)
+    turns_metric = metric_delta(metrics_before, metrics_after, "xgw_turns_total")
+    turns = int(turns_metric) if turns_metric is not None else cards_in_window
+    cpu_per_turn: dict[str, Any] = {}
+    if cpu_before is not None and cpu_window_end is not None and turns:
+        gross = cpu_window_end - cpu_before
+        net = gross - (idle_cpu_rate or 0.0) * window_s
+        cpu_per_turn = {
+            "daemon_cpu_ms_per_turn": round(net * 1000 / turns, 3),
+            "daemon_cpu_ms_per_turn_gross": round(gross * 1000 / turns, 3),
+            "daemon_idle_cpu_ms_per_s": round((idle_cpu_rate or 0.0) * 1000, 2),
+            "daemon_cpu_window_s": round(window_s, 2),
+        }
+    script_writes = metric_delta(metrics_before, metrics_after, "xgw_redis_script_writes_total")
+    script_calls = metric_delta(metrics_before, metrics_after, "xgw_redis_script_calls_total")
+    round_trips: dict[str, Any] | None = None
+    if capture is not None:
+        tallies = count(
+            capture.lines(),
+            {"idle": (wall_idle, wall_idle_end), "load": (wall_window, wall_window_end)},
+            ignore=ours_addrs | {capture.local_addr},
+            marker=None if not args.redis_url else probe.prefix + ":",
+        )
+        round_trips = per_turn(tallies["load"], tallies["idle"], turns)
+        round_trips["counted"] = (
+            "top-level commands the daemon sent between the first POST and the last turn's "
+            "end (MONITOR): EVALSHA 1, MULTI..EXEC 1, each pipelined command 1; console_timeline"
+            ": timeline_put calls and transcript reads; gateway: all other commands; batches: "
+            "runs of one connection's commands back to back within 50 us (one write, estimated "
+            "from MONITOR's timing; at load one batch serves several turns)"
+        )
 
     # 6. Where one message's Redis work goes: a short MONITOR sample after the counted window.
     sample = await monitor_sample(probe, bench, stream)
@@ -762,6 +910,8 @@ async def measure(
         "bench_client_cpu_s_during_sends": round(client_cpu, 2),
         "cpus": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
+        "loadavg_before": args.loadavg_before,
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "redis_commands_per_message_net_of_idle": (
             round(max(0.0, total_cmds - background) / n_ok, 2) if n_ok else None
         ),
@@ -775,6 +925,17 @@ async def measure(
             else {}
         ),
         "monitor_sample": sample,
+        "turns": turns,
+        "turns_from": "xgw_turns_total" if turns_metric is not None else "cards",
+        "cards_in_window": cards_in_window,
+        **cpu_per_turn,
+        "redis_round_trips_per_turn": round_trips,
+        "script_writes_per_turn": (
+            round(script_writes / turns, 2) if script_writes is not None and turns else None
+        ),
+        "script_calls_per_write": (
+            round(script_calls / script_writes, 2) if script_calls and script_writes else None
+        ),
         "binding_key_type": binding_type,
         "sse_records": stream.records,
     }
@@ -793,7 +954,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds: no message is scheduled later, no card awaited longer",
     )
     parser.add_argument(
-        "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        "--redis-url",
+        default=None,
+        help="use this Redis (127.0.0.1 only) instead of a private redis-server",
+    )
+    parser.add_argument("--step-delay-ms", type=int, default=0, help="echo expert stepDelayMs")
+    parser.add_argument("--char-delay-ms", type=int, default=0, help="echo expert charDelayMs")
+    parser.add_argument("--window-s", type=float, default=0, help="summaryWindowSeconds")
+    parser.add_argument(
+        "--zero-delays",
+        action="store_true",
+        help="echo stepDelayMs 0, charDelayMs 0, window 0 (the CPU-per-turn configuration)",
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=3, help="the daemon's idle CPU, before the load"
+    )
+    parser.add_argument(
+        "--no-monitor",
+        dest="monitor",
+        action="store_false",
+        help="no MONITOR capture (no redis_round_trips_per_turn)",
+    )
+    parser.add_argument(
+        "--monitor-file", type=Path, default=None, help="keep the raw MONITOR capture there"
     )
     parser.add_argument(
         "--keep-daemon-log", action="store_true", help="print the daemon's log to stderr at the end"
@@ -801,6 +984,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.conversations < 1 or args.messages < 1 or args.rate <= 0 or args.duration_cap <= 0:
         parser.error("--conversations, --messages, --rate and --duration-cap must be positive")
+    if args.zero_delays:
+        if args.step_delay_ms or args.char_delay_ms or args.window_s:
+            parser.error("--zero-delays with a non-zero delay or window")
+    args.loadavg_before = [round(x, 2) for x in os.getloadavg()]
     return args
 
 
