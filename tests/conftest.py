@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.cluster import RedisCluster as SyncRedisCluster
 
 from tests.cluster_support import LocalCluster
 from tests.helpers import ConsoleClient, InProcessGateway
@@ -92,8 +94,41 @@ def redis_url(redis_target: RedisTarget) -> str:
 
 
 @pytest.fixture
-def prefix(redis_target: RedisTarget) -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
+def prefix(redis_target: RedisTarget) -> Iterator[str]:
+    """The test's own key prefix; whatever it left under it is deleted afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    if redis_target.mode != "cluster":  # the cluster goes with the session
+        _USED_PREFIXES.append(name)
+    try:
+        yield name
+    finally:
+        sweep(redis_target, name)
+
+
+_USED_PREFIXES: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Again at the end: a gateway torn down after its test's prefix may have written more."""
+    for name in _USED_PREFIXES:
+        sweep(STANDALONE, name)
+
+
+def sweep(target: RedisTarget, prefix: str) -> None:
+    """Delete the keys of ``prefix`` (on every primary of a cluster); a Redis that a test
+    stopped or broke is left as it is."""
+    client: Any = (
+        SyncRedisCluster.from_url(target.url, socket_timeout=5)
+        if target.mode == "cluster"
+        else redis.Redis.from_url(target.url, socket_timeout=5)
+    )
+    try:
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.delete(key)
+    except redis.RedisError:
+        pass
+    finally:
+        client.close()
 
 
 async def delete_prefix(client: Any, prefix: str) -> None:
