@@ -97,11 +97,7 @@ class BudgetStore:
         status, due, busy, verdict = await store.pipe.evalsha(
             script,
             [
-                k.dedup(conversation, event_id),
-                k.burst(conversation),
-                k.burst_meta(conversation),
-                k.due_of(conversation),
-                k.turn(conversation),
+                *store.intake_keys(conversation, event_id),
                 k.budget_turns(conversation),
                 k.budget_sender_turns(conversation, sender_id),
                 k.budget_tokens(conversation, day),
@@ -109,14 +105,9 @@ class BudgetStore:
                 k.usage_of(conversation, integration_id),
             ],
             [
-                envelope_json,
-                now_ms,
-                window_ms,
-                max_window_ms,
-                store.dedup_ttl_ms,
-                max(store.dedup_ttl_ms, 3 * max_window_ms),
-                conversation,
-                mode,
+                *store.intake_args(
+                    conversation, envelope_json, now_ms, window_ms, max_window_ms, mode
+                ),
                 event_id,
                 budget_now_ms,
                 _limit(limits.chat_turns),

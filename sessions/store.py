@@ -99,32 +99,50 @@ class SessionStore:
         mode: Literal["collect", "reject", "urgent"] = "collect",
     ) -> IntakeResult:
         """Dedup and append in ONE round trip; returns once the envelope is durable in Redis."""
-        k = self.keys
-        burst_ttl = max(self.dedup_ttl_ms, 3 * max_window_ms)
         try:
             status, due, busy = await self.pipe.evalsha(
                 self._intake,
-                [
-                    k.dedup(conversation, event_id),
-                    k.burst(conversation),
-                    k.burst_meta(conversation),
-                    k.due_of(conversation),
-                    k.turn(conversation),
-                ],
-                [
-                    envelope_json,
-                    now_ms,
-                    window_ms,
-                    max_window_ms,
-                    self.dedup_ttl_ms,
-                    burst_ttl,
-                    conversation,
-                    mode,
-                ],
+                self.intake_keys(conversation, event_id),
+                self.intake_args(
+                    conversation, envelope_json, now_ms, window_ms, max_window_ms, mode
+                ),
             )
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
         return IntakeResult(status=status, due_ms=int(due), busy=bool(int(busy)))
+
+    def intake_keys(self, conversation: str, event_id: str) -> list[str]:
+        """KEYS of intake.lua; the scripts that wrap it (group watch, budgets) append theirs."""
+        k = self.keys
+        return [
+            k.dedup(conversation, event_id),
+            k.burst(conversation),
+            k.burst_meta(conversation),
+            k.due_of(conversation),
+            k.turn(conversation),
+        ]
+
+    def intake_args(
+        self,
+        conversation: str,
+        envelope_json: str,
+        now_ms: int,
+        window_ms: int,
+        max_window_ms: int,
+        mode: str,
+    ) -> list[Any]:
+        """ARGV of intake.lua (the wrapping scripts append theirs)."""
+        burst_ttl = max(self.dedup_ttl_ms, 3 * max_window_ms)
+        return [
+            envelope_json,
+            now_ms,
+            window_ms,
+            max_window_ms,
+            self.dedup_ttl_ms,
+            burst_ttl,
+            conversation,
+            mode,
+        ]
 
     async def mark_seen(self, conversation: str, event_id: str, now_ms: int) -> bool:
         """Dedup alone (for clicks handled at once): True the first time, False for a repeat."""

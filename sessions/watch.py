@@ -74,27 +74,18 @@ class WatchStore:
     ) -> WatchIntakeResult:
         """Store a matched message unless it is a duplicate or the watch is cooling down (and
         the burst its last match opened has been claimed); returns once it is durable."""
-        k, store = self.keys, self.store
+        store = self.store
         try:
             status, due, busy = await store.pipe.evalsha(
                 self._intake,
                 [
-                    k.dedup(conversation, event_id),
-                    k.burst(conversation),
-                    k.burst_meta(conversation),
-                    k.due_of(conversation),
-                    k.turn(conversation),
-                    k.watch_cooldown(conversation, watch_id),
+                    *store.intake_keys(conversation, event_id),
+                    self.keys.watch_cooldown(conversation, watch_id),
                 ],
                 [
-                    envelope_json,
-                    now_ms,
-                    window_ms,
-                    max_window_ms,
-                    store.dedup_ttl_ms,
-                    max(store.dedup_ttl_ms, 3 * max_window_ms),
-                    conversation,
-                    "collect",
+                    *store.intake_args(
+                        conversation, envelope_json, now_ms, window_ms, max_window_ms, "collect"
+                    ),
                     watch_id,
                     cooldown_ms,
                     cooldown_value,
