@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
-import json
 import os
 import re
 import signal
@@ -31,6 +30,7 @@ from gateway.config_hints import config_warnings, is_placeholder, redis_location
 from gateway.settings import ConfigFileError
 from tests.conftest import base_config, eventually
 from tests.helpers import ROOT, ConsoleClient, free_port
+from tests.workers_support import Supervised
 
 QUICKSTART = ROOT / "config" / "gateway.yaml"
 COMPOSE = ROOT / "docker-compose.yml"
@@ -71,32 +71,11 @@ def quickstart(data_dir: Path) -> dict[str, Any]:
     return config
 
 
-class Daemon:
-    """``python -m gateway run`` as a terminal runs it: the leader of its own process group, so
-    that a Ctrl-C can be sent the way the terminal sends it (to the whole group)."""
+class Daemon(Supervised):
+    """``python -m gateway run`` as a terminal runs it (tests/workers_support.py), started when
+    ``/healthz`` answers."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, name: str = "gw") -> None:
-        self.port = free_port()
-        self.config_path = workdir / f"{name}.yaml"
-        self.config_path.write_text(yaml.safe_dump(config))
-        self.log_path = workdir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "gateway", "run"),
-                    *("--config", str(self.config_path), "--port", str(self.port)),
-                ],
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self.proc
-
-    async def start(self) -> None:
+    async def start(self) -> None:  # type: ignore[override]
         proc = self.spawn()
         async with aiohttp.ClientSession() as http:
 
@@ -108,31 +87,6 @@ class Daemon:
                 return False
 
             await eventually(healthy, timeout=30)
-
-    def events(self) -> list[dict[str, Any]]:
-        lines = self.log_path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
-    def logged(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in self.events() if e.get("event") == event]
-
-    def ctrl_c(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGINT)  # what the terminal does: the whole group
-
-    async def wait_exit(self, timeout: float) -> int:
-        assert self.proc is not None
-        return await asyncio.to_thread(self.proc.wait, timeout)
-
-    async def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            await self.wait_exit(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            await self.wait_exit(5)
 
 
 @pytest.fixture
