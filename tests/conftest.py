@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ class RedisTarget:
 
 
 STANDALONE = RedisTarget("standalone", REDIS_URL)
+# The ``gateways`` fixture: start an in-process gateway of a config.
+Gateways = Callable[[dict[str, Any]], Awaitable[InProcessGateway]]
 _current = STANDALONE  # the target of the running test (tests run one at a time)
 
 # ``pytestmark = BOTH_REDIS``: every test of the module that uses Redis runs on the shared Redis
@@ -169,23 +171,33 @@ def base_config(prefix: str, **integration: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def make_gateway(
-    prefix: str, redis_client: aioredis.Redis
-) -> AsyncIterator[Callable[..., Any]]:
-    """Start in-process gateways (real Redis, real HTTP server); stopped at teardown."""
+async def gateways(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[Gateways]:
+    """Start in-process gateways from a config (real Redis, real HTTP server); stopped, newest
+    first, at teardown."""
     started: list[InProcessGateway] = []
 
-    async def factory(config: dict[str, Any] | None = None, **integration: Any) -> ConsoleClient:
-        gw = InProcessGateway(config or base_config(prefix, **integration))
+    async def start(config: dict[str, Any]) -> InProcessGateway:
+        gw = InProcessGateway(config)
         await gw.start()
         started.append(gw)
-        return gw.client
+        return gw
 
     try:
-        yield factory
+        yield start
     finally:
         for gw in reversed(started):
             await gw.stop()
+
+
+@pytest.fixture
+async def make_gateway(prefix: str, gateways: Gateways) -> Callable[..., Awaitable[ConsoleClient]]:
+    """An in-process gateway of ``config`` (or the base config with ``integration`` options);
+    its console client."""
+
+    async def factory(config: dict[str, Any] | None = None, **integration: Any) -> ConsoleClient:
+        return (await gateways(config or base_config(prefix, **integration))).client
+
+    return factory
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from gateway.config_file import load_settings
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.experts.registry import ExpertKindError, checked_kind
 from gateway.settings import ConfigError
-from tests.conftest import base_config, eventually
+from tests.conftest import Gateways, base_config, eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.throwaway_expert import ShoutExpert, ShoutSettings
 from tests.helpers import InProcessGateway, free_port
@@ -67,21 +67,6 @@ def config(prefix: str, url: str, routes: list[dict[str, Any]], **integration: A
     return cfg
 
 
-@pytest.fixture
-async def gateways() -> AsyncIterator[list[InProcessGateway]]:
-    started: list[InProcessGateway] = []
-    yield started
-    for gw in reversed(started):
-        await gw.stop()
-
-
-async def start(started: list[InProcessGateway], cfg: dict[str, Any]) -> InProcessGateway:
-    gw = InProcessGateway(cfg)
-    await gw.start()
-    started.append(gw)
-    return gw
-
-
 async def usage(gw: InProcessGateway, query: str, token: str | None = TOKEN) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     url = f"http://127.0.0.1:{gw.port}/v1.0/usage?{query}"
@@ -97,10 +82,10 @@ TEAM_ROUTE = {
 
 
 async def test_a_route_bundle_picks_the_model_and_the_variables(
-    openai: tuple[FakeOpenAI, str], gateways: list[InProcessGateway], prefix: str
+    openai: tuple[FakeOpenAI, str], gateways: Gateways, prefix: str
 ) -> None:
     fake, url = openai
-    gw = await start(gateways, config(prefix, url, [TEAM_ROUTE]))
+    gw = await gateways(config(prefix, url, [TEAM_ROUTE]))
     console = gw.client
     await console.send("hello", chat="team-ops", mention=True)
     await console.wait_cards(chat="team-ops")
@@ -114,10 +99,10 @@ async def test_a_route_bundle_picks_the_model_and_the_variables(
 
 
 async def test_a_running_session_keeps_its_bundle_after_a_reload(
-    openai: tuple[FakeOpenAI, str], gateways: list[InProcessGateway], prefix: str
+    openai: tuple[FakeOpenAI, str], gateways: Gateways, prefix: str
 ) -> None:
     fake, url = openai
-    gw = await start(gateways, config(prefix, url, [TEAM_ROUTE]))
+    gw = await gateways(config(prefix, url, [TEAM_ROUTE]))
     await gw.client.send("before", chat="team-ops", mention=True)
     await gw.client.wait_cards(chat="team-ops")
     changed = {**TEAM_ROUTE, "model": "qwen-turbo", "variables": {"team": "sales"}}
@@ -132,11 +117,11 @@ async def test_a_running_session_keeps_its_bundle_after_a_reload(
 
 
 async def test_over_the_hourly_limit_the_chat_gets_the_polite_answer_and_nothing_else(
-    gateways: list[InProcessGateway], prefix: str, redis_client: aioredis.Redis
+    gateways: Gateways, prefix: str, redis_client: aioredis.Redis
 ) -> None:
     cfg = base_config(prefix, timezone="Asia/Shanghai", limits={"turnsPerHourPerChat": 2})
     cfg["admin"] = {"token": TOKEN}
-    gw = await start(gateways, cfg)
+    gw = await gateways(cfg)
     start_ms = int(datetime(2026, 3, 2, 13, 4, 30, tzinfo=SHANGHAI).timestamp() * 1000)
     now = [start_ms]
     gw.gateway.pipeline.budgets.clock = lambda: now[0]
@@ -227,10 +212,10 @@ async def _turn_cards(console: Any) -> list[Any]:
 
 
 async def test_the_tokens_an_expert_reports_close_the_chat_for_the_day(
-    openai: tuple[FakeOpenAI, str], gateways: list[InProcessGateway], prefix: str
+    openai: tuple[FakeOpenAI, str], gateways: Gateways, prefix: str
 ) -> None:
     fake, url = openai  # the fake reports 12 + 7 tokens per answer
-    gw = await start(gateways, config(prefix, url, [], limits={"tokensPerDayPerChat": 30}))
+    gw = await gateways(config(prefix, url, [], limits={"tokensPerDayPerChat": 30}))
     console = gw.client
     await console.send("first")
     await console.wait_cards()
@@ -265,13 +250,11 @@ async def test_the_tokens_an_expert_reports_close_the_chat_for_the_day(
     ]
 
 
-async def test_the_usage_api_answers_and_refuses(
-    gateways: list[InProcessGateway], prefix: str
-) -> None:
+async def test_the_usage_api_answers_and_refuses(gateways: Gateways, prefix: str) -> None:
     cfg = base_config(prefix, limits={"turnsPerHourPerSender": 5})
     cfg["integrations"][0]["routes"] = [{"chatId": "team", "limits": {"turnsPerHourPerChat": 9}}]
     cfg["admin"] = {"token": TOKEN}
-    gw = await start(gateways, cfg)
+    gw = await gateways(cfg)
     await gw.client.send("hi", chat="team", mention=True)
     await gw.client.send("hi")
     await gw.client.wait_cards(chat="team")

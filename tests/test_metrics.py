@@ -30,23 +30,6 @@ from tests.test_experts import serve
 SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 300, "charDelayMs": 20, "chunkChars": 1}
 
 
-@pytest.fixture
-async def gateways(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[Callable[..., Any]]:
-    started: list[InProcessGateway] = []
-
-    async def start(cfg: dict[str, Any]) -> InProcessGateway:
-        gw = InProcessGateway(cfg)
-        await gw.start()
-        started.append(gw)
-        return gw
-
-    try:
-        yield start
-    finally:
-        for gw in reversed(started):
-            await gw.stop()
-
-
 def base(gw: InProcessGateway) -> str:
     return f"http://127.0.0.1:{gw.port}"
 

@@ -5,13 +5,12 @@ commands. Routines said in plain words: tests/test_schedules_routines.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from gateway.cli import settings_model
@@ -42,23 +41,6 @@ def config(prefix: str, *schedules: dict[str, Any], **integration: Any) -> dict[
     cfg["admin"] = {"token": TOKEN}
     cfg["schedules"] = list(schedules)
     return cfg
-
-
-@pytest.fixture
-async def gateways(prefix: str, redis_client: aioredis.Redis) -> AsyncIterator[Callable[..., Any]]:
-    started: list[InProcessGateway] = []
-
-    async def start(cfg: dict[str, Any]) -> InProcessGateway:
-        gw = InProcessGateway(cfg)
-        await gw.start()
-        started.append(gw)
-        return gw
-
-    try:
-        yield start
-    finally:
-        for gw in reversed(started):
-            await gw.stop()
 
 
 class Recorder:
