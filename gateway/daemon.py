@@ -213,6 +213,17 @@ async def serve(
             link.close()
 
 
+def read_link(link: socket.socket) -> bytes | None:
+    """What the other end of a supervisor-worker link sent: None while nothing is there yet,
+    b"" once it is gone (end of file or a broken link)."""
+    try:
+        return link.recv(64)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
 def _watch_supervisor(
     loop: asyncio.AbstractEventLoop, link: socket.socket, stop: Callable[[], None]
 ) -> None:
@@ -221,13 +232,8 @@ def _watch_supervisor(
     link.setblocking(False)
 
     def readable() -> None:
-        try:
-            data = link.recv(64)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
+        data = read_link(link)
+        if data is None or data:
             return
         loop.remove_reader(link.fileno())
         log.warning("supervisor gone; stopping")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from gateway.daemon import console_url, listen_sockets
+from gateway.daemon import console_url, listen_sockets, read_link
 from gateway.settings import Settings
 from sessions.connection import EmbeddedRedis
 
@@ -181,12 +181,9 @@ class Supervisor:
         link = worker.link
         if link is None:
             return
-        try:
-            data = link.recv(64)
-        except BlockingIOError:
+        data = read_link(link)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:  # the worker is exiting; it is reaped below
             self._unlink(worker)
             return
