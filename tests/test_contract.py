@@ -19,7 +19,7 @@ from gateway.cli import settings_model
 from gateway.config_file import load_settings
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.pipeline import Pipeline
-from sessions import KeyBuilder
+from sessions import KeyBuilder, SessionStore
 from tests.conftest import base_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,6 +136,10 @@ class DownStore:
 
     def register_script(self, text: str) -> str:
         return text
+
+    # The real store's key and argument builders (they only read ``keys`` and ``dedup_ttl_ms``).
+    intake_keys = SessionStore.intake_keys
+    intake_args = SessionStore.intake_args
 
     async def evalsha(self, *_: Any) -> Any:
         raise self.error
