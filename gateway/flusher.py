@@ -4,7 +4,8 @@ claim and start them.
 Local intake wakes it at once (window 0 => no polling delay); otherwise it sleeps until the next
 due time or ``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
 A look at every due shard (``runtime.dueShards``) is one pipelined round trip per Redis server;
-between those, a local intake has only its conversation's shard read.
+between those, a conversation a local intake made due now is claimed at once (the claim script
+checks the due index itself), and one due later has only its shard read when it is due.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Flusher:
         # local intake since); shards woken by a local intake; when every shard was last read.
         self._next: dict[int, int] = {}
         self._woken: set[int] = set()
+        self._direct: dict[str, None] = {}  # due now by a local intake: claimed without a read
         self._read_all_at: int | None = None
         self._stopping = False
         self.claims = 0
@@ -50,6 +52,8 @@ class Flusher:
         """A local intake scheduled ``conversation`` at ``due_ms`` (without it: look everywhere)."""
         if conversation is None:
             self._read_all_at = None
+        elif due_ms <= self.clock() + 1:
+            self._direct[conversation] = None
         else:
             shard = self.store.keys.shard(conversation)
             self._woken.add(shard)
@@ -79,11 +83,17 @@ class Flusher:
 
     async def _tick(self) -> None:
         """Every ``pollIntervalMs`` read every shard (work other replicas scheduled); between
-        those, only the shards a local intake woke or that hold something due by now."""
+        those, only the shards a local intake woke or that hold something due by now. A
+        conversation a local intake made due now is claimed first, without a read."""
         now = self.clock()
         room = self.max_runs - len(self.runner.active)
         if room <= 0:  # busy: a run ending or the next poll looks again
             return
+        if self._direct:
+            await self._claim_direct(room)
+            room = self.max_runs - len(self.runner.active)
+            if room <= 0:
+                return
         every = self._read_all_at is None or now - self._read_all_at >= self.poll_ms
         shards = None if every else self._woken | {s for s, t in self._next.items() if t <= now}
         if shards is not None and not shards:
@@ -104,6 +114,25 @@ class Flusher:
             if conv in self.runner.active:
                 continue
             if await self.runner.claim(conv) is not None:
+                self.claims += 1
+
+    async def _claim_direct(self, room: int) -> None:
+        """Claim the conversations local intakes made due now, at once (one claim each, sent
+        together); those there is no room for, or that could not be claimed now (not due by
+        Redis's reckoning, or another replica's lease), have their shard read instead."""
+        convs = [c for c in self._direct if c not in self.runner.active]
+        self._direct.clear()
+        take, rest = convs[:room], convs[room:]
+        for conv in rest:
+            self._woken.add(self.store.keys.shard(conv))
+        if len(take) == 1:
+            runs = [await self.runner.claim(take[0])]
+        else:
+            runs = list(await asyncio.gather(*(self.runner.claim(c) for c in take)))
+        for conv, run in zip(take, runs, strict=True):
+            if run is None:
+                self._woken.add(self.store.keys.shard(conv))
+            else:
                 self.claims += 1
 
     async def _sleep(self) -> None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from typing import Any, Literal, cast
 
+from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 
@@ -61,6 +63,7 @@ class AuditStore:
         self.keys = keys
         self.limits = limits  # read at each use: a reload changes them
         self._put = client.register_script(_load("audit_put.lua"))
+        self.pipe: ScriptPipe | None = None  # the store's auto-pipeline, for the writes
         self._page = client.register_script(_load("audit_page.lua"))
 
     # --- writes ------------------------------------------------------------------------------
@@ -69,7 +72,8 @@ class AuditStore:
         session opened before the audit trail existed). Returns the records the integration
         keeps."""
         k, i, limits = self.keys, entry.integration_id, self.limits()
-        kept = await self._put(
+        call = self._put if self.pipe is None else partial(self.pipe.evalsha, self._put)
+        kept = await call(
             keys=[
                 k.audit_records(i),
                 k.audit_ends(i),

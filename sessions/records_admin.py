@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from importlib import resources
+from types import MappingProxyType
 from typing import Any, NamedTuple, cast
 
+from redis.commands.core import AsyncScript
+
 from sessions.audit import AuditEntry, AuditLimits, AuditStore
+from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.store import audit_fields
@@ -22,6 +26,12 @@ class TurnContext(NamedTuple):
     variables: dict[str, Any]  # conversation variables
     group: list[dict[str, Any]]  # recent unmentioned group messages
     backend: dict[str, Any]  # what the expert backend holds of the conversation variables
+    # What the session's previous turn saw (sys.*, memory.rules), as stored ({}: write it all).
+    seen: Mapping[str, str] = MappingProxyType({})
+
+
+def _script(name: str) -> str:
+    return resources.files("sessions").joinpath("lua", name).read_text("utf-8")
 
 
 class SessionRecords:
@@ -41,12 +51,24 @@ class SessionRecords:
         self.retention_ms = retention_ms
         self.memory_ttl_ms = memory_ttl_ms
         self.memory_max_items = memory_max_items
-        self._forget = client.register_script(
-            resources.files("sessions").joinpath("lua", "forget.lua").read_text("utf-8")
-        )
-        self._vars = client.register_script(
-            resources.files("sessions").joinpath("lua", "vars_apply.lua").read_text("utf-8")
-        )
+        self._forget = client.register_script(_script("forget.lua"))
+        self._vars = client.register_script(_script("vars_apply.lua"))
+        self._read_list = client.register_script(_script("read_list.lua"))
+        self._read_hash = client.register_script(_script("read_hash.lua"))
+        self._stream_add = client.register_script(_script("stream_add.lua"))
+        # The session store's auto-pipeline (``use_pipe``): a turn's reads and writes go out
+        # together with the other script calls made meanwhile; without one, one call each.
+        self.pipe: ScriptPipe | None = None
+
+    def use_pipe(self, pipe: ScriptPipe) -> None:
+        """Send the turn's reads and writes (context, variables, audit) through ``pipe``."""
+        self.pipe = pipe
+        self.audit.pipe = pipe
+
+    async def _call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        if self.pipe is not None:
+            return await self.pipe.evalsha(script, keys, args)
+        return await script(keys=keys, args=args)
 
     # --- sessions --------------------------------------------------------------------------
     async def opened(self, session_id: str, fields: dict[str, str], *, at_ms: int) -> None:
@@ -91,25 +113,40 @@ class SessionRecords:
             return
         args: list[Any] = [self.retention_ms]
         for name, reducer, value in writes:
-            args += [name, reducer, json.dumps(value, ensure_ascii=False)]
-        await self._vars(keys=[self.keys.session_variables(session_id)], args=args)
+            raw = value if reducer == "seen" else json.dumps(value, ensure_ascii=False)
+            args += [name, reducer, raw]
+        await self._call(self._vars, [self.keys.session_variables(session_id)], args)
 
     async def turn_context(
         self, integration_id: str, chat_id: str, session_id: str, *, group_since_ms: int | None
     ) -> TurnContext:
         """What a turn reads, in one round trip: the chat's memory, the session's conversation
-        variables (and what the expert backend holds of them) and, when ``group_since_ms`` is
-        given, recent unmentioned group messages."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(self.keys.memory(integration_id, chat_id), 0, -1)
-            pipe.hgetall(self.keys.session_variables(session_id))
-            if group_since_ms is not None:
-                pipe.lrange(self.keys.group_history(integration_id, chat_id), 0, -1)
-            results = await pipe.execute()
+        variables (and what the expert backend holds of them, and what its last turn saw) and,
+        when ``group_since_ms`` is given, recent unmentioned group messages."""
+        reads = [
+            self._call(self._read_list, [self.keys.memory(integration_id, chat_id)], []),
+            self._call(self._read_hash, [self.keys.session_variables(session_id)], []),
+        ]
+        if group_since_ms is not None:
+            key = self.keys.group_history(integration_id, chat_id)
+            reads.append(self._call(self._read_list, [key], []))
+        results = await asyncio.gather(*reads)
         memory = [json.loads(r) for r in results[0]]
-        stored: dict[str, str] = results[1]
-        values = {k[4:]: json.loads(v) for k, v in stored.items() if k.startswith("var.")}
-        backend = {k[8:]: json.loads(v) for k, v in stored.items() if k.startswith("backend.")}
+        flat: list[str] = results[1][0]
+        values: dict[str, Any] = {}
+        backend: dict[str, Any] = {}
+        seen: dict[str, str] = {}
+        for i in range(0, len(flat), 2):
+            k, v = flat[i], flat[i + 1]
+            if k.startswith("var."):
+                values[k[4:]] = json.loads(v)
+            elif k.startswith("backend."):
+                backend[k[8:]] = json.loads(v)
+            else:
+                seen[k] = v
+        pttl = int(results[1][1])
+        if pttl < self.retention_ms * 6 // 7:
+            seen = {}  # all written again at the turn's end: the expiry renewed now and then
         group: list[dict[str, Any]] = []
         if group_since_ms is not None:
             group = [
@@ -117,7 +154,7 @@ class SessionRecords:
                 for m in (json.loads(r) for r in results[2])
                 if int(m.get("at", 0)) >= group_since_ms
             ]
-        return TurnContext(memory, values, group, backend)
+        return TurnContext(memory, values, group, backend, seen)
 
     async def turn_done(
         self,
@@ -129,31 +166,57 @@ class SessionRecords:
         session: dict[str, Any] | None = None,
         now_ms: int = 0,
         audit_maxlen: int = 10_000,
+        stored: dict[str, str] | None = None,
     ) -> None:
-        """At the end of a turn, two round trips at once: the variables it saw (for the admin
-        API) and its row in the audit stream (bounded by MAXLEN rather than a TTL), pipelined;
-        and its audit record (``entry``, sessions/audit.py; ``session``: the session's summary
-        should the trail have none yet)."""
+        """At the end of a turn, at once: the variables it saw (for the admin API; only those
+        that differ from ``stored``, what the session's last turn saw), its row in the audit
+        stream (bounded by MAXLEN rather than a TTL) and its audit record (``entry``,
+        sessions/audit.py; ``session``: the session's summary should the trail have none yet)."""
+        await asyncio.gather(
+            *self.turn_writes(
+                session_id,
+                variables,
+                audit,
+                entry=entry,
+                session=session,
+                now_ms=now_ms,
+                audit_maxlen=audit_maxlen,
+                stored=stored,
+            )
+        )
+
+    def turn_writes(
+        self,
+        session_id: str,
+        variables: dict[str, str],
+        audit: dict[str, Any] | None,
+        *,
+        entry: AuditEntry | None = None,
+        session: dict[str, Any] | None = None,
+        now_ms: int = 0,
+        audit_maxlen: int = 10_000,
+        stored: dict[str, str] | None = None,
+    ) -> list[Coroutine[Any, Any, Any]]:
+        """The writes of :meth:`turn_done`, not yet started: a caller that starts them in the
+        same tick as its own calls has them all sent together."""
         # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
-        seen = {k: v for k, v in variables.items() if not k.startswith("var.")}
+        stored = stored or {}
+        seen = [
+            (k, "seen", v)
+            for k, v in variables.items()
+            if not k.startswith("var.") and stored.get(k) != v
+        ]
         writes: list[Coroutine[Any, Any, Any]] = []
-        if (session_id and seen) or audit:
-            writes.append(self._turn_rows(session_id, seen, audit, audit_maxlen))
         if entry is not None:
             writes.append(self.audit.put(entry, now_ms=now_ms, session=session or {}))
-        await asyncio.gather(*writes)
-
-    async def _turn_rows(
-        self, session_id: str, seen: dict[str, str], audit: dict[str, Any] | None, maxlen: int
-    ) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if session_id and seen:
-                key = self.keys.session_variables(session_id)
-                pipe.hset(key, mapping=cast(dict[Any, Any], seen))
-                pipe.pexpire(key, self.retention_ms)
-            if audit:
-                pipe.xadd(self.keys.audit(), audit_fields(audit), maxlen=maxlen, approximate=True)
-            await pipe.execute()
+        if session_id and seen:
+            writes.append(self.apply_variables(session_id, seen))
+        if audit:
+            fields: list[Any] = [audit_maxlen]
+            for k, v in audit_fields(audit).items():
+                fields += [k, v]
+            writes.append(self._call(self._stream_add, [self.keys.audit()], fields))
+        return writes
 
     async def variables(self, session_id: str) -> dict[str, str]:
         key = self.keys.session_variables(session_id)

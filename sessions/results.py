@@ -24,6 +24,16 @@ class IntakeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Binding:
+    state: Literal["new", "continue"]
+    fields: dict[str, str]
+
+    @property
+    def session_id(self) -> str:
+        return self.fields["sessionId"]
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A turn this replica now owns: new (from the burst) or resumed (a crashed replica's)."""
 
@@ -31,6 +41,8 @@ class Claim:
     owner: str
     resumed: bool
     turn: dict[str, str]
+    # The session this turn continues, bound by the claim itself (None: bind it as usual).
+    bound: Binding | None = None
 
     @property
     def turn_id(self) -> str:
@@ -44,13 +56,3 @@ class Claim:
     def items(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = json.loads(self.turn.get("items", "[]"))
         return items
-
-
-@dataclass(frozen=True, slots=True)
-class Binding:
-    state: Literal["new", "continue"]
-    fields: dict[str, str]
-
-    @property
-    def session_id(self) -> str:
-        return self.fields["sessionId"]

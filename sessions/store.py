@@ -197,8 +197,18 @@ class SessionStore:
         return [member for _score, member in due[:limit]], soonest
 
     async def claim(
-        self, *, conversation: str, owner: str, turn_id: str, now_ms: int, lease_ms: int
+        self,
+        *,
+        conversation: str,
+        owner: str,
+        turn_id: str,
+        now_ms: int,
+        lease_ms: int,
+        session_timeout_ms: int = 0,
     ) -> Claim | None:
+        """Take the conversation's due turn. With ``session_timeout_ms``, a new turn of plain
+        messages also continues the conversation's session when it has one not idle past that
+        (``Claim.bound``: the binding, as ``open_or_continue`` answers it), in the same call."""
         k = self.keys
         res = await self.pipe.evalsha(
             self._claim,
@@ -208,8 +218,18 @@ class SessionStore:
                 k.burst(conversation),
                 k.burst_meta(conversation),
                 k.turn(conversation),
+                k.binding(conversation),
             ],
-            args=[conversation, now_ms, owner, lease_ms, turn_id, self.turn_ttl_ms],
+            args=[
+                conversation,
+                now_ms,
+                owner,
+                lease_ms,
+                turn_id,
+                self.turn_ttl_ms,
+                session_timeout_ms,
+                session_timeout_ms + 60_000,
+            ],
         )
         if res[0] not in ("new", "resume"):
             return None
@@ -218,6 +238,7 @@ class SessionStore:
             owner=owner,
             resumed=res[0] == "resume",
             turn=json.loads(res[1]),
+            bound=Binding(state="continue", fields=json.loads(res[2])) if len(res) > 2 else None,
         )
 
     async def renew(

@@ -39,6 +39,9 @@ class TurnInput:
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
     memory_rules: int = 0  # how many items of the chat's memory memory.rules holds
+    # What the session's previous turn saw of ``variables`` (sys.*, memory.rules), as stored: the
+    # turn's end stores only what changed.
+    seen_before: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

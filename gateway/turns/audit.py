@@ -9,7 +9,8 @@ claim, the turn's result, the trace and the timings; :func:`write_audit` stores 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from sessions import Claim, SessionRecords
 
 log = structlog.get_logger("gateway.turns")
+DATETIME = "sys.datetime"  # "%Y-%m-%d %H:%M:%S %Z" (gateway/variables.py)
 
 
 @dataclass
@@ -262,17 +264,17 @@ def audit_record(facts: TurnFacts, trace: TurnTrace | None) -> AuditRecord:
     )
 
 
-async def write_audit(
+def audit_writes(
     records: SessionRecords,
     facts: TurnFacts,
     trace: TurnTrace,
     result: TurnResult | None,
     *,
     now_ms: int,
-) -> None:
+) -> list[Coroutine[Any, Any, Any]]:
     """The turn's audit record and, for a turn that ran to its end here (``result``), its row in
-    the event stream and the variables it saw (admin API); a failure to write them costs only
-    them (the turn still finishes)."""
+    the event stream and the variables it saw (admin API), as writes not yet started: the runner
+    starts them together with the turn's finish, so they go out in one write."""
     record = audit_record(facts, trace)
     row = None
     if result is not None:
@@ -288,14 +290,46 @@ async def write_audit(
             "end": facts.timings.finished,
             "resumed": int(facts.resumed),
         }
-    try:
-        await records.turn_done(
-            facts.session_id,
-            result.variables if result else {},
-            row,
-            entry=record.entry(),
-            session=record.session_summary(),
-            now_ms=now_ms,
-        )
-    except Exception as exc:
-        log.warning("audit record not written", error=str(exc) or type(exc).__name__)
+    turn = result.turn if result else None
+    variables = result.variables if result else {}
+    return records.turn_writes(
+        facts.session_id,
+        variables,
+        row,
+        entry=record.entry(),
+        session=record.session_summary(),
+        now_ms=now_ms,
+        stored=_as_stored(variables, turn.seen_before) if turn is not None else None,
+    )
+
+
+def _as_stored(seen: Mapping[str, str], before: Mapping[str, str]) -> dict[str, str]:
+    """What the session's variables hold of what this turn saw, as far as storing it goes: a
+    ``sys.datetime`` of the same minute as the one stored, when nothing else changed, is not
+    written again (the admin API shows it to the minute; every other value as the turn saw it)."""
+    stored = dict(before)
+    now = seen.get(DATETIME)
+    if (
+        now is not None
+        and stored.get(DATETIME, "")[:16] == now[:16]
+        and all(stored.get(k) == v for k, v in seen.items() if k != DATETIME and k[:4] != "var.")
+    ):
+        stored[DATETIME] = now
+    return stored
+
+
+async def write_audit(
+    records: SessionRecords,
+    facts: TurnFacts,
+    trace: TurnTrace,
+    result: TurnResult | None,
+    *,
+    now_ms: int,
+) -> None:
+    """:func:`audit_writes`, written; a failure to write them costs only them (the turn still
+    finishes)."""
+    for outcome in await asyncio.gather(
+        *audit_writes(records, facts, trace, result, now_ms=now_ms), return_exceptions=True
+    ):
+        if isinstance(outcome, Exception):
+            log.warning("audit record not written", error=str(outcome) or type(outcome).__name__)

@@ -42,23 +42,30 @@ class Binder:
         self.settings = settings
         self.clock = clock
         self._stored: set[str] = set()  # snapshot digests known to be in Redis
+        # Parsed snapshots by digest (content-addressed: what a digest names never changes), and
+        # the current config's snapshot per (integration, expert, bundle) objects of a config.
+        self._snapshots: dict[str, SessionSnapshot] = {}
+        self._configs: dict[tuple[int, int, str, str], tuple[object, object, str, str]] = {}
 
     async def bind(
         self, claim: Claim, integ: IntegrationBase, last: Envelope, *, card: str
     ) -> Session:
         """Continue the conversation's session, or open one (after the idle timeout) with a
         snapshot of the current config; a turn resumed from a crashed replica keeps its own.
-        ``card`` (the turn id the card's buttons carry) becomes the session's current card."""
-        xpert_id = route(integ, last)
-        settings = self.settings()
-        expert = settings.expert(xpert_id)
-        if expert is None:
-            raise LookupError(f"expert {xpert_id!r} is not configured")
-        # The route's access bundle (model, tools, variables) goes into the snapshot.
-        kind = settings.expert_kinds.get(expert.kind)
-        own = named_expert(integ, last) is None
-        expert, bundle = bundled(integ.routes, last, expert, kind, own=own)
-        text, digest = snapshot_of(integ, expert, xpert_id, bundle)
+        ``card`` (the turn id the card's buttons carry) becomes the session's current card.
+        A session the claim already continued (``claim.bound``) only needs its snapshot."""
+        if claim.bound is not None:
+            fields = claim.bound.fields
+            snapshot = self._snapshots.get(fields.get("snapshot", ""))
+            if snapshot is None:
+                snapshot = await self._snapshot_of(integ, last, fields.get("snapshot"))
+            return Session(
+                id=claim.bound.session_id,
+                snapshot=snapshot,
+                thread_id=fields.get("threadId") or None,
+                new=False,
+            )
+        xpert_id, _text, digest = self._current(integ, last)
         known = claim.turn.get("session")
         if last.trigger is not None and last.trigger.xpert_id and not known:
             await self._switch_expert(claim.conversation, xpert_id)
@@ -73,13 +80,7 @@ class Binder:
             card=card,
         )
         session_id = known or binding.session_id
-        bound = binding.fields.get("snapshot", digest)
-        snapshot = await self.snapshot(bound) if bound != digest else None
-        if snapshot is None:  # the current config (or the bound one is gone)
-            snapshot = SessionSnapshot.parse(text, digest)
-            if digest not in self._stored:
-                await self.store.put_snapshot(digest, text)
-                self._stored.add(digest)
+        snapshot = await self._snapshot_of(integ, last, binding.fields.get("snapshot", digest))
         if binding.state == "new":
             log.info("session opened", session_id=session_id, xpert_id=xpert_id)
             await self.records.opened(
@@ -106,6 +107,49 @@ class Binder:
             thread_id=binding.fields.get("threadId") or None,
             new=binding.state == "new",
         )
+
+    def _current(self, integ: IntegrationBase, last: Envelope) -> tuple[str, str, str]:
+        """The expert this message routes to and the current config's snapshot of it (JSON and
+        digest), computed once per distinct (integration, expert, bundle) of a config."""
+        xpert_id = route(integ, last)
+        settings = self.settings()
+        expert = settings.expert(xpert_id)
+        if expert is None:
+            raise LookupError(f"expert {xpert_id!r} is not configured")
+        # The route's access bundle (model, tools, variables) goes into the snapshot.
+        kind = settings.expert_kinds.get(expert.kind)
+        own = named_expert(integ, last) is None
+        expert, bundle = bundled(integ.routes, last, expert, kind, own=own)
+        key = (id(integ), id(expert), xpert_id, repr(bundle))
+        cached = self._configs.get(key)
+        if cached is None or cached[0] is not integ or cached[1] is not expert:
+            if len(self._configs) > 256:  # a reload's old objects go
+                self._configs.clear()
+            text, digest = snapshot_of(integ, expert, xpert_id, bundle)
+            cached = self._configs[key] = (integ, expert, text, digest)
+        return xpert_id, cached[2], cached[3]
+
+    async def _snapshot_of(
+        self, integ: IntegrationBase, last: Envelope, digest: str | None
+    ) -> SessionSnapshot:
+        """The snapshot ``digest`` names: known here (content-addressed, so it never changes),
+        the current config's, or the stored one; the current config's when the stored one is
+        gone (or no digest was bound)."""
+        if digest and (known := self._snapshots.get(digest)) is not None:
+            return known
+        _xpert_id, text, current = self._current(integ, last)
+        snapshot = None
+        if digest and digest != current:
+            snapshot = await self.snapshot(digest)
+        if snapshot is None:  # the current config (or the bound one is gone)
+            snapshot = SessionSnapshot.parse(text, current)
+            if current not in self._stored:
+                await self.store.put_snapshot(current, text)
+                self._stored.add(current)
+        if len(self._snapshots) > 1024:
+            self._snapshots.clear()
+        self._snapshots[snapshot.digest] = snapshot
+        return snapshot
 
     async def _switch_expert(self, conversation: str, xpert_id: str) -> None:
         """A trigger (schedule, watch) that names its expert: a session going on with another

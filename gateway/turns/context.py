@@ -125,6 +125,7 @@ class ContextBuilder:
             expert_thread_id=session.thread_id,
             group_history=tuple(group),
             memory_rules=len(context.memory),
+            seen_before=context.seen,
         )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
 
 import structlog
 
@@ -25,7 +25,7 @@ from gateway.experts import Expert, build_expert
 from gateway.render import RenderObserver
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.event_cards import EventCards
-from gateway.turns.audit import TurnFacts, TurnTrace, write_audit
+from gateway.turns.audit import TurnFacts, TurnTrace, audit_writes
 from gateway.turns.binding import Binder
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
@@ -67,6 +67,8 @@ class Runner:
         self._experts: dict[str, Expert] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.budgets = Budgets(store=store, clock=clock)  # tokens per day (gateway/budgets.py)
+        if records.pipe is None:  # the turn's context reads and audit writes join its batches
+            records.use_pipe(store.pipe)
         self.kinds = TurnKinds(
             store=store,
             binder=Binder(store=store, records=records, settings=settings, clock=clock),
@@ -99,12 +101,17 @@ class Runner:
         return self.start(claim) if claim is not None else None
 
     async def _claim(self, conversation: str) -> Claim | None:
+        # The conversation's integration (its id leads the conversation id) gives the session's
+        # idle timeout, so the claim can continue the session in the same call.
+        settings = self.settings
+        integ = settings.integration(conversation.split("|", 1)[0])
         return await self.store.claim(
             conversation=conversation,
             owner=f"{self.replica_id}:{uuid.uuid4().hex[:12]}",
             turn_id=uuid.uuid4().hex,
             now_ms=self.clock(),
-            lease_ms=self.lease_ms,
+            lease_ms=int(settings.runtime.lease_seconds * 1000),
+            session_timeout_ms=integ.session_timeout_seconds * 1000 if integ else 0,
         )
 
     def start(self, claim: Claim) -> ActiveRun:
@@ -262,7 +269,10 @@ class Runner:
                 finished=self.clock(),
                 first_card=result.first_card if result else None,
             )
-            if integ is not None:  # its audit record, while the lease is still held
+            # Its audit record (queued ahead of the lease's release) and the tokens it used go
+            # out together with the finish, in one write.
+            writes: list[Coroutine[Any, Any, Any]] = []
+            if integ is not None:
                 facts = TurnFacts.of(
                     claim,
                     items,
@@ -272,10 +282,14 @@ class Runner:
                     replica=self.replica_id,
                     error=error,
                 )
-                await write_audit(self.records, facts, trace, result, now_ms=self.clock())
-                await self._spend(integ, conv, trace)
+                try:
+                    writes = audit_writes(self.records, facts, trace, result, now_ms=self.clock())
+                except Exception:
+                    log.exception("audit record not written")
+                if trace.input_tokens + trace.output_tokens > 0:
+                    writes.append(self._spend(integ, conv, trace))
             timeout_ms = (integ.session_timeout_seconds if integ else 3600) * 1000
-            status, due = await self.store.finish(
+            finish = self.store.finish(
                 conversation=conv,
                 owner=owner,
                 now_ms=self.clock(),
@@ -283,6 +297,14 @@ class Runner:
                 session_id=session_id,
                 binding_ttl_ms=timeout_ms + 60_000,
             )
+            *written, finished = await asyncio.gather(*writes, finish, return_exceptions=True)
+            for failed in written:
+                if isinstance(failed, Exception):
+                    why = str(failed) or type(failed).__name__
+                    log.warning("audit record not written", error=why)
+            if isinstance(finished, BaseException):
+                raise finished
+            status, due = finished
             if status == "lost":
                 log.warning("lease was lost before the turn finished")
             self._observe(items, integ, outcome, result, timings)
@@ -290,7 +312,7 @@ class Runner:
 
     async def _spend(self, integ: IntegrationBase, conv: str, trace: TurnTrace) -> None:
         """The tokens the expert reported, counted against the chat's day (gateway/budgets.py);
-        a failure to count costs only the count."""
+        a failure to count costs only the count (nothing to count: no call)."""
         try:
             await self.budgets.spend(integ, conv, trace.input_tokens + trace.output_tokens)
         except Exception as exc:

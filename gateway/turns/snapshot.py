@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -97,12 +98,12 @@ class SessionSnapshot:
         """The session's expert settings, with the secrets of the current config put back."""
         return settings.expert_from_snapshot(self.data["expert"])
 
-    @property
+    @cached_property
     def bundle_variables(self) -> dict[str, Any]:
         """The conversation variables the session's route starts it with."""
         return dict(self.data.get("bundle", {}).get("variables", {}))
 
-    @property
+    @cached_property
     def declared(self) -> list[VariableDecl]:
         """Conversation variables declared by the integration and by the expert."""
         by_expert = [

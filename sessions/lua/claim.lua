@@ -1,8 +1,13 @@
 -- Claim a due conversation: take the lease and either resume its in-flight turn or turn the due
 -- part of its burst into a new turn (DESIGN.md §8.3, §8.5).
--- KEYS: 1 due index, 2 lease, 3 burst, 4 burstmeta, 5 turn
--- ARGV: 1 conversation, 2 now ms, 3 owner token, 4 lease ms, 5 new turn id, 6 turn ttl ms
--- Returns {'none'} | {'notdue', due} | {'busy'} | {'empty'} | {'resume', turnjson} | {'new', turnjson}
+-- A new turn of plain messages also continues the conversation's session when it has one that
+-- is not idle past its timeout (what binding.lua does then), so the turn needs no second call;
+-- a new session, a click, a trigger or a resumed turn is bound by binding.lua as before.
+-- KEYS: 1 due index, 2 lease, 3 burst, 4 burstmeta, 5 turn, 6 binding (optional)
+-- ARGV: 1 conversation, 2 now ms, 3 owner token, 4 lease ms, 5 new turn id, 6 turn ttl ms,
+--       7 session idle timeout ms (0 or absent: bind nothing here), 8 binding ttl ms
+-- Returns {'none'} | {'notdue', due} | {'busy'} | {'empty'} | {'resume', turnjson} |
+--   {'new', turnjson} | {'new', turnjson, bindingjson} (the session continued)
 local member = ARGV[1]
 local now = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[4])
@@ -47,12 +52,14 @@ end
 -- A click (kind action) is a turn of its own; messages up to the next click merge into one turn.
 local items = redis.call('LRANGE', KEYS[3], 0, -1)
 local take = 0
+local plain = true  -- every item taken is a message (no click, no trigger)
 for i = 1, #items do
   local kind = cjson.decode(items[i])['kind']
   if kind == 'action' then
-    if i == 1 then take = 1 end
+    if i == 1 then take = 1; plain = false end
     break
   end
+  if kind ~= nil and kind ~= 'message' then plain = false end
   take = i
 end
 local taken = {}
@@ -69,4 +76,18 @@ redis.call('HSET', KEYS[5], 'id', ARGV[5], 'items', '[' .. table.concat(taken, '
 redis.call('PEXPIRE', KEYS[5], ARGV[6])
 redis.call('SET', KEYS[2], ARGV[3], 'PX', lease_ms)
 redis.call('ZADD', KEYS[1], now + lease_ms, member)
+local timeout = tonumber(ARGV[7] or '0') or 0
+if plain and timeout > 0 and KEYS[6] then
+  local b = redis.call('HMGET', KEYS[6], 'sessionId', 'lastActiveAt')
+  if b[1] and b[2] and now - tonumber(b[2]) <= timeout then
+    redis.call('HSET', KEYS[6], 'lastActiveAt', now, 'cardTurn', ARGV[5])
+    redis.call('HINCRBY', KEYS[6], 'turns', 1)
+    redis.call('PEXPIRE', KEYS[6], ARGV[8])
+    redis.call('HSET', KEYS[5], 'session', b[1])
+    local flat = redis.call('HGETALL', KEYS[6])
+    local t = {}
+    for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+    return {'new', turn_json(), cjson.encode(t)}
+  end
+end
 return {'new', turn_json()}

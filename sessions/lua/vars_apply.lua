@@ -4,7 +4,8 @@
 -- list value adds each item); merge: shallow-merge an object into the stored object.
 -- backend: the expert backend's own value after its reducers ran, stored as it is under
 -- "var.<name>" and, as what the backend holds, under "backend.<name>"; sent: only the latter
--- (a value just handed to the backend, not to be sent again while unchanged).
+-- (a value just handed to the backend, not to be sent again while unchanged). seen: a value the
+-- turn saw (sys.*, memory.rules), stored as it is under its own name (not JSON, no "var.").
 local function decode(raw)
   if not raw then return nil end
   local ok, value = pcall(cjson.decode, raw)
@@ -49,6 +50,8 @@ for i = 2, #ARGV, 3 do
     redis.call('HSET', KEYS[1], field, raw, 'backend.' .. ARGV[i], raw)
   elseif reducer == 'sent' then
     redis.call('HSET', KEYS[1], 'backend.' .. ARGV[i], raw)
+  elseif reducer == 'seen' then
+    redis.call('HSET', KEYS[1], ARGV[i], raw)
   else
     redis.call('HSET', KEYS[1], field, raw)
   end
