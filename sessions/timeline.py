@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any, Literal, cast
 
+import orjson
+
 from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
@@ -51,11 +53,18 @@ class TimelineStore:
         mode: Literal["create", "upsert"] = "upsert",
     ) -> bool:
         """Store ``record`` (which has an ``id``) and publish it; create never overwrites."""
-        body = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
-        change = json.dumps(
-            {"integrationId": integration_id, "chatId": chat_id, "record": record},
-            separators=(",", ":"),
-            ensure_ascii=False,
+        body = orjson.dumps(record)  # compact UTF-8, as json.dumps(separators, ensure_ascii=False)
+        # The change is the record spliced into its envelope: encoded once.
+        change = b"".join(
+            (
+                b'{"integrationId":',
+                orjson.dumps(integration_id),
+                b',"chatId":',
+                orjson.dumps(chat_id),
+                b',"record":',
+                body,
+                b"}",
+            )
         )
         keys = [
             self.keys.timeline_messages(integration_id, chat_id),
@@ -95,7 +104,18 @@ class TimelineStore:
         return [json.loads(r) for r in raws if r]
 
     async def changes(self) -> AsyncIterator[dict[str, Any]]:
-        """Every change published by any replica, until the consumer stops iterating."""
+        """Every change published by any replica, until the consumer stops iterating; each as
+        a dict whose ``raw`` is the JSON it was published as (to pass on without encoding)."""
         with unavailable():
             async for data in self.pubsub.listen(self.keys.timeline_channels(self.pubsub.sharded)):
-                yield json.loads(data)
+                yield Change(orjson.loads(data), raw=data)
+
+
+class Change(dict[str, Any]):
+    """A published change: the parsed JSON, and the JSON text itself (``raw``)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, parsed: dict[str, Any], *, raw: str) -> None:
+        super().__init__(parsed)
+        self.raw = raw

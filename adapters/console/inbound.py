@@ -63,18 +63,21 @@ class ConsoleApi:
         self.closing = asyncio.Event()
         # One Redis subscription per replica, fanned out to every open event stream (a
         # subscription per browser tab would take a pool connection each).
-        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._subscribers: set[asyncio.Queue[dict[str, Any] | None]] = set()
         self._pump: asyncio.Task[None] | None = None
 
     async def close(self, app: web.Application) -> None:
         """On shutdown, end every open event stream at once (not at its next ping)."""
         self.closing.set()
+        for queue in list(self._subscribers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)  # wakes the stream, which then sees ``closing``
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.wait([self._pump], timeout=5)
 
-    def _subscribe(self, timeline: TimelineStore) -> asyncio.Queue[dict[str, Any]]:
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+    def _subscribe(self, timeline: TimelineStore) -> asyncio.Queue[dict[str, Any] | None]:
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=10_000)
         self._subscribers.add(queue)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._fan_out(timeline), name="console-events")
@@ -92,6 +95,14 @@ class ConsoleApi:
             except Exception as exc:
                 log.warning("console event subscription lost; resubscribing", error=str(exc))
                 await asyncio.sleep(1)
+
+    def _wanted(self, change: dict[str, Any], integration_id: str | None, chat: str | None) -> bool:
+        """Whether a stream asking for ``integration_id`` and ``chat`` (None: any) shows it."""
+        if integration_id and change.get("integrationId") != integration_id:
+            return False
+        if change.get("integrationId") not in self.adapters:
+            return False
+        return not (chat and change.get("chatId") != chat)
 
     async def _body(self, request: web.Request, model: type[M]) -> M:
         data = json_object(body_text(request, await read_body(request)))
@@ -220,32 +231,32 @@ class ConsoleApi:
         await response.prepare(request)
         await response.write(b": connected\n\nretry: 1000\n\n")
         queue = self._subscribe(timeline)
-        closing = asyncio.create_task(self.closing.wait())
         try:
             while not self.closing.is_set():
-                getter = asyncio.create_task(queue.get())
-                done, _ = await asyncio.wait(
-                    {getter, closing}, timeout=15, return_when=asyncio.FIRST_COMPLETED
-                )
-                if getter not in done:
-                    getter.cancel()
-                    if not done:  # quiet for 15 s: a ping also finds clients that left
-                        await response.write(b": ping\n\n")
+                # No task per event: wait for the next change (a ping after 15 quiet seconds
+                # also finds clients that left), then take whatever else came meanwhile and
+                # write it all at once.
+                try:
+                    async with asyncio.timeout(15):
+                        first = await queue.get()
+                except TimeoutError:
+                    await response.write(b": ping\n\n")
                     continue
-                change = getter.result()
-                if wanted and change.get("integrationId") != wanted:
-                    continue
-                if change.get("integrationId") not in self.adapters:
-                    continue
-                if chat and change.get("chatId") != chat:
-                    continue
-                data = json.dumps(change, ensure_ascii=False, separators=(",", ":"))
-                await response.write(f"event: record\ndata: {data}\n\n".encode())
+                out: list[str] = []
+                change = first
+                while change is not None:
+                    if self._wanted(change, wanted, chat):
+                        raw = getattr(change, "raw", None) or json.dumps(
+                            change, ensure_ascii=False, separators=(",", ":")
+                        )
+                        out.append(f"event: record\ndata: {raw}\n\n")
+                    change = queue.get_nowait() if not queue.empty() else None
+                if out:
+                    await response.write("".join(out).encode())
         except ConnectionResetError:
             pass
         finally:
             self._subscribers.discard(queue)
-            closing.cancel()
         return response
 
     async def page(self, request: web.Request) -> web.FileResponse:
