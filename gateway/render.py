@@ -1,5 +1,8 @@
 """The throttled render loop: one serial writer per card, at most every ``updateIntervalMs``,
-and the final state always delivered (pitfalls.md #4, #6)."""
+and the final state always delivered (pitfalls.md #4, #6).
+
+No task waits per card: a pushed state arms one timer for when the card may next be updated,
+which starts the update; a turn that ends before then costs no task at all."""
 
 from __future__ import annotations
 
@@ -61,22 +64,61 @@ class CardRenderer:
         self._latest: Progress | None = None
         self._rendered_version = -1
         self._last_at = 0.0
-        self._changed = asyncio.Event()
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
+        self._started = False
+        self._timer: asyncio.TimerHandle | None = None  # when the next update may go
+        self._task: asyncio.Task[None] | None = None  # the update on its way (one at a time)
 
     async def start(self, progress: Progress) -> None:
         """Show the card at once (send it, or update the card a crashed replica left)."""
         self._latest = progress
         await self._render(progress)
-        self._task = asyncio.create_task(self._loop(), name=f"render:{self.idempotency_key}")
+        self._started = True
+        self._schedule()  # a state pushed while the first card was on its way
 
     def push(self, progress: Progress) -> None:
         if self._unshown is not None and self._unshown.version < progress.version:
             self._coalesced()  # replaced within the interval: never shown
         self._unshown = progress
         self._latest = progress
-        self._changed.set()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Arm the timer of the next update, unless one is armed or on its way, or nothing new
+        is to be shown."""
+        if self._closing or not self._started or self._task is not None or self._timer:
+            return
+        latest = self._latest
+        if latest is None or latest.version == self._rendered_version:
+            return
+        wait = max(0.0, self._last_at + self.interval - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(wait, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if not self._closing and self._task is None:
+            self._task = asyncio.create_task(self._update(), name=f"render:{self.idempotency_key}")
+
+    async def _update(self) -> None:
+        # Ends cooperatively: close() waits for it rather than cancelling it mid-update, which
+        # could cut a platform or Redis call in half (and some libraries lose such a cancel on
+        # 3.11).
+        try:
+            progress = self._latest
+            if progress is not None and progress.version != self._rendered_version:
+                try:
+                    await self._render(progress)
+                except Exception as exc:  # an intermediate update may fail; the final retries
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        # A cancel that a library turned into another error (asyncio.timeout in
+                        # 3.11 can) is still a cancel.
+                        raise asyncio.CancelledError() from exc
+                    log.warning("card update failed", key=self.idempotency_key, error=str(exc))
+                    self._last_at = time.monotonic()
+        finally:
+            self._task = None
+        self._schedule()  # a newer state came while this one was on its way
 
     def _coalesced(self) -> None:
         self.coalesced += 1
@@ -112,49 +154,24 @@ class CardRenderer:
         self._rendered_version = progress.version
         self._last_at = time.monotonic()
 
-    async def _loop(self) -> None:
-        # Ends cooperatively when close() sets _closing: cancelling it mid-update could cut a
-        # platform or Redis call in half (and some libraries lose such a cancel on 3.11).
-        while not self._closing:
-            await self._changed.wait()
-            if self._closing:
-                return
-            wait = self._last_at + self.interval - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if self._closing:
-                return
-            self._changed.clear()
-            progress = self._latest
-            if progress is None or progress.version == self._rendered_version:
-                continue
-            try:
-                await self._render(progress)
-            except Exception as exc:  # an intermediate update may fail; the final one retries
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # A cancel that a library turned into another error (asyncio.timeout in
-                    # 3.11 can) is still a cancel: the loop must end, or close() waits forever.
-                    raise asyncio.CancelledError() from exc
-                log.warning("card update failed", key=self.idempotency_key, error=str(exc))
-                self._last_at = time.monotonic()
-
     def abandon(self) -> None:
         """Let go of the card without a last update (the turn was handed back or its lease
-        lost: another replica goes on with this card). The loop ends at its next step."""
+        lost: another replica goes on with this card). An update on its way completes."""
         self._closing = True
-        self._changed.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def close(self, final: Progress) -> None:
-        """Stop the loop and deliver ``final`` (retrying with backoff); never raises on cancel."""
+        """Stop the updates and deliver ``final`` (retrying with backoff); never raises on
+        cancel."""
         self._latest = final
-        if self._task is not None:
-            self._closing = True
-            self._changed.set()
-            _done, pending = await asyncio.wait([self._task], timeout=30)
+        self.abandon()  # no further intermediate update
+        if (task := self._task) is not None:
+            _done, pending = await asyncio.wait([task], timeout=30)
             if pending:  # an update hung for 30 s: give up on it
-                self._task.cancel()
-                await asyncio.wait([self._task], timeout=5)
+                task.cancel()
+                await asyncio.wait([task], timeout=5)
         if final.version == self._rendered_version and self.handle is not None:
             return
         delay = 0.2

@@ -30,6 +30,7 @@ from gateway.turns.binding import Binder
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
 from gateway.turns.kinds import TurnKinds, TurnResult
+from gateway.turns.lease import LeaseKeeper
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
@@ -240,7 +241,7 @@ class Runner:
         ):
             integ = self.settings.integration(last.integration_id)
             adapter = self.adapters.get(last.integration_id)
-            keeper = asyncio.create_task(self._keep_lease(conv, owner, claim.turn_id))
+            keeper = LeaseKeeper(self, conv, owner, claim.turn_id)
             try:
                 if integ is None or adapter is None:
                     log.error("turn for an integration that is no longer configured")
@@ -260,9 +261,7 @@ class Runner:
                 log.exception("turn failed")
                 error = f"The turn failed: {type(exc).__name__}"
             finally:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
+                await keeper.stop()
             timings = TurnTimings(
                 received=min(int(i.received_at.timestamp() * 1000) for i in items),
                 claimed=claimed,
@@ -334,35 +333,3 @@ class Runner:
         self.observer.turn_ended(
             TurnEnd(last.integration_id, last.platform, expert, outcome, timings)
         )
-
-    async def _keep_lease(self, conv: str, owner: str, turn_id: str) -> None:
-        """Renew the lease every third of its time. A lease that could not be renewed for its
-        whole time (Redis stalled or unreachable) may already be another replica's: the local
-        run stops rather than run alongside the one that resumes it."""
-        interval = self.settings.runtime.lease_seconds / 3
-        renewed = asyncio.get_running_loop().time()
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                # Bounded: a stalled Redis must not hold the renewal past the lease's time. Not
-                # asyncio.wait_for: on Python 3.11 a cancel arriving as the renewal completes is
-                # swallowed by it, and this keeper would then renew the lease of a finished turn
-                # forever (its conversation stuck; seen in bench/chaos.py).
-                async with asyncio.timeout(interval):
-                    held, cancel = await self.store.renew(
-                        conversation=conv, owner=owner, now_ms=self.clock(), lease_ms=self.lease_ms
-                    )
-            except Exception as exc:
-                log.warning("lease renewal failed", error=str(exc) or type(exc).__name__)
-                if asyncio.get_running_loop().time() - renewed >= self.lease_ms / 1000:
-                    log.warning("lease not renewed for its whole time; stopping the local run")
-                    self.stop_local(conv, turn_id, reason="lost")
-                    return
-                continue
-            renewed = asyncio.get_running_loop().time()
-            if not held:
-                log.warning("lease lost; stopping the local run")
-                self.stop_local(conv, turn_id, reason="lost")
-                return
-            if cancel == turn_id:
-                self.stop_local(conv, turn_id, reason="stop")
