@@ -175,7 +175,7 @@ def _content(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def message_envelope(
-    integration_id: str, payload: dict[str, Any], bot_open_id: str | None
+    integration_id: str, payload: dict[str, Any], bot_open_id: str | None, *, keep_raw: bool = True
 ) -> Envelope:
     """``im.message.receive_v1`` -> a message Envelope, deduplicated by ``message_id``.
 
@@ -238,7 +238,7 @@ def message_envelope(
                 "chat_id": chat_id,
                 "lark_event_id": header.get("event_id"),
             },
-            "raw": payload,
+            "raw": payload if keep_raw else None,  # validated and dropped again otherwise
         }
     )
 

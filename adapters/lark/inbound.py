@@ -23,7 +23,7 @@ from adapters.lark.events import BadEvent, action_envelope, event_type, message_
 from adapters.lark.settings import LarkIntegration
 from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
 from gateway.envelope import Envelope
-from gateway.webhook import Rejected, Webhook, ascii_text, body_text, json_object
+from gateway.webhook import Rejected, Webhook, ascii_text, json_object, utf8_charset
 
 if TYPE_CHECKING:
     from adapters.lark import LarkAdapter
@@ -114,7 +114,12 @@ class LarkInbound:
         kind = event_type(payload)
         try:
             if kind == "im.message.receive_v1":
-                return message_envelope(self.settings.id, payload, self.adapter.bot_open_id)
+                return message_envelope(
+                    self.settings.id,
+                    payload,
+                    self.adapter.bot_open_id,
+                    keep_raw=self.settings.store_raw,
+                )
             if kind == "card.action.trigger":
                 return action_envelope(self.settings.id, payload)
         except (BadEvent, ValidationError) as exc:
@@ -176,7 +181,9 @@ class LarkWebhook(Webhook["LarkAdapter", dict[str, Any]]):
     platform = "lark"
 
     def verify(self, adapter: LarkAdapter, request: web.Request, body: bytes) -> dict[str, Any]:
-        body_text(request, body)  # UTF-8, as Lark sends; the signature covers the raw bytes
+        # UTF-8, as Lark sends; the signature covers the raw bytes, and the JSON parser refuses
+        # any that are not UTF-8 (no decode to text here: issue 15).
+        utf8_charset(request)
         return adapter.inbound.verify(request.headers, body)
 
     async def parse(
