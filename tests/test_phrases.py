@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.triggers.phrasebook import LONGEST
+from gateway.triggers.phrasebook import ANY_MARKER, LONGEST, MARKERS, WIDE
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
 
 ZH = [
@@ -365,3 +365,24 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     answer = parse_routine(text)
     if isinstance(answer, RoutineSpec):
         assert_valid_cron(answer.cron)
+
+
+MARKER_TEXT = st.text(
+    alphabet=list("每逢周星期礼拜工作日天月 ")
+    + list("MondaytueWEDthfrisSUNweekorbBusinessmvygclhn "),
+    max_size=30,
+)
+
+
+@settings(derandomize=True, max_examples=600, deadline=None)
+@given(MARKER_TEXT)
+def test_the_quick_marker_check_never_misses_what_a_marker_finds(text: str) -> None:
+    # parse_routine only runs the markers when ANY_MARKER finds something in the lower-cased
+    # text; it must hold wherever a marker matches, or a routine would be read as chat.
+    if any(pattern.search(text) for pattern, _kind, _zh in MARKERS):
+        assert ANY_MARKER.search(text.lower()) is not None
+
+
+@pytest.mark.parametrize("phrase", [p[0] for p in PARSED] + [p[0] for p in UNRECOGNISED])
+def test_every_table_phrase_passes_the_quick_marker_check(phrase: str) -> None:
+    assert ANY_MARKER.search(phrase.translate(WIDE).lower()) is not None

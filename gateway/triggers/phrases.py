@@ -267,8 +267,10 @@ def _checked(cron: str) -> str:
 
 def parse_routine(text: str) -> RoutineSpec | Unrecognised | None:
     """Read ``text`` as a recurring routine; see the module docstring for the three answers."""
-    s = text.translate(book.WIDE)
-    found = _marker(s) if len(s) <= book.LONGEST else None
+    if len(text) > book.LONGEST:
+        return None
+    s = text if text.isascii() else text.translate(book.WIDE)
+    found = _marker(s) if book.ANY_MARKER.search(s.lower()) else None
     if found is None:
         return None
     a, b, zh, rule = found
