@@ -54,14 +54,24 @@ def limits_for(integ: IntegrationBase, envelope: Envelope) -> Limits:
     return integ.limits.over(matched[1].limits if matched else None)
 
 
+_DAYS: dict[str | None, tuple[int, int, str]] = {}  # zone -> (day start, day end, date)
+
+
 def day_of(timezone: str | None, at_ms: int) -> tuple[str, int]:
     """The local date of ``at_ms`` (YYYY-MM-DD) in ``timezone`` (UTC when unset) and when that
-    day ends (epoch ms; a DST day is 23 or 25 hours long)."""
+    day ends (epoch ms; a DST day is 23 or 25 hours long). The day last asked of each zone is
+    kept: every message asks, and it changes once a day (issue 15)."""
+    known = _DAYS.get(timezone)
+    if known is not None and known[0] <= at_ms < known[1]:
+        return known[2], known[1]
     zone = ZoneInfo(timezone) if timezone else UTC
     local = datetime.fromtimestamp(at_ms / 1000, zone)
     # Wall-clock arithmetic (same tzinfo): the next local midnight, whatever its UTC offset.
-    midnight = datetime(local.year, local.month, local.day, tzinfo=zone) + timedelta(days=1)
-    return local.date().isoformat(), int(midnight.timestamp() * 1000)
+    start = datetime(local.year, local.month, local.day, tzinfo=zone)
+    end = int((start + timedelta(days=1)).timestamp() * 1000)
+    day = local.date().isoformat()
+    _DAYS[timezone] = (min(int(start.timestamp() * 1000), at_ms), end, day)
+    return day, end
 
 
 class BudgetObserver(Protocol):

@@ -20,7 +20,7 @@ in a script or transaction), or noted below where one key is shared by everyone.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -53,6 +53,9 @@ def shard_tag(shard: int, shards: int) -> str:
     return f"{shard}.{n}"
 
 
+_BASES_KEPT = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class KeyBuilder:
     """Builds keys as ``<prefix>:<part>:…``; a conversation's keys as
@@ -61,6 +64,10 @@ class KeyBuilder:
     prefix: str = "xgw"
     sep: str = ":"
     shards: int = 16  # runtime.dueShards
+    # conversation -> "<prefix>:{<tag>}:<conversation>:" (a message builds about ten of its keys;
+    # the CRC and the joins once per conversation, not per key: issue 15). Bounded: cleared
+    # when full, so a flood of distinct conversations costs the rebuilds, never memory.
+    _bases: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= MAX_SHARDS:
@@ -82,7 +89,12 @@ class KeyBuilder:
 
     # --- conversation-scoped (the shard's hash tag) -------------------------------------------
     def _conv(self, conv: str, part: str) -> str:
-        return self._k(self._tag(self.shard(conv)), conv, part)
+        base = self._bases.get(conv)
+        if base is None:
+            if len(self._bases) >= _BASES_KEPT:
+                self._bases.clear()
+            base = self._bases[conv] = self._k(self._tag(self.shard(conv)), conv, "")
+        return base + part
 
     def dedup(self, conv: str, event_id: str) -> str:
         return self._conv(conv, "dedup") + self.sep + event_id
