@@ -69,6 +69,11 @@ class CardRenderer:
         self._timer: asyncio.TimerHandle | None = None  # when the next update may go
         self._task: asyncio.Task[None] | None = None  # the update on its way (one at a time)
 
+    @property
+    def started(self) -> bool:
+        """Whether the card has been shown (``start``)."""
+        return self._started
+
     async def start(self, progress: Progress) -> None:
         """Show the card at once (send it, or update the card a crashed replica left)."""
         self._latest = progress

@@ -119,6 +119,16 @@ class Driver:
         if run is not None:
             run.consume, run.expert, run.turn, run.inject = task, expert, turn, inject
         try:
+            if not renderer.started:
+                # The first card was left to us (TurnKinds._start): it shows the state after
+                # the run's first go; a run that ended in it shows its final state in close().
+                await asyncio.sleep(0)
+                if not task.done():
+                    try:
+                        await renderer.start(state)
+                    except BaseException:
+                        task.cancel()
+                        raise
             state = await task
             if not state.final and state.status != "waiting":
                 state = state.finish("success")

@@ -118,10 +118,13 @@ class TurnKinds:
         *,
         card: str | None = None,
         borrowed: bool = False,
-    ) -> tuple[CardRenderer, Awaitable[None]]:
-        """The renderer of the turn's card and its first showing, already on its way. A card
-        whose buttons carry another turn id than the claim's (a Retry or a Confirm shown in an
-        earlier turn's card) says so on the turn, so its Stop button reaches this run."""
+        defer: bool = False,
+    ) -> tuple[CardRenderer, Awaitable[None] | None]:
+        """The renderer of the turn's card and its first showing, already on its way (None with
+        ``defer``: the driver shows it once the run has had its first go, so a run that ends at
+        once sends its final state as its one card). A card whose buttons carry another turn id
+        than the claim's (a Retry or a Confirm shown in an earlier turn's card) says so on the
+        turn, so its Stop button reaches this run."""
         if progress.turn_id != claim.turn_id:
             await self.store.set_turn_fields(
                 conversation=claim.conversation, owner=claim.owner, shows=progress.turn_id
@@ -134,6 +137,8 @@ class TurnKinds:
             card,
             progress.turn_id,
         )
+        if defer and not borrowed:
+            return renderer, None
         first = self._reuse(renderer, progress) if borrowed else renderer.start(progress)
         return renderer, asyncio.create_task(first)
 
@@ -208,7 +213,7 @@ class TurnKinds:
             card = await self.event_cards.live(claim.conversation, last)  # its object's card
             borrowed = card is not None
         renderer, first_card = await self._start(
-            claim, adapter, last, session, progress, card=card, borrowed=borrowed
+            claim, adapter, last, session, progress, card=card, borrowed=borrowed, defer=True
         )
         since = None
         if integ.history_context_limit and last.chat.type == "group":
