@@ -231,6 +231,12 @@ class Adapter(abc.ABC):
         where updates are once-only messages (markdown replies), so each turn gets its own."""
         return False
 
+    def card_handle(self, idempotency_key: str) -> str | None:
+        """The handle ``send_card`` answers for ``idempotency_key`` where sending again with the
+        same key finds the card already sent rather than a new one: a replica resuming the turn
+        then needs no record of it. None (the default): a handle known only once sent."""
+        return None
+
     def posts_unprompted(self, chat_type: str) -> bool:
         """Whether the bot can post into a chat of ``chat_type`` with no message to answer
         (a scheduled turn's card); a platform mode that only answers says False."""

@@ -33,6 +33,9 @@ class ConsoleAdapter(Adapter):
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
 
+    def card_handle(self, idempotency_key: str) -> str | None:
+        return self.outbound.card_handle(idempotency_key)
+
     def reuses_card(self, handle: str) -> bool:
         return True  # a card is a timeline record, upserted whatever turn shows in it
 

@@ -38,10 +38,15 @@ class ConsoleOutbound:
         # a card another replica sent (a resumed turn) is read once.
         self._cards: dict[str, tuple[int, str]] = {}
 
+    @staticmethod
+    def card_handle(idempotency_key: str) -> str:
+        """A card's record id: sending again with its key finds it (create never overwrites)."""
+        return f"card-{idempotency_key}"
+
     async def send_card(
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
-        record_id = f"card-{idempotency_key}"
+        record_id = self.card_handle(idempotency_key)
         record = _card_record(reply_to, progress, record_id, _ms())
         # create never overwrites: a retried send (same key) reuses the card already there.
         if await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create"):

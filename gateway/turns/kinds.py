@@ -92,10 +92,12 @@ class TurnKinds:
         key: str,
     ) -> CardRenderer:
         async def remember(handle: str) -> None:
-            # A replica that resumes this turn updates the same card.
-            await self.store.set_turn_fields(
-                conversation=claim.conversation, owner=claim.owner, card=handle
-            )
+            # A replica that resumes this turn updates the same card (where sending it again
+            # would not find it anyway).
+            if adapter.card_handle(key) != handle:
+                await self.store.set_turn_fields(
+                    conversation=claim.conversation, owner=claim.owner, card=handle
+                )
 
         return CardRenderer(
             adapter=adapter,
