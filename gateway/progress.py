@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Literal
 
 from gateway.events import (
@@ -118,37 +118,41 @@ class Progress:
         return (Button(ACTION_NEW, "New conversation"),)
 
     def apply(self, event: RunEvent) -> Progress:
-        nxt = self._apply(event)
-        return nxt if nxt is self else replace(nxt, version=self.version + 1)
-
-    def _apply(self, event: RunEvent) -> Progress:
+        """The next state (its version one up), or this one when ``event`` changes nothing."""
         if isinstance(event, TextDelta):
             if event.replace:
-                return replace(self, answer=event.text) if event.text != self.answer else self
-            return replace(self, answer=self.answer + event.text) if event.text else self
+                if event.text == self.answer:
+                    return self
+                return self._next(answer=event.text)
+            return self._next(answer=self.answer + event.text) if event.text else self
         if isinstance(event, StepEvent):
-            return replace(
-                self,
-                steps=_upsert(self.steps, Step(event.id, event.title, event.status, event.detail)),
-            )
+            step = Step(event.id, event.title, event.status, event.detail)
+            return self._next(steps=_upsert(self.steps, step))
         if isinstance(event, ToolEvent):
-            return replace(
-                self,
-                tools=_upsert(self.tools, Step(event.id, event.name, event.status, event.summary)),
-            )
+            tool = Step(event.id, event.name, event.status, event.summary)
+            return self._next(tools=_upsert(self.tools, tool))
         if isinstance(event, Interrupt):
-            return replace(self, status="waiting", prompt=event.prompt)
+            return self._next(status="waiting", prompt=event.prompt)
         if isinstance(event, UsageEvent):
-            return replace(
-                self,
+            return self._next(
                 input_tokens=self.input_tokens + event.input_tokens,
                 output_tokens=self.output_tokens + event.output_tokens,
             )
         if isinstance(event, ArtifactEvent):
-            return replace(self, artifacts=(*self.artifacts, event))
+            return self._next(artifacts=(*self.artifacts, event))
         if isinstance(event, Finished):
             return self.finish(event.outcome, event.error)
         return self
+
+    def _next(self, **changes: object) -> Progress:
+        """This state with ``changes`` and the next version: ``dataclasses.replace`` without
+        its per-call field introspection and keyword ``__init__`` (several times per turn)."""
+        new = object.__new__(Progress)
+        setter = object.__setattr__
+        for name in _FIELDS:
+            setter(new, name, changes[name] if name in changes else getattr(self, name))
+        setter(new, "version", self.version + 1)
+        return new
 
     def finish(self, outcome: str, error: str = "") -> Progress:
         """The terminal state: running steps are closed, so no spinner is left forever (done when
@@ -192,6 +196,9 @@ class Progress:
         return replace(
             self, status="running", prompt="", decision=decision, version=self.version + 1
         )
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Progress))
 
 
 def _upsert(items: tuple[Step, ...], step: Step) -> tuple[Step, ...]:

@@ -123,6 +123,16 @@ class SessionRecords:
         """What a turn reads, in one round trip: the chat's memory, the session's conversation
         variables (and what the expert backend holds of them, and what its last turn saw) and,
         when ``group_since_ms`` is given, recent unmentioned group messages."""
+        raw = await self.context_reads(
+            integration_id, chat_id, session_id, group_since_ms=group_since_ms
+        )
+        return self.context_of(raw, group_since_ms=group_since_ms)
+
+    def context_reads(
+        self, integration_id: str, chat_id: str, session_id: str, *, group_since_ms: int | None
+    ) -> asyncio.Future[list[Any]]:
+        """The reads of :meth:`turn_context`, on their way (together: one round trip);
+        :meth:`context_of` makes the context of what they answer."""
         reads = [
             self._call(self._read_list, [self.keys.memory(integration_id, chat_id)], []),
             self._call(self._read_hash, [self.keys.session_variables(session_id)], []),
@@ -130,7 +140,9 @@ class SessionRecords:
         if group_since_ms is not None:
             key = self.keys.group_history(integration_id, chat_id)
             reads.append(self._call(self._read_list, [key], []))
-        results = await asyncio.gather(*reads)
+        return asyncio.gather(*reads)
+
+    def context_of(self, results: list[Any], *, group_since_ms: int | None) -> TurnContext:
         memory = [json.loads(r) for r in results[0]]
         flat: list[str] = results[1][0]
         values: dict[str, Any] = {}

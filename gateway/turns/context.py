@@ -4,7 +4,6 @@ experts that take pictures) and the sender's email."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Awaitable
@@ -69,22 +68,19 @@ class ContextBuilder:
         """One round trip for the stored context, alongside the sender's email look-up and
         (when given) the first card, which goes out meanwhile."""
         reply_to, options = request.reply_to, session.snapshot.options
-        lookups = asyncio.gather(
-            self.records.turn_context(
-                options.id,
-                reply_to.chat.id,
-                session.id,
-                group_since_ms=request.group_since_ms,
-            ),
-            _sender_email(adapter, reply_to),
+        since = request.group_since_ms
+        reads = self.records.context_reads(
+            options.id, reply_to.chat.id, session.id, group_since_ms=since
         )
-        if first_card is not None:
+        try:
             try:
-                context, email = await lookups
+                email = await _sender_email(adapter, reply_to)  # meanwhile, in this task
             finally:
+                raw = await reads
+        finally:
+            if first_card is not None:
                 await first_card
-        else:
-            context, email = await lookups
+        context = self.records.context_of(raw, group_since_ms=since)
         variables = system_variables(
             language=options.language,
             locale=reply_to.locale,

@@ -167,6 +167,8 @@ class TurnKinds:
         """A failed turn can be retried and a waiting one resumed: what either needs is kept
         with the session."""
         final = outcome.progress
+        if final.status not in ("error", "waiting"):
+            return
         record: dict[str, str | None] = {
             "turn_id": final.turn_id,
             "card": renderer.handle,
