@@ -150,11 +150,17 @@ class ConsoleApi:
         )
         record = message_record(body, event_id=event_id, name=name, at=int(time.time() * 1000))
         try:
-            # The platform's own record first (idempotent by event id), then durable intake.
-            await adapter.context.timeline.put(
-                adapter.integration_id, body.chatId, record, mode="create"
-            )
-            outcome = await adapter.context.ingest(envelope)
+            # The platform's own record first (idempotent by event id), then durable intake:
+            # sent together (one write to Redis, which runs them in this order), the record
+            # queued first. A record that failed answers 503 whatever intake did: the retry
+            # is then a duplicate intake ignores, and its record is written.
+            ingesting = asyncio.ensure_future(adapter.context.ingest(envelope))
+            try:
+                await adapter.context.timeline.put(
+                    adapter.integration_id, body.chatId, record, mode="create"
+                )
+            finally:
+                outcome = await ingesting
         except StoreUnavailable as exc:  # IngestUnavailable and ShuttingDown included
             raise Rejected(
                 503, f"not stored: {exc}", public="storage unavailable; the message was not stored"
