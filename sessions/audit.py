@@ -65,6 +65,7 @@ class AuditStore:
         self._put = client.register_script(_load("audit_put.lua"))
         self.pipe: ScriptPipe | None = None  # the store's auto-pipeline, for the writes
         self._page = client.register_script(_load("audit_page.lua"))
+        self._session_open = client.register_script(_load("audit_session.lua"))
 
     # --- writes ------------------------------------------------------------------------------
     async def put(self, entry: AuditEntry, *, now_ms: int, session: dict[str, Any]) -> int:
@@ -100,20 +101,20 @@ class AuditStore:
     async def session_opened(
         self, integration_id: str, session_id: str, info: dict[str, Any], *, at_ms: int
     ) -> None:
-        """List a new session at once (its first turn may run for a while): one transaction
-        on the integration's slot; the turn's record later adds to its summary."""
+        """List a new session at once (its first turn may run for a while): one
+        script on the integration's slot; the turn's record later adds to its summary."""
         k, ttl = self.keys, self.limits().retention_ms
         body = json.dumps(
             {**info, "turns": 0, "startedAt": at_ms, "lastActiveAt": at_ms},
             separators=(",", ":"),
             ensure_ascii=False,
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(k.audit_session_info(integration_id), session_id, body)
-            pipe.zadd(k.audit_sessions(integration_id), {session_id: at_ms}, gt=True)
-            pipe.pexpire(k.audit_session_info(integration_id), ttl)
-            pipe.pexpire(k.audit_sessions(integration_id), ttl)
-            await pipe.execute()
+        keys = [k.audit_session_info(integration_id), k.audit_sessions(integration_id)]
+        args: list[str | int] = [session_id, body, at_ms, ttl]
+        if self.pipe is not None:
+            await self.pipe.evalsha(self._session_open, keys, args)
+        else:
+            await self._session_open(keys=keys, args=args)
 
     # --- reads -------------------------------------------------------------------------------
     def _index(self, integration_id: str, kind: IndexKind, value: str) -> str:

@@ -56,6 +56,8 @@ class SessionRecords:
         self._read_list = client.register_script(_script("read_list.lua"))
         self._read_hash = client.register_script(_script("read_hash.lua"))
         self._stream_add = client.register_script(_script("stream_add.lua"))
+        self._hash_put = client.register_script(_script("hash_put.lua"))
+        self._index_add = client.register_script(_script("index_add.lua"))
         # The session store's auto-pipeline (``use_pipe``): a turn's reads and writes go out
         # together with the other script calls made meanwhile; without one, one call each.
         self.pipe: ScriptPipe | None = None
@@ -72,22 +74,23 @@ class SessionRecords:
 
     # --- sessions --------------------------------------------------------------------------
     async def opened(self, session_id: str, fields: dict[str, str], *, at_ms: int) -> None:
-        """Record a new session and index it under its chat (both kept ``retention_ms``)."""
-        key = self.keys.session_record(session_id)
+        """Record a new session, index it under its chat (both kept ``retention_ms``) and list
+        it on the Sessions page at once (its first turn may still run): three scripts, each on
+        its own key's slot, sent together."""
+        record: dict[str, str] = {**fields, "sessionId": session_id, "createdAt": str(at_ms)}
+        flat: list[Any] = [self.retention_ms]
+        for name, value in record.items():
+            flat += [name, value]
         index = self.keys.chat_sessions(fields["integrationId"], fields["chatId"])
-        async with self.redis.pipeline(transaction=False) as pipe:
-            record: dict[Any, Any] = {**fields, "sessionId": session_id, "createdAt": str(at_ms)}
-            pipe.hset(key, mapping=record)
-            pipe.pexpire(key, self.retention_ms)
-            pipe.zadd(index, {session_id: at_ms})
-            pipe.zremrangebyrank(index, 0, -1001)  # the newest thousand per chat
-            pipe.pexpire(index, self.retention_ms)
-            await pipe.execute()
-        # Listed at once on the Sessions page (its first turn may still run).
         summary: dict[str, Any] = {
             k: fields[k] for k in ("chatId", "chatType", "conversation", "xpertId") if k in fields
         }
-        await self.audit.session_opened(fields["integrationId"], session_id, summary, at_ms=at_ms)
+        await asyncio.gather(
+            self._call(self._hash_put, [self.keys.session_record(session_id)], flat),
+            # the newest thousand sessions per chat
+            self._call(self._index_add, [index], [at_ms, session_id, 1000, self.retention_ms]),
+            self.audit.session_opened(fields["integrationId"], session_id, summary, at_ms=at_ms),
+        )
 
     async def get(self, session_id: str) -> dict[str, str]:
         return cast(dict[str, str], await self.redis.hgetall(self.keys.session_record(session_id)))
