@@ -120,9 +120,13 @@ class Flusher:
         """Claim the conversations local intakes made due now, at once (one claim each, sent
         together); those there is no room for, or that could not be claimed now (not due by
         Redis's reckoning, or another replica's lease), have their shard read instead."""
-        convs = [c for c in self._direct if c not in self.runner.active]
+        active = self.runner.active
+        convs = [c for c in self._direct if c not in active]
+        # One running here (it was not when the intake asked, so its run is ending): its shard
+        # is read, in case the run let go before it saw this intake.
+        rest = [c for c in self._direct if c in active] + convs[room:]
         self._direct.clear()
-        take, rest = convs[:room], convs[room:]
+        take = convs[:room]
         for conv in rest:
             self._woken.add(self.store.keys.shard(conv))
         if len(take) == 1:
