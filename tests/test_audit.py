@@ -295,6 +295,43 @@ def test_the_context_counts_attachments_by_kind() -> None:
     }
 
 
+def test_the_record_body_is_what_the_typed_record_dumps() -> None:
+    """A turn's record is built as a dict (audit_body) for speed; AuditRecord is its schema."""
+    from gateway.envelope import Action, Chat, Envelope, Sender
+    from gateway.events import StepEvent, UsageEvent
+    from gateway.progress import Progress
+    from gateway.turns.audit import TurnFacts, TurnTrace, audit_body
+    from gateway.turns.audit_record import AuditRecord
+    from gateway.turns.records import TurnTimings
+
+    chat, sender = Chat(id="c", type="group"), Sender(id="u", name="U")
+    message = Envelope(
+        integration_id="i", platform="console", event_id="e", chat=chat, sender=sender
+    )
+    click = message.model_copy(update={"kind": "action", "action": Action(id="retry")})
+    trace = TurnTrace(clock=lambda: 5)
+    trace.see(StepEvent("s0", "Step", "running"))
+    trace.see(UsageEvent(input_tokens=3, output_tokens=4, cost=0.5))
+    final = Progress(turn_id="t").apply(StepEvent("s0", "Step", "done")).finish("success")
+    for items, turn_trace, xpert in (([message], trace, "x"), ([message, click], None, "")):
+        facts = TurnFacts(
+            claim_turn_id="t",
+            attempt=1,
+            resumed=False,
+            conversation="i|group:c",
+            items=items,
+            outcome="done",
+            timings=TurnTimings(received=1, claimed=2, finished=9, first_card=3),
+            replica="r",
+            claim_id="k",
+            xpert_id=xpert,
+            final=final,
+        )
+        body = audit_body(facts, turn_trace)
+        assert AuditRecord.model_validate(body).model_dump(by_alias=True) == body
+        assert list(AuditRecord.model_validate(body).model_dump(by_alias=True)) == list(body)
+
+
 # --- the admin API -------------------------------------------------------------------------
 @BOTH_REDIS
 async def test_the_audit_api_filters_newest_first(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import structlog
 
 from gateway.clock import now_ms
@@ -28,18 +29,13 @@ from gateway.turns.audit_record import (
     MAX_VARIABLES,
     TITLE_CHARS,
     AuditContext,
-    AuditExpert,
-    AuditInput,
     AuditRecord,
-    AuditStep,
-    AuditTimings,
-    AuditTrigger,
-    AuditUsage,
     bounded,
     short,
 )
 from gateway.turns.context import merge_input
 from gateway.turns.records import TurnOutcome, TurnTimings
+from sessions.audit import AuditEntry
 
 if TYPE_CHECKING:
     from gateway.experts import TurnInput
@@ -88,80 +84,85 @@ class TurnTrace:
             self.output_tokens += event.output_tokens
             self.cost += event.cost
 
-    def usage(self) -> AuditUsage | None:
+    def usage(self) -> dict[str, Any] | None:
+        """The usage the expert reported, as the record's ``usage`` (None: none reported)."""
         if not self.usage_seen:
             return None
         cost = round(self.cost, 6) if self.cost else None
-        return AuditUsage(
-            input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost=cost
-        )
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens, "cost": cost}
 
-    def steps(self, final: Progress | None, finished: int) -> list[AuditStep]:
+    def steps(self, final: Progress | None, finished: int) -> list[dict[str, Any]]:
         """The card's steps and tools in their final state (or, for a run that never showed
         one - handed back, crashed - as the events left them), each with its times in this run;
-        a step still open when the run ended closes at ``finished``."""
+        a step still open when the run ended closes at ``finished``: the record's ``steps``."""
         rows: list[tuple[tuple[str, str], tuple[str, str, str]]]
         if final is not None:
             rows = [(("step", s.id), (s.title, s.status, s.detail)) for s in final.steps]
             rows += [(("tool", t.id), (t.title, t.status, t.detail)) for t in final.tools]
         else:
             rows = list(self.seen.items())
-        out: list[AuditStep] = []
+        out: list[dict[str, Any]] = []
         for key, (title, status, detail) in rows[:MAX_STEPS]:
             start = self.started.get(key)
             end = self.ended.get(key, finished) if start is not None else None
             out.append(
-                AuditStep(
-                    id=short(key[1], TITLE_CHARS),
-                    kind="step" if key[0] == "step" else "tool",
-                    title=short(title, TITLE_CHARS),
-                    status=status,
-                    detail=short(detail, DETAIL_CHARS),
-                    started_at=start,
-                    ended_at=end,
-                    ms=None if start is None or end is None else max(0, end - start),
-                )
+                {
+                    "id": short(key[1], TITLE_CHARS),
+                    "kind": "step" if key[0] == "step" else "tool",
+                    "title": short(title, TITLE_CHARS),
+                    "status": status,
+                    "detail": short(detail, DETAIL_CHARS),
+                    "startedAt": start,
+                    "endedAt": end,
+                    "ms": None if start is None or end is None else max(0, end - start),
+                }
             )
         return out
 
 
-def trigger_of(items: list[Envelope]) -> AuditTrigger:
-    """What started the turn: the newest item's kind (a click is a turn of its own)."""
+def trigger_of(items: list[Envelope]) -> dict[str, Any]:
+    """What started the turn (the record's ``trigger``): the newest item's kind (a click is a
+    turn of its own)."""
     last = items[-1]
     trigger_id = last.trigger.id if last.trigger else None
+    kind, action, source = "message", None, None
     if last.kind == "action" and last.action is not None:
-        return AuditTrigger(kind="button", action=last.action.id)
-    if last.kind == "event":
-        return AuditTrigger(
-            kind="event", id=trigger_id, source=last.subject.source if last.subject else None
-        )
-    if last.kind in ("schedule", "watch"):
-        return AuditTrigger(kind=last.kind, id=trigger_id)
-    return AuditTrigger(kind="message")
+        kind, action, trigger_id = "button", last.action.id, None
+    elif last.kind == "event":
+        kind, source = "event", last.subject.source if last.subject else None
+    elif last.kind in ("schedule", "watch"):
+        kind = last.kind
+    else:
+        trigger_id = None
+    return {"kind": kind, "id": trigger_id, "action": action, "source": source}
 
 
 def context_of(turn: TurnInput) -> AuditContext:
+    return AuditContext.model_validate(_context(turn))
+
+
+def _context(turn: TurnInput) -> dict[str, Any]:
     names = sorted(turn.variables)
-    return AuditContext(
-        variables=names[:MAX_VARIABLES],
-        variable_count=len(names),
-        history=len(turn.group_history),
-        attachments=len(turn.attachments),
-        attachment_kinds=sorted({str(a.get("kind", "file")) for a in turn.attachments}),
-        memory_rules=turn.memory_rules,
-    )
+    return {
+        "variables": names[:MAX_VARIABLES],
+        "variableCount": len(names),
+        "history": len(turn.group_history),
+        "attachments": len(turn.attachments),
+        "attachmentKinds": sorted({str(a.get("kind", "file")) for a in turn.attachments}),
+        "memoryRules": turn.memory_rules,
+    }
 
 
-def expert_of(xpert_id: str, snapshot: SessionSnapshot | None) -> AuditExpert | None:
+def expert_of(xpert_id: str, snapshot: SessionSnapshot | None) -> dict[str, Any] | None:
     if not xpert_id:
         return None
     data: Mapping[str, Any] = snapshot.data.get("expert", {}) if snapshot else {}
     model = data.get("model")
-    return AuditExpert(
-        id=xpert_id,
-        kind=str(data["kind"]) if data.get("kind") else None,
-        model=str(model) if model else None,
-    )
+    return {
+        "id": xpert_id,
+        "kind": str(data["kind"]) if data.get("kind") else None,
+        "model": str(model) if model else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,13 @@ class TurnFacts:
 
 
 def audit_record(facts: TurnFacts, trace: TurnTrace | None) -> AuditRecord:
+    """The turn's record, typed (:func:`audit_body` validated)."""
+    return AuditRecord.model_validate(audit_body(facts, trace))
+
+
+def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
+    """The turn's record as the admin API answers it (``AuditRecord``'s camelCase fields, in
+    its order), built without a model: a turn writes one, and the typed form costs more."""
     last = facts.items[-1]
     t = facts.timings
     text = facts.input_text
@@ -230,38 +238,44 @@ def audit_record(facts: TurnFacts, trace: TurnTrace | None) -> AuditRecord:
     final = facts.final
     answer, _ = bounded(facts.answer or (final.answer if final else ""), ANSWER_BYTES)
     error = facts.error or (final.error if final else "")
-    return AuditRecord(
-        id=f"{facts.claim_turn_id}-{facts.claim_id or facts.attempt}",
-        turn_id=facts.claim_turn_id,
-        attempt=facts.attempt,
-        resumed=facts.resumed,
-        integration_id=last.integration_id,
-        platform=last.platform,
-        chat_id=last.chat.id,
-        chat_type=last.chat.type,
-        conversation=facts.conversation,
-        session_id=facts.session_id,
-        sender_id=last.sender.id,
-        trigger=trigger_of(facts.items),
-        input=AuditInput(text=cut, chars=len(text), truncated=truncated, messages=len(facts.items)),
-        context=context_of(facts.turn) if facts.turn is not None else None,
-        expert=expert_of(facts.xpert_id, facts.snapshot),
-        steps=trace.steps(final, t.finished) if trace else [],
-        usage=trace.usage() if trace else None,
-        outcome=facts.outcome,
-        error=short(error, ERROR_CHARS),
-        answer=answer,
-        timings=AuditTimings(
-            received_at=t.received,
-            claimed_at=t.claimed,
-            first_card_at=t.first_card,
-            finished_at=t.finished,
-            queued_ms=t.queued_ms,
-            first_card_ms=t.first_card_ms,
-            run_ms=t.run_ms,
-        ),
-        replica=facts.replica,
-    )
+    return {
+        "event": "turn",
+        "id": f"{facts.claim_turn_id}-{facts.claim_id or facts.attempt}",
+        "turnId": facts.claim_turn_id,
+        "attempt": facts.attempt,
+        "resumed": facts.resumed,
+        "integrationId": last.integration_id,
+        "platform": last.platform,
+        "chatId": last.chat.id,
+        "chatType": last.chat.type,
+        "conversation": facts.conversation,
+        "sessionId": facts.session_id,
+        "senderId": last.sender.id,
+        "trigger": trigger_of(facts.items),
+        "input": {
+            "text": cut,
+            "chars": len(text),
+            "truncated": truncated,
+            "messages": len(facts.items),
+        },
+        "context": _context(facts.turn) if facts.turn is not None else None,
+        "expert": expert_of(facts.xpert_id, facts.snapshot),
+        "steps": trace.steps(final, t.finished) if trace else [],
+        "usage": trace.usage() if trace else None,
+        "outcome": facts.outcome,
+        "error": short(error, ERROR_CHARS),
+        "answer": answer,
+        "timings": {
+            "receivedAt": t.received,
+            "claimedAt": t.claimed,
+            "firstCardAt": t.first_card,
+            "finishedAt": t.finished,
+            "queuedMs": t.queued_ms,
+            "firstCardMs": t.first_card_ms,
+            "runMs": t.run_ms,
+        },
+        "replica": facts.replica,
+    }
 
 
 def audit_writes(
@@ -275,7 +289,7 @@ def audit_writes(
     """The turn's audit record and, for a turn that ran to its end here (``result``), its row in
     the event stream and the variables it saw (admin API), as writes not yet started: the runner
     starts them together with the turn's finish, so they go out in one write."""
-    record = audit_record(facts, trace)
+    body = audit_body(facts, trace)
     row = None
     if result is not None:
         row = {
@@ -283,7 +297,7 @@ def audit_writes(
             "turn": facts.claim_turn_id,
             "conversation": facts.conversation,
             "session": facts.session_id,
-            "integrationId": record.integration_id,
+            "integrationId": body["integrationId"],
             "outcome": facts.outcome,
             "replica": facts.replica,
             "start": facts.timings.claimed,
@@ -292,15 +306,33 @@ def audit_writes(
         }
     turn = result.turn if result else None
     variables = result.variables if result else {}
+    t = facts.timings
     return records.turn_writes(
         facts.session_id,
         variables,
         row,
-        entry=record.entry(),
-        session=record.session_summary(),
+        entry=AuditEntry(
+            record_id=body["id"],
+            integration_id=body["integrationId"],
+            chat_id=body["chatId"],
+            session_id=body["sessionId"],
+            outcome=body["outcome"],
+            end_ms=t.finished,
+            body=orjson.dumps(body).decode(),
+        ),
+        session=session_summary(body),
         now_ms=now_ms,
         stored=_as_stored(variables, turn.seen_before) if turn is not None else None,
     )
+
+
+def session_summary(body: Mapping[str, Any]) -> dict[str, str]:
+    """The session as the Sessions listing shows it, should the trail not know it yet (what
+    ``AuditRecord.session_summary`` gives)."""
+    summary = {k: body[k] for k in ("chatId", "chatType", "conversation")}
+    if body["expert"] is not None:
+        summary["xpertId"] = body["expert"]["id"]
+    return summary
 
 
 def _as_stored(seen: Mapping[str, str], before: Mapping[str, str]) -> dict[str, str]:
