@@ -16,6 +16,7 @@ from gateway.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.experts import Expert, TurnInput
 from gateway.turns.binding import Session
+from gateway.turns.prefetch import ContextPrefetch
 from gateway.variables import system_variables
 from sessions import SessionRecords
 
@@ -53,8 +54,9 @@ class TurnRequest:
 
 
 class ContextBuilder:
-    def __init__(self, *, records: SessionRecords) -> None:
+    def __init__(self, *, records: SessionRecords, prefetch: ContextPrefetch | None = None) -> None:
         self.records = records
+        self.prefetch = prefetch  # reads sent with the turn's claim (gateway/turns/prefetch.py)
 
     async def build(
         self,
@@ -69,9 +71,13 @@ class ContextBuilder:
         (when given) the first card, which goes out meanwhile."""
         reply_to, options = request.reply_to, session.snapshot.options
         since = request.group_since_ms
-        reads = self.records.context_reads(
-            options.id, reply_to.chat.id, session.id, group_since_ms=since
-        )
+        reads = None
+        if self.prefetch is not None and since is None:
+            reads = self.prefetch.take(request.turn_id, options.id, reply_to.chat.id, session.id)
+        if reads is None:
+            reads = self.records.context_reads(
+                options.id, reply_to.chat.id, session.id, group_since_ms=since
+            )
         try:
             try:
                 email = await _sender_email(adapter, reply_to)  # meanwhile, in this task

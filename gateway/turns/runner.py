@@ -31,6 +31,7 @@ from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
 from gateway.turns.kinds import TurnKinds, TurnResult
 from gateway.turns.lease import LeaseKeeper
+from gateway.turns.prefetch import ContextPrefetch
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
@@ -70,10 +71,11 @@ class Runner:
         self.budgets = Budgets(store=store, clock=clock)  # tokens per day (gateway/budgets.py)
         if records.pipe is None:  # the turn's context reads and audit writes join its batches
             records.use_pipe(store.pipe)
+        self.prefetch = ContextPrefetch(records)  # context reads sent with the claim
         self.kinds = TurnKinds(
             store=store,
             binder=Binder(store=store, records=records, settings=settings, clock=clock),
-            contexts=ContextBuilder(records=records),
+            contexts=ContextBuilder(records=records, prefetch=self.prefetch),
             driver=Driver(store=store, records=records, handing_back=lambda: self.handing_back),
             expert_for=self.expert_for,
             settings=settings,
@@ -105,8 +107,13 @@ class Runner:
         # The conversation's integration (its id leads the conversation id) gives the session's
         # idle timeout, so the claim can continue the session in the same call.
         settings = self.settings
-        integ = settings.integration(conversation.split("|", 1)[0])
-        return await self.store.claim(
+        integ_id, _, scope = conversation.partition("|")
+        integ = settings.integration(integ_id)
+        # Its context reads go along when its last turn ran here (not where the turn also reads
+        # the group's recent messages): the claim is queued first, the reads right after it.
+        grouped = integ is not None and integ.history_context_limit and scope[:6] == "group:"
+        prefetched = None if grouped else self.prefetch.start(conversation)
+        claim = await self.store.claim(
             conversation=conversation,
             owner=f"{self.replica_id}:{uuid.uuid4().hex[:12]}",
             turn_id=uuid.uuid4().hex,
@@ -114,6 +121,9 @@ class Runner:
             lease_ms=int(settings.runtime.lease_seconds * 1000),
             session_timeout_ms=integ.session_timeout_seconds * 1000 if integ else 0,
         )
+        if claim is not None and prefetched is not None:
+            self.prefetch.hold(claim.turn_id, prefetched)
+        return claim
 
     def start(self, claim: Claim) -> ActiveRun:
         run = ActiveRun(claim.conversation, claim.turn_id, claim.owner)
@@ -262,6 +272,7 @@ class Runner:
                 error = f"The turn failed: {type(exc).__name__}"
             finally:
                 await keeper.stop()
+            self.prefetch.drop(claim.turn_id)  # reads started with the claim, if unused
             timings = TurnTimings(
                 received=min(int(i.received_at.timestamp() * 1000) for i in items),
                 claimed=claimed,
@@ -306,6 +317,8 @@ class Runner:
                     why = str(exc) or type(exc).__name__
                     log.warning("audit record not written", error=why)
             status, due = await finishing
+            if result is not None and result.session_id and integ is not None:
+                self.prefetch.remember(conv, integ.id, last.chat.id, result.session_id)
             if status == "lost":
                 log.warning("lease was lost before the turn finished")
             self._observe(items, integ, outcome, result, timings)
