@@ -108,8 +108,9 @@ class Envelope(_Frozen):
 
     def to_json(self, *, store_raw: bool = False) -> str:
         """Serialise for storage; ``raw`` is dropped unless the integration keeps it."""
-        exclude = None if store_raw else {"raw"}
-        return self.model_dump_json(by_alias=True, exclude=exclude, exclude_none=True)
+        if store_raw or self.raw is None:  # no exclude set to build and apply (the usual case)
+            return self.model_dump_json(by_alias=True, exclude_none=True)
+        return self.model_dump_json(by_alias=True, exclude={"raw"}, exclude_none=True)
 
     @classmethod
     def from_json(cls, data: str | bytes | dict[str, Any]) -> Envelope:
