@@ -158,10 +158,11 @@ class Link:
             except DataError as exc:
                 out[id(call)] = exc
         answered = 0
+        loop_time = asyncio.get_running_loop().time
         try:
             conn = await self.connection()
             writer, parser = getattr(conn, "_writer", None), getattr(conn, "_parser", None)
-            if writer is None or parser is None or conn.health_check_interval:
+            if writer is None or parser is None:
                 await conn.send_packed_command(b"".join(packed))
                 for call in sendable:
                     if call.ask:
@@ -178,6 +179,8 @@ class Link:
             # task (asyncio.wait_for) and read_response arms a timer per reply, ~10 timers and
             # a task per turn (issue 15). A reply that is an error comes back as its
             # ResponseError; a broken or stalled connection raises, and is dropped below.
+            if conn.health_check_interval:  # a PING first when the link was idle that long
+                await conn.check_health()  # type: ignore[no-untyped-call]
             async with asyncio.timeout(conn.socket_timeout):
                 writer.write(b"".join(packed))
                 await writer.drain()
@@ -186,6 +189,8 @@ class Link:
                         await parser.read_response()  # ASKING's +OK (or its error)
                     out[id(call)] = await parser.read_response()
                     answered += 1
+            if conn.health_check_interval:  # as read_response would: the link is alive
+                conn.next_health_check = loop_time() + conn.health_check_interval
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             # The connection is gone (read_response closed it); what has no reply may or may
             # not have run - the scripts deduplicate, so sending it once more is safe.
