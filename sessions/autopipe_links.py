@@ -5,8 +5,7 @@ bytes of the calls sent on it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +64,32 @@ def pack(call: Call) -> bytes:
             out.append(b"$%d\r\n%b\r\n" % (len(data), data))
         packed = b"".join(out)  # no refusal above: a type hiredis does not know but we do
     return ASKING + packed if call.ask else packed
+
+
+Write = Callable[[bytes], Awaitable[None]]
+Read = Callable[[], Awaitable[Any]]
+
+
+def _direct(conn: AbstractConnection) -> tuple[Write, Read]:
+    """How :meth:`Link.exchange` writes to and reads from ``conn``: its stream and parser where
+    redis-py has them (every connection class of redis-py 5 to 8), else its public methods, a
+    reply that is an error returned rather than raised either way."""
+    writer, parser = getattr(conn, "_writer", None), getattr(conn, "_parser", None)
+    if writer is not None and parser is not None:
+
+        async def write(data: bytes) -> None:
+            writer.write(data)
+            await writer.drain()
+
+        return write, parser.read_response
+
+    async def read() -> Any:
+        try:
+            return await conn.read_response()
+        except ResponseError as exc:
+            return exc
+
+    return conn.send_packed_command, read
 
 
 class Lost:
@@ -161,33 +186,20 @@ class Link:
         loop_time = asyncio.get_running_loop().time
         try:
             conn = await self.connection()
-            writer, parser = getattr(conn, "_writer", None), getattr(conn, "_parser", None)
-            if writer is None or parser is None:
-                await conn.send_packed_command(b"".join(packed))
-                for call in sendable:
-                    if call.ask:
-                        with contextlib.suppress(ResponseError):
-                            await conn.read_response()  # ASKING's +OK
-                    try:
-                        out[id(call)] = await conn.read_response()
-                    except ResponseError as exc:
-                        out[id(call)] = exc
-                    answered += 1
-                return out
+            if conn.health_check_interval:  # a PING first when the link was idle that long
+                await conn.check_health()  # type: ignore[no-untyped-call]
             # The batch straight onto the connection's stream, its replies straight from its
             # parser, under one deadline: redis-py's send_packed_command runs the write as a
             # task (asyncio.wait_for) and read_response arms a timer per reply, ~10 timers and
             # a task per turn (issue 15). A reply that is an error comes back as its
             # ResponseError; a broken or stalled connection raises, and is dropped below.
-            if conn.health_check_interval:  # a PING first when the link was idle that long
-                await conn.check_health()  # type: ignore[no-untyped-call]
+            write, read = _direct(conn)
             async with asyncio.timeout(conn.socket_timeout):
-                writer.write(b"".join(packed))
-                await writer.drain()
+                await write(b"".join(packed))
                 for call in sendable:
                     if call.ask:
-                        await parser.read_response()  # ASKING's +OK (or its error)
-                    out[id(call)] = await parser.read_response()
+                        await read()  # ASKING's +OK (or its error)
+                    out[id(call)] = await read()
                     answered += 1
             if conn.health_check_interval:  # as read_response would: the link is alive
                 conn.next_health_check = loop_time() + conn.health_check_interval
