@@ -384,3 +384,13 @@ async def dump_keys(nodes: list[tuple[str, int]], pattern: str) -> dict[str, Any
         finally:
             await client.aclose()
     return out
+
+
+async def redis_cpu_seconds(url: str) -> float:
+    """The whole Redis server's CPU so far (``INFO cpu``)."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        info = await client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    finally:
+        await client.aclose()

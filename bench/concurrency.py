@@ -49,11 +49,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chaos_redis import StandaloneRedis
+from chaos_redis import StandaloneRedis, redis_cpu_seconds
 from pipeline import (
     INTEGRATION,
     Daemon,
@@ -256,16 +255,6 @@ async def with_redis(
         loadavg_after=loadavg(),
     )
     return result
-
-
-async def redis_cpu_seconds(url: str) -> float:
-    """The whole Redis server's CPU so far (``INFO cpu``)."""
-    client = aioredis.Redis.from_url(url)
-    try:
-        info = await client.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    finally:
-        await client.aclose()
 
 
 async def measure(

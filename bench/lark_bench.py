@@ -216,18 +216,21 @@ def serve(kind: str, port: int) -> None:
 
 
 # --- the Python client (fallback, profiling) -------------------------------------------------
+def sealed_event(i: int) -> tuple[bytes, dict[str, str]]:
+    """The ``i``-th bench event (one of 200 group chats, the bot @-mentioned, its own message
+    id), sealed and signed as Lark sends it: body and headers."""
+    event = message_event(
+        f"@_user_1 question {i}",
+        chat_id=f"oc_bench{i % 200}",
+        chat_type="group",
+        message_id=f"om_{uuid.uuid4().hex[:16]}",
+        mentions=[bot_mention()],
+    )
+    return sealed(event, nonce=uuid.uuid4().hex[:16])
+
+
 def payloads(n: int) -> list[tuple[bytes, dict[str, str]]]:
-    out = []
-    for i in range(n):
-        event = message_event(
-            f"@_user_1 question {i}",
-            chat_id=f"oc_bench{i % 200}",
-            chat_type="group",
-            message_id=f"om_{uuid.uuid4().hex[:16]}",
-            mentions=[bot_mention()],
-        )
-        out.append(sealed(event, nonce=uuid.uuid4().hex[:16]))
-    return out
+    return [sealed_event(i) for i in range(n)]
 
 
 async def drive(

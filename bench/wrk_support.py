@@ -17,19 +17,16 @@ import resource
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
-
-import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from chaos_redis import redis_cpu_seconds  # noqa: E402
+from lark_bench import sealed_event  # noqa: E402
 from procstat import cpu_seconds, machine_busy_seconds, pin_to  # noqa: E402
-
-from tests.lark_support import bot_mention, message_event, sealed  # noqa: E402
 
 WRK_SCRIPT = Path(__file__).with_name("lark_wrk.lua")
 
@@ -59,14 +56,7 @@ def write_payloads(path: Path, n: int) -> None:
     the daemon refuses timestamps outside its replay window, so write them just before use)."""
     with path.open("w") as out:
         for i in range(n):
-            event = message_event(
-                f"@_user_1 question {i}",
-                chat_id=f"oc_bench{i % 200}",
-                chat_type="group",
-                message_id=f"om_{uuid.uuid4().hex[:16]}",
-                mentions=[bot_mention()],
-            )
-            body, headers = sealed(event, nonce=uuid.uuid4().hex[:16])
+            body, headers = sealed_event(i)
             line = "\t".join(
                 (
                     headers["X-Lark-Request-Timestamp"],
@@ -76,16 +66,6 @@ def write_payloads(path: Path, n: int) -> None:
                 )
             )
             out.write(line + "\n")
-
-
-# --- CPU -----------------------------------------------------------------------------------------
-async def redis_cpu_seconds(url: str) -> float:
-    client = aioredis.Redis.from_url(url)
-    try:
-        info = await client.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    finally:
-        await client.aclose()
 
 
 # --- one run ---------------------------------------------------------------------------------
