@@ -1,13 +1,7 @@
 // Xpert Gateway console: a tiny IM emulator. Plain JS, no build step.
 (() => {
   "use strict";
-  const $ = (sel) => document.querySelector(sel);
-  const el = (tag, cls, text) => {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text != null) e.textContent = text;
-    return e;
-  };
+  const { $, el } = window.xgwDom;
   // A step's mark: ✓ only once the step is done; a running step shows a spinner instead.
   const STEP_MARK = { done: "✓", failed: "✗", cancelled: "–" };
   const STEP_WORD = { running: "running", done: "done", failed: "failed", cancelled: "stopped" };

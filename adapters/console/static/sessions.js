@@ -3,13 +3,7 @@
 // audit trail as a timeline per turn. Plain JS, no build step.
 (() => {
   "use strict";
-  const $ = (sel) => document.querySelector(sel);
-  const el = (tag, cls, text) => {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text != null) e.textContent = text;
-    return e;
-  };
+  const { $, el } = window.xgwDom;
   const TOKEN_KEY = "xgw.adminToken";
   const OUTCOMES = ["done", "error", "cancelled", "interrupted", "handback", "gave_up", "refused"];
   const MARK = { done: "✓", failed: "✗", cancelled: "–", running: "…" };
