@@ -171,35 +171,6 @@ class SessionRecords:
             ]
         return TurnContext(memory, values, group, backend, seen)
 
-    async def turn_done(
-        self,
-        session_id: str,
-        variables: dict[str, str],
-        audit: dict[str, Any] | None,
-        *,
-        entry: AuditEntry | None = None,
-        session: dict[str, Any] | None = None,
-        now_ms: int = 0,
-        audit_maxlen: int = 10_000,
-        stored: dict[str, str] | None = None,
-    ) -> None:
-        """At the end of a turn, at once: the variables it saw (for the admin API; only those
-        that differ from ``stored``, what the session's last turn saw), its row in the audit
-        stream (bounded by MAXLEN rather than a TTL) and its audit record (``entry``,
-        sessions/audit.py; ``session``: the session's summary should the trail have none yet)."""
-        await asyncio.gather(
-            *self.turn_writes(
-                session_id,
-                variables,
-                audit,
-                entry=entry,
-                session=session,
-                now_ms=now_ms,
-                audit_maxlen=audit_maxlen,
-                stored=stored,
-            )
-        )
-
     def turn_writes(
         self,
         session_id: str,
@@ -212,8 +183,11 @@ class SessionRecords:
         audit_maxlen: int = 10_000,
         stored: dict[str, str] | None = None,
     ) -> list[Coroutine[Any, Any, Any]]:
-        """The writes of :meth:`turn_done`, not yet started: a caller that starts them in the
-        same tick as its own calls has them all sent together."""
+        """At the end of a turn, not yet started: the variables it saw (for the admin API; only
+        those that differ from ``stored``, what the session's last turn saw), its row in the
+        audit stream (bounded by MAXLEN rather than a TTL) and its audit record (``entry``,
+        sessions/audit.py; ``session``: the session's summary should the trail have none yet).
+        A caller that starts them in the same tick as its own calls has them sent together."""
         # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
         stored = stored or {}
         seen = [
