@@ -34,7 +34,8 @@ CONSOLE_SCRIPTS = frozenset({"timeline_put"})
 
 def script_names() -> dict[str, str]:
     """sha1 -> script name for the gateway's Lua scripts (what EVALSHA names), including those
-    with intake.lua spliced in at ``--INTAKE--`` (sessions/budgets.py, sessions/watch.py)."""
+    with intake.lua spliced in at ``--INTAKE--`` (sessions/budgets.py, sessions/watch.py) and the
+    intake that claims its turn (intake_claim.lua)."""
     texts = {path.stem: path.read_text("utf-8") for path in sorted(LUA_DIR.glob("*.lua"))}
     names = {}
     for name, text in texts.items():
@@ -42,6 +43,12 @@ def script_names() -> dict[str, str]:
         if "--INTAKE--" in text and "intake" in texts:
             spliced = text.replace("--INTAKE--", texts["intake"], 1)
             names[hashlib.sha1(spliced.encode()).hexdigest()] = f"{name}(intake)"
+    # budget_intake.lua (with intake.lua) and claim.lua spliced into intake_claim.lua
+    if "intake_claim" in texts:
+        budget = texts["budget_intake"].replace("--INTAKE--", texts["intake"], 1)
+        both = texts["intake_claim"].replace("--BUDGET--", budget, 1)
+        both = both.replace("--CLAIM--", texts["claim"], 1)
+        names[hashlib.sha1(both.encode()).hexdigest()] = "intake_claim"
     return names
 
 

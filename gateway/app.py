@@ -173,6 +173,7 @@ class Gateway:
             wake=self.flusher.wake,
             spawn=self.spawn,
             control=self.control,
+            claims=self.flusher,
         )
         self.pipeline.budgets.observer = self.metrics  # refusals: xgw_budget_refusals_total
         ingest = self.metrics.wrap_ingest(self.pipeline.ingest)

@@ -33,7 +33,7 @@ from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.routing import route
 from gateway.settings import IntegrationBase
-from sessions import SessionRecords, SessionStore
+from sessions import ClaimRequest, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult, BudgetLimits, BudgetStore
 
 if TYPE_CHECKING:  # gateway.turns imports this module (the runner counts tokens)
@@ -107,8 +107,10 @@ class Budgets:
         window_ms: int,
         max_window_ms: int,
         mode: Literal["collect", "reject"],
+        claim: ClaimRequest | None = None,
     ) -> BudgetIntakeResult:
-        """Store ``env`` unless it would start a turn over a limit: one round trip."""
+        """Store ``env`` unless it would start a turn over a limit: one round trip (which also
+        claims the turn with ``claim`` when the message is due at once)."""
         limits = limits_for(integ, env)
         at = self.clock()
         day, day_end = day_of(integ.timezone, at)
@@ -130,6 +132,7 @@ class Budgets:
             budget_now_ms=at,
             day=day,
             day_end_ms=day_end,
+            claim=claim,
         )
 
     def refusal_text(

@@ -1,8 +1,10 @@
 """The flusher: finds conversations whose burst is due (or whose owner died) and has the runner
 claim and start them.
 
-Local intake wakes it at once (window 0 => no polling delay); otherwise it sleeps until the next
-due time or ``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
+A local message due at once (window 0) has its turn claimed by its own intake call when there is
+room here (``ticket`` / ``settle``: one round trip from the webhook to the turn); any other local
+intake wakes the flusher at once; otherwise it sleeps until the next due time or
+``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
 A look at every due shard (``runtime.dueShards``) is one pipelined round trip per Redis server;
 between those, a conversation a local intake made due now is claimed at once (the claim script
 checks the due index itself), and one due later has only its shard read when it is due.
@@ -13,14 +15,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from gateway.clock import now_ms
 from gateway.turns import Runner
-from sessions import SessionStore
+from gateway.turns.prefetch import Prefetched
+from sessions import ClaimRequest, SessionStore
 
 log = structlog.get_logger("gateway.flusher")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTicket:
+    """A claim sent along with a message's intake (``Flusher.ticket``)."""
+
+    conversation: str
+    request: ClaimRequest
+    prefetched: Prefetched | None
 
 
 class Flusher:
@@ -44,6 +58,7 @@ class Flusher:
         self._next: dict[int, int] = {}
         self._woken: set[int] = set()
         self._direct: dict[str, None] = {}  # due now by a local intake: claimed without a read
+        self._riding: dict[str, ClaimTicket] = {}  # claims sent with an intake, not yet answered
         self._read_all_at: int | None = None
         self._stopping = False
         self.claims = 0
@@ -61,6 +76,41 @@ class Flusher:
                 self._next[shard] = due_ms
         if due_ms <= self.clock() + 1:
             self._event.set()
+
+    # --- a claim that rides with a message's intake -------------------------------------------
+    def ticket(self, conversation: str) -> ClaimTicket | None:
+        """A claim to send with a local message's intake (window 0), so a message due at once
+        has its turn claimed in the same call; None when there is no room here or the
+        conversation's turn runs here (or is being claimed): then the intake wakes as before."""
+        active = self.runner.active
+        if (
+            self._stopping
+            or self.runner.handing_back
+            or conversation in active
+            or conversation in self._riding
+            or len(active) + len(self._riding) >= self.max_runs
+        ):
+            return None
+        request, prefetched = self.runner.claim_request(conversation)
+        ticket = self._riding[conversation] = ClaimTicket(conversation, request, prefetched)
+        return ticket
+
+    def settle(self, ticket: ClaimTicket, reply: list[Any] | None) -> bool:
+        """The intake's answer to ``ticket``: start the turn it claimed. True when the claim
+        was tried (started, or left to the next look at its shard), False when it was not
+        (the message was not due at once, or the call failed): the caller wakes as usual."""
+        if self._riding.get(ticket.conversation) is ticket:
+            del self._riding[ticket.conversation]
+        if reply is None:
+            return False
+        claim = self.runner.claimed(ticket.conversation, ticket.request, ticket.prefetched, reply)
+        if claim is None:  # another's lease, or nothing left: its shard is read instead
+            self._woken.add(self.store.keys.shard(ticket.conversation))
+            self._event.set()
+        else:
+            self.runner.start(claim)
+            self.claims += 1
+        return True
 
     def stop(self) -> None:
         self._stopping = True
@@ -86,12 +136,12 @@ class Flusher:
         those, only the shards a local intake woke or that hold something due by now. A
         conversation a local intake made due now is claimed first, without a read."""
         now = self.clock()
-        room = self.max_runs - len(self.runner.active)
+        room = self.max_runs - len(self.runner.active) - len(self._riding)
         if room <= 0:  # busy: a run ending or the next poll looks again
             return
         if self._direct:
             await self._claim_direct(room)
-            room = self.max_runs - len(self.runner.active)
+            room = self.max_runs - len(self.runner.active) - len(self._riding)
             if room <= 0:
                 return
         every = self._read_all_at is None or now - self._read_all_at >= self.poll_ms

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from redis.exceptions import RedisError
@@ -35,7 +35,7 @@ from gateway.progress import (
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers import routines
 from gateway.triggers.watch_intake import GroupWatch
-from sessions import IntakeResult, SessionRecords, SessionStore, StoreUnavailable
+from sessions import ClaimRequest, IntakeResult, SessionRecords, SessionStore, StoreUnavailable
 from sessions.budgets import BudgetIntakeResult
 
 log = structlog.get_logger("gateway.intake")
@@ -44,6 +44,19 @@ BUSY_TEXT = "I'm still working on your previous message. Wait for it to finish, 
 
 
 __all__ = ["BUSY_TEXT", "Pipeline", "ShuttingDown"]  # ShuttingDown: moved to gateway.adapter
+
+
+class _Ticket(Protocol):
+    @property
+    def request(self) -> ClaimRequest: ...
+
+
+class RidingClaims(Protocol):
+    """Claims that ride with a message's intake (``gateway.flusher.Flusher``)."""
+
+    def ticket(self, conversation: str) -> _Ticket | None: ...
+
+    def settle(self, ticket: Any, reply: list[Any] | None) -> bool: ...
 
 
 class Pipeline:
@@ -58,8 +71,10 @@ class Pipeline:
         spawn: Callable[[Awaitable[Any]], None],
         control: Control | None = None,
         clock: Callable[[], int] = now_ms,
+        claims: RidingClaims | None = None,
     ) -> None:
         self.store = store
+        self.claims = claims  # claims sent with a message's intake (gateway.flusher)
         self.control = control or Control(store=store)
         self.records = records
         self._settings = settings  # read at each use: a reload replaces what it answers
@@ -198,9 +213,23 @@ class Pipeline:
             "max_window_ms": int(integ.max_window_seconds * 1000),
             "mode": mode,
         }
+        claimed = False
         if env.kind == "message":  # a message may start a turn: under the budgets, same step
             result: IntakeResult | BudgetIntakeResult
-            result = await self.budgets.intake(integ, env, conv, **stored)
+            # Due at once (window 0): its turn is claimed by the same call when there is room.
+            claims = self.claims
+            ticket = claims.ticket(conv) if claims and not stored["window_ms"] else None
+            if claims is None or ticket is None:
+                result = await self.budgets.intake(integ, env, conv, **stored)
+            else:
+                reply = None
+                try:
+                    result = await self.budgets.intake(
+                        integ, env, conv, claim=ticket.request, **stored
+                    )
+                    reply = result.claimed
+                finally:
+                    claimed = claims.settle(ticket, reply)
             if result.status in ("refused", "again"):
                 return self.budgets.refused(
                     integ, env, conv, result, notice=self._notice, spawn=self.spawn,
@@ -213,7 +242,9 @@ class Pipeline:
         if result.status == "busy":
             self._reply(env, BUSY_TEXT)
             return IngestOutcome("busy")
-        if not result.busy:
+        if claimed:
+            pass  # its turn runs here already (or its shard is looked at)
+        elif not result.busy:
             self.wake(result.due_ms, conv)
         elif integ.busy_policy == "steer":
             # Stored first (durable); the replica running the turn hands it to the agent and

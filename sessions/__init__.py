@@ -16,6 +16,7 @@ from sessions.schedules import ScheduleStore
 from sessions.store import (
     Binding,
     Claim,
+    ClaimRequest,
     IntakeResult,
     SessionStore,
     StoreUnavailable,
@@ -25,6 +26,7 @@ from sessions.timeline import TimelineStore
 __all__ = [
     "Binding",
     "Claim",
+    "ClaimRequest",
     "EventCardStore",
     "HistoryStore",
     "IntakeResult",

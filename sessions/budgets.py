@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from redis.commands.core import AsyncScript
 
 from sessions.keys import KeyBuilder
-from sessions.store import SessionStore
+from sessions.store import ClaimRequest, SessionStore
 
 HOUR_MS = 3_600_000
 USAGE_KEEP_MS = 48 * HOUR_MS  # a conversation unused this long leaves the usage index
@@ -45,6 +45,9 @@ class BudgetIntakeResult:
     busy: bool
     limit: str = ""
     retry_ms: int = 0
+    # With a claim request: claim.lua's reply when the message was due at once and its turn's
+    # claim was tried in the same call (``Claim.of_reply``), else None.
+    claimed: list[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class BudgetStore:
         self.store = store
         self._intake: AsyncScript | None = None
         self._spend: AsyncScript | None = None
+        self._intake_claim: AsyncScript | None = None
 
     @property
     def keys(self) -> KeyBuilder:
@@ -70,6 +74,9 @@ class BudgetStore:
             text = _load("budget_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
             self._intake = self.store.redis.register_script(text)
             self._spend = self.store.redis.register_script(_load("budget_spend.lua"))
+            both = _load("intake_claim.lua").replace("--BUDGET--", text, 1)
+            both = both.replace("--CLAIM--", _load("claim.lua"), 1)
+            self._intake_claim = self.store.redis.register_script(both)
         return self._intake, self._spend
 
     async def intake(
@@ -88,35 +95,39 @@ class BudgetStore:
         budget_now_ms: int,
         day: str,
         day_end_ms: int,
+        claim: ClaimRequest | None = None,
     ) -> BudgetIntakeResult:
         """Dedup, check the limits and append in ONE round trip; returns once the envelope is
-        durable in Redis (or refused, with nothing of it stored but the verdict)."""
+        durable in Redis (or refused, with nothing of it stored but the verdict). With
+        ``claim``, a message that is due at once (window 0, no turn running) has its turn
+        claimed in the same call (``BudgetIntakeResult.claimed``)."""
         k, store = self.keys, self.store
         script, _ = self._scripts()
+        keys = [
+            *store.intake_keys(conversation, event_id),
+            k.budget_turns(conversation),
+            k.budget_sender_turns(conversation, sender_id),
+            k.budget_tokens(conversation, day),
+            k.budget_refused(conversation, day),
+            k.usage_of(conversation, integration_id),
+        ]
+        args = [
+            *store.intake_args(conversation, envelope_json, now_ms, window_ms, max_window_ms, mode),
+            event_id,
+            budget_now_ms,
+            _limit(limits.chat_turns),
+            _limit(limits.sender_turns),
+            _limit(limits.tokens),
+            day_end_ms,
+            USAGE_KEEP_MS,
+        ]
+        if claim is not None:
+            script = cast(AsyncScript, self._intake_claim)
+            keys += [k.lease(conversation), k.binding(conversation)]
+            args += store.claim_args(conversation, claim)[2:]
         # A storage error goes up as redis-py raised it (the pipeline makes it one error).
-        status, due, busy, verdict = await store.pipe.evalsha(
-            script,
-            [
-                *store.intake_keys(conversation, event_id),
-                k.budget_turns(conversation),
-                k.budget_sender_turns(conversation, sender_id),
-                k.budget_tokens(conversation, day),
-                k.budget_refused(conversation, day),
-                k.usage_of(conversation, integration_id),
-            ],
-            [
-                *store.intake_args(
-                    conversation, envelope_json, now_ms, window_ms, max_window_ms, mode
-                ),
-                event_id,
-                budget_now_ms,
-                _limit(limits.chat_turns),
-                _limit(limits.sender_turns),
-                _limit(limits.tokens),
-                day_end_ms,
-                USAGE_KEEP_MS,
-            ],
-        )
+        reply = await store.pipe.evalsha(script, keys, args)
+        status, due, busy, verdict = reply[:4]
         limit, _, retry = str(verdict).partition(":")
         return BudgetIntakeResult(
             status=status,
@@ -124,6 +135,7 @@ class BudgetStore:
             busy=bool(int(busy)),
             limit=limit,
             retry_ms=int(retry or 0),
+            claimed=reply[4] if len(reply) > 4 else None,
         )
 
     async def spend(

@@ -48,6 +48,21 @@ class Claim:
     def turn_id(self) -> str:
         return self.turn["id"]
 
+    @classmethod
+    def of_reply(cls, conversation: str, owner: str, reply: list[Any]) -> Claim | None:
+        """claim.lua's reply: the claimed turn, or None (nothing due, another's lease, empty)."""
+        if reply[0] not in ("new", "resume"):
+            return None
+        return cls(
+            conversation=conversation,
+            owner=owner,
+            resumed=reply[0] == "resume",
+            turn=json.loads(reply[1]),
+            bound=Binding(state="continue", fields=json.loads(reply[2]))
+            if len(reply) > 2
+            else None,
+        )
+
     @property
     def attempts(self) -> int:
         return int(self.turn.get("attempts", "1"))
@@ -56,3 +71,15 @@ class Claim:
     def items(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = json.loads(self.turn.get("items", "[]"))
         return items
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What a claim of a conversation's due turn needs (``SessionStore.claim``); also sent with
+    a message's intake, to claim its turn in the same call when it is due at once."""
+
+    owner: str
+    turn_id: str
+    now_ms: int
+    lease_ms: int
+    session_timeout_ms: int = 0

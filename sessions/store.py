@@ -22,6 +22,7 @@ from sessions.layout import ensure_layout
 from sessions.pubsub import PubSubHub
 from sessions.results import Binding as Binding
 from sessions.results import Claim as Claim
+from sessions.results import ClaimRequest as ClaimRequest
 from sessions.results import IntakeResult as IntakeResult
 from sessions.results import StoreUnavailable as StoreUnavailable
 from sessions.results import audit_fields as audit_fields
@@ -209,37 +210,43 @@ class SessionStore:
         """Take the conversation's due turn. With ``session_timeout_ms``, a new turn of plain
         messages also continues the conversation's session when it has one not idle past that
         (``Claim.bound``: the binding, as ``open_or_continue`` answers it), in the same call."""
+        request = ClaimRequest(owner, turn_id, now_ms, lease_ms, session_timeout_ms)
+        return Claim.of_reply(conversation, owner, await self.claim_reply(conversation, request))
+
+    async def claim_reply(self, conversation: str, request: ClaimRequest) -> list[Any]:
+        """claim.lua's reply to ``request`` (``Claim.of_reply`` reads it)."""
+        return cast(
+            list[Any],
+            await self.pipe.evalsha(
+                self._claim, self.claim_keys(conversation), self.claim_args(conversation, request)
+            ),
+        )
+
+    def claim_keys(self, conversation: str) -> list[str]:
+        """KEYS of claim.lua."""
         k = self.keys
-        res = await self.pipe.evalsha(
-            self._claim,
-            keys=[
-                k.due_of(conversation),
-                k.lease(conversation),
-                k.burst(conversation),
-                k.burst_meta(conversation),
-                k.turn(conversation),
-                k.binding(conversation),
-            ],
-            args=[
-                conversation,
-                now_ms,
-                owner,
-                lease_ms,
-                turn_id,
-                self.turn_ttl_ms,
-                session_timeout_ms,
-                session_timeout_ms + 60_000,
-            ],
-        )
-        if res[0] not in ("new", "resume"):
-            return None
-        return Claim(
-            conversation=conversation,
-            owner=owner,
-            resumed=res[0] == "resume",
-            turn=json.loads(res[1]),
-            bound=Binding(state="continue", fields=json.loads(res[2])) if len(res) > 2 else None,
-        )
+        return [
+            k.due_of(conversation),
+            k.lease(conversation),
+            k.burst(conversation),
+            k.burst_meta(conversation),
+            k.turn(conversation),
+            k.binding(conversation),
+        ]
+
+    def claim_args(self, conversation: str, request: ClaimRequest) -> list[Any]:
+        """ARGV of claim.lua."""
+        timeout = request.session_timeout_ms
+        return [
+            conversation,
+            request.now_ms,
+            request.owner,
+            request.lease_ms,
+            request.turn_id,
+            self.turn_ttl_ms,
+            timeout,
+            timeout + 60_000,
+        ]
 
     async def renew(
         self, *, conversation: str, owner: str, now_ms: int, lease_ms: int

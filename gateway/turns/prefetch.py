@@ -26,6 +26,9 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()  # a read nobody uses must not log "never retrieved"
 
 
+Prefetched = tuple[_Where, "asyncio.Future[list[Any]]"]  # reads on their way, and for where
+
+
 class ContextPrefetch:
     def __init__(self, records: SessionRecords) -> None:
         self.records = records
@@ -38,7 +41,7 @@ class ContextPrefetch:
             self._known.clear()
         self._known[conversation] = _Where(integration_id, chat_id, session)
 
-    def start(self, conversation: str) -> tuple[_Where, asyncio.Future[list[Any]]] | None:
+    def start(self, conversation: str) -> Prefetched | None:
         """The reads of the conversation's next context, on their way (None: not known here).
         Call it just before the claim's own call, in the same tick."""
         where = self._known.get(conversation)
@@ -50,7 +53,7 @@ class ContextPrefetch:
         reads.add_done_callback(_retrieved)
         return where, reads
 
-    def hold(self, turn_id: str, started: tuple[_Where, asyncio.Future[list[Any]]]) -> None:
+    def hold(self, turn_id: str, started: Prefetched) -> None:
         self._pending[turn_id] = started
 
     def drop(self, turn_id: str) -> None:

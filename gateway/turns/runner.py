@@ -31,10 +31,10 @@ from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
 from gateway.turns.kinds import TurnKinds, TurnResult
 from gateway.turns.lease import LeaseKeeper
-from gateway.turns.prefetch import ContextPrefetch
+from gateway.turns.prefetch import ContextPrefetch, Prefetched
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
 from gateway.turns.snapshot import SessionSnapshot
-from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
+from sessions import Claim, ClaimRequest, EventCardStore, HistoryStore, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.runner")
 
@@ -104,23 +104,39 @@ class Runner:
         return self.start(claim) if claim is not None else None
 
     async def _claim(self, conversation: str) -> Claim | None:
+        request, prefetched = self.claim_request(conversation)
+        reply = await self.store.claim_reply(conversation, request)
+        return self.claimed(conversation, request, prefetched, reply)
+
+    def claim_request(self, conversation: str) -> tuple[ClaimRequest, Prefetched | None]:
+        """What a claim of ``conversation`` sends, and its context reads when they can go along
+        (started now: call it in the tick that sends the claim, just before it)."""
         # The conversation's integration (its id leads the conversation id) gives the session's
         # idle timeout, so the claim can continue the session in the same call.
         settings = self.settings
         integ_id, _, scope = conversation.partition("|")
         integ = settings.integration(integ_id)
-        # Its context reads go along when its last turn ran here (not where the turn also reads
-        # the group's recent messages): the claim is queued first, the reads right after it.
-        grouped = integ is not None and integ.history_context_limit and scope[:6] == "group:"
-        prefetched = None if grouped else self.prefetch.start(conversation)
-        claim = await self.store.claim(
-            conversation=conversation,
+        request = ClaimRequest(
             owner=f"{self.replica_id}:{uuid.uuid4().hex[:12]}",
             turn_id=uuid.uuid4().hex,
             now_ms=self.clock(),
             lease_ms=int(settings.runtime.lease_seconds * 1000),
             session_timeout_ms=integ.session_timeout_seconds * 1000 if integ else 0,
         )
+        # Its context reads go along when its last turn ran here (not where the turn also reads
+        # the group's recent messages): the claim is queued first, the reads right after it.
+        grouped = integ is not None and integ.history_context_limit and scope[:6] == "group:"
+        return request, None if grouped else self.prefetch.start(conversation)
+
+    def claimed(
+        self,
+        conversation: str,
+        request: ClaimRequest,
+        prefetched: Prefetched | None,
+        reply: list[Any],
+    ) -> Claim | None:
+        """The claim ``reply`` (claim.lua's) to ``request``: the turn now owned, or None."""
+        claim = Claim.of_reply(conversation, request.owner, reply)
         if claim is not None and prefetched is not None:
             self.prefetch.hold(claim.turn_id, prefetched)
         return claim

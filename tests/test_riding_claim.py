@@ -1,0 +1,145 @@
+"""A message due at once has its turn claimed by its own intake call (issue 15): one script call
+from the POST to a turn this replica owns, on the shared Redis and on a cluster. When there is
+no room, the conversation runs here already, or another replica holds its lease, the message
+takes the flusher's way as before and is still answered exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.flusher import Flusher
+from sessions import KeyBuilder
+from sessions.budgets import _load
+from tests.conftest import BOTH_REDIS, RedisTarget, base_config, eventually
+from tests.helpers import InProcessGateway
+
+pytestmark = BOTH_REDIS
+
+CONV = "console|p2p:dm-alice"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _shas() -> tuple[str, str]:
+    """The SHA1s of claim.lua and of the intake-with-claim script, as sessions/budgets.py
+    builds it."""
+    budget = _load("budget_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
+    both = _load("intake_claim.lua").replace("--BUDGET--", budget, 1)
+    both = both.replace("--CLAIM--", _load("claim.lua"), 1)
+    return _sha(_load("claim.lua")), _sha(both)
+
+
+async def _monitored(
+    redis_target: RedisTarget, action: Callable[[], Awaitable[None]]
+) -> list[list[str]]:
+    """The EVALSHA commands Redis ran while ``action`` ran (standalone: MONITOR)."""
+    client = redis_target.client()
+    seen: list[list[str]] = []
+    try:
+        async with client.monitor() as monitor:
+            done = asyncio.Event()
+
+            async def listen() -> None:
+                while not done.is_set():
+                    info = await monitor.next_command()
+                    parts = str(info.get("command", "")).split()
+                    if parts and parts[0].upper() == "EVALSHA":
+                        seen.append(parts)
+
+            task = asyncio.create_task(listen())
+            try:
+                await action()
+                await asyncio.sleep(0.3)
+            finally:
+                done.set()
+                task.cancel()
+    finally:
+        await client.aclose()
+    return seen
+
+
+async def test_a_message_due_at_once_is_claimed_by_its_intake(
+    gateways: Callable[[dict[str, Any]], Awaitable[InProcessGateway]],
+    prefix: str,
+    redis_target: RedisTarget,
+) -> None:
+    gw = await gateways(base_config(prefix))
+    flusher = gw.gateway.flusher
+    before = flusher.claims
+
+    async def one_turn() -> None:
+        await gw.client.send("hello")
+        await gw.client.wait_cards()
+
+    if redis_target.mode == "cluster":  # MONITOR is per node: the turn, and who claimed it
+        await one_turn()
+    else:
+        claim_sha, both_sha = _shas()
+        calls = await _monitored(redis_target, one_turn)
+        shas = [parts[1].strip('"') for parts in calls]
+        assert shas.count(both_sha) == 1
+        assert claim_sha not in shas  # no second call to claim the turn
+    assert flusher.claims == before + 1
+    assert not flusher._riding and not flusher._direct
+    [card] = await gw.client.cards()
+    assert card["card"]["answer"] == "You said:\n> hello"
+
+
+async def test_no_ticket_without_room_or_while_the_conversation_runs_here(
+    gateways: Callable[[dict[str, Any]], Awaitable[InProcessGateway]], prefix: str
+) -> None:
+    config = base_config(prefix)
+    config["runtime"]["maxConcurrentRuns"] = 1
+    gw = await gateways(config)
+    flusher: Flusher = gw.gateway.flusher
+    ticket = flusher.ticket(CONV)
+    assert ticket is not None
+    # One claim on its way fills the only slot; the same conversation gets no second one.
+    assert flusher.ticket(CONV) is None
+    assert flusher.ticket("console|p2p:dm-bob") is None
+    assert flusher.settle(ticket, None) is False  # not tried: the caller wakes as before
+    assert not flusher._riding
+    assert flusher.ticket("console|p2p:dm-bob") is not None
+
+
+async def test_messages_beyond_the_room_still_run_once_each(
+    gateways: Callable[[dict[str, Any]], Awaitable[InProcessGateway]], prefix: str
+) -> None:
+    config = base_config(prefix)
+    config["runtime"]["maxConcurrentRuns"] = 1
+    config["experts"] = [
+        {"id": "echo", "kind": "echo", "stepDelayMs": 60, "charDelayMs": 2, "chunkChars": 4}
+    ]
+    gw = await gateways(config)
+    chats = ["dm-a", "dm-b", "dm-c"]
+    await asyncio.gather(*(gw.client.send(f"hi {c}", chat=c, sender=c) for c in chats))
+    for chat in chats:
+        [card] = await gw.client.wait_cards(chat=chat)
+        assert card["card"]["answer"] == f"You said:\n> hi {chat}"
+    assert gw.gateway.flusher.claims == 3
+
+
+async def test_another_replicas_lease_defers_the_turn_until_it_ends(
+    gateways: Callable[[dict[str, Any]], Awaitable[InProcessGateway]],
+    prefix: str,
+    redis_client: aioredis.Redis,
+) -> None:
+    gw = await gateways(base_config(prefix))
+    keys = KeyBuilder(prefix=prefix)
+    # A lease nobody here holds (a replica between turns of this conversation): the claim that
+    # rides with the intake is refused, and the turn runs once the lease is gone.
+    await redis_client.set(keys.lease(CONV), "elsewhere:1", px=700)
+    await gw.client.send("after the lease")
+    await asyncio.sleep(0.3)
+    assert await gw.client.cards() == []
+    [card] = await gw.client.wait_cards(timeout=10)
+    assert card["card"]["answer"] == "You said:\n> after the lease"
+    await eventually(lambda: not gw.gateway.runner.active)
+    assert len(await gw.client.cards()) == 1
