@@ -45,12 +45,17 @@ class ClusterRedis:
         return Stats(self.nodes)
 
     async def audit_rows(self, prefix: str) -> list[dict[str, str]]:
+        from bench.chaos_replica import INTEGRATION
         from sessions import KeyBuilder
 
         client = RedisCluster.from_url(self.url, decode_responses=True)
         try:
-            rows = await client.xrange(KeyBuilder(prefix=prefix).audit(), count=1_000_000)
-            return [{str(k): str(v) for k, v in (f or {}).items()} for _id, f in rows or []]
+            keys = KeyBuilder(prefix=prefix)
+            rows: list[tuple[str, dict[str, str]]] = []
+            # Turn rows: the integration's stream (older versions: the global one).
+            for stream in (keys.audit(), keys.audit_events(INTEGRATION)):
+                rows += await client.xrange(stream, count=1_000_000) or []
+            return [{str(k): str(v) for k, v in (f or {}).items()} for _id, f in rows]
         finally:
             await client.aclose()
 

@@ -149,14 +149,17 @@ class StandaloneRedis:
         return Stats(self.nodes)
 
     async def audit_rows(self, prefix: str) -> list[dict[str, str]]:
+        from bench.chaos_replica import INTEGRATION
         from sessions import KeyBuilder
 
         client = aioredis.Redis(port=self.port, decode_responses=True)
         try:
-            rows = await client.xrange(KeyBuilder(prefix=prefix).audit(), count=1_000_000)
-            return [
-                {str(k): str(v) for k, v in (fields or {}).items()} for _id, fields in rows or []
-            ]
+            keys = KeyBuilder(prefix=prefix)
+            rows: list[tuple[str, dict[str, str]]] = []
+            # Turn rows: the integration's stream (older versions: the global one).
+            for stream in (keys.audit(), keys.audit_events(INTEGRATION)):
+                rows += await client.xrange(stream, count=1_000_000) or []
+            return [{str(k): str(v) for k, v in (fields or {}).items()} for _id, fields in rows]
         finally:
             await client.aclose()
 

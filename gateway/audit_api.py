@@ -3,7 +3,8 @@
 - ``GET /v1.0/audit?integrationId=&chatId=&sessionId=&outcome=&since=&limit=`` turn records,
   newest first (``count`` is an alias of ``limit``);
 - ``GET /v1.0/audit/events?event=&limit=`` the event stream (session ends, watch fires, one
-  short row per turn), newest first;
+  short row per turn), newest first: the global stream merged with every configured
+  integration's (its turn rows);
 - ``GET /v1.0/sessions?integrationId=&chatId=&status=live|recent&outcome=&limit=`` live and
   recent sessions, most recently active first; ``GET /v1.0/sessions/{id}`` one of them;
 - ``GET /v1.0/sessions/{id}/audit`` a session's turns in order.
@@ -204,8 +205,11 @@ class AuditApi:
         event = q.q.get("event") or None
         if event is not None and not re.fullmatch(r"[a-z][a-z.]{0,40}", event):
             raise BadQuery("event: a name such as session.end, watch.fire or turn")
-        rows = await self.audit.events(count=MAX_LIMIT * 10 if event else limit)
-        return ok([r for r in rows if event is None or r.get("event") == event][:limit])
+        # Turn rows are in each integration's stream (and, from older versions, the global
+        # one); every other event only in the global stream.
+        integrations = self._integrations(None) if event in (None, "turn") else []
+        rows = await self.audit.events(limit, integrations, event=event, scan=MAX_LIMIT * 10)
+        return ok(rows)
 
     # --- sessions ----------------------------------------------------------------------------
     async def sessions(self, request: web.Request) -> web.Response:

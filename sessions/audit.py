@@ -2,16 +2,18 @@
 
 A record is JSON this module does not interpret beyond what indexes it (``AuditEntry``). Per
 integration (one hash slot, ``keys.py``): the records, an index of them by end time, one per
-chat, per session and per outcome, and the sessions with a small summary each. One script
-(``audit_put.lua``) stores a record, indexes it and trims the trail past ``retention_ms`` and
-``max_records``; reads take one page of an index with its records in one round trip
-(``audit_page.lua``), so a query reads what it answers, not the whole trail.
+chat, per session and per outcome, the sessions with a small summary each, and the event stream
+of its turns' short rows. One script (``audit_put.lua``) stores a record, indexes it, adds the
+turn's row and trims the trail past ``retention_ms`` and ``max_records``; reads take one page
+of an index with its records in one round trip (``audit_page.lua``), so a query reads what it
+answers, not the whole trail.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -23,6 +25,7 @@ from sessions.keys import KeyBuilder
 
 DAY_MS = 86_400_000
 PAGE = 200  # index entries read per round trip while a filter skips records
+EVENTS_MAXLEN = 10_000  # rows kept (about) per event stream: the global one, each integration's
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,34 +71,47 @@ class AuditStore:
         self._session_open = client.register_script(_load("audit_session.lua"))
 
     # --- writes ------------------------------------------------------------------------------
-    async def put(self, entry: AuditEntry, *, now_ms: int, session: dict[str, Any]) -> int:
+    async def put(
+        self,
+        entry: AuditEntry,
+        *,
+        now_ms: int,
+        session: dict[str, Any],
+        row: Mapping[str, str] | None = None,
+        maxlen: int = EVENTS_MAXLEN,
+    ) -> int:
         """Store ``entry``; ``session`` is the session's summary should it have none yet (a
-        session opened before the audit trail existed). Returns the records the integration
-        keeps."""
+        session opened before the audit trail existed); ``row``, the turn's short row, goes to
+        the integration's event stream (``keys.audit_events``, at most about ``maxlen`` rows)
+        in the same script call. Returns the records the integration keeps."""
         k, i, limits = self.keys, entry.integration_id, self.limits()
         call = self._put if self.pipe is None else partial(self.pipe.evalsha, self._put)
-        kept = await call(
-            keys=[
-                k.audit_records(i),
-                k.audit_ends(i),
-                k.audit_chat(i, entry.chat_id),
-                k.audit_session(i, entry.session_id),
-                k.audit_outcome(i, entry.outcome),
-                k.audit_sessions(i),
-                k.audit_session_info(i),
-            ],
-            args=[
-                entry.record_id,
-                entry.body,
-                entry.end_ms,
-                now_ms,
-                limits.retention_ms,
-                limits.max_records,
-                entry.session_id,
-                json.dumps(session, separators=(",", ":"), ensure_ascii=False),
-                entry.outcome,
-            ],
-        )
+        keys = [
+            k.audit_records(i),
+            k.audit_ends(i),
+            k.audit_chat(i, entry.chat_id),
+            k.audit_session(i, entry.session_id),
+            k.audit_outcome(i, entry.outcome),
+            k.audit_sessions(i),
+            k.audit_session_info(i),
+        ]
+        args: list[Any] = [
+            entry.record_id,
+            entry.body,
+            entry.end_ms,
+            now_ms,
+            limits.retention_ms,
+            limits.max_records,
+            entry.session_id,
+            json.dumps(session, separators=(",", ":"), ensure_ascii=False),
+            entry.outcome,
+        ]
+        if row:
+            keys.append(k.audit_events(i))
+            args.append(maxlen)
+            for name, value in row.items():
+                args += (name, value)
+        kept = await call(keys=keys, args=args)
         return int(kept)
 
     async def session_opened(
@@ -227,10 +243,34 @@ class AuditStore:
             rows = await pipe.execute()
         return {conv: (bool(rows[2 * n]), rows[2 * n + 1]) for n, conv in enumerate(convs)}
 
-    async def events(self, count: int) -> list[dict[str, str]]:
-        """The newest ``count`` rows of the event stream (``keys.audit``), newest first."""
-        rows = cast(
-            list[tuple[str, dict[str, str]]],
-            await self.redis.xrevrange(self.keys.audit(), count=count),
-        )
-        return [dict(fields) for _id, fields in rows]
+    async def events(
+        self,
+        count: int,
+        integrations: Iterable[str] = (),
+        *,
+        event: str | None = None,
+        scan: int = EVENTS_MAXLEN,
+    ) -> list[dict[str, str]]:
+        """The newest ``count`` rows (of ``event`` only, when given), newest first, of the
+        global event stream (``keys.audit``: every kind of event) and of each of
+        ``integrations``' own (``keys.audit_events``: one turn row each), merged by stream id;
+        one pipeline. An integration's stream is read ``count`` rows deep (its rows are all of
+        one kind); with ``event``, the global one ``scan`` rows deep."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrevrange(self.keys.audit(), count=scan if event else count)
+            for integration_id in dict.fromkeys(integrations):
+                pipe.xrevrange(self.keys.audit_events(integration_id), count=count)
+            answers = cast(list[list[tuple[str, dict[str, str]]]], await pipe.execute())
+        out: list[dict[str, str]] = []
+        for _id, fields in heapq.merge(*answers, key=_stream_order, reverse=True):
+            if event is None or fields.get("event") == event:
+                out.append(dict(fields))
+                if len(out) == count:
+                    break
+        return out
+
+
+def _stream_order(row: tuple[str, Any]) -> tuple[int, int]:
+    """A stream row's place: its id ``<ms>-<seq>`` as a pair of numbers."""
+    ms, _, seq = row[0].partition("-")
+    return int(ms), int(seq or 0)

@@ -238,13 +238,13 @@ class KeyBuilder:
         return self._k("snapshot", digest)
 
     def audit(self) -> str:
-        """The audit stream: one key for everyone, bounded by MAXLEN rather than a TTL.
+        """The global event stream: session ends, watch fires (one key for everyone, bounded by
+        MAXLEN rather than a TTL), and the turn rows older versions wrote here.
 
         Safe on a cluster: it is only ever written by a single-key XADD (never in a script or
-        transaction with another key). It does put every audit record (one per turn, one per
-        refused or notable event) on the primary owning its slot: about 0.3 KB and one XADD per
-        turn, far below what one primary takes; a reader (``GET /v1.0/audit/events``) reads one
-        key. The full per-turn records are the per-integration trail below.
+        transaction with another key). A turn's row goes to its integration's stream
+        (:meth:`audit_events`) instead, in the script that stores its record; a reader
+        (``GET /v1.0/audit/events``) merges this stream with those.
         """
         return self._k("audit")
 
@@ -285,6 +285,11 @@ class KeyBuilder:
     def audit_session_info(self, integration_id: str) -> str:
         """Session id -> JSON summary (chat, expert, turns, outcomes, last activity)."""
         return self._audit(integration_id, "session-info")
+
+    def audit_events(self, integration_id: str) -> str:
+        """The integration's event stream: one short row per turn that ran to its end, added by
+        the script that stores the turn's record (bounded by MAXLEN, and the retention as TTL)."""
+        return self._audit(integration_id, "events")
 
     def record(self, namespace: str, key: str) -> str:
         """An adapter's own record (``sessions.records``); every write there carries a TTL."""

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, cast
 
 from redis.commands.core import AsyncScript
 
-from sessions.audit import AuditEntry, AuditLimits, AuditStore
+from sessions.audit import EVENTS_MAXLEN, AuditEntry, AuditLimits, AuditStore
 from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
@@ -180,14 +180,16 @@ class SessionRecords:
         entry: AuditEntry | None = None,
         session: dict[str, Any] | None = None,
         now_ms: int = 0,
-        audit_maxlen: int = 10_000,
+        audit_maxlen: int = EVENTS_MAXLEN,
         stored: dict[str, str] | None = None,
     ) -> list[Coroutine[Any, Any, Any]]:
         """At the end of a turn, not yet started: the variables it saw (for the admin API; only
-        those that differ from ``stored``, what the session's last turn saw), its row in the
-        audit stream (bounded by MAXLEN rather than a TTL) and its audit record (``entry``,
-        sessions/audit.py; ``session``: the session's summary should the trail have none yet).
-        A caller that starts them in the same tick as its own calls has them sent together."""
+        those that differ from ``stored``, what the session's last turn saw), its audit record
+        (``entry``, sessions/audit.py; ``session``: the session's summary should the trail have
+        none yet) and its row of the event stream (``audit``, at most about ``audit_maxlen``
+        rows kept): with ``entry``, in the same script call, on the integration's stream; a
+        row alone goes to the global stream. A caller that starts them in the same tick as its
+        own calls has them sent together."""
         # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
         stored = stored or {}
         seen = [
@@ -196,15 +198,19 @@ class SessionRecords:
             if not k.startswith("var.") and stored.get(k) != v
         ]
         writes: list[Coroutine[Any, Any, Any]] = []
+        row = audit_fields(audit) if audit else None
         if entry is not None:
-            writes.append(self.audit.put(entry, now_ms=now_ms, session=session or {}))
-        if session_id and seen:
-            writes.append(self.apply_variables(session_id, seen))
-        if audit:
+            put = self.audit.put(
+                entry, now_ms=now_ms, session=session or {}, row=row, maxlen=audit_maxlen
+            )
+            writes.append(put)
+        elif row:
             fields: list[Any] = [audit_maxlen]
-            for k, v in audit_fields(audit).items():
+            for k, v in row.items():
                 fields += [k, v]
             writes.append(self._call(self._stream_add, [self.keys.audit()], fields))
+        if session_id and seen:
+            writes.append(self.apply_variables(session_id, seen))
         return writes
 
     async def variables(self, session_id: str) -> dict[str, str]:

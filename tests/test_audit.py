@@ -440,20 +440,43 @@ async def _none_live(console: ConsoleClient) -> bool:
     return body["result"] == []
 
 
+@BOTH_REDIS
 async def test_the_event_stream_keeps_session_ends_newest_first(
-    make_gateway: Callable[..., Any], prefix: str
+    make_gateway: Callable[..., Any], prefix: str, redis_client: aioredis.Redis
 ) -> None:
+    """Session ends (the global stream) and turn rows (each integration's stream, written with
+    the turn's record) come back merged, newest first, with a turn row an older version wrote
+    to the global stream."""
+    keys = KeyBuilder(prefix=prefix)
+    await redis_client.xadd(keys.audit(), {"event": "turn", "turn": "old", "resumed": "0"})
     console = await make_gateway(config(prefix))
     await console.send("hello")
     await console.wait_cards()
     await console.send("/new")
     await eventually(lambda: _texts_with(console, "dm-alice", "new conversation"))
-    _, body = await admin(console, "GET", "/v1.0/audit/events", event="session.end")
-    [end] = body["result"]
+
+    async def events(**query: str) -> list[dict[str, Any]]:
+        status, body = await admin(console, "GET", "/v1.0/audit/events", **query)
+        assert status == 200, body
+        return list(body["result"])
+
+    [end] = await events(event="session.end")
     assert (end["by"], end["conversation"]) == ("user", "console|p2p:dm-alice")
-    _, body = await admin(console, "GET", "/v1.0/audit/events", limit="5")
-    assert [r["event"] for r in body["result"]] == ["session.end", "turn"]
-    assert json.loads(body["result"][1]["resumed"]) == 0
+    rows = await events(limit="5")
+    assert [r["event"] for r in rows] == ["session.end", "turn", "turn"]
+    assert rows[2]["turn"] == "old" and rows[1]["integrationId"] == "console"
+    assert json.loads(rows[1]["resumed"]) == 0
+    assert [r["event"] for r in await events(limit="2")] == ["session.end", "turn"]
+    turns = await events(event="turn")
+    assert [r["turn"] for r in turns] == [rows[1]["turn"], "old"]
+    assert [r["turn"] for r in await events(event="turn", limit="1")] == [rows[1]["turn"]]
+    # The new row is in the integration's stream, not the global one.
+    [(_id, row)] = await redis_client.xrange(keys.audit_events("console"))
+    assert row["turn"] == rows[1]["turn"]
+    assert [f["event"] for _id, f in await redis_client.xrange(keys.audit())] == [
+        "turn",
+        "session.end",
+    ]
 
 
 async def test_the_configured_retention_reaches_the_stored_trail(

@@ -4,6 +4,7 @@ a TTL on every key, every key of an integration in one slot."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -12,8 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from sessions import KeyBuilder
+from sessions import KeyBuilder, SessionRecords
 from sessions.audit import AuditEntry, AuditLimits, AuditStore
+from sessions.autopipe import ScriptPipe
 from tests.conftest import BOTH_REDIS
 
 pytestmark = BOTH_REDIS
@@ -171,6 +173,7 @@ def test_every_key_of_an_integration_is_in_one_slot() -> None:
         keys.audit_outcome(INTEG, "error"),
         keys.audit_sessions(INTEG),
         keys.audit_session_info(INTEG),
+        keys.audit_events(INTEG),
     ]
     assert len({key_slot(n.encode()) for n in names}) == 1
     assert keys.audit_records("a") != keys.audit_records("b")
@@ -192,6 +195,86 @@ async def test_events_come_newest_first(redis_client: aioredis.Redis, prefix: st
     for n in range(3):
         await redis_client.xadd(KeyBuilder(prefix=prefix).audit(), {"event": "e", "n": str(n)})
     assert [r["n"] for r in await audit.events(2)] == ["2", "1"]
+
+
+def turn_row(n: int) -> dict[str, str]:
+    return {"event": "turn", "turn": f"t{n}", "integrationId": INTEG}
+
+
+async def test_a_record_and_its_turn_row_go_in_one_script_call(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    keys = KeyBuilder(prefix=prefix)
+    records = SessionRecords(client=redis_client, keys=keys)
+    pipe = ScriptPipe(redis_client, name=f"{prefix}-scripts")
+    records.use_pipe(pipe)
+    try:
+        writes = records.turn_writes(
+            "s1", {}, turn_row(1), entry=entry(1), session={"chatId": "oc_1"}, now_ms=NOW
+        )
+        assert len(writes) == 1  # no variable changed: the record and its row, nothing else
+        await asyncio.gather(*writes)
+        assert pipe.stats.calls == 1
+        assert await redis_client.hkeys(keys.audit_records(INTEG)) == ["t1"]
+        [(_id, row)] = await redis_client.xrange(keys.audit_events(INTEG))
+        assert row == turn_row(1)
+        assert not await redis_client.exists(keys.audit())  # the global stream is not written
+        # Kept as long as the rest of the integration's trail.
+        ttl = await redis_client.pttl(keys.audit_events(INTEG))
+        assert 0 < ttl <= AuditLimits().retention_ms
+        # A row without a record (no caller sends one today) still reaches the global stream.
+        [alone] = records.turn_writes("", {}, {"event": "turn", "turn": "t2"})
+        await alone
+        [(_id, row)] = await redis_client.xrange(keys.audit())
+        assert row == {"event": "turn", "turn": "t2"}
+    finally:
+        await pipe.close()
+
+
+async def test_an_integrations_stream_keeps_about_maxlen_rows(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    audit = store(redis_client, prefix)
+    for n in range(300):
+        e = entry(n)
+        await audit.put(e, now_ms=NOW, session={}, row=turn_row(n), maxlen=10)
+    kept = await redis_client.xlen(KeyBuilder(prefix=prefix).audit_events(INTEG))
+    assert 10 <= kept < 300  # MAXLEN ~ trims whole nodes of the stream
+    assert [r["turn"] for r in await audit.events(2, [INTEG])] == ["t299", "t298"]
+
+
+async def test_events_merge_the_global_stream_with_each_integrations(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """Newest first by stream id, across the global stream (other events, and the turn rows an
+    older version wrote there) and the integrations' own; ``count`` and ``event`` hold."""
+    audit = store(redis_client, prefix)
+    keys = KeyBuilder(prefix=prefix)
+    other = "dingtalk-1"
+    order: list[str] = []
+    for n in range(6):
+        if n % 3 == 0:  # an event of the global stream (n == 0: an old version's turn row)
+            fields = {"event": "turn" if n == 0 else "session.end", "n": str(n)}
+            await redis_client.xadd(keys.audit(), fields)
+        else:
+            integ = INTEG if n % 3 == 1 else other
+            e = AuditEntry(f"t{n}", integ, "oc_1", "s1", "done", NOW, "{}")
+            await audit.put(e, now_ms=NOW, session={}, row={"event": "turn", "n": str(n)})
+        order.append(str(n))
+        await asyncio.sleep(0.002)  # stream ids a millisecond apart, on any node
+    every = await audit.events(10, [INTEG, other])
+    assert [r["n"] for r in every] == order[::-1]
+    assert [r["n"] for r in await audit.events(4, [INTEG, other])] == ["5", "4", "3", "2"]
+    assert [r["n"] for r in await audit.events(2, [INTEG, other], event="turn")] == ["5", "4"]
+    assert [r["n"] for r in await audit.events(9, [INTEG, other], event="turn")] == [
+        "5",
+        "4",
+        "2",
+        "1",
+        "0",
+    ]
+    assert [r["n"] for r in await audit.events(9, [INTEG], event="session.end")] == ["3"]
+    assert [r["n"] for r in await audit.events(9)] == ["3", "0"]  # the global stream alone
 
 
 @pytest.mark.parametrize("bad", ["{", "a}b"])

@@ -91,7 +91,8 @@ async def test_one_run_per_session_across_replicas_in_arrival_order(  # type: ig
         return True
 
     async def audit() -> tuple[dict[str, dict[str, list[int]]], set[str]]:
-        rows = await redis_client.xrange(KeyBuilder(prefix=prefix).audit(), count=10_000)
+        # The turn rows: the integration's event stream (sessions/audit.py).
+        rows = await redis_client.xrange(KeyBuilder(prefix=prefix).audit_events("console"))
         spans: dict[str, dict[str, list[int]]] = defaultdict(dict)
         replicas: set[str] = set()
         for _id, fields in rows:

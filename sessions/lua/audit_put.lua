@@ -1,10 +1,11 @@
 -- Store one audit record of an integration, index it, and trim the trail (sessions/audit.py).
 -- Every key carries the integration's hash tag: one slot (keys.py).
 -- KEYS: 1 records hash, 2 ends index, 3 chat index, 4 session index, 5 outcome index,
---       6 sessions index, 7 session info hash
+--       6 sessions index, 7 session info hash, 8 (optional) the integration's event stream
 -- ARGV: 1 record id, 2 record json, 3 end ms, 4 now ms, 5 retention ms, 6 max records,
 --       7 session id ('' for none), 8 session info json (used when the session has none yet),
---       9 outcome
+--       9 outcome; with KEYS[8]: 10 the stream's max length (MAXLEN ~), 11.. the turn's row as
+--       field, value pairs
 -- Returns the number of records the integration keeps.
 local id, end_ms = ARGV[1], tonumber(ARGV[3])
 local cutoff = tonumber(ARGV[4]) - tonumber(ARGV[5])
@@ -51,5 +52,11 @@ for _, index in ipairs({KEYS[3], KEYS[4], KEYS[5]}) do
   redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. cutoff)
   redis.call('ZREMRANGEBYRANK', index, 0, -(max + 1))
 end
-for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+-- The turn's row in the integration's event stream (GET /v1.0/audit/events), in this call.
+if #KEYS >= 8 then
+  local fv = {}
+  for i = 11, #ARGV do fv[#fv + 1] = ARGV[i] end
+  redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[10], '*', unpack(fv))
+end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
 return redis.call('ZCARD', KEYS[2])
