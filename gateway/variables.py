@@ -10,6 +10,23 @@ from zoneinfo import ZoneInfo
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w.]*)\s*\}\}")
 
 
+_CLOCK_TEXT: dict[tuple[str | None, int], tuple[str, str]] = {}
+
+
+def _clock_text(timezone: str | None, now: datetime) -> tuple[str, str]:
+    """``sys.date`` and ``sys.datetime`` of ``now`` in ``timezone``: formatted once a second
+    per zone (every turn of that second reads the same text)."""
+    key = (timezone, int(now.timestamp()))
+    text = _CLOCK_TEXT.get(key)
+    if text is None:
+        moment = now.astimezone(ZoneInfo(timezone) if timezone else UTC)
+        text = moment.strftime("%Y-%m-%d"), moment.strftime("%Y-%m-%d %H:%M:%S %Z")
+        if len(_CLOCK_TEXT) >= 64:
+            _CLOCK_TEXT.clear()
+        _CLOCK_TEXT[key] = text
+    return text
+
+
 def system_variables(
     *,
     language: str | None,
@@ -24,13 +41,12 @@ def system_variables(
 ) -> dict[str, str]:
     """``sys.*`` as XpertAI defines them: the integration's language (else the sender's locale,
     else en-US), its time zone for date and datetime, and the session's thread."""
-    zone = ZoneInfo(timezone) if timezone else UTC
-    moment = (now or datetime.now(UTC)).astimezone(zone)
+    date, stamp = _clock_text(timezone, now or datetime.now(UTC))
     values = {
         "sys.language": language or locale or "en-US",
         "sys.timezone": timezone or "UTC",
-        "sys.date": moment.strftime("%Y-%m-%d"),
-        "sys.datetime": moment.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "sys.date": date,
+        "sys.datetime": stamp,
         "sys.thread_id": thread_id,
         "sys.workspace_path": f"/project/{project_id}/" if project_id else f"/user/{user_id}/",
     }

@@ -230,7 +230,11 @@ class ScriptPipe:
                 continue
             reply = outcomes[id(call)]
             was_asked, call.ask = call.ask, None
-            if isinstance(reply, NoScriptError) and call.attempts < 2:
+            if not isinstance(reply, BaseException | Lost):  # the usual case, first
+                if not was_asked:  # an answer from the slot's owner: the slot is settled
+                    self._careful.discard(call.slot)
+                call.future.set_result(reply)
+            elif isinstance(reply, NoScriptError) and call.attempts < 2:
                 noscript.append(call)
             elif isinstance(reply, MovedError):
                 stats.moved += 1
@@ -251,12 +255,8 @@ class ScriptPipe:
                 else:
                     retry.append(call)
                 refresh = refresh or self._links.cluster is not None
-            elif isinstance(reply, BaseException):
-                call.future.set_exception(reply)
             else:
-                if not was_asked:  # an answer from the slot's owner: the slot is settled
-                    self._careful.discard(call.slot)
-                call.future.set_result(reply)
+                call.future.set_exception(reply)
         if moved:
             await self._links.moved(moved)
         if refresh:
@@ -264,6 +264,8 @@ class ScriptPipe:
         if noscript:
             await self._reload(noscript)
         retry += [c for c in noscript if not c.future.done()]
+        if not retry:
+            return
         order = {id(c): i for i, c in enumerate(batch)}
         retry.sort(key=lambda c: order[id(c)])  # in the order they were made
         for call in retry:

@@ -6,9 +6,20 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 
 class StoreUnavailable(RuntimeError):
     """Redis did not accept a write (unreachable, out of memory, read-only)."""
+
+
+def _loads(text: str) -> Any:
+    """JSON the gateway stored: orjson, or the stdlib where orjson refuses what the stdlib
+    would take (an escaped lone surrogate in a platform's raw payload): never a turn lost to it."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def audit_fields(record: dict[str, Any]) -> dict[Any, Any]:
@@ -57,10 +68,8 @@ class Claim:
             conversation=conversation,
             owner=owner,
             resumed=reply[0] == "resume",
-            turn=json.loads(reply[1]),
-            bound=Binding(state="continue", fields=json.loads(reply[2]))
-            if len(reply) > 2
-            else None,
+            turn=_loads(reply[1]),
+            bound=Binding(state="continue", fields=_loads(reply[2])) if len(reply) > 2 else None,
         )
 
     @property
@@ -69,7 +78,7 @@ class Claim:
 
     @property
     def items(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = json.loads(self.turn.get("items", "[]"))
+        items: list[dict[str, Any]] = _loads(self.turn.get("items", "[]"))
         return items
 
 
