@@ -176,13 +176,15 @@ CONVERSATION_PARTS = frozenset({"burst", "burstmeta", "turn", "lease", "binding"
 
 def key_kind(key: str, prefix: str) -> str:
     """What a key of ``prefix`` holds: ``xgw:{tag}:<conversation>:dedup:<event>`` -> ``dedup``,
-    ``xgw:{tag}:tl:<chat>:msgs`` -> ``tl-msgs``, ``xgw:session:<id>:vars`` -> ``session:vars``
+    ``xgw:{tag}:tl:<chat>:msgs`` -> ``tl-msgs``, ``xgw:{tag}:vars:<id>`` -> ``vars``
     (conversation and chat ids may hold colons: the kind is read from the known ends)."""
     rest = key.removeprefix(prefix + ":")
     if rest.startswith("{") and "}" in rest:
         parts = rest.split("}", 1)[1].lstrip(":").split(":")
         if parts[0] == "tl":
             return "tl-" + parts[-1]
+        if parts[0] in ("memory", "vars", "group-history"):  # a chat's context
+            return parts[0]
         if parts[-1] in CONVERSATION_PARTS or parts == ["due"] or parts[-1] == "timeline":
             return parts[-1]
         return "dedup" if len(parts) > 2 and parts[-2] == "dedup" else "?" + parts[-1]

@@ -80,10 +80,11 @@ class AdminApi:
 
     async def variables(self, request: web.Request) -> web.Response:
         session_id = request.match_info["sessionId"]
-        if not await self.records.get(session_id):
+        record = await self.records.get(session_id)
+        if not record:
             return fail(404, "not_found", "no such session")
         prefix = request.query.get("prefix", "")
-        values = await self.records.variables(session_id)
+        values = await self.records.variables(session_id, record)  # on the record's chat
         # Conversation variables (var.*) are stored as JSON and answered as values; backend.*
         # (what an expert backend already holds of them) is bookkeeping, not a variable.
         return ok(

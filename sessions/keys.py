@@ -13,8 +13,10 @@ ranges, as ``redis-cli --cluster create`` assigns them. The number of shards is 
 prefix (``runtime.dueShards``; ``sessions.layout`` refuses a replica that disagrees): changing it
 would move every conversation's keys.
 
-Keys outside a conversation are single-key records (one slot each, never mixed with another key
-in a script or transaction), or noted below where one key is shared by everyone.
+A chat's transcript and its context (memory, session variables, recent group messages) carry
+the chat's shard tag the same way, by ``<integration>|<chat>``. Other keys outside a
+conversation are single-key records (one slot each, never mixed with another key in a script or
+transaction), or noted below where one key is shared by everyone.
 """
 
 from __future__ import annotations
@@ -219,17 +221,8 @@ class KeyBuilder:
     def session_record(self, session_id: str) -> str:
         return self._k("session", session_id)
 
-    def session_variables(self, session_id: str) -> str:
-        return self._k("session", session_id, "vars")
-
     def chat_sessions(self, integration_id: str, chat_id: str) -> str:
         return self._k("chat-sessions", _tag_safe(f"{integration_id}|{chat_id}"))
-
-    def memory(self, integration_id: str, chat_id: str) -> str:
-        return self._k("memory", _tag_safe(f"{integration_id}|{chat_id}"))
-
-    def group_history(self, integration_id: str, chat_id: str) -> str:
-        return self._k("group-history", _tag_safe(f"{integration_id}|{chat_id}"))
 
     def history(self, session_id: str) -> str:
         return self._k("history", session_id)
@@ -312,6 +305,30 @@ class KeyBuilder:
     def timeline_order(self, integration_id: str, chat_id: str) -> str:
         chat = self._chat(integration_id, chat_id)
         return self._k(self._tag(shard_of(chat, self.shards)), "tl", chat, "order")
+
+    # --- a chat's context (sessions/records_admin.py): the chat's slot, as its timeline -----
+    # What a turn reads of its chat - the memory, the session's variables, recent group messages
+    # - carries the chat's hash tag, so one script reads it all (context_read.lua). Each key is
+    # still written alone (vars_apply.lua, forget.lua, a MULTI on the one key). Layout 3
+    # (sessions/layout.py moves the keys of layout 2: ``<prefix>:memory:<integ|chat>``,
+    # ``<prefix>:session:<id>:vars``, ``<prefix>:group-history:<integ|chat>``).
+    def _chat_key(self, integration_id: str, chat_id: str, part: str, name: str) -> str:
+        chat = self._chat(integration_id, chat_id)
+        return self._k(self._tag(shard_of(chat, self.shards)), part, name)
+
+    def memory(self, integration_id: str, chat_id: str) -> str:
+        """The chat's memory (/remember): outlives its sessions."""
+        chat = _tag_safe(self._chat(integration_id, chat_id))
+        return self._chat_key(integration_id, chat_id, "memory", chat)
+
+    def session_variables(self, integration_id: str, chat_id: str, session_id: str) -> str:
+        """The variables of a session of the chat (the session record names its chat)."""
+        return self._chat_key(integration_id, chat_id, "vars", session_id)
+
+    def group_history(self, integration_id: str, chat_id: str) -> str:
+        """Recent group messages the bot was not asked about."""
+        chat = _tag_safe(self._chat(integration_id, chat_id))
+        return self._chat_key(integration_id, chat_id, "group-history", chat)
 
     def timeline_channels(self, sharded: bool) -> list[str]:
         if not sharded:

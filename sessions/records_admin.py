@@ -53,8 +53,7 @@ class SessionRecords:
         self.memory_max_items = memory_max_items
         self._forget = client.register_script(_script("forget.lua"))
         self._vars = client.register_script(_script("vars_apply.lua"))
-        self._read_list = client.register_script(_script("read_list.lua"))
-        self._read_hash = client.register_script(_script("read_hash.lua"))
+        self._context_read = client.register_script(_script("context_read.lua"))
         self._stream_add = client.register_script(_script("stream_add.lua"))
         self._hash_put = client.register_script(_script("hash_put.lua"))
         self._index_add = client.register_script(_script("index_add.lua"))
@@ -108,17 +107,25 @@ class SessionRecords:
         index = self.keys.chat_sessions(integration_id, chat_id)
         return cast(list[str], await self.redis.zrevrange(index, 0, limit - 1))
 
-    async def apply_variables(self, session_id: str, writes: list[tuple[str, str, Any]]) -> None:
-        """Conversation variables ``(name, reducer, value)``: replace | append | merge, default
-        (set only if unset), backend (the backend's authoritative value, also remembered as
-        what it holds) or sent (only remembered as what it holds); one atomic step."""
+    async def apply_variables(
+        self,
+        integration_id: str,
+        chat_id: str,
+        session_id: str,
+        writes: list[tuple[str, str, Any]],
+    ) -> None:
+        """Conversation variables ``(name, reducer, value)`` of a session of the chat: replace |
+        append | merge, default (set only if unset), backend (the backend's authoritative value,
+        also remembered as what it holds) or sent (only remembered as what it holds); one
+        atomic step."""
         if not writes:
             return
         args: list[Any] = [self.retention_ms]
         for name, reducer, value in writes:
             raw = value if reducer == "seen" else json.dumps(value, ensure_ascii=False)
             args += [name, reducer, raw]
-        await self._call(self._vars, [self.keys.session_variables(session_id)], args)
+        key = self.keys.session_variables(integration_id, chat_id, session_id)
+        await self._call(self._vars, [key], args)
 
     async def turn_context(
         self, integration_id: str, chat_id: str, session_id: str, *, group_since_ms: int | None
@@ -134,20 +141,19 @@ class SessionRecords:
     def context_reads(
         self, integration_id: str, chat_id: str, session_id: str, *, group_since_ms: int | None
     ) -> asyncio.Future[list[Any]]:
-        """The reads of :meth:`turn_context`, on their way (together: one round trip);
-        :meth:`context_of` makes the context of what they answer."""
-        reads = [
-            self._call(self._read_list, [self.keys.memory(integration_id, chat_id)], []),
-            self._call(self._read_hash, [self.keys.session_variables(session_id)], []),
+        """The reads of :meth:`turn_context`, on their way: one script call on the chat's slot
+        (context_read.lua); :meth:`context_of` makes the context of what it answers."""
+        keys = [
+            self.keys.memory(integration_id, chat_id),
+            self.keys.session_variables(integration_id, chat_id, session_id),
         ]
         if group_since_ms is not None:
-            key = self.keys.group_history(integration_id, chat_id)
-            reads.append(self._call(self._read_list, [key], []))
-        return asyncio.gather(*reads)
+            keys.append(self.keys.group_history(integration_id, chat_id))
+        return asyncio.ensure_future(self._call(self._context_read, keys, []))
 
     def context_of(self, results: list[Any], *, group_since_ms: int | None) -> TurnContext:
         memory = [json.loads(r) for r in results[0]]
-        flat: list[str] = results[1][0]
+        flat: list[str] = results[1]
         values: dict[str, Any] = {}
         backend: dict[str, Any] = {}
         seen: dict[str, str] = {}
@@ -159,14 +165,14 @@ class SessionRecords:
                 backend[k[8:]] = json.loads(v)
             else:
                 seen[k] = v
-        pttl = int(results[1][1])
+        pttl = int(results[2])
         if pttl < self.retention_ms * 6 // 7:
             seen = {}  # all written again at the turn's end: the expiry renewed now and then
         group: list[dict[str, Any]] = []
         if group_since_ms is not None:
             group = [
                 m
-                for m in (json.loads(r) for r in results[2])
+                for m in (json.loads(r) for r in results[3])
                 if int(m.get("at", 0)) >= group_since_ms
             ]
         return TurnContext(memory, values, group, backend, seen)
@@ -189,7 +195,8 @@ class SessionRecords:
         none yet) and its row of the event stream (``audit``, at most about ``audit_maxlen``
         rows kept): with ``entry``, in the same script call, on the integration's stream; a
         row alone goes to the global stream. A caller that starts them in the same tick as its
-        own calls has them sent together."""
+        own calls has them sent together. The variables go to the session of ``entry``'s chat
+        (none without an entry)."""
         # var.* are the reducers' (apply_variables, JSON); only the turn's other values here.
         stored = stored or {}
         seen = [
@@ -209,12 +216,21 @@ class SessionRecords:
             for k, v in row.items():
                 fields += [k, v]
             writes.append(self._call(self._stream_add, [self.keys.audit()], fields))
-        if session_id and seen:
-            writes.append(self.apply_variables(session_id, seen))
+        if session_id and seen and entry is not None:
+            chat = entry.integration_id, entry.chat_id
+            writes.append(self.apply_variables(*chat, session_id, seen))
         return writes
 
-    async def variables(self, session_id: str) -> dict[str, str]:
-        key = self.keys.session_variables(session_id)
+    async def variables(
+        self, session_id: str, record: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The session's variables, by its record (read here unless given): {} for a session
+        without one (its chat, which the variables' key needs, is unknown)."""
+        if record is None:
+            record = await self.get(session_id)
+        if "integrationId" not in record or "chatId" not in record:
+            return {}
+        key = self.keys.session_variables(record["integrationId"], record["chatId"], session_id)
         return cast(dict[str, str], await self.redis.hgetall(key))
 
     # --- recent group messages the bot was not asked about ---------------------------------

@@ -358,7 +358,8 @@ async def test_an_append_variable_grown_on_our_side_sends_only_the_added_items(
     assert thread.values["notes"] == ["seed", "x"]  # our default, then the agent's write
     # our side appends (as another expert's write or a command would, through the same store)
     records = SessionRecords(client=redis_client, keys=KeyBuilder(prefix=prefix))
-    await records.apply_variables(await _session_id(console), [("notes", "append", ["y"])])
+    sid = await _session_id(console)
+    await records.apply_variables("console", "dm-alice", sid, [("notes", "append", ["y"])])
     await console.send("anything else?")
     await console.wait_cards(count=2)
     assert fake.requests[1]["input"]["state"] == {"notes": ["y"]}  # only what was added
@@ -378,7 +379,7 @@ async def test_a_variable_change_the_server_never_received_is_sent_again(
     await console.wait_cards()
     sid = await _session_id(console)
     records = SessionRecords(client=redis_client, keys=KeyBuilder(prefix=prefix))
-    await records.apply_variables(sid, [("topic", "replace", "refunds")])
+    await records.apply_variables("console", "dm-alice", sid, [("topic", "replace", "refunds")])
     fake.assistants.discard("sales")  # the next run is refused as it starts (an error frame)
     await console.send("switch topics")
     await console.wait_cards(count=2, status=None)

@@ -99,7 +99,10 @@ class Binder:
             defaults = {d.name: d.default for d in snapshot.declared if d.default is not None}
             defaults.update(snapshot.bundle_variables)  # the route's values win
             await self.records.apply_variables(
-                session_id, [(name, "default", value) for name, value in defaults.items()]
+                integ.id,
+                last.chat.id,
+                session_id,
+                [(name, "default", value) for name, value in defaults.items()],
             )
         return Session(
             id=session_id,

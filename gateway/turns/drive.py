@@ -92,6 +92,8 @@ class Driver:
                     # state ("backend", "sent") is stored as it is.
                     mode = event.mode
                     await self.records.apply_variables(
+                        turn.integration_id,
+                        turn.chat_id,
                         turn.session_id,
                         [
                             (k, reducers.get(k, "replace") if mode == "write" else mode, v)
