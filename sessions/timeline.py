@@ -105,17 +105,19 @@ class TimelineStore:
 
     async def changes(self) -> AsyncIterator[dict[str, Any]]:
         """Every change published by any replica, until the consumer stops iterating; each as
-        a dict whose ``raw`` is the JSON it was published as (to pass on without encoding)."""
+        a dict whose ``raw`` is the JSON it was published as, UTF-8 bytes (to pass on without
+        encoding)."""
+        channels = self.keys.timeline_channels(self.pubsub.sharded)
         with unavailable():
-            async for data in self.pubsub.listen(self.keys.timeline_channels(self.pubsub.sharded)):
+            async for data in self.pubsub.listen_bytes(channels):
                 yield Change(orjson.loads(data), raw=data)
 
 
 class Change(dict[str, Any]):
-    """A published change: the parsed JSON, and the JSON text itself (``raw``)."""
+    """A published change: the parsed JSON, and the JSON itself (``raw``, UTF-8 bytes)."""
 
     __slots__ = ("raw",)
 
-    def __init__(self, parsed: dict[str, Any], *, raw: str) -> None:
+    def __init__(self, parsed: dict[str, Any], *, raw: bytes) -> None:
         super().__init__(parsed)
         self.raw = raw

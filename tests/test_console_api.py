@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import subprocess
@@ -17,8 +18,8 @@ import redis
 import redis.asyncio as aioredis
 
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, free_port
+from tests.conftest import Gateways, base_config, eventually
+from tests.helpers import ConsoleClient, InProcessGateway, free_port, kill_named, named
 
 VALID = {
     "integrationId": "console",
@@ -103,6 +104,43 @@ async def test_events_stream_carries_timeline_changes(console: ConsoleClient) ->
                 break
             seen.append(line)
         assert any(event_id in line for line in seen)
+
+
+async def _record_line(resp: aiohttp.ClientResponse, text: str) -> str:
+    """The stream's next ``data:`` line whose record has ``text``."""
+    async with asyncio.timeout(10):
+        while True:
+            line = (await resp.content.readline()).decode()
+            if line.startswith("data: ") and text in line:
+                return line
+
+
+async def test_an_event_stream_outlives_a_lost_redis_subscription(
+    gateways: Gateways, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    gateway: InProcessGateway = await gateways(base_config(prefix))
+    name = f"{prefix}-events"
+    gateway.gateway.store.pubsub.name = name  # the console subscribes on its first stream
+    console = gateway.client
+
+    async def subscribed() -> bool:
+        return len(await named(redis_client, name)) == 1
+
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(console.base + "/console/api/events", params={"integrationId": "console"}) as resp,
+    ):
+        await resp.content.readline()
+        await eventually(subscribed)
+        await console.send("before ✓")
+        # the change as published: compact JSON, UTF-8 as it is (not \u-escaped)
+        line = await _record_line(resp, "before ✓")
+        change = json.loads(line.removeprefix("data: "))
+        assert line == f"data: {json.dumps(change, ensure_ascii=False, separators=(',', ':'))}\n"
+        assert await kill_named(redis_client, name) == 1
+        await eventually(subscribed)  # subscribed again, the browser's stream left open
+        await console.send("after ✓")
+        assert "after ✓" in await _record_line(resp, "after ✓")
 
 
 @pytest.fixture

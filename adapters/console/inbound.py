@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -87,7 +87,7 @@ class ConsoleApi:
         while not self.closing.is_set():
             try:
                 async for change in timeline.changes():
-                    for queue in list(self._subscribers):
+                    for queue in self._subscribers:  # (no await: the set cannot change)
                         with contextlib.suppress(asyncio.QueueFull):
                             queue.put_nowait(change)
             except asyncio.CancelledError:
@@ -248,17 +248,16 @@ class ConsoleApi:
                 except TimeoutError:
                     await response.write(b": ping\n\n")
                     continue
-                out: list[str] = []
+                out: list[bytes] = []
                 change = first
                 while change is not None:
                     if self._wanted(change, wanted, chat):
-                        raw = getattr(change, "raw", None) or json.dumps(
-                            change, ensure_ascii=False, separators=(",", ":")
-                        )
-                        out.append(f"event: record\ndata: {raw}\n\n")
+                        # the JSON as published (compact UTF-8), else encoded here the same way
+                        raw = getattr(change, "raw", None) or orjson.dumps(change)
+                        out += (b"event: record\ndata: ", raw, b"\n\n")
                     change = queue.get_nowait() if not queue.empty() else None
                 if out:
-                    await response.write("".join(out).encode())
+                    await response.write(b"".join(out))
         except ConnectionResetError:
             pass
         finally:
