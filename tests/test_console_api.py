@@ -17,6 +17,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from adapters.console import inbound
 from sessions.connection import EmbeddedRedis
 from tests.conftest import Gateways, base_config, eventually
 from tests.helpers import ConsoleClient, InProcessGateway, free_port, kill_named, named
@@ -141,6 +142,22 @@ async def test_an_event_stream_outlives_a_lost_redis_subscription(
         await eventually(subscribed)  # subscribed again, the browser's stream left open
         await console.send("after ✓")
         assert "after ✓" in await _record_line(resp, "after ✓")
+
+
+async def test_a_quiet_event_stream_gets_pings(
+    gateways: Gateways, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbound, "PING_SECONDS", 0.2)
+    console = (await gateways(base_config(prefix))).client
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(console.base + "/console/api/events", params={"integrationId": "console"}) as resp,
+    ):
+        lines = []
+        async with asyncio.timeout(5):
+            while len([x for x in lines if x == b": ping\n"]) < 2:
+                lines.append(await resp.content.readline())
+        assert lines[0] == b": connected\n"
 
 
 @pytest.fixture

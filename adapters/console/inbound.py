@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
 M = TypeVar("M", bound=BaseModel)
+# A quiet event stream gets a ping (which also finds clients that left) at every tick of this
+# period that found nothing written to it since the tick before.
+PING_SECONDS = 15.0
+_PING: dict[str, Any] = {}  # queued to every stream at each tick (compared by identity)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -65,13 +69,26 @@ class ConsoleApi:
         # subscription per browser tab would take a pool connection each).
         self._subscribers: set[asyncio.Queue[dict[str, Any] | None]] = set()
         self._pump: asyncio.Task[None] | None = None
+        # One timer for every stream's pings, rather than a timeout around each stream's wait
+        # (a timer armed and cancelled per change, issue 15).
+        self._ticker: asyncio.TimerHandle | None = None
+
+    def _tell_all(self, item: dict[str, Any] | None) -> None:
+        for queue in self._subscribers:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(item)
+
+    def _tick(self) -> None:
+        self._tell_all(_PING)
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.call_later(PING_SECONDS, self._tick) if self._subscribers else None
 
     async def close(self, app: web.Application) -> None:
         """On shutdown, end every open event stream at once (not at its next ping)."""
         self.closing.set()
-        for queue in list(self._subscribers):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)  # wakes the stream, which then sees ``closing``
+        self._tell_all(None)  # wakes every stream, which then sees ``closing``
+        if self._ticker is not None:
+            self._ticker.cancel()
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.wait([self._pump], timeout=5)
@@ -79,6 +96,8 @@ class ConsoleApi:
     def _subscribe(self, timeline: TimelineStore) -> asyncio.Queue[dict[str, Any] | None]:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=10_000)
         self._subscribers.add(queue)
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(PING_SECONDS, self._tick)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._fan_out(timeline), name="console-events")
         return queue
@@ -87,9 +106,7 @@ class ConsoleApi:
         while not self.closing.is_set():
             try:
                 async for change in timeline.changes():
-                    for queue in self._subscribers:  # (no await: the set cannot change)
-                        with contextlib.suppress(asyncio.QueueFull):
-                            queue.put_nowait(change)
+                    self._tell_all(change)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -237,21 +254,20 @@ class ConsoleApi:
         await response.prepare(request)
         await response.write(b": connected\n\nretry: 1000\n\n")
         queue = self._subscribe(timeline)
+        wrote = False  # a record since the last ping tick
         try:
             while not self.closing.is_set():
-                # No task per event: wait for the next change (a ping after 15 quiet seconds
-                # also finds clients that left), then take whatever else came meanwhile and
-                # write it all at once.
-                try:
-                    async with asyncio.timeout(15):
-                        first = await queue.get()
-                except TimeoutError:
-                    await response.write(b": ping\n\n")
-                    continue
+                # No task per event: wait for the next change or ping tick, then take whatever
+                # else came meanwhile and write it all at once.
+                change: dict[str, Any] | None = await queue.get()
                 out: list[bytes] = []
-                change = first
                 while change is not None:
-                    if self._wanted(change, wanted, chat):
+                    if change is _PING:
+                        if not wrote:
+                            out.append(b": ping\n\n")
+                        wrote = False
+                    elif self._wanted(change, wanted, chat):
+                        wrote = True
                         # the JSON as published (compact UTF-8), else encoded here the same way
                         raw = getattr(change, "raw", None) or orjson.dumps(change)
                         out += (b"event: record\ndata: ", raw, b"\n\n")
