@@ -107,6 +107,21 @@ async def test_events_stream_carries_timeline_changes(console: ConsoleClient) ->
         assert any(event_id in line for line in seen)
 
 
+async def test_answers_are_compact_utf8_json(console: ConsoleClient) -> None:
+    body = {**VALID, "text": "héllo ✓"}
+    async with console.http.post(console.base + "/console/api/messages", json=body) as resp:
+        assert resp.status == 202
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+        raw = await resp.read()
+    assert raw == b'{"eventId":"%s","status":"queued"}' % json.loads(raw)["eventId"].encode()
+    path = "/console/api/chats/dm-alice/messages?integrationId=console"
+    async with console.http.get(console.base + path) as resp:
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+        raw = await resp.read()
+    assert "héllo ✓".encode() in raw  # not \u-escaped
+    assert json.loads(raw)["messages"][0]["text"] == "héllo ✓"
+
+
 async def _record_line(resp: aiohttp.ClientResponse, text: str) -> str:
     """The stream's next ``data:`` line whose record has ``text``."""
     async with asyncio.timeout(10):

@@ -45,8 +45,15 @@ _PING: dict[str, Any] = {}  # queued to every stream at each tick (compared by i
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _json(data: Any, status: int = 200) -> web.Response:
+    """A JSON answer: compact UTF-8 by orjson (aiohttp's json_response runs the stdlib's)."""
+    return web.Response(
+        body=orjson.dumps(data), status=status, content_type="application/json", charset="utf-8"
+    )
+
+
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+    return _json({"error": message}, status=status)
 
 
 def _guarded(handler: Handler) -> Handler:
@@ -135,7 +142,7 @@ class ConsoleApi:
         return adapter
 
     async def config(self, request: web.Request) -> web.Response:
-        return web.json_response(
+        return _json(
             {
                 "integrations": [
                     {
@@ -182,7 +189,7 @@ class ConsoleApi:
             raise Rejected(
                 503, f"not stored: {exc}", public="storage unavailable; the message was not stored"
             ) from None
-        return web.json_response({"eventId": event_id, "status": outcome.status}, status=202)
+        return _json({"eventId": event_id, "status": outcome.status}, status=202)
 
     async def post_action(self, request: web.Request) -> web.Response:
         body = await self._body(request, ActionRequest)
@@ -217,7 +224,7 @@ class ConsoleApi:
             raise Rejected(
                 503, f"not stored: {exc}", public="storage unavailable; the click was not stored"
             ) from None
-        return web.json_response({"eventId": event_id, "status": outcome.status}, status=202)
+        return _json({"eventId": event_id, "status": outcome.status}, status=202)
 
     async def list_messages(self, request: web.Request) -> web.Response:
         integration_id = request.query.get("integrationId", "")
@@ -231,9 +238,7 @@ class ConsoleApi:
             raise Rejected(
                 503, f"timeline unreadable: {exc}", public="storage unavailable"
             ) from None
-        return web.json_response(
-            {"integrationId": integration_id, "chatId": chat_id, "messages": records}
-        )
+        return _json({"integrationId": integration_id, "chatId": chat_id, "messages": records})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: every timeline change of the console integrations."""
