@@ -159,6 +159,49 @@ async def test_an_event_stream_outlives_a_lost_redis_subscription(
         assert "after ✓" in await _record_line(resp, "after ✓")
 
 
+async def test_a_client_that_does_not_read_holds_up_no_other_stream(
+    gateways: Gateways, prefix: str
+) -> None:
+    """Changes are written to each stream as its client takes them: one that stopped reading
+    gets them later, all and in order, and meanwhile the others get theirs. (More than its
+    socket buffers hold on either side, so the stuck client cannot have taken them.)"""
+    gateway: InProcessGateway = await gateways(base_config(prefix))
+    console = gateway.client
+    count, text = 800, "x" * 16_000  # ~13 MB: half of them after the stuck client's buffers fill
+
+    async def records(resp: aiohttp.ClientResponse, n: int) -> list[str]:
+        ids: list[str] = []
+        async with asyncio.timeout(60):
+            while len(ids) < n:
+                line = await resp.content.readline()
+                if line.startswith(b"data: "):
+                    record = json.loads(line[6:])["record"]
+                    if record["id"].startswith("bulk-"):
+                        ids.append(record["id"])
+        return ids
+
+    params = {"integrationId": "console", "chatId": "dm-bulk"}
+    async with aiohttp.ClientSession() as http:
+        reader = await http.get(console.base + "/console/api/events", params=params)
+        stuck = await http.get(console.base + "/console/api/events", params=params)
+        try:
+            await reader.content.readline()
+            await stuck.content.readline()
+            await console.send("first", chat="dm-bulk", sender="bulk")
+            await _record_line(reader, "first")
+            await _record_line(stuck, "first")
+            taking = asyncio.ensure_future(records(reader, count))
+            wanted = [f"bulk-{i:04d}" for i in range(count)]
+            for record_id in wanted:
+                record = {"id": record_id, "role": "bot", "type": "text", "text": text}
+                await gateway.gateway.timeline.put("console", "dm-bulk", record)
+            assert await taking == wanted  # all of them, the stuck client not having read one
+            assert await records(stuck, count) == wanted  # and it gets them all, in order
+        finally:
+            reader.close()
+            stuck.close()
+
+
 async def test_a_quiet_event_stream_gets_pings(
     gateways: Gateways, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
