@@ -8,10 +8,11 @@ shard's slot, so a script can publish in the slot it writes); a listener subscri
 them: on a cluster one connection per node that owns some (``SSUBSCRIBE`` of several channels
 must stay within one slot, so one command per channel).
 
-A subscriber connection is written and read directly - subscribe commands packed by hiredis onto
-its stream, every reply taken undecoded from its parser - rather than through redis-py's
-``PubSub``, whose per-message machinery (retry wrapper, timing hooks, push handler, message dict)
-cost more CPU than the console's fan-out itself (issue 15).
+A subscriber connection is written and read directly - subscribe commands packed by hiredis,
+every reply read from its stream, undecoded, by a hiredis reader of our own - rather than through
+redis-py's ``PubSub``, whose per-message machinery (retry wrapper, timing hooks, a push handler
+that formats every message for a debug log, the message dict) cost more CPU than the console's
+fan-out itself (issue 15).
 
 When a slot moves, Redis ends the subscriptions of its shard channels with an ``sunsubscribe``
 the client did not ask for (``cluster.c``, removeChannelsInSlot in Redis 7.0): the listener then
@@ -100,9 +101,8 @@ class _Subscriber:
         """One command per channel (a sharded subscription on a cluster stays in one slot);
         the confirmations come back among the messages."""
         assert self.conn is not None
-        packed: list[bytes] = [pack_command((command, channel)) for channel in channels]  # type: ignore[arg-type]
-        data = b"".join(packed)
-        await self.conn.send_packed_command(data, check_health=False)
+        packed = [pack_command((command, channel)) for channel in channels]  # type: ignore[arg-type]
+        await self.conn.send_packed_command(b"".join(packed), check_health=False)
 
     async def read(self) -> Any:
         reply = self.reader.gets()
