@@ -57,7 +57,9 @@ class _Moved:
 
 
 class _Subscriber:
-    """One subscriber connection: ``pool``'s (given back on close) or a cluster node's own.
+    """One subscriber connection of its own, made as ``pool`` or a cluster node makes theirs but
+    kept out of the pool: closing the client (a replica's shutdown closes it before its event
+    streams end) leaves a subscription alone, and the pool's size is left to the commands.
 
     After the connection's handshake (redis-py's ``connect``: AUTH, HELLO, SELECT) its stream is
     read with a hiredis reader of our own that decodes nothing: a message is ``[b"message" |
@@ -84,12 +86,12 @@ class _Subscriber:
 
     async def open(self) -> None:
         if self.pool is not None:
-            self.conn = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+            self.conn = self.pool.make_connection()  # type: ignore[no-untyped-call]
         else:
             assert self.node is not None
             self.conn = self.node.connection_class(**self.node.connection_kwargs)
         conn = self.conn
-        await conn.connect()  # a pool's is connected already: nothing to do
+        await conn.connect()
         if self.name:
             await conn.send_command("CLIENT", "SETNAME", self.name, check_health=False)
             with contextlib.suppress(ResponseError):  # a server that disables CLIENT
@@ -129,9 +131,6 @@ class _Subscriber:
         with contextlib.suppress(Exception):
             # nowait: a reader task may still hold the transport (redis-py #3941)
             await conn.disconnect(nowait=True)
-        if self.pool is not None:
-            with contextlib.suppress(Exception):
-                await self.pool.release(conn)
 
 
 class PubSubHub:

@@ -83,3 +83,36 @@ async def test_a_listener_yields_the_bytes_published_and_ends_when_its_connectio
         return not await named(redis_client, name)
 
     await eventually(closed)  # the cancelled listener left no connection open
+
+
+async def test_a_subscription_outlives_its_client_s_pool_being_closed(
+    redis_client: Any, redis_target: Any, prefix: str
+) -> None:
+    """A replica closes its Redis client before its web app's event streams end: the listener's
+    connection is its own, so the subscription lasts until the listener is stopped."""
+    sharded = await _sharded(redis_client)
+    channels = KeyBuilder(prefix=prefix).timeline_channels(sharded)
+    client = redis_target.client()
+    hub = PubSubHub(client, sharded=sharded)
+    got: list[bytes] = []
+
+    async def collect() -> None:
+        async for data in hub.listen_bytes(channels):
+            got.append(data)
+
+    listener = asyncio.ensure_future(collect())
+    try:
+        await eventually(lambda: _all_subscribed(hub, channels))  # on the client, still open
+        await client.aclose()  # what a replica's shutdown does first
+        command = "SPUBLISH" if sharded else "PUBLISH"
+        await redis_client.execute_command(command, channels[0], b"still here")
+        await eventually(lambda: got == [b"still here"])
+        assert not listener.done()
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+
+
+async def _all_subscribed(hub: PubSubHub, channels: list[str]) -> bool:
+    return all(n == 1 for n in await hub.subscribers(channels))
