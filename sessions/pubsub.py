@@ -16,11 +16,12 @@ fan-out itself (issue 15).
 
 When a slot moves, Redis ends the subscriptions of its shard channels with an ``sunsubscribe``
 the client did not ask for (``cluster.c``, removeChannelsInSlot in Redis 7.0): the listener then
-reads the slot map again and subscribes on the new owner. Anything else that breaks a
-subscription (a lost connection, a failed node, an error reply) ends :meth:`PubSubHub.listen`
-with the error; its callers subscribe again. A message published meanwhile is not seen, as with
-any pub/sub: a Stop is still found by the lease renewal and a steer stays in the burst
-(``gateway.control``); a console page shows a card's state at its next change or when reloaded.
+reads the slot map again and subscribes on the new owner. A lost connection is subscribed again
+at once; anything else that breaks a subscription (a connection lost again within 10 s, an
+error reply) ends :meth:`PubSubHub.listen` with the error; its callers subscribe again. A
+message published meanwhile is not seen, as with any pub/sub: a Stop is still found by the
+lease renewal and a steer stays in the burst (``gateway.control``); a console page shows a
+card's state at its next change or when reloaded.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ log = structlog.get_logger("sessions.pubsub")
 
 MESSAGES = (b"message", b"smessage")
 _MORE = object()  # the reader needs more bytes
+RESUBSCRIBE_SECONDS = 10.0
 
 
 class _Moved:
@@ -57,9 +59,7 @@ class _Moved:
 
 
 class _Subscriber:
-    """One subscriber connection of its own, made as ``pool`` or a cluster node makes theirs but
-    kept out of the pool: closing the client (a replica's shutdown closes it before its event
-    streams end) leaves a subscription alone, and the pool's size is left to the commands.
+    """One subscriber connection: ``pool``'s (given back on close) or a cluster node's own.
 
     After the connection's handshake (redis-py's ``connect``: AUTH, HELLO, SELECT) its stream is
     read with a hiredis reader of our own that decodes nothing: a message is ``[b"message" |
@@ -86,12 +86,12 @@ class _Subscriber:
 
     async def open(self) -> None:
         if self.pool is not None:
-            self.conn = self.pool.make_connection()  # type: ignore[no-untyped-call]
+            self.conn = await self.pool.get_connection()  # type: ignore[no-untyped-call]
         else:
             assert self.node is not None
             self.conn = self.node.connection_class(**self.node.connection_kwargs)
         conn = self.conn
-        await conn.connect()
+        await conn.connect()  # a pool's is connected already: nothing to do
         if self.name:
             await conn.send_command("CLIENT", "SETNAME", self.name, check_health=False)
             with contextlib.suppress(ResponseError):  # a server that disables CLIENT
@@ -131,6 +131,9 @@ class _Subscriber:
         with contextlib.suppress(Exception):
             # nowait: a reader task may still hold the transport (redis-py #3941)
             await conn.disconnect(nowait=True)
+        if self.pool is not None:
+            with contextlib.suppress(Exception):
+                await self.pool.release(conn)
 
 
 class PubSubHub:
@@ -172,14 +175,27 @@ class PubSubHub:
             yield data.decode("utf-8", "replace")
 
     async def listen_bytes(self, channels: Sequence[str]) -> AsyncIterator[bytes]:
-        """:meth:`listen`, each message's data as the bytes published (not decoded)."""
-        await self._ready()
-        if self.sharded and isinstance(self.client, RedisCluster):
-            source = _ClusterShardListener(self.client, list(channels), self.name).messages()
-        else:
-            source = self._listen_one(list(channels))
-        async for data in source:
-            yield data
+        """:meth:`listen`, each message's data as the bytes published (not decoded).
+
+        A lost connection is subscribed again at once, silently, as redis-py's ``PubSub`` did:
+        a Sentinel failover closes every pooled connection, and so does a replica's shutdown
+        before its event streams end. A second loss within ``RESUBSCRIBE_SECONDS`` raises."""
+        loop = asyncio.get_running_loop()
+        again = -math.inf
+        while True:
+            await self._ready()
+            if self.sharded and isinstance(self.client, RedisCluster):
+                source = _ClusterShardListener(self.client, list(channels), self.name).messages()
+            else:
+                source = self._listen_one(list(channels))
+            try:
+                async for data in source:
+                    yield data
+            except (RedisConnectionError, OSError) as exc:
+                if loop.time() - again < RESUBSCRIBE_SECONDS:
+                    raise
+                again = loop.time()
+                log.debug("pub/sub connection lost; subscribing again", error=str(exc))
 
     async def _ready(self) -> None:
         """A cluster client that has not read the slot map yet (or was told to read it again
