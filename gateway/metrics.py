@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import re
 import time
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
     Gauge,
-    Histogram,
     disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from gateway import __version__
 from gateway.adapter import ApiCalls, Ingest, IngestOutcome, IngestUnavailable, ShuttingDown
@@ -43,85 +46,166 @@ BUDGET_LIMITS = ("turnsPerHourPerChat", "turnsPerHourPerSender", "tokensPerDayPe
 _LABEL_OK = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
+class _Count:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class _Spread:
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)  # per bucket, not cumulative
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        self.counts[bisect_left(self.bounds, amount)] += 1  # the first bound >= amount
+
+
+class _Family(Collector):
+    """A counter or histogram kept in plain floats and turned into a metric family when
+    scraped: prometheus_client's own take a lock and check their state on every call, 1-2 us
+    each, a dozen times or more a turn (issue 15). Everything here runs on the event loop, as does
+    the scrape, so nothing needs a lock. The exposition is the same as theirs."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        *,
+        registry: CollectorRegistry,
+        buckets: Sequence[float] | None = None,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = (*buckets, float("inf")) if buckets is not None else None
+        self.series: dict[tuple[str, ...], Any] = {}
+        if not self.labelnames:  # a series without labels exists from the start
+            self.labels()
+        registry.register(self)
+
+    def labels(self, *values: str) -> Any:
+        """The series of these label values (made at zero the first time)."""
+        series = self.series.get(values)
+        if series is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: labels {self.labelnames}, got {values}")
+            series = _Count() if self.bounds is None else _Spread(self.bounds)
+            self.series[values] = series
+        return series
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.series[()].inc(amount)
+
+    def observe(self, amount: float) -> None:
+        self.series[()].observe(amount)
+
+    def collect(self) -> Iterator[Metric]:
+        if self.bounds is None:
+            counters = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+            for values, count in self.series.items():
+                counters.add_metric(values, count.value)
+            yield counters
+            return
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        les = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
+        for values, spread in self.series.items():
+            total, buckets = 0, []
+            for le, count in zip(les, spread.counts, strict=True):
+                total += count
+                buckets.append((le, total))
+            family.add_metric(values, buckets, spread.sum)
+        yield family
+
+
 class Metrics:
     def __init__(self) -> None:
         # No ``*_created`` series (prometheus_client's default): they double what Prometheus
         # stores and nothing here reads them. A process-wide switch; every registry is ours.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = r = CollectorRegistry()
-        self.ingested = Counter(
+        self.ingested = _Family(
             "xgw_ingested_total",
             "Inbound events by outcome; unavailable / shutting_down: intake did not store it "
             "(a webhook answered 503, a long connection spooled it)",
             ["integration", "status"],
             registry=r,
         )
-        self.ingest_seconds = Histogram(
+        self.ingest_seconds = _Family(
             "xgw_ingest_seconds",
             "Time to make an inbound event durable",
             registry=r,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
         )
-        self.turns = Counter(
+        self.turns = _Family(
             "xgw_turns_total",
             "Turns by how they ended (done, error, cancelled, interrupted, handback, gave_up, "
             "refused)",
             ["integration", "platform", "expert", "outcome"],
             registry=r,
         )
-        self.turn_seconds = Histogram(
+        self.turn_seconds = _Family(
             "xgw_turn_duration_seconds",
             "A turn's run time, from its claim to its end",
             ["integration"],
             registry=r,
             buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
         )
-        self.queue_seconds = Histogram(
+        self.queue_seconds = _Family(
             "xgw_turn_queue_seconds",
             "From a turn's first message to its claim (summary window and waiting included)",
             ["integration"],
             registry=r,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
         )
-        self.first_card_seconds = Histogram(
+        self.first_card_seconds = _Family(
             "xgw_turn_first_card_seconds",
             "From a turn's first message to its card first showing in the chat",
             ["integration"],
             registry=r,
             buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60),
         )
-        self.card_updates = Counter(
+        self.card_updates = _Family(
             "xgw_card_updates_total",
             "Cards sent (kind=send) and updated in place (kind=update), by result",
             ["integration", "kind", "result"],
             registry=r,
         )
-        self.coalesced = Counter(
+        self.coalesced = _Family(
             "xgw_card_updates_coalesced_total",
             "Card states never shown: a newer one replaced them within updateIntervalMs",
             ["integration"],
             registry=r,
         )
-        self.api_calls_total = Counter(
+        self.api_calls_total = _Family(
             "xgw_platform_api_calls_total",
             "Platform API exchanges (retries included) by endpoint and result code",
             ["integration", "platform", "endpoint", "code"],
             registry=r,
         )
-        self.api_seconds = Histogram(
+        self.api_seconds = _Family(
             "xgw_platform_api_seconds",
             "Platform API exchange time",
             ["platform", "endpoint"],
             registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
-        self.redis_seconds = Histogram(
+        self.redis_seconds = _Family(
             "xgw_redis_script_seconds",
             "One auto-pipelined exchange of script calls with Redis (write to last reply)",
             registry=r,
             buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
         )
-        self.budget_refusals = Counter(
+        self.budget_refusals = _Family(
             "xgw_budget_refusals_total",
             "Turns refused for a limit (limits.turnsPerHourPerChat, ...)",
             ["integration", "limit"],

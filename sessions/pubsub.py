@@ -8,44 +8,142 @@ shard's slot, so a script can publish in the slot it writes); a listener subscri
 them: on a cluster one connection per node that owns some (``SSUBSCRIBE`` of several channels
 must stay within one slot, so one command per channel).
 
+A subscriber connection is written and read directly - subscribe commands packed by hiredis,
+every reply read from its stream, undecoded, by a hiredis reader of our own - rather than through
+redis-py's ``PubSub``, whose per-message machinery (retry wrapper, timing hooks, a push handler
+that formats every message for a debug log, the message dict) cost more CPU than the console's
+fan-out itself (issue 15).
+
 When a slot moves, Redis ends the subscriptions of its shard channels with an ``sunsubscribe``
 the client did not ask for (``cluster.c``, removeChannelsInSlot in Redis 7.0): the listener then
-reads the slot map again and subscribes on the new owner. Anything else that breaks a
-subscription (a lost connection, a failed node) ends :meth:`PubSubHub.listen` with the error;
-its callers subscribe again. A message published meanwhile is not seen, as with any pub/sub: a
-Stop is still found by the lease renewal and a steer stays in the burst (``gateway.control``); a
-console page shows a card's state at its next change or when reloaded.
+reads the slot map again and subscribes on the new owner. A lost connection is subscribed again
+at once; anything else that breaks a subscription (a connection lost again within 10 s, an
+error reply) ends :meth:`PubSubHub.listen` with the error; its callers subscribe again. A
+message published meanwhile is not seen, as with any pub/sub: a Stop is still found by the
+lease renewal and a steer stays in the burst (``gateway.control``); a console page shows a
+card's state at its next change or when reloaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import RedisCluster
+from hiredis import pack_command
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, ResponseError
 
 from sessions.connection import RedisClient
 
 log = structlog.get_logger("sessions.pubsub")
 
+MESSAGES = (b"message", b"smessage")
+_MORE = object()  # the reader needs more bytes
+RESUBSCRIBE_SECONDS = 10.0
+
 
 class _Moved:
     """A channel the server unsubscribed us from (its slot moved)."""
 
-    def __init__(self, channel: str) -> None:
+    def __init__(self, channel: bytes) -> None:
         self.channel = channel
 
 
+class _Subscriber:
+    """One subscriber connection: ``pool``'s (given back on close) or a cluster node's own.
+
+    After the connection's handshake (redis-py's ``connect``: AUTH, HELLO, SELECT) its stream is
+    read with a hiredis reader of our own that decodes nothing: a message is ``[b"message" |
+    b"smessage", channel, data]``, a confirmation ``[b"subscribe" | b"ssubscribe", channel,
+    count]`` (RESP2 array or RESP3 push alike); an error reply is raised. A read waits as long as
+    it takes (a quiet channel is not a failure); a closed connection raises ``ConnectionError``.
+    ``name`` (optional) is set with CLIENT SETNAME, so CLIENT LIST shows the connection."""
+
+    def __init__(
+        self,
+        *,
+        pool: aioredis.ConnectionPool | None = None,
+        node: ClusterNode | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.pool = pool
+        self.node = node
+        self.name = name
+        self.conn: AbstractConnection | None = None
+        self.reader = hiredis.Reader(
+            protocolError=InvalidResponse, replyError=ResponseError, notEnoughData=_MORE
+        )
+        self.stream: asyncio.StreamReader | None = None
+
+    async def open(self) -> None:
+        if self.pool is not None:
+            self.conn = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+        else:
+            assert self.node is not None
+            self.conn = self.node.connection_class(**self.node.connection_kwargs)
+        conn = self.conn
+        await conn.connect()  # a pool's is connected already: nothing to do
+        if self.name:
+            await conn.send_command("CLIENT", "SETNAME", self.name, check_health=False)
+            with contextlib.suppress(ResponseError):  # a server that disables CLIENT
+                await conn.read_response()
+        stream = getattr(conn, "_reader", None)
+        self.stream = stream if isinstance(stream, asyncio.StreamReader) else None
+
+    async def subscribe(self, command: str, channels: Sequence[str]) -> None:
+        """One command per channel (a sharded subscription on a cluster stays in one slot);
+        the confirmations come back among the messages."""
+        assert self.conn is not None
+        packed = [pack_command((command, channel)) for channel in channels]  # type: ignore[arg-type]
+        await self.conn.send_packed_command(b"".join(packed), check_health=False)
+
+    async def read(self) -> Any:
+        reply = self.reader.gets()
+        while reply is _MORE:
+            if self.stream is None:  # not redis-py's usual stream: its public, slower path
+                assert self.conn is not None
+                reply = await self.conn.read_response(
+                    disable_decoding=True, timeout=math.inf, push_request=True
+                )
+                break
+            data = await self.stream.read(65536)
+            if not data:
+                raise RedisConnectionError("Connection closed by server.")
+            self.reader.feed(data)
+            reply = self.reader.gets()
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            # nowait: a reader task may still hold the transport (redis-py #3941)
+            await conn.disconnect(nowait=True)
+        if self.pool is not None:
+            with contextlib.suppress(Exception):
+                await self.pool.release(conn)
+
+
 class PubSubHub:
-    def __init__(self, client: RedisClient, *, sharded: bool) -> None:
+    """``name`` (optional): the CLIENT SETNAME of every subscriber connection a listener opens
+    from then on, so CLIENT LIST tells them apart."""
+
+    def __init__(self, client: RedisClient, *, sharded: bool, name: str | None = None) -> None:
         self.client = client
         self.sharded = sharded
+        self.name = name
 
     async def publish(self, channel: str, message: str) -> int:
         """Publish; returns how many subscribers got it (on a cluster with classic pub/sub: on
@@ -73,13 +171,31 @@ class PubSubHub:
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[str]:
         """The data of every message on ``channels`` until the consumer stops iterating; raises
         when the subscription is lost."""
-        await self._ready()
-        if self.sharded and isinstance(self.client, RedisCluster):
-            source = _ClusterShardListener(self.client, list(channels)).messages()
-        else:
-            source = self._listen_one(list(channels))
-        async for data in source:
-            yield data
+        async for data in self.listen_bytes(channels):
+            yield data.decode("utf-8", "replace")
+
+    async def listen_bytes(self, channels: Sequence[str]) -> AsyncIterator[bytes]:
+        """:meth:`listen`, each message's data as the bytes published (not decoded).
+
+        A lost connection is subscribed again at once, silently, as redis-py's ``PubSub`` did:
+        a Sentinel failover closes every pooled connection, and so does a replica's shutdown
+        before its event streams end. A second loss within ``RESUBSCRIBE_SECONDS`` raises."""
+        loop = asyncio.get_running_loop()
+        again = -math.inf
+        while True:
+            await self._ready()
+            if self.sharded and isinstance(self.client, RedisCluster):
+                source = _ClusterShardListener(self.client, list(channels), self.name).messages()
+            else:
+                source = self._listen_one(list(channels))
+            try:
+                async for data in source:
+                    yield data
+            except (RedisConnectionError, OSError) as exc:
+                if loop.time() - again < RESUBSCRIBE_SECONDS:
+                    raise
+                again = loop.time()
+                log.debug("pub/sub connection lost; subscribing again", error=str(exc))
 
     async def _ready(self) -> None:
         """A cluster client that has not read the slot map yet (or was told to read it again
@@ -87,34 +203,37 @@ class PubSubHub:
         if isinstance(self.client, RedisCluster) and self.client._initialize:
             await self.client.initialize()
 
-    async def _listen_one(self, channels: list[str]) -> AsyncIterator[str]:
+    async def _listen_one(self, channels: list[str]) -> AsyncIterator[bytes]:
         """One connection: a single server (any pub/sub), or classic pub/sub on a cluster (on
         the node of the first channel's slot; classic messages reach every node)."""
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        if isinstance(self.client, RedisCluster):
+            node = self.client.nodes_manager.get_node_from_slot(key_slot(channels[0].encode()))
+            subscriber = _Subscriber(node=node, name=self.name)
+        else:
+            subscriber = _Subscriber(pool=self.client.connection_pool, name=self.name)
         try:
-            if self.sharded:
-                await pubsub.ssubscribe(*channels)
-            else:
-                await pubsub.subscribe(*channels)
-            async for message in pubsub.listen():
-                if message.get("type") in ("message", "smessage"):
-                    yield str(message["data"])
+            await subscriber.open()
+            await subscriber.subscribe("SSUBSCRIBE" if self.sharded else "SUBSCRIBE", channels)
+            while True:
+                reply = await subscriber.read()
+                if reply[0] in MESSAGES:
+                    yield reply[2]
         finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await subscriber.close()
 
 
 class _ClusterShardListener:
     """Sharded channels on a cluster: one subscriber connection per node owning any of them."""
 
-    def __init__(self, cluster: RedisCluster, channels: list[str]) -> None:
+    def __init__(self, cluster: RedisCluster, channels: list[str], name: str | None) -> None:
         self.cluster = cluster
         self.channels = channels
-        self.nodes: dict[str, PubSub] = {}
+        self.name = name
+        self.nodes: dict[str, _Subscriber] = {}
         self.readers: dict[str, asyncio.Task[None]] = {}
-        self.queue: asyncio.Queue[str | _Moved | BaseException] = asyncio.Queue()
+        self.queue: asyncio.Queue[bytes | _Moved | BaseException] = asyncio.Queue()
 
-    async def messages(self) -> AsyncIterator[str]:
+    async def messages(self) -> AsyncIterator[bytes]:
         try:
             for channel in self.channels:
                 await self._subscribe(channel)
@@ -125,7 +244,7 @@ class _ClusterShardListener:
                 if isinstance(item, _Moved):
                     log.info("shard channel moved; subscribing on its new owner")
                     await self.cluster.nodes_manager.initialize()
-                    await self._subscribe(item.channel)
+                    await self._subscribe(item.channel.decode())
                     continue
                 yield item
         finally:
@@ -133,47 +252,37 @@ class _ClusterShardListener:
 
     async def _subscribe(self, channel: str) -> None:
         node = self.cluster.nodes_manager.get_node_from_slot(key_slot(channel.encode()))
-        pubsub = self.nodes.get(node.name)
-        if pubsub is None:
-            pool = aioredis.ConnectionPool(
-                connection_class=node.connection_class, max_connections=2, **node.connection_kwargs
-            )
-            pubsub = PubSub(connection_pool=pool)
-            self.nodes[node.name] = pubsub
-        await pubsub.ssubscribe(channel)
+        subscriber = self.nodes.get(node.name)
+        if subscriber is None:
+            subscriber = self.nodes[node.name] = _Subscriber(node=node, name=self.name)
+            await subscriber.open()
+        await subscriber.subscribe("SSUBSCRIBE", [channel])
         reader = self.readers.get(node.name)
         if reader is None or reader.done():
             self.readers[node.name] = asyncio.create_task(
-                self._read(pubsub), name=f"pubsub-{node.name}"
+                self._read(subscriber), name=f"pubsub-{node.name}"
             )
 
-    async def _read(self, pubsub: PubSub) -> None:
+    async def _read(self, subscriber: _Subscriber) -> None:
+        put = self.queue.put_nowait
         try:
             while True:
-                message: dict[str, Any] | None = await pubsub.get_message(timeout=None)
-                if message is None:
-                    continue
-                kind = message.get("type")
-                if kind == "smessage":
-                    self.queue.put_nowait(str(message["data"]))
-                elif kind == "sunsubscribe":
-                    channel = str(message["channel"])
-                    # Not asked for (we never unsubscribe): the slot moved. Forget the channel
-                    # here, so a reconnect does not subscribe to it on the old owner again.
-                    pubsub.shard_channels.pop(channel, None)
-                    self.queue.put_nowait(_Moved(channel))
+                reply = await subscriber.read()
+                kind = reply[0]
+                if kind == b"smessage":
+                    put(reply[2])
+                elif kind == b"sunsubscribe":
+                    # Not asked for (we never unsubscribe): the slot moved.
+                    put(_Moved(reply[1]))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            self.queue.put_nowait(exc)
+            put(exc)
 
     async def _close(self) -> None:
         for task in self.readers.values():
             task.cancel()
         if self.readers:
             await asyncio.wait(list(self.readers.values()), timeout=5)
-        for pubsub in self.nodes.values():
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-            with contextlib.suppress(Exception):
-                await pubsub.connection_pool.disconnect()
+        for subscriber in self.nodes.values():
+            await subscriber.close()

@@ -9,7 +9,6 @@ it goes through the session store's auto-pipeline (which waits out a migration o
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any, Literal, cast
@@ -92,7 +91,7 @@ class TimelineStore:
             raw = await self.redis.hget(
                 self.keys.timeline_messages(integration_id, chat_id), record_id
             )
-        return json.loads(raw) if raw else None
+        return orjson.loads(raw) if raw else None
 
     async def list(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]:
         order_key = self.keys.timeline_order(integration_id, chat_id)
@@ -101,21 +100,23 @@ class TimelineStore:
             if not ids:
                 return []
             raws = await self.redis.hmget(self.keys.timeline_messages(integration_id, chat_id), ids)
-        return [json.loads(r) for r in raws if r]
+        return [orjson.loads(r) for r in raws if r]
 
     async def changes(self) -> AsyncIterator[dict[str, Any]]:
         """Every change published by any replica, until the consumer stops iterating; each as
-        a dict whose ``raw`` is the JSON it was published as (to pass on without encoding)."""
+        a dict whose ``raw`` is the JSON it was published as, UTF-8 bytes (to pass on without
+        encoding)."""
+        channels = self.keys.timeline_channels(self.pubsub.sharded)
         with unavailable():
-            async for data in self.pubsub.listen(self.keys.timeline_channels(self.pubsub.sharded)):
+            async for data in self.pubsub.listen_bytes(channels):
                 yield Change(orjson.loads(data), raw=data)
 
 
 class Change(dict[str, Any]):
-    """A published change: the parsed JSON, and the JSON text itself (``raw``)."""
+    """A published change: the parsed JSON, and the JSON itself (``raw``, UTF-8 bytes)."""
 
     __slots__ = ("raw",)
 
-    def __init__(self, parsed: dict[str, Any], *, raw: str) -> None:
+    def __init__(self, parsed: dict[str, Any], *, raw: bytes) -> None:
         super().__init__(parsed)
         self.raw = raw

@@ -17,6 +17,7 @@ import aiohttp
 import redis.asyncio as aioredis
 import yaml
 from aiohttp import web
+from redis.asyncio.cluster import RedisCluster
 
 from gateway.app import Gateway
 from gateway.cli import settings_model
@@ -206,3 +207,25 @@ async def command_calls(client: aioredis.Redis) -> dict[str, int]:
     calls count too."""
     info = await client.info("commandstats")
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+
+
+async def named(client: Any, name: str) -> list[tuple[dict[str, Any], str]]:
+    """The connections named ``name`` (CLIENT SETNAME; on every node of a cluster): where each
+    is and its client id."""
+    found = []
+    nodes = client.get_nodes() if isinstance(client, RedisCluster) else [None]
+    for node in nodes:
+        where = {"target_nodes": node} if node is not None else {}
+        for conn in await client.client_list(**where):
+            if conn.get("name") == name:
+                found.append((where, str(conn["id"])))
+    return found
+
+
+async def kill_named(client: Any, name: str) -> int:
+    """CLIENT KILL every connection named ``name``, by id: nobody else's connection on the
+    shared server is touched."""
+    found = await named(client, name)
+    for where, client_id in found:
+        await client.client_kill_filter(_id=client_id, **where)
+    return len(found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import subprocess
@@ -16,9 +17,10 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from adapters.console import inbound
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, free_port
+from tests.conftest import Gateways, base_config, eventually
+from tests.helpers import ConsoleClient, InProcessGateway, free_port, kill_named, named
 
 VALID = {
     "integrationId": "console",
@@ -103,6 +105,117 @@ async def test_events_stream_carries_timeline_changes(console: ConsoleClient) ->
                 break
             seen.append(line)
         assert any(event_id in line for line in seen)
+
+
+async def test_answers_are_compact_utf8_json(console: ConsoleClient) -> None:
+    body = {**VALID, "text": "héllo ✓"}
+    async with console.http.post(console.base + "/console/api/messages", json=body) as resp:
+        assert resp.status == 202
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+        raw = await resp.read()
+    assert raw == b'{"eventId":"%s","status":"queued"}' % json.loads(raw)["eventId"].encode()
+    path = "/console/api/chats/dm-alice/messages?integrationId=console"
+    async with console.http.get(console.base + path) as resp:
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+        raw = await resp.read()
+    assert "héllo ✓".encode() in raw  # not \u-escaped
+    assert json.loads(raw)["messages"][0]["text"] == "héllo ✓"
+
+
+async def _record_line(resp: aiohttp.ClientResponse, text: str) -> str:
+    """The stream's next ``data:`` line whose record has ``text``."""
+    async with asyncio.timeout(10):
+        while True:
+            line = (await resp.content.readline()).decode()
+            if line.startswith("data: ") and text in line:
+                return line
+
+
+async def test_an_event_stream_outlives_a_lost_redis_subscription(
+    gateways: Gateways, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    gateway: InProcessGateway = await gateways(base_config(prefix))
+    name = f"{prefix}-events"
+    gateway.gateway.store.pubsub.name = name  # the console subscribes on its first stream
+    console = gateway.client
+
+    async def subscribed() -> bool:
+        return len(await named(redis_client, name)) == 1
+
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(console.base + "/console/api/events", params={"integrationId": "console"}) as resp,
+    ):
+        await resp.content.readline()
+        await eventually(subscribed)
+        await console.send("before ✓")
+        # the change as published: compact JSON, UTF-8 as it is (not \u-escaped)
+        line = await _record_line(resp, "before ✓")
+        change = json.loads(line.removeprefix("data: "))
+        assert line == f"data: {json.dumps(change, ensure_ascii=False, separators=(',', ':'))}\n"
+        assert await kill_named(redis_client, name) == 1
+        await eventually(subscribed)  # subscribed again, the browser's stream left open
+        await console.send("after ✓")
+        assert "after ✓" in await _record_line(resp, "after ✓")
+
+
+async def test_a_client_that_does_not_read_holds_up_no_other_stream(
+    gateways: Gateways, prefix: str
+) -> None:
+    """Changes are written to each stream as its client takes them: one that stopped reading
+    gets them later, all and in order, and meanwhile the others get theirs. (More than its
+    socket buffers hold on either side, so the stuck client cannot have taken them.)"""
+    gateway: InProcessGateway = await gateways(base_config(prefix))
+    console = gateway.client
+    count, text = 800, "x" * 16_000  # ~13 MB: half of them after the stuck client's buffers fill
+
+    async def records(resp: aiohttp.ClientResponse, n: int) -> list[str]:
+        ids: list[str] = []
+        async with asyncio.timeout(60):
+            while len(ids) < n:
+                line = await resp.content.readline()
+                if line.startswith(b"data: "):
+                    record = json.loads(line[6:])["record"]
+                    if record["id"].startswith("bulk-"):
+                        ids.append(record["id"])
+        return ids
+
+    params = {"integrationId": "console", "chatId": "dm-bulk"}
+    async with aiohttp.ClientSession() as http:
+        reader = await http.get(console.base + "/console/api/events", params=params)
+        stuck = await http.get(console.base + "/console/api/events", params=params)
+        try:
+            await reader.content.readline()
+            await stuck.content.readline()
+            await console.send("first", chat="dm-bulk", sender="bulk")
+            await _record_line(reader, "first")
+            await _record_line(stuck, "first")
+            taking = asyncio.ensure_future(records(reader, count))
+            wanted = [f"bulk-{i:04d}" for i in range(count)]
+            for record_id in wanted:
+                record = {"id": record_id, "role": "bot", "type": "text", "text": text}
+                await gateway.gateway.timeline.put("console", "dm-bulk", record)
+            assert await taking == wanted  # all of them, the stuck client not having read one
+            assert await records(stuck, count) == wanted  # and it gets them all, in order
+        finally:
+            reader.close()
+            stuck.close()
+
+
+async def test_a_quiet_event_stream_gets_pings(
+    gateways: Gateways, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbound, "PING_SECONDS", 0.2)
+    console = (await gateways(base_config(prefix))).client
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(console.base + "/console/api/events", params={"integrationId": "console"}) as resp,
+    ):
+        lines = []
+        async with asyncio.timeout(5):
+            while len([x for x in lines if x == b": ping\n"]) < 2:
+                lines.append(await resp.content.readline())
+        assert lines[0] == b": connected\n"
 
 
 @pytest.fixture

@@ -388,3 +388,40 @@ async def test_no_label_names_a_chat_a_user_or_a_session(
     for sample in s.samples:
         per_name[sample.name] = per_name.get(sample.name, 0) + 1
     assert max(per_name.values()) < 100, per_name
+
+
+# --- the series' own bookkeeping ----------------------------------------------------------------
+def test_counters_and_histograms_render_as_prometheus_client_s_own() -> None:
+    """``gateway.metrics`` keeps its counters and histograms in plain floats: what a scrape
+    shows is what prometheus_client's Counter and Histogram show for the same calls (a value
+    on a bucket's bound counts in that bucket; series without labels are there at zero)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from gateway.metrics import _Family
+
+    Metrics()  # switches off prometheus_client's *_created series, as the gateway runs
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    buckets = (0.001, 0.01, 0.1, 1.0)
+    pairs = [
+        (
+            _Family("x_calls_total", "Calls", ["kind"], registry=ours),
+            Counter("x_calls_total", "Calls", ["kind"], registry=theirs),
+        ),
+        (
+            _Family("x_seconds", "Time", ["kind"], registry=ours, buckets=buckets),
+            Histogram("x_seconds", "Time", ["kind"], registry=theirs, buckets=buckets),
+        ),
+    ]
+    _Family("x_idle_seconds", "Never observed", registry=ours, buckets=buckets)
+    Histogram("x_idle_seconds", "Never observed", registry=theirs, buckets=buckets)
+    _Family("x_idle_total", "Never counted", registry=ours)
+    Counter("x_idle_total", "Never counted", registry=theirs)
+    for value in (0.0, 0.001, 0.0011, 0.01, 0.5, 1.0, 3.0, 1e9):
+        for kind in ("a", "b"):
+            pairs[0][0].labels(kind).inc(value)
+            pairs[0][1].labels(kind).inc(value)
+            pairs[1][0].labels(kind).observe(value)
+            pairs[1][1].labels(kind).observe(value)
+    pairs[0][0].labels("unused")
+    pairs[0][1].labels("unused")
+    assert generate_latest(ours) == generate_latest(theirs)

@@ -4,19 +4,23 @@ Requests are read with the core's bounded readers (``gateway.webhook``: size, ch
 depth) and validated before anything is stored; the user's message is written to the chat
 timeline and handed to intake, and only then is 202 returned. A refusal is a short JSON error
 and one log line.
+
+The event streams (``/console/api/events``) share one Redis subscription: a pump writes each
+change to every stream that shows it, at once where the client's socket has room, else queues
+it for the stream's own task. Over 300 lines: the handlers and the streams share ConsoleApi.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -38,11 +42,23 @@ if TYPE_CHECKING:
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
 M = TypeVar("M", bound=BaseModel)
+# A quiet event stream gets a ping (which also finds clients that left) at every tick of this
+# period that found nothing written to it since the tick before.
+PING_SECONDS = 15.0
+_PING: dict[str, Any] = {}  # queued to every stream at each tick (compared by identity)
+DIRECT_BYTES = 32_768  # see _Stream.ready
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _json(data: Any, status: int = 200) -> web.Response:
+    """A JSON answer: compact UTF-8 by orjson (aiohttp's json_response runs the stdlib's)."""
+    return web.Response(
+        body=orjson.dumps(data), status=status, content_type="application/json", charset="utf-8"
+    )
+
+
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+    return _json({"error": message}, status=status)
 
 
 def _guarded(handler: Handler) -> Handler:
@@ -57,44 +73,121 @@ def _guarded(handler: Handler) -> Handler:
     return guarded
 
 
+class _Stream:
+    """An open event stream: what it shows, and the changes not written to it yet."""
+
+    __slots__ = ("chat", "integration_id", "queue", "response", "transport", "writing", "wrote")
+
+    def __init__(
+        self,
+        response: web.StreamResponse,
+        transport: asyncio.Transport | None,
+        integration_id: str | None,
+        chat: str | None,
+    ) -> None:
+        self.response = response
+        self.transport = transport
+        self.integration_id = integration_id
+        self.chat = chat
+        # what the pump could not write at once; None wakes the stream to end it
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=10_000)
+        self.writing = False  # the stream's own task is in a write
+        self.wrote = False  # a record since the last ping tick
+
+    def ready(self, size: int) -> bool:
+        """Whether the pump may write ``size`` bytes itself, now, without waiting: nothing
+        queued before them, no write of the stream's own under way, and the socket's buffer far
+        below the point where a write waits for the client (asyncio's 64 KiB)."""
+        transport = self.transport
+        return (
+            not self.writing
+            and self.queue.empty()
+            and transport is not None
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() + size <= DIRECT_BYTES
+        )
+
+
+def _frame(change: dict[str, Any]) -> bytes:
+    # the JSON as published (compact UTF-8), else encoded here the same way
+    raw = getattr(change, "raw", None) or orjson.dumps(change)
+    return b"".join((b"event: record\ndata: ", raw, b"\n\n"))
+
+
 class ConsoleApi:
     def __init__(self, adapters: Mapping[str, ConsoleAdapter]) -> None:
         self.adapters = adapters
         self.closing = asyncio.Event()
         # One Redis subscription per replica, fanned out to every open event stream (a
         # subscription per browser tab would take a pool connection each).
-        self._subscribers: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self._streams: tuple[_Stream, ...] = ()
         self._pump: asyncio.Task[None] | None = None
+        # One timer for every stream's pings, rather than a timeout around each stream's wait
+        # (a timer armed and cancelled per change, issue 15).
+        self._ticker: asyncio.TimerHandle | None = None
+
+    def _tell_all(self, item: dict[str, Any] | None) -> None:
+        for stream in self._streams:
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.queue.put_nowait(item)
+
+    def _tick(self) -> None:
+        self._tell_all(_PING)
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.call_later(PING_SECONDS, self._tick) if self._streams else None
 
     async def close(self, app: web.Application) -> None:
         """On shutdown, end every open event stream at once (not at its next ping)."""
         self.closing.set()
-        for queue in list(self._subscribers):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)  # wakes the stream, which then sees ``closing``
+        self._tell_all(None)  # wakes every stream, which then sees ``closing``
+        if self._ticker is not None:
+            self._ticker.cancel()
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.wait([self._pump], timeout=5)
 
-    def _subscribe(self, timeline: TimelineStore) -> asyncio.Queue[dict[str, Any] | None]:
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=10_000)
-        self._subscribers.add(queue)
+    def _subscribe(self, timeline: TimelineStore, stream: _Stream) -> None:
+        self._streams = (*self._streams, stream)
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(PING_SECONDS, self._tick)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._fan_out(timeline), name="console-events")
-        return queue
+
+    def _unsubscribe(self, stream: _Stream) -> None:
+        self._streams = tuple(s for s in self._streams if s is not stream)
 
     async def _fan_out(self, timeline: TimelineStore) -> None:
         while not self.closing.is_set():
             try:
                 async for change in timeline.changes():
-                    for queue in list(self._subscribers):
-                        with contextlib.suppress(asyncio.QueueFull):
-                            queue.put_nowait(change)
+                    await self._deliver(change)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("console event subscription lost; resubscribing", error=str(exc))
                 await asyncio.sleep(1)
+
+    async def _deliver(self, change: dict[str, Any]) -> None:
+        """Write ``change`` to each stream that shows it: here, at once, where the socket has
+        room (no wake-up of the stream's task per change, issue 15); else into its queue, which
+        its own task writes as the client reads, so a slow client holds up nobody else."""
+        frame: bytes | None = None
+        for stream in self._streams:
+            if not self._wanted(change, stream.integration_id, stream.chat):
+                continue
+            if frame is None:
+                frame = _frame(change)
+            if stream.ready(len(frame)):
+                stream.wrote = True
+                try:
+                    await stream.response.write(frame)  # done at once: the buffer has room
+                except (ConnectionResetError, RuntimeError):  # gone, or its handler returned
+                    stream.transport = None
+                    with contextlib.suppress(asyncio.QueueFull):
+                        stream.queue.put_nowait(None)
+            else:
+                with contextlib.suppress(asyncio.QueueFull):
+                    stream.queue.put_nowait(change)
 
     def _wanted(self, change: dict[str, Any], integration_id: str | None, chat: str | None) -> bool:
         """Whether a stream asking for ``integration_id`` and ``chat`` (None: any) shows it."""
@@ -118,7 +211,7 @@ class ConsoleApi:
         return adapter
 
     async def config(self, request: web.Request) -> web.Response:
-        return web.json_response(
+        return _json(
             {
                 "integrations": [
                     {
@@ -165,7 +258,7 @@ class ConsoleApi:
             raise Rejected(
                 503, f"not stored: {exc}", public="storage unavailable; the message was not stored"
             ) from None
-        return web.json_response({"eventId": event_id, "status": outcome.status}, status=202)
+        return _json({"eventId": event_id, "status": outcome.status}, status=202)
 
     async def post_action(self, request: web.Request) -> web.Response:
         body = await self._body(request, ActionRequest)
@@ -200,7 +293,7 @@ class ConsoleApi:
             raise Rejected(
                 503, f"not stored: {exc}", public="storage unavailable; the click was not stored"
             ) from None
-        return web.json_response({"eventId": event_id, "status": outcome.status}, status=202)
+        return _json({"eventId": event_id, "status": outcome.status}, status=202)
 
     async def list_messages(self, request: web.Request) -> web.Response:
         integration_id = request.query.get("integrationId", "")
@@ -214,9 +307,7 @@ class ConsoleApi:
             raise Rejected(
                 503, f"timeline unreadable: {exc}", public="storage unavailable"
             ) from None
-        return web.json_response(
-            {"integrationId": integration_id, "chatId": chat_id, "messages": records}
-        )
+        return _json({"integrationId": integration_id, "chatId": chat_id, "messages": records})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: every timeline change of the console integrations."""
@@ -236,33 +327,35 @@ class ConsoleApi:
         )
         await response.prepare(request)
         await response.write(b": connected\n\nretry: 1000\n\n")
-        queue = self._subscribe(timeline)
+        stream = _Stream(response, request.transport, wanted, chat)
+        self._subscribe(timeline, stream)
         try:
-            while not self.closing.is_set():
-                # No task per event: wait for the next change (a ping after 15 quiet seconds
-                # also finds clients that left), then take whatever else came meanwhile and
-                # write it all at once.
-                try:
-                    async with asyncio.timeout(15):
-                        first = await queue.get()
-                except TimeoutError:
-                    await response.write(b": ping\n\n")
-                    continue
-                out: list[str] = []
-                change = first
+            while not self.closing.is_set() and stream.transport is not None:
+                # Whatever the pump could not write at once, and the ping ticks: wait for the
+                # next, take whatever else came meanwhile and write it all at once.
+                change: dict[str, Any] | None = await stream.queue.get()
+                out: list[bytes] = []
                 while change is not None:
-                    if self._wanted(change, wanted, chat):
-                        raw = getattr(change, "raw", None) or json.dumps(
-                            change, ensure_ascii=False, separators=(",", ":")
-                        )
-                        out.append(f"event: record\ndata: {raw}\n\n")
+                    if change is _PING:
+                        if not stream.wrote:
+                            out.append(b": ping\n\n")
+                        stream.wrote = False
+                    else:
+                        stream.wrote = True
+                        out.append(_frame(change))
+                    queue = stream.queue
                     change = queue.get_nowait() if not queue.empty() else None
                 if out:
-                    await response.write("".join(out).encode())
+                    stream.writing = True
+                    try:
+                        await response.write(b"".join(out))
+                    finally:
+                        stream.writing = False
         except ConnectionResetError:
             pass
         finally:
-            self._subscribers.discard(queue)
+            stream.transport = None  # the pump writes here no more
+            self._unsubscribe(stream)
         return response
 
     async def page(self, request: web.Request) -> web.FileResponse:
