@@ -10,7 +10,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from bench.chaos_redis import Stats, memory_by_kind, pause_processes
+from bench.chaos_redis import Stats, audit_rows_of, memory_by_kind, pause_processes
 from tests.cluster_support import LocalCluster
 
 
@@ -45,17 +45,9 @@ class ClusterRedis:
         return Stats(self.nodes)
 
     async def audit_rows(self, prefix: str) -> list[dict[str, str]]:
-        from bench.chaos_replica import INTEGRATION
-        from sessions import KeyBuilder
-
         client = RedisCluster.from_url(self.url, decode_responses=True)
         try:
-            keys = KeyBuilder(prefix=prefix)
-            rows: list[tuple[str, dict[str, str]]] = []
-            # Turn rows: the integration's stream (older versions: the global one).
-            for stream in (keys.audit(), keys.audit_events(INTEGRATION)):
-                rows += await client.xrange(stream, count=1_000_000) or []
-            return [{str(k): str(v) for k, v in (f or {}).items()} for _id, f in rows]
+            return await audit_rows_of(client, prefix)
         finally:
             await client.aclose()
 

@@ -149,17 +149,9 @@ class StandaloneRedis:
         return Stats(self.nodes)
 
     async def audit_rows(self, prefix: str) -> list[dict[str, str]]:
-        from bench.chaos_replica import INTEGRATION
-        from sessions import KeyBuilder
-
         client = aioredis.Redis(port=self.port, decode_responses=True)
         try:
-            keys = KeyBuilder(prefix=prefix)
-            rows: list[tuple[str, dict[str, str]]] = []
-            # Turn rows: the integration's stream (older versions: the global one).
-            for stream in (keys.audit(), keys.audit_events(INTEGRATION)):
-                rows += await client.xrange(stream, count=1_000_000) or []
-            return [{str(k): str(v) for k, v in (fields or {}).items()} for _id, fields in rows]
+            return await audit_rows_of(client, prefix)
         finally:
             await client.aclose()
 
@@ -389,6 +381,19 @@ async def dump_keys(nodes: list[tuple[str, int]], pattern: str) -> dict[str, Any
         finally:
             await client.aclose()
     return out
+
+
+async def audit_rows_of(client: Any, prefix: str) -> list[dict[str, str]]:
+    """Every audit row under ``prefix``: the turn rows of the bench's integration's stream and,
+    from older versions, of the global one (``client``: a server's or a cluster's)."""
+    from bench.chaos_replica import INTEGRATION
+    from sessions import KeyBuilder
+
+    keys = KeyBuilder(prefix=prefix)
+    rows: list[tuple[str, dict[str, str]]] = []
+    for stream in (keys.audit(), keys.audit_events(INTEGRATION)):
+        rows += await client.xrange(stream, count=1_000_000) or []
+    return [{str(k): str(v) for k, v in (fields or {}).items()} for _id, fields in rows]
 
 
 async def redis_cpu_seconds(url: str) -> float:

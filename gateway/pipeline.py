@@ -242,10 +242,9 @@ class Pipeline:
         if result.status == "busy":
             self._reply(env, BUSY_TEXT)
             return IngestOutcome("busy")
-        if claimed:
-            pass  # its turn runs here already (or its shard is looked at)
-        elif not result.busy:
-            self.wake(result.due_ms, conv)
+        if not result.busy:
+            if not claimed:  # else its turn runs here already (or its shard is looked at)
+                self.wake(result.due_ms, conv)
         elif integ.busy_policy == "steer":
             # Stored first (durable); the replica running the turn hands it to the agent and
             # only then drops it from the burst. Missed or failed, it becomes the next turn.

@@ -69,15 +69,17 @@ class BudgetStore:
     def keys(self) -> KeyBuilder:
         return self.store.keys
 
-    def _scripts(self) -> tuple[AsyncScript, AsyncScript]:
-        if self._intake is None or self._spend is None:
+    def _scripts(self) -> tuple[AsyncScript, AsyncScript, AsyncScript]:
+        """budget_intake (intake.lua inside), budget_spend, and intake_claim (budget_intake
+        and claim.lua inside)."""
+        if self._intake is None or self._spend is None or self._intake_claim is None:
             text = _load("budget_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
             self._intake = self.store.redis.register_script(text)
             self._spend = self.store.redis.register_script(_load("budget_spend.lua"))
             both = _load("intake_claim.lua").replace("--BUDGET--", text, 1)
             both = both.replace("--CLAIM--", _load("claim.lua"), 1)
             self._intake_claim = self.store.redis.register_script(both)
-        return self._intake, self._spend
+        return self._intake, self._spend, self._intake_claim
 
     async def intake(
         self,
@@ -102,7 +104,7 @@ class BudgetStore:
         ``claim``, a message that is due at once (window 0, no turn running) has its turn
         claimed in the same call (``BudgetIntakeResult.claimed``)."""
         k, store = self.keys, self.store
-        script, _ = self._scripts()
+        script, _, with_claim = self._scripts()
         keys = [
             *store.intake_keys(conversation, event_id),
             k.budget_turns(conversation),
@@ -122,7 +124,7 @@ class BudgetStore:
             USAGE_KEEP_MS,
         ]
         if claim is not None:
-            script = cast(AsyncScript, self._intake_claim)
+            script = with_claim
             keys += [k.lease(conversation), k.binding(conversation)]
             args += store.claim_args(conversation, claim)[2:]
         # A storage error goes up as redis-py raised it (the pipeline makes it one error).
@@ -150,7 +152,7 @@ class BudgetStore:
     ) -> int:
         """Add a finished turn's tokens to its conversation's day; returns the day's total."""
         k = self.keys
-        _, script = self._scripts()
+        _, script, _ = self._scripts()
         total = await self.store.pipe.evalsha(
             script,
             [k.budget_tokens(conversation, day), k.usage_of(conversation, integration_id)],

@@ -298,13 +298,20 @@ class KeyBuilder:
     def _chat(self, integration_id: str, chat_id: str) -> str:
         return f"{integration_id}|{chat_id}"
 
-    def timeline_messages(self, integration_id: str, chat_id: str) -> str:
+    def _chat_key(self, integration_id: str, chat_id: str, *parts: str) -> str:
+        """``<prefix>:{<the chat's shard tag>}:<parts>``: a key on the chat's slot."""
         chat = self._chat(integration_id, chat_id)
-        return self._k(self._tag(shard_of(chat, self.shards)), "tl", chat, "msgs")
+        return self._k(self._tag(shard_of(chat, self.shards)), *parts)
+
+    def timeline_messages(self, integration_id: str, chat_id: str) -> str:
+        return self._chat_key(
+            integration_id, chat_id, "tl", self._chat(integration_id, chat_id), "msgs"
+        )
 
     def timeline_order(self, integration_id: str, chat_id: str) -> str:
-        chat = self._chat(integration_id, chat_id)
-        return self._k(self._tag(shard_of(chat, self.shards)), "tl", chat, "order")
+        return self._chat_key(
+            integration_id, chat_id, "tl", self._chat(integration_id, chat_id), "order"
+        )
 
     # --- a chat's context (sessions/records_admin.py): the chat's slot, as its timeline -----
     # What a turn reads of its chat - the memory, the session's variables, recent group messages
@@ -312,10 +319,6 @@ class KeyBuilder:
     # still written alone (vars_apply.lua, forget.lua, a MULTI on the one key). Layout 3
     # (sessions/layout.py moves the keys of layout 2: ``<prefix>:memory:<integ|chat>``,
     # ``<prefix>:session:<id>:vars``, ``<prefix>:group-history:<integ|chat>``).
-    def _chat_key(self, integration_id: str, chat_id: str, part: str, name: str) -> str:
-        chat = self._chat(integration_id, chat_id)
-        return self._k(self._tag(shard_of(chat, self.shards)), part, name)
-
     def memory(self, integration_id: str, chat_id: str) -> str:
         """The chat's memory (/remember): outlives its sessions."""
         chat = _tag_safe(self._chat(integration_id, chat_id))

@@ -157,21 +157,24 @@ async def _move(client: RedisClient, keys: KeyBuilder, kind: str, olds: list[str
     """Move ``olds`` (layout-2 keys of ``kind``): DUMP and PTTL each (and a session's record
     for its chat), RESTORE at the new name, DEL the old; three pipelines, each key alone."""
     sep = keys.sep
+    # the part of each old name after its kind: "<integration|chat>", or a session id for vars
+    if kind == "vars":
+        names = [old[len(keys.prefix + sep + "session" + sep) : -len(sep + "vars")] for old in olds]
+    else:
+        names = [old[len(keys.prefix + sep + kind + sep) :] for old in olds]
     async with client.pipeline(transaction=False) as pipe:
-        for old in olds:
+        for old, name in zip(olds, names, strict=True):
             pipe.dump(old)
             pipe.pttl(old)
             if kind == "vars":
-                session_id = old[len(keys.prefix + sep + "session" + sep) : -len(sep + "vars")]
-                pipe.hmget(keys.session_record(session_id), ["integrationId", "chatId"])
+                pipe.hmget(keys.session_record(name), ["integrationId", "chatId"])
         read = await pipe.execute()
     step = 3 if kind == "vars" else 2
     restores: list[tuple[str, int, bytes]] = []
-    for i, old in enumerate(olds):
+    for i, name in enumerate(names):
         value, ttl = read[i * step], int(read[i * step + 1])
         if value is None or ttl == -2:  # gone meanwhile (moved by another replica)
             continue
-        name = old[len(keys.prefix + sep + kind + sep) :]
         if kind == "memory":
             new = keys.memory(*_chat_of(name))
         elif kind == "group-history":
@@ -180,8 +183,7 @@ async def _move(client: RedisClient, keys: KeyBuilder, kind: str, olds: list[str
             integration, chat = read[i * step + 2]
             if integration is None or chat is None:
                 continue  # no record: the variables of a gone session go
-            session_id = old[len(keys.prefix + sep + "session" + sep) : -len(sep + "vars")]
-            new = keys.session_variables(integration, chat, session_id)
+            new = keys.session_variables(integration, chat, name)
         restores.append((new, max(ttl, 0), value))
     if restores:
         async with client.pipeline(transaction=False) as pipe:

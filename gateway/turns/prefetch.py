@@ -33,7 +33,7 @@ class ContextPrefetch:
     def __init__(self, records: SessionRecords) -> None:
         self.records = records
         self._known: dict[str, _Where] = {}
-        self._pending: dict[str, tuple[_Where, asyncio.Future[list[Any]]]] = {}
+        self._pending: dict[str, Prefetched] = {}
 
     def remember(self, conversation: str, integration_id: str, chat_id: str, session: str) -> None:
         """Where the conversation's turn just read its context."""
