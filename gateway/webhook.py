@@ -25,12 +25,13 @@ import logging
 import re
 from collections.abc import Mapping
 from itertools import accumulate
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import orjson
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from multidict import CIMultiDictProxy, MultiMapping
 
 from gateway.adapter import Adapter, IngestOutcome, StoreUnavailable
 from gateway.envelope import Envelope
@@ -58,6 +59,31 @@ class Rejected(Exception):
         self.public = reason if public is None else public
 
 
+class HttpRequest(Protocol):
+    """What a webhook's hooks read of a request: ``web.Request`` has it, and so has the HTTP
+    front's ``LeanRequest`` (gateway/front.py) for the requests it answers without aiohttp."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]: ...
+
+    @property
+    def query(self) -> MultiMapping[str]: ...
+
+    @property
+    def match_info(self) -> Mapping[str, str]: ...
+
+    @property
+    def charset(self) -> str | None: ...
+
+    async def read(self) -> bytes: ...
+
+
 # --- bounded reading and parsing (also for the console API and long connections) -------------
 def ascii_text(value: str | None, what: str, *, status: int = 401) -> str:
     """A header or query value an authentication check reads, "" when absent. aiohttp keeps a
@@ -70,7 +96,7 @@ def ascii_text(value: str | None, what: str, *, status: int = 401) -> str:
     return value
 
 
-async def read_body(request: web.Request) -> bytes:
+async def read_body(request: HttpRequest) -> bytes:
     """The whole body within the app's size limit, decoded by aiohttp (Content-Encoding)."""
     try:
         return await request.read()
@@ -88,14 +114,14 @@ def utf8(raw: bytes, what: str = "body") -> str:
         raise Rejected(400, f"{what}: not UTF-8") from None
 
 
-def utf8_charset(request: web.Request) -> None:
+def utf8_charset(request: HttpRequest) -> None:
     """Every platform we serve sends UTF-8: a body declared in any other charset is refused."""
     charset = request.charset
     if charset is not None and charset.lower() not in _UTF8:
         raise Rejected(400, "unsupported charset")
 
 
-def body_text(request: web.Request, body: bytes) -> str:
+def body_text(request: HttpRequest, body: bytes) -> str:
     """The body as text (UTF-8, declared so or not at all)."""
     utf8_charset(request)
     return utf8(body)
@@ -180,11 +206,11 @@ class Webhook(abc.ABC, Generic[A, P]):
         """Whether this route is one the integration uses (e.g. its connection mode)."""
         return True
 
-    def check(self, adapter: A, request: web.Request) -> None:
+    def check(self, adapter: A, request: HttpRequest) -> None:
         """Checks before the body is read (headers, query); raises :class:`Rejected`."""
 
     @abc.abstractmethod
-    def verify(self, adapter: A, request: web.Request, body: bytes) -> P:
+    def verify(self, adapter: A, request: HttpRequest, body: bytes) -> P:
         """The verified, parsed payload (signature and decryption first); raises Rejected."""
 
     @abc.abstractmethod
@@ -204,7 +230,7 @@ class Webhook(abc.ABC, Generic[A, P]):
         return web.json_response({"error": rejected.public}, status=rejected.status)
 
     # --- the order -----------------------------------------------------------------------------
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: HttpRequest) -> web.StreamResponse:
         integration_id = request.match_info.get("integrationId", "")
         adapter = self.adapters.get(integration_id)
         if adapter is None or not self.serves(adapter):

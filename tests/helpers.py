@@ -22,6 +22,8 @@ from redis.asyncio.cluster import RedisCluster
 from gateway.app import Gateway
 from gateway.cli import settings_model
 from gateway.config_file import load_settings
+from gateway.daemon import listen_sockets
+from gateway.front import FrontSite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,13 +138,16 @@ class InProcessGateway:
         await self.gateway.start()
         self._runner = web.AppRunner(self.gateway.web_app(), handle_signals=False)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        # The daemon's own site: the HTTP front, which hands what it does not take to aiohttp.
+        (sock,) = listen_sockets("127.0.0.1", self.port)
+        await FrontSite(self._runner, sock).start()
 
     async def stop(self) -> None:
         await self.client.close()
         await self.gateway.shutdown()
         if self._runner is not None:
-            await self._runner.cleanup()
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
 
 class DaemonProcess:

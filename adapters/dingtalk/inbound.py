@@ -23,7 +23,15 @@ from adapters.dingtalk.events import (
 )
 from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
 from gateway.envelope import Envelope
-from gateway.webhook import Rejected, Webhook, ascii_text, body_text, json_object, utf8_safe
+from gateway.webhook import (
+    HttpRequest,
+    Rejected,
+    Webhook,
+    ascii_text,
+    body_text,
+    json_object,
+    utf8_safe,
+)
 
 if TYPE_CHECKING:
     from adapters.dingtalk import DingTalkAdapter
@@ -41,7 +49,7 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
     def serves(self, adapter: DingTalkAdapter) -> bool:
         return adapter.settings.connection_mode == "http"
 
-    def check(self, adapter: DingTalkAdapter, request: web.Request) -> None:
+    def check(self, adapter: DingTalkAdapter, request: HttpRequest) -> None:
         try:
             verify_robot_sign(
                 adapter.settings.client_secret.get_secret_value(),
@@ -52,7 +60,7 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
         except BadSignature as exc:
             raise Rejected(401, str(exc), public="bad signature") from None
 
-    def verify(self, adapter: DingTalkAdapter, request: web.Request, body: bytes) -> dict[str, Any]:
+    def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> dict[str, Any]:
         return json_object(body_text(request, body))
 
     async def parse(self, adapter: DingTalkAdapter, payload: dict[str, Any]) -> Envelope:
@@ -86,7 +94,7 @@ class ActionLink(Webhook["DingTalkAdapter", Envelope]):
 
     platform = "dingtalk"
 
-    def verify(self, adapter: DingTalkAdapter, request: web.Request, body: bytes) -> Envelope:
+    def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> Envelope:
         token = ascii_text(request.query.get("t"), "token", status=403)
         secret = adapter.settings.client_secret.get_secret_value()
         try:

@@ -33,7 +33,15 @@ from adapters.wecom.events import (
 from adapters.wecom.outbound import AppOutbound
 from gateway.adapter import IngestOutcome
 from gateway.envelope import Envelope
-from gateway.webhook import Rejected, Webhook, ascii_text, body_text, json_object, xml_text
+from gateway.webhook import (
+    HttpRequest,
+    Rejected,
+    Webhook,
+    ascii_text,
+    body_text,
+    json_object,
+    xml_text,
+)
 
 if TYPE_CHECKING:
     from adapters.wecom import WeComAdapter
@@ -51,7 +59,7 @@ class Callback:
     nonce: str
 
 
-def _query(request: web.Request, *names: str) -> list[str]:
+def _query(request: HttpRequest, *names: str) -> list[str]:
     values = [ascii_text(request.query.get(n), n, status=400) for n in names]
     if not all(values):
         raise Rejected(400, f"missing query parameters: {', '.join(names)}")
@@ -211,7 +219,7 @@ class _WeComRoute(Webhook["WeComAdapter", Any]):
 class UrlCheck(_WeComRoute):
     """GET: WeCom checks the callback URL with a signed, encrypted ``echostr``."""
 
-    def verify(self, adapter: WeComAdapter, request: web.Request, body: bytes) -> str:
+    def verify(self, adapter: WeComAdapter, request: HttpRequest, body: bytes) -> str:
         assert adapter.callbacks is not None
         sig, ts, nonce, echo = _query(request, "msg_signature", "timestamp", "nonce", "echostr")
         return adapter.callbacks.opener.open(sig, ts, nonce, echo)
@@ -224,10 +232,10 @@ class UrlCheck(_WeComRoute):
 class CallbackWebhook(_WeComRoute):
     """POST: a callback, verified by its query and decrypted from its body."""
 
-    def check(self, adapter: WeComAdapter, request: web.Request) -> None:
+    def check(self, adapter: WeComAdapter, request: HttpRequest) -> None:
         _query(request, "msg_signature", "timestamp", "nonce")
 
-    def verify(self, adapter: WeComAdapter, request: web.Request, body: bytes) -> Callback:
+    def verify(self, adapter: WeComAdapter, request: HttpRequest, body: bytes) -> Callback:
         assert adapter.callbacks is not None
         sig, ts, nonce = _query(request, "msg_signature", "timestamp", "nonce")
         return adapter.callbacks.payload(body_text(request, body), sig, ts, nonce)

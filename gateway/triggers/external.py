@@ -29,7 +29,7 @@ from gateway.triggers.event_settings import EventSource
 from gateway.triggers.github import GitHubSource
 from gateway.triggers.gitlab import GitLabSource
 from gateway.triggers.sources import ExternalEvent, GenericSource, Ignored, Source
-from gateway.webhook import Rejected, Webhook, body_text, json_object
+from gateway.webhook import HttpRequest, Rejected, Webhook, body_text, json_object
 
 ROUTE = "/api/events/{integrationId}/{source}"
 SOURCES: dict[str, Source] = {s.name: s for s in (GitHubSource(), GitLabSource(), GenericSource())}
@@ -85,18 +85,18 @@ class EventsWebhook(Webhook[Adapter, Delivery]):
     def serves(self, adapter: Adapter) -> bool:
         return bool(adapter.settings.events)
 
-    def _source(self, adapter: Adapter, request: web.Request) -> tuple[EventSource, Source]:
+    def _source(self, adapter: Adapter, request: HttpRequest) -> tuple[EventSource, Source]:
         name = request.match_info.get("source", "")
         config = next((e for e in adapter.settings.events if e.source == name), None)
         if config is None:
             raise Rejected(404, "event source not configured", public="unknown event source")
         return config, SOURCES[config.source]
 
-    def check(self, adapter: Adapter, request: web.Request) -> None:
+    def check(self, adapter: Adapter, request: HttpRequest) -> None:
         config, source = self._source(adapter, request)
         source.check(config, request)
 
-    def verify(self, adapter: Adapter, request: web.Request, body: bytes) -> Delivery:
+    def verify(self, adapter: Adapter, request: HttpRequest, body: bytes) -> Delivery:
         config, source = self._source(adapter, request)
         source.verify(config, request, body)
         event_id = source.delivery(request.headers, body)

@@ -24,8 +24,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
@@ -39,7 +37,7 @@ from gateway.triggers.sources import (
     signature,
     text,
 )
-from gateway.webhook import Rejected
+from gateway.webhook import HttpRequest, Rejected
 
 _EVENT = re.compile(r"^[a-z_]{1,64}$")
 _STATES = {
@@ -54,11 +52,11 @@ class GitHubSource(Source):
     name = "github"
     label = "GitHub"
 
-    def check(self, config: EventSource, request: web.Request) -> None:
+    def check(self, config: EventSource, request: HttpRequest) -> None:
         if not signature(request, "X-Hub-Signature-256").startswith("sha256="):
             raise Rejected(401, "X-Hub-Signature-256 is not sha256=<hex>", public="bad signature")
 
-    def verify(self, config: EventSource, request: web.Request, body: bytes) -> None:
+    def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         given = signature(request, "X-Hub-Signature-256")
         expected = "sha256=" + hmac_hex(config.secret.get_secret_value(), body)
         if not hmac.compare_digest(given, expected):

@@ -25,8 +25,6 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
@@ -39,7 +37,7 @@ from gateway.triggers.sources import (
     signature,
     text,
 )
-from gateway.webhook import Rejected
+from gateway.webhook import HttpRequest, Rejected
 
 _MR_STATES = {
     "open": "opened",
@@ -55,12 +53,12 @@ class GitLabSource(Source):
     name = "gitlab"
     label = "GitLab"
 
-    def check(self, config: EventSource, request: web.Request) -> None:
+    def check(self, config: EventSource, request: HttpRequest) -> None:
         given = signature(request, "X-Gitlab-Token").encode()
         if not hmac.compare_digest(given, config.secret.get_secret_value().encode()):
             raise Rejected(401, "X-Gitlab-Token does not match", public="bad token")
 
-    def verify(self, config: EventSource, request: web.Request, body: bytes) -> None:
+    def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         """The token was checked before the body was read; GitLab signs nothing else."""
 
     def delivery(self, headers: Mapping[str, str], body: bytes) -> str:

@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from aiohttp import web
-
 from gateway.triggers.event_settings import EventSource
-from gateway.webhook import Rejected, ascii_text
+from gateway.webhook import HttpRequest, Rejected, ascii_text
 
 _DELIVERY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -63,11 +61,11 @@ class Source(abc.ABC):
     label: ClassVar[str]  # the sender's name in the chat and in the summary
 
     @abc.abstractmethod
-    def check(self, config: EventSource, request: web.Request) -> None:
+    def check(self, config: EventSource, request: HttpRequest) -> None:
         """Headers, before the body is read: a delivery without its signature is a 401."""
 
     @abc.abstractmethod
-    def verify(self, config: EventSource, request: web.Request, body: bytes) -> None:
+    def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         """The signature over the raw body; :class:`Rejected` (401) when it does not match."""
 
     @abc.abstractmethod
@@ -101,7 +99,7 @@ def delivery_header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def signature(request: web.Request, name: str) -> str:
+def signature(request: HttpRequest, name: str) -> str:
     """The signature header, 401 when it is missing (a header that is not ASCII too)."""
     value = ascii_text(request.headers.get(name), name).strip()
     if not value:
@@ -156,10 +154,10 @@ class GenericSource(Source):
     name = "generic"
     label = "event"
 
-    def check(self, config: EventSource, request: web.Request) -> None:
+    def check(self, config: EventSource, request: HttpRequest) -> None:
         signature(request, "X-Signature-256")
 
-    def verify(self, config: EventSource, request: web.Request, body: bytes) -> None:
+    def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         given = signature(request, "X-Signature-256").removeprefix("sha256=").lower()
         expected = hmac_hex(config.secret.get_secret_value(), body)
         if not hmac.compare_digest(given, expected):

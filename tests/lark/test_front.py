@@ -1,0 +1,216 @@
+"""The HTTP front (gateway/front.py): the plainest Lark webhook POSTs are answered without
+aiohttp's request machinery, anything else is handed, with the rest of its connection, to aiohttp
+— and either way the answer is the one aiohttp's route gives. Raw sockets, a real gateway, real
+Redis. A lean answer is told apart by aiohttp's ``Server`` header, which only aiohttp writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tests.conftest import eventually
+from tests.fakes.lark import FakeLark
+from tests.lark_support import INTEGRATION, LarkHarness, final_card, message_event, sealed
+
+PATH = f"/api/lark/webhook/{INTEGRATION}"
+
+
+def request(
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    path: str = PATH,
+    extra: str = "",
+    chunked: bool = False,
+) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: gw"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+        payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        lines.append(f"Content-Length: {len(body)}")
+        payload = body
+    head = "\r\n".join(lines) + "\r\n" + extra
+    return head.encode("utf-8") + b"\r\n" + payload
+
+
+class Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Conn:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def answer(self) -> tuple[int, dict[str, str], bytes]:
+        async with asyncio.timeout(10):
+            status_line = await self.reader.readuntil(b"\r\n")
+            headers: dict[str, str] = {}
+            while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
+                name, _, value = line.decode().partition(":")
+                headers[name.strip().lower()] = value.strip()
+            body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return int(status_line.split()[1]), headers, body
+
+    async def closed(self) -> bool:
+        async with asyncio.timeout(10):
+            return await self.reader.read() == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def event(fake: FakeLark, message_id: str) -> tuple[bytes, dict[str, str]]:
+    """A user's message as Lark delivers it (known to the fake API, so it can be replied to)."""
+    payload = message_event("hello", message_id=message_id, chat_id=f"oc_{message_id}")
+    fake.receive(payload)
+    return sealed(payload)
+
+
+def lean(headers: dict[str, str]) -> bool:
+    return "server" not in headers  # aiohttp writes "Server: Python/... aiohttp/..."
+
+
+async def test_a_plain_signed_event_is_answered_by_the_front_and_turned_into_a_card(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    conn = await Conn.open(lark.gw.port)
+    conn.writer.write(request(*event(fake, "om_front1")))
+    status, headers, body = await conn.answer()
+    assert (status, json.loads(body), lean(headers)) == (200, {}, True)
+    assert headers["content-type"] == "application/json" and "date" in headers
+    await eventually(final_card(fake, "om_front1"))
+    # The same event again on the same connection: a duplicate, still 200, still lean.
+    conn.writer.write(request(*event(fake, "om_front1")))
+    status, headers, body = await conn.answer()
+    assert (status, body, lean(headers)) == (200, b"{}", True)
+    await asyncio.sleep(0.3)
+    assert len(fake.of("reply")) == 1
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"chunked": True},
+        {"extra": "Expect: 100-continue\r\n"},
+        {"extra": "X-Note: caf\u00e9\r\n"},  # a non-ASCII header value
+        {"path": PATH + "?from=lark"},
+        {"extra": "Connection: upgrade\r\n"},
+    ],
+    ids=["chunked", "expect", "non-ascii-header", "query", "connection-upgrade"],
+)
+async def test_what_the_front_does_not_take_aiohttp_answers_the_same_way(
+    lark: LarkHarness, fake: FakeLark, variant: dict[str, Any]
+) -> None:
+    message_id = f"om_front_{abs(hash(json.dumps(variant))) % 10**8}"
+    conn = await Conn.open(lark.gw.port)
+    conn.writer.write(request(*event(fake, message_id), **variant))
+    if "extra" in variant and "Expect" in variant["extra"]:
+        assert (await conn.reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 100")
+    status, headers, body = await conn.answer()
+    assert (status, json.loads(body), lean(headers)) == (200, {}, False)
+    await eventually(final_card(fake, message_id))
+    conn.close()
+
+
+async def test_refusals_are_the_routes_own_lean_or_not(lark: LarkHarness, fake: FakeLark) -> None:
+    body, headers = event(fake, "om_front_bad")
+    forged = dict(headers, **{"X-Lark-Signature": "0" * 64})
+    answers = []
+    for chunked in (False, True):
+        conn = await Conn.open(lark.gw.port)
+        conn.writer.write(request(body, forged, chunked=chunked))
+        answers.append(await conn.answer())
+        conn.close()
+    (lean_status, lean_headers, lean_body), (status, headers_, aio_body) = answers
+    assert (lean_status, lean(lean_headers)) == (401, True)
+    assert (status, lean(headers_)) == (401, False)
+    assert json.loads(lean_body) == json.loads(aio_body) == {"error": "bad signature"}
+    # An integration nobody configured: the route's 404, from the front too.
+    conn = await Conn.open(lark.gw.port)
+    conn.writer.write(request(body, headers, path="/api/lark/webhook/nobody"))
+    status, got, text = await conn.answer()
+    assert (status, json.loads(text), lean(got)) == (404, {"error": "unknown integration"}, True)
+    conn.close()
+
+
+async def test_pipelined_requests_are_answered_in_order_across_the_hand_over(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    conn = await Conn.open(lark.gw.port)
+    first, second = request(*event(fake, "om_pipe1")), request(*event(fake, "om_pipe2"))
+    health = b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n"
+    third = request(*event(fake, "om_pipe3"))  # after the hand-over: aiohttp's
+    conn.writer.write(first + second + health + third)
+    answers = [await conn.answer() for _ in range(4)]
+    assert [a[0] for a in answers] == [200, 200, 200, 200]
+    assert [lean(a[1]) for a in answers] == [True, True, False, False]
+    assert json.loads(answers[2][2])["status"] == "ok"
+    for message_id in ("om_pipe1", "om_pipe2", "om_pipe3"):
+        await eventually(final_card(fake, message_id))
+    conn.close()
+
+
+async def test_a_body_sent_in_pieces_and_connection_close(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    raw = request(*event(fake, "om_slow"), extra="Connection: close\r\n")
+    conn = await Conn.open(lark.gw.port)
+    for i in range(0, len(raw), 97):
+        conn.writer.write(raw[i : i + 97])
+        await conn.writer.drain()
+        await asyncio.sleep(0.005)
+    status, headers, _ = await conn.answer()
+    assert (status, headers.get("connection"), lean(headers)) == (200, "close", True)
+    assert await conn.closed()
+    conn.close()
+    await eventually(final_card(fake, "om_slow"))
+
+
+async def test_hostile_bytes_get_aiohttps_refusals_never_a_5xx(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    body, headers = event(fake, "om_front_hostile")
+    cases = [
+        b"POST " + PATH.encode() + b" HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS hello
+        request(body, headers).replace(b"Content-Length: ", b"Content-Length: +"),
+        b"POST " + PATH.encode() + b" HTTP/1.1\r\n" + b"X-Big: " + b"a" * 70000 + b"\r\n\r\n",
+    ]
+    for raw in cases:
+        conn = await Conn.open(lark.gw.port)
+        conn.writer.write(raw)
+        status, got, _ = await conn.answer()
+        assert 400 <= status < 500 and not lean(got), raw[:40]
+        conn.close()
+
+
+async def test_a_body_over_the_limit_gets_aiohttps_413(lark: LarkHarness, fake: FakeLark) -> None:
+    _body, headers = event(fake, "om_front_big")
+    big = b'{"encrypt": "' + b"A" * (2 * 1024 * 1024) + b'"}'
+    conn = await Conn.open(lark.gw.port)
+    conn.writer.write(request(big, headers))
+    status, got, _ = await conn.answer()
+    assert (status, lean(got)) == (413, False)
+    conn.close()
+
+
+async def test_half_a_request_then_eof_is_dropped_and_stop_closes_idle_connections(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    conn = await Conn.open(lark.gw.port)
+    conn.writer.write(request(*event(fake, "om_half"))[:120])
+    conn.writer.write_eof()
+    assert await conn.closed()
+    conn.close()
+    idle = await Conn.open(lark.gw.port)
+    idle.writer.write(request(*event(fake, "om_idle")))
+    assert (await idle.answer())[0] == 200  # a lean keep-alive connection, now idle
+    await lark.gw.stop()
+    assert await idle.closed()
+    idle.close()
