@@ -4,10 +4,11 @@ everything else handed to aiohttp, unchanged (issue 15).
 aiohttp costs about 0.1 ms of CPU per webhook here (a ``Request``, its URL and headers objects,
 the router, ``StreamResponse.prepare`` and its writer): a third of what the daemon spends on a
 Lark event. The front is the listening socket's protocol. On a new connection it reads the first
-request itself; when it is a POST to a *lean route* (``add_lean_route``) in the plainest form —
+request itself; when it is a POST to a *lean route* (``gateway.webhook.add_lean_route``) in the
+plainest form —
 
-- the request line ``POST <prefix><id> HTTP/1.1``, the id as integration ids are spelled
-  (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``), no query;
+- the request line ``POST <path> HTTP/1.1`` or ``POST <prefix><id> HTTP/1.1``, the id as
+  integration ids are spelled (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``), no query;
 - ASCII header lines ``Name: value``, no name twice, within 8 KB in all;
 - one ``Content-Length`` within the app's ``client_max_size``; no ``Transfer-Encoding``,
   ``Content-Encoding``, ``Expect`` or ``Upgrade``; ``Connection`` absent, ``keep-alive`` or
@@ -33,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from typing import Any, cast
 
@@ -41,48 +41,43 @@ import structlog
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
+from gateway.webhook import LEAN_ROUTES, LeanHandler, Routes
+
 log = structlog.get_logger("gateway.http")
 
-Handler = Callable[["LeanRequest"], Awaitable[web.StreamResponse]]
+Handler = LeanHandler
+_Parsed = tuple["LeanRequest", int, Handler, bool]  # request, body size, handler, close after
 
 MAX_HEAD = 8190  # the request line and headers together (aiohttp's per-line limit)
 KEEPALIVE_S = 3630.0  # aiohttp's default keepalive_timeout
 SHUTDOWN_S = 10.0  # how long shutdown waits for the answers being made
 _ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_VALUE = re.compile(rb"[\t\x20-\x7e]*")
-_JSON_TYPES = frozenset({b"application/json", b"application/json; charset=utf-8"})
-_REFUSED = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
-_LEAN_KEY = web.AppKey("lean_routes", dict)
+_NAME = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token
+_FIELDS = re.compile(rf"(?:{_NAME}:[ \t]*[\t\x20-\x7e]*\r\n)*")  # every line Name: ASCII
+_FIELD = re.compile(rf"({_NAME}):[ \t]*([\t\x20-\x7e]*?)[ \t]*\r\n")
+_JSON_TYPES = frozenset({"application/json", "application/json; charset=utf-8"})
+_REFUSED = frozenset({"transfer-encoding", "content-encoding", "expect", "upgrade"})
 _EMPTY_QUERY: MultiDictProxy[str] = MultiDictProxy(MultiDict())
 
 
 class LeanRequest:
     """What a lean route's handler reads of its request (``gateway.webhook.HttpRequest``)."""
 
-    __slots__ = ("_body", "charset", "headers", "match_info", "method", "path", "query")
+    __slots__ = ("body", "charset", "headers", "match_info", "method", "path", "query")
 
-    def __init__(self, path: str, match: dict[str, str], headers: CIMultiDict[str], body: bytes):
+    def __init__(
+        self, path: str, match: dict[str, str], headers: CIMultiDict[str], ctype: str | None
+    ) -> None:
         self.method = "POST"
         self.path = path
         self.match_info = match
         self.headers = CIMultiDictProxy(headers)
-        ctype = headers.get("Content-Type")
-        self.charset = "utf-8" if ctype and "charset" in ctype else None
+        self.charset = "utf-8" if ctype and "charset" in ctype else None  # _JSON_TYPES only
         self.query = _EMPTY_QUERY
-        self._body = body
+        self.body = b""
 
     async def read(self) -> bytes:
-        return self._body
-
-
-def add_lean_route(app: web.Application, prefix: str, param: str, handler: Handler) -> None:
-    """Serve ``POST <prefix>{param}`` through the front too (the same handler must be on
-    aiohttp's router for the requests the front hands over)."""
-    routes = app.get(_LEAN_KEY)
-    if routes is None:
-        routes = app[_LEAN_KEY] = {}
-    routes[prefix.encode()] = (param, handler)
+        return self.body
 
 
 def _http_date() -> bytes:
@@ -92,17 +87,28 @@ def _http_date() -> bytes:
 class Front:
     """The lean routes of one app and the connections the front still serves itself."""
 
-    def __init__(self, server: web.Server, routes: dict[bytes, tuple[str, Handler]], max_body: int):
+    def __init__(self, server: web.Server, routes: Routes, max_body: int):
         self.server = server
         self.routes = routes
         self.max_body = max_body
         self.connections: set[FrontProtocol] = set()
         self.closing = False
         self._date = (0, b"")
+        self.heads: dict[tuple[int, tuple[tuple[str, str], ...]], bytes] = {}
         self._sweeper: asyncio.TimerHandle | None = None
 
     def __call__(self) -> asyncio.Protocol:  # the protocol factory for loop.create_server
         return FrontProtocol(self)
+
+    def head(self, status: int, reason: str, fields: tuple[tuple[str, str], ...]) -> bytes:
+        """An answer's status line and headers up to ``Content-Length: `` (kept for the next
+        answer of the same status and headers: the usual answers are a handful)."""
+        lines = [b"HTTP/1.1 %d %s" % (status, reason.encode("latin-1"))]
+        lines += [f"{k}: {v}".encode("latin-1") for k, v in fields if k.lower() != "content-length"]
+        head = b"\r\n".join([*lines, b"Content-Length: "])
+        if len(self.heads) < 64:
+            self.heads[(status, fields)] = head
+        return head
 
     def date(self) -> bytes:
         now = int(time.time())
@@ -214,13 +220,12 @@ class FrontProtocol(asyncio.Protocol):
         if parsed is None:
             self._hand_over()
             return
-        path, match, headers, size, handler = parsed
+        request, size, handler, close = parsed
         start = end + 4
         if len(buf) < start + size:
             return  # the rest of the body is on its way
         self.buf = buf[start + size :]
-        request = LeanRequest(path, match, headers, buf[start : start + size])
-        close = headers.get("Connection", "").lower() == "close"
+        request.body = buf[start : start + size]
         self.task = asyncio.get_running_loop().create_task(self._answer(handler, request, close))
 
     def _may_be_lean(self, buf: bytes) -> bool:
@@ -230,47 +235,47 @@ class FrontProtocol(asyncio.Protocol):
         if line < 0:
             return True
         target = buf[5:line].rpartition(b" ")[0]
-        return target[: target.rfind(b"/") + 1] in self.front.routes
+        routes = self.front.routes
+        return target in routes or target[: target.rfind(b"/") + 1] in routes
 
-    def _parse(
-        self, buf: bytes, end: int
-    ) -> tuple[str, dict[str, str], CIMultiDict[str], int, Handler] | None:
+    def _parse(self, buf: bytes, end: int) -> _Parsed | None:
         """The request's parts when the front takes it as it is; None to hand it over."""
-        lines = buf[:end].split(b"\r\n")
-        method, _, rest = lines[0].partition(b" ")
+        line = buf.find(b"\r\n")
+        method, _, rest = buf[:line].partition(b" ")
         target, _, version = rest.partition(b" ")
         if method != b"POST" or version != b"HTTP/1.1":
             return None
-        cut = target.rfind(b"/") + 1
-        route = self.front.routes.get(target[:cut])
-        if route is None or _ID.fullmatch(target, cut) is None:
+        route = self.front.routes.get(target)  # an exact path
+        cut = len(target)
+        if route is None or route[0] is not None:  # else the prefix of <prefix>{param}
+            cut = target.rfind(b"/") + 1
+            route = self.front.routes.get(target[:cut])
+            if route is None or route[0] is None or _ID.fullmatch(target, cut) is None:
+                return None
+        try:  # the header lines, checked and split by two regular expressions (C, not a loop)
+            block = buf[line + 2 : end + 2].decode("ascii")
+        except UnicodeDecodeError:
             return None
-        headers: CIMultiDict[str] = CIMultiDict()
-        names: set[bytes] = set()
-        size = -1
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            lower = name.lower()
-            if not colon or lower in names or lower in _REFUSED or _TOKEN.fullmatch(name) is None:
-                return None
-            value = value.strip(b" \t")
-            if _VALUE.fullmatch(value) is None:
-                return None
-            names.add(lower)
-            if lower == b"content-length":
-                if not value.isdigit() or len(value) > 12:
-                    return None
-                size = int(value)
-            elif lower == b"content-type" and value.lower() not in _JSON_TYPES:
-                return None
-            elif lower == b"connection" and value.lower() not in (b"keep-alive", b"close"):
-                return None
-            headers.add(name.decode("ascii"), value.decode("ascii"))
-        if not 0 <= size <= self.front.max_body:
+        if _FIELDS.fullmatch(block) is None:
+            return None
+        pairs: list[tuple[str, str]] = _FIELD.findall(block)
+        fields = {name.lower(): value for name, value in pairs}
+        if len(fields) != len(pairs) or not _REFUSED.isdisjoint(fields):
+            return None  # a name twice, or a framing or encoding the front leaves to aiohttp
+        length = fields.get("content-length", "")
+        ctype = fields.get("content-type")
+        connection = fields.get("connection", "keep-alive").lower()
+        if (
+            not (length.isdigit() and len(length) <= 12 and int(length) <= self.front.max_body)
+            or (ctype is not None and ctype.lower() not in _JSON_TYPES)
+            or connection not in ("keep-alive", "close")
+        ):
             return None
         param, handler = route
         path = target.decode("ascii")
-        return path, {param: path[cut:]}, headers, size, handler
+        match = {} if param is None else {param: path[cut:]}
+        request = LeanRequest(path, match, CIMultiDict(pairs), ctype)
+        return request, int(length), handler, connection == "close"
 
     async def _answer(self, handler: Handler, request: LeanRequest, close: bool) -> None:
         try:
@@ -307,15 +312,14 @@ class FrontProtocol(asyncio.Protocol):
         if not isinstance(body, bytes):  # a streamed answer: not what a lean route gives
             log.error("lean route answered without a body", type=type(response).__name__)
             response, body = web.Response(status=500), b"500 Internal Server Error"
-        head = [b"HTTP/1.1 %d %s" % (response.status, response.reason.encode("latin-1"))]
-        for name, value in response.headers.items():
-            if name.lower() != "content-length":
-                head.append(f"{name}: {value}".encode("latin-1"))
-        head.append(b"Content-Length: %d" % len(body))
-        head.append(b"Date: " + self.front.date())
-        if close:
-            head.append(b"Connection: close")
-        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        fields = tuple(response.headers.items())
+        head = self.front.heads.get((response.status, fields))
+        if head is None:
+            head = self.front.head(response.status, response.reason, fields)
+        end = b"\r\nConnection: close\r\n\r\n" if close else b"\r\n\r\n"
+        self.transport.write(
+            b"%s%d\r\nDate: %s%s%s" % (head, len(body), self.front.date(), end, body)
+        )
         if close:
             self.close()
 
@@ -336,9 +340,9 @@ class FrontProtocol(asyncio.Protocol):
             inner.eof_received()
 
 
-def lean_routes(app: web.Application) -> dict[bytes, tuple[str, Handler]]:
+def lean_routes(app: web.Application) -> Routes:
     """The app's lean routes, or none when something would run that the front skips."""
-    routes: dict[bytes, tuple[str, Handler]] = app.get(_LEAN_KEY, {})
+    routes: Routes = app.get(LEAN_ROUTES, {})
     if app.middlewares or len(app.on_response_prepare) or not routes:
         return {}
     return routes

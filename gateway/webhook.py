@@ -23,7 +23,7 @@ import abc
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from itertools import accumulate
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -82,6 +82,24 @@ class HttpRequest(Protocol):
     def charset(self) -> str | None: ...
 
     async def read(self) -> bytes: ...
+
+
+LeanHandler = Callable[[HttpRequest], Awaitable[web.StreamResponse]]
+Routes = dict[bytes, tuple[str | None, LeanHandler]]  # path -> (its one parameter, handler)
+LEAN_ROUTES = web.AppKey("lean_routes", dict)
+
+
+def add_lean_route(
+    app: web.Application, path: str, handler: LeanHandler, *, param: str | None = None
+) -> None:
+    """Serve ``POST <path>`` (or, with ``param``, ``POST <path>{param}``, ``path`` ending in
+    ``/``) through the HTTP front too (gateway/front.py): its plainest requests skip aiohttp's
+    request machinery. The same handler must be on aiohttp's router, for the requests the front
+    hands over."""
+    routes: Routes | None = app.get(LEAN_ROUTES)
+    if routes is None:
+        routes = app[LEAN_ROUTES] = {}
+    routes[path.encode()] = (param, handler)
 
 
 # --- bounded reading and parsing (also for the console API and long connections) -------------

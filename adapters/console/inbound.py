@@ -34,7 +34,7 @@ from adapters.console.events import (
     validation_message,
 )
 from gateway.adapter import IngestUnavailable, StoreUnavailable, TimelineStore
-from gateway.webhook import Rejected, body_text, json_object, read_body
+from gateway.webhook import HttpRequest, Rejected, add_lean_route, body_text, json_object, read_body
 
 if TYPE_CHECKING:
     from adapters.console import ConsoleAdapter
@@ -47,7 +47,7 @@ M = TypeVar("M", bound=BaseModel)
 PING_SECONDS = 15.0
 _PING: dict[str, Any] = {}  # queued to every stream at each tick (compared by identity)
 DIRECT_BYTES = 32_768  # see _Stream.ready
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+R = TypeVar("R", bound=HttpRequest)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -61,8 +61,10 @@ def _error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status=status)
 
 
-def _guarded(handler: Handler) -> Handler:
-    async def guarded(request: web.Request) -> web.StreamResponse:
+def _guarded(
+    handler: Callable[[R], Awaitable[web.StreamResponse]],
+) -> Callable[[R], Awaitable[web.StreamResponse]]:
+    async def guarded(request: R) -> web.StreamResponse:
         try:
             return await handler(request)
         except Rejected as exc:
@@ -197,7 +199,7 @@ class ConsoleApi:
             return False
         return not (chat and change.get("chatId") != chat)
 
-    async def _body(self, request: web.Request, model: type[M]) -> M:
+    async def _body(self, request: HttpRequest, model: type[M]) -> M:
         data = json_object(body_text(request, await read_body(request)))
         try:
             return model.model_validate(data)
@@ -229,7 +231,7 @@ class ConsoleApi:
             }
         )
 
-    async def post_message(self, request: web.Request) -> web.Response:
+    async def post_message(self, request: HttpRequest) -> web.Response:
         body = await self._body(request, MessageRequest)
         adapter = self._adapter(body.integrationId)
         event_id = body.eventId or uuid.uuid4().hex
@@ -260,7 +262,7 @@ class ConsoleApi:
             ) from None
         return _json({"eventId": event_id, "status": outcome.status}, status=202)
 
-    async def post_action(self, request: web.Request) -> web.Response:
+    async def post_action(self, request: HttpRequest) -> web.Response:
         body = await self._body(request, ActionRequest)
         adapter = self._adapter(body.integrationId)
         try:
@@ -373,7 +375,11 @@ def setup_routes(app: web.Application, adapters: Mapping[str, ConsoleAdapter]) -
     app.router.add_get("/console/", api.page)
     app.router.add_static("/console/static/", STATIC)
     app.router.add_get("/console/api/config", api.config)
-    app.router.add_post("/console/api/messages", _guarded(api.post_message))
-    app.router.add_post("/console/api/actions", _guarded(api.post_action))
+    for path, handler in (
+        ("/console/api/messages", _guarded(api.post_message)),
+        ("/console/api/actions", _guarded(api.post_action)),
+    ):
+        app.router.add_post(path, handler)
+        add_lean_route(app, path, handler)  # the plainest POSTs skip aiohttp (gateway/front.py)
     app.router.add_get("/console/api/chats/{chatId}/messages", _guarded(api.list_messages))
     app.router.add_get("/console/api/events", _guarded(api.events))

@@ -23,8 +23,15 @@ from adapters.lark.events import BadEvent, action_envelope, event_type, message_
 from adapters.lark.settings import LarkIntegration
 from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
 from gateway.envelope import Envelope
-from gateway.front import add_lean_route
-from gateway.webhook import HttpRequest, Rejected, Webhook, ascii_text, json_object, utf8_charset
+from gateway.webhook import (
+    HttpRequest,
+    Rejected,
+    Webhook,
+    add_lean_route,
+    ascii_text,
+    json_object,
+    utf8_charset,
+)
 
 if TYPE_CHECKING:
     from adapters.lark import LarkAdapter
@@ -214,4 +221,4 @@ def setup_routes(app: web.Application, adapters: Mapping[str, LarkAdapter]) -> N
     handle = LarkWebhook(adapters).handle
     app.router.add_post("/api/lark/webhook/{integrationId}", handle)
     # The plainest of these POSTs skip aiohttp's request machinery (gateway/front.py).
-    add_lean_route(app, "/api/lark/webhook/", "integrationId", handle)
+    add_lean_route(app, "/api/lark/webhook/", handle, param="integrationId")
