@@ -54,7 +54,6 @@ SHUTDOWN_S = 10.0  # how long shutdown waits for the answers being made
 _ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _NAME = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token
 _FIELDS = re.compile(rf"(?:{_NAME}:[ \t]*[\t\x20-\x7e]*\r\n)*")  # every line Name: ASCII
-_FIELD = re.compile(rf"({_NAME}):[ \t]*([\t\x20-\x7e]*?)[ \t]*\r\n")
 _JSON_TYPES = frozenset({"application/json", "application/json; charset=utf-8"})
 _REFUSED = frozenset({"transfer-encoding", "content-encoding", "expect", "upgrade"})
 _EMPTY_QUERY: MultiDictProxy[str] = MultiDictProxy(MultiDict())
@@ -252,13 +251,15 @@ class FrontProtocol(asyncio.Protocol):
             route = self.front.routes.get(target[:cut])
             if route is None or route[0] is None or _ID.fullmatch(target, cut) is None:
                 return None
-        try:  # the header lines, checked and split by two regular expressions (C, not a loop)
+        try:  # the header lines, checked by one regular expression (C, not a loop per line)
             block = buf[line + 2 : end + 2].decode("ascii")
         except UnicodeDecodeError:
             return None
         if _FIELDS.fullmatch(block) is None:
             return None
-        pairs: list[tuple[str, str]] = _FIELD.findall(block)
+        # Each line is "token:value" now, so the first colon splits it.
+        lines = (line.partition(":") for line in block[:-2].split("\r\n"))
+        pairs = [(name, value.strip(" \t")) for name, _, value in lines]
         fields = {name.lower(): value for name, value in pairs}
         if len(fields) != len(pairs) or not _REFUSED.isdisjoint(fields):
             return None  # a name twice, or a framing or encoding the front leaves to aiohttp

@@ -214,3 +214,16 @@ async def test_half_a_request_then_eof_is_dropped_and_stop_closes_idle_connectio
     await lark.gw.stop()
     assert await idle.closed()
     idle.close()
+
+
+async def test_header_values_are_trimmed_as_aiohttp_trims_them(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    body, headers = event(fake, "om_front_ws")
+    padded = {k: f" \t{v}\t " for k, v in headers.items()}  # OWS around every value
+    conn = await Conn.open(lark.gw.port)
+    conn.writer.write(request(body, padded))
+    status, got, text = await conn.answer()
+    assert (status, json.loads(text), lean(got)) == (200, {}, True)
+    await eventually(final_card(fake, "om_front_ws"))
+    conn.close()
