@@ -1,0 +1,210 @@
+"""Instructions the daemon executes per Lark webhook event and per echo turn (valgrind callgrind).
+
+CPU seconds on a shared VM move by ±30 % from one minute to the next; the instructions a process
+executes for the same work barely move (±3–5 % here, from how replies batch), whatever else the
+machine does. So this bench is the A/B measure of a change: run it in two trees (``cd`` into a
+worktree of the older commit and run its copy of the daemon with the same command) and compare.
+It does not replace the timed benches; a figure in instructions is not a figure in seconds.
+
+The daemon (``python -m gateway run``, the tree in the current directory) runs under callgrind
+with instrumentation off; once it is up and warmed, instrumentation goes on for the measured work
+only (``callgrind_control``), and the instructions counted are divided by the events or turns:
+
+- ``ingest``: N signed, encrypted Lark webhooks (``lark_bench`` events: a long summary window
+  holds turns back, so it is intake alone) from 8 concurrent connections of this process;
+- ``turn``: N console messages over 8 conversations, each conversation's next message sent when
+  its previous turn's final card arrives on the console's event stream (echo, zero delays,
+  window 0: the configuration of ``pipeline.py --zero-delays``).
+
+User-space instructions only: the kernel's part of a socket write is not in them.
+
+Usage: python bench/instructions.py ingest [--events 1000]
+       python bench/instructions.py turn [--turns 160]
+Prints ONE JSON line. Uses $REDIS_URL (default redis://127.0.0.1:6379/0) under a fresh key
+prefix, deleted on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lark_bench import REDIS_URL, bench_config, delete_keys, drive, payloads
+from pipeline import free_port, write_config
+
+TREE = Path.cwd()
+CONVERSATIONS = 8
+
+
+@contextlib.asynccontextmanager
+async def under_callgrind(config: dict[str, Any], tmp: Path) -> AsyncIterator[tuple[int, str]]:
+    """The daemon under callgrind, instrumentation off; yields its pid and base URL."""
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} not found (apt-get install valgrind)")
+    path, port = tmp / "config.json", free_port()
+    path.write_text(json.dumps(config))
+    out = tmp / "callgrind.out"
+    proc = await asyncio.create_subprocess_exec(
+        *("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"),
+        *(sys.executable, "-m", "gateway", "run", "--config", str(path), "--port", str(port)),
+        cwd=TREE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # imports under valgrind take a while
+        async with aiohttp.ClientSession() as http:
+            while True:
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(base + "/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    raise SystemExit("the daemon did not start under valgrind")
+                await asyncio.sleep(1)
+        yield proc.pid, base
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(120):
+            await proc.wait()
+
+
+def control(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def counted(tmp: Path) -> int:
+    """The instructions of the dump taken while instrumentation was on."""
+    total = 0
+    for dump in tmp.glob("callgrind.out.*"):
+        for line in dump.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                total = max(total, int(line.split()[1]))
+    return total
+
+
+async def ingest(events: int) -> dict[str, Any]:
+    async with bench_config() as config:
+        with tempfile.TemporaryDirectory() as tmp:
+            async with under_callgrind(config, Path(tmp)) as (pid, base):
+                port = int(base.rsplit(":", 1)[1])
+                await drive(port, payloads(200), CONVERSATIONS)  # warm-up
+                items = payloads(events)
+                control(pid, "--instr=on")
+                load = await drive(port, items, CONVERSATIONS)
+                control(pid, "--instr=off")
+                control(pid, "--dump")
+            total = counted(Path(tmp))
+    return {"mode": "ingest", "events": events, "non_2xx": load["non_2xx"], "total": total,
+            "instructions_per_event": round(total / events)}  # fmt: skip
+
+
+class FinalCards:
+    """The console's event stream: how many final cards each chat has had."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, int] = {}
+        self.changed = asyncio.Event()
+
+    async def read(self, resp: aiohttp.ClientResponse) -> None:
+        event, data = "message", list[str]()
+        async for raw in resp.content:
+            line = raw.decode().rstrip("\r\n")
+            if line.startswith(("event:", "data:")):
+                name, _, value = line.partition(":")
+                if name == "event":
+                    event = value.strip()
+                else:
+                    data.append(value.removeprefix(" "))
+            elif not line:
+                if data and event == "record":
+                    self.record(json.loads("\n".join(data)))
+                event, data = "message", []
+
+    def record(self, change: dict[str, Any]) -> None:
+        record = change.get("record") or {}
+        status = (record.get("card") or {}).get("status")
+        if record.get("type") == "card" and status in ("done", "ended", "failed"):
+            chat = str(change.get("chatId"))
+            self.done[chat] = self.done.get(chat, 0) + 1
+            self.changed.set()
+
+    async def wait(self, chat: str, count: int) -> None:
+        async with asyncio.timeout(120):
+            while self.done.get(chat, 0) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def turns(count: int) -> dict[str, Any]:
+    per_chat = max(1, count // CONVERSATIONS)
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.json"
+        write_config(path, redis_url=REDIS_URL, prefix=prefix, port=0, data_dir=Path(tmp))
+        config = json.loads(path.read_text())
+        integration = config["integrations"][0]["id"]
+        try:
+            async with under_callgrind(config, Path(tmp)) as (pid, base):
+                async with aiohttp.ClientSession() as http:
+                    params = {"integrationId": integration}
+                    stream = await http.get(base + "/console/api/events", params=params)
+                    cards = FinalCards()
+                    reader = asyncio.create_task(cards.read(stream))
+
+                    message = {"integrationId": integration, "chatType": "p2p", "senderId": "a"}
+
+                    async def conversation(chat: str, n: int) -> None:
+                        for i in range(n):
+                            body = {**message, "chatId": chat, "text": f"hi {i}"}
+                            async with http.post(base + "/console/api/messages", json=body) as r:
+                                if r.status != 202:
+                                    raise SystemExit(f"console POST: {r.status}")
+                            await cards.wait(chat, i + 1)
+
+                    chats = range(CONVERSATIONS)
+                    await asyncio.gather(*(conversation(f"dm-warm{c}", 5) for c in chats))
+                    control(pid, "--instr=on")
+                    await asyncio.gather(*(conversation(f"dm-m{c}", per_chat) for c in chats))
+                    control(pid, "--instr=off")
+                    control(pid, "--dump")
+                    reader.cancel()
+                    stream.close()
+            total = counted(Path(tmp))
+        finally:
+            await delete_keys(REDIS_URL, f"{prefix}:*")
+    done = per_chat * CONVERSATIONS
+    return {"mode": "turn", "turns": done, "total": total,
+            "instructions_per_turn": round(total / done)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mode", choices=("ingest", "turn"))
+    parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=160)
+    args = parser.parse_args()
+    work = ingest(args.events) if args.mode == "ingest" else turns(args.turns)
+    result = asyncio.run(work)
+    print(json.dumps({**result, "tree": str(TREE)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
