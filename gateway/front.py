@@ -93,6 +93,7 @@ class Front:
         self.connections: set[FrontProtocol] = set()
         self.closing = False
         self._date = (0, b"")
+        self.keepalive = KEEPALIVE_S  # an idle lean connection is closed after this long
         self.heads: dict[tuple[int, tuple[tuple[str, str], ...]], bytes] = {}
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -118,16 +119,19 @@ class Front:
     def opened(self, conn: FrontProtocol) -> None:
         self.connections.add(conn)
         if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().call_later(60, self._sweep)
+            self._sweeper = asyncio.get_running_loop().call_later(self._every(), self._sweep)
 
     def _sweep(self) -> None:
         self._sweeper = None
-        idle_since = asyncio.get_running_loop().time() - KEEPALIVE_S
+        idle_since = asyncio.get_running_loop().time() - self.keepalive
         for conn in list(self.connections):
             if conn.task is None and conn.seen < idle_since:
                 conn.close()
         if self.connections:
-            self._sweeper = asyncio.get_running_loop().call_later(60, self._sweep)
+            self._sweeper = asyncio.get_running_loop().call_later(self._every(), self._sweep)
+
+    def _every(self) -> float:
+        return min(60.0, self.keepalive / 2)
 
     async def close(self, within: float) -> None:
         """Shutdown: idle connections close now, busy ones once answered (within ``within`` s)."""
