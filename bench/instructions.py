@@ -18,7 +18,11 @@ only (``callgrind_control``), and the instructions counted are divided by the ev
 
 User-space instructions only: the kernel's part of a socket write is not in them.
 
-Usage: python bench/instructions.py ingest [--events 1000]
+The same ``ingest`` load can be sent to ``lark_bench``'s comparison servers (``--server bare``:
+an aiohttp handler answering ``{}``; ``--server lark_oapi``: lark-oapi's dispatcher in aiohttp,
+storing nothing), for ratios no machine's speed moves.
+
+Usage: python bench/instructions.py ingest [--events 1000] [--server daemon|bare|lark_oapi]
        python bench/instructions.py turn [--turns 160]
 Prints ONE JSON line. Uses $REDIS_URL (default redis://127.0.0.1:6379/0) under a fresh key
 prefix, deleted on the way out.
@@ -52,17 +56,26 @@ CONVERSATIONS = 8
 
 
 @contextlib.asynccontextmanager
-async def under_callgrind(config: dict[str, Any], tmp: Path) -> AsyncIterator[tuple[int, str]]:
-    """The daemon under callgrind, instrumentation off; yields its pid and base URL."""
+async def under_callgrind(
+    tmp: Path, config: dict[str, Any] | None = None, server: str = "daemon"
+) -> AsyncIterator[tuple[int, str]]:
+    """``server`` under callgrind, instrumentation off: the daemon with ``config``, or
+    ``lark_bench``'s ``bare`` / ``lark_oapi`` handler; yields its pid and base URL."""
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found (apt-get install valgrind)")
-    path, port = tmp / "config.json", free_port()
-    path.write_text(json.dumps(config))
+    port = free_port()
+    if server == "daemon":
+        path = tmp / "config.json"
+        path.write_text(json.dumps(config))
+        argv = [sys.executable, "-m", "gateway", "run", "--config", str(path)]
+    else:
+        argv = [sys.executable, str(Path(__file__).with_name("lark_ingest.py")), "--serve", server]
     out = tmp / "callgrind.out"
     proc = await asyncio.create_subprocess_exec(
         *("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"),
-        *(sys.executable, "-m", "gateway", "run", "--config", str(path), "--port", str(port)),
+        *argv,
+        *("--port", str(port)),
         cwd=TREE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -74,10 +87,11 @@ async def under_callgrind(config: dict[str, Any], tmp: Path) -> AsyncIterator[tu
             while True:
                 with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(base + "/healthz") as resp:
-                        if resp.status == 200:
+                        # the daemon once healthy; a comparison handler once it answers (404)
+                        if resp.status == 200 or server != "daemon":
                             break
                 if proc.returncode is not None or time.monotonic() > deadline:
-                    raise SystemExit("the daemon did not start under valgrind")
+                    raise SystemExit(f"{server} did not start under valgrind")
                 await asyncio.sleep(1)
         yield proc.pid, base
     finally:
@@ -100,10 +114,10 @@ def counted(tmp: Path) -> int:
     return total
 
 
-async def ingest(events: int) -> dict[str, Any]:
+async def ingest(events: int, server: str) -> dict[str, Any]:
     async with bench_config() as config:
         with tempfile.TemporaryDirectory() as tmp:
-            async with under_callgrind(config, Path(tmp)) as (pid, base):
+            async with under_callgrind(Path(tmp), config, server) as (pid, base):
                 port = int(base.rsplit(":", 1)[1])
                 await drive(port, payloads(200), CONVERSATIONS)  # warm-up
                 items = payloads(events)
@@ -112,7 +126,8 @@ async def ingest(events: int) -> dict[str, Any]:
                 control(pid, "--instr=off")
                 control(pid, "--dump")
             total = counted(Path(tmp))
-    return {"mode": "ingest", "events": events, "non_2xx": load["non_2xx"], "total": total,
+    return {"mode": "ingest", "server": server, "events": events, "non_2xx": load["non_2xx"],
+            "total": total,
             "instructions_per_event": round(total / events)}  # fmt: skip
 
 
@@ -162,7 +177,7 @@ async def turns(count: int) -> dict[str, Any]:
         config = json.loads(path.read_text())
         integration = config["integrations"][0]["id"]
         try:
-            async with under_callgrind(config, Path(tmp)) as (pid, base):
+            async with under_callgrind(Path(tmp), config) as (pid, base):
                 async with aiohttp.ClientSession() as http:
                     params = {"integrationId": integration}
                     stream = await http.get(base + "/console/api/events", params=params)
@@ -200,8 +215,9 @@ def main() -> None:
     parser.add_argument("mode", choices=("ingest", "turn"))
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=160)
+    parser.add_argument("--server", choices=("daemon", "bare", "lark_oapi"), default="daemon")
     args = parser.parse_args()
-    work = ingest(args.events) if args.mode == "ingest" else turns(args.turns)
+    work = ingest(args.events, args.server) if args.mode == "ingest" else turns(args.turns)
     result = asyncio.run(work)
     print(json.dumps({**result, "tree": str(TREE)}), flush=True)
 
