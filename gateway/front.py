@@ -71,7 +71,8 @@ class LeanRequest:
         self.path = path
         self.match_info = match
         self.headers = CIMultiDictProxy(headers)
-        self.charset = "utf-8" if ctype and "charset" in ctype else None  # _JSON_TYPES only
+        # as aiohttp reads it: the parameter's value as sent (ctype is one of _JSON_TYPES)
+        self.charset = ctype.rpartition("=")[2] if ctype and "=" in ctype else None
         self.query = _EMPTY_QUERY
         self.body = b""
 
