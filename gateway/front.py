@@ -45,8 +45,7 @@ from gateway.webhook import LEAN_ROUTES, LeanHandler, Routes
 
 log = structlog.get_logger("gateway.http")
 
-Handler = LeanHandler
-_Parsed = tuple["LeanRequest", int, Handler, bool]  # request, body size, handler, close after
+_Parsed = tuple["LeanRequest", int, LeanHandler, bool]  # request, body size, handler, close after
 
 MAX_HEAD = 8190  # the request line and headers together (aiohttp's per-line limit)
 KEEPALIVE_S = 3630.0  # aiohttp's default keepalive_timeout
@@ -62,12 +61,11 @@ _EMPTY_QUERY: MultiDictProxy[str] = MultiDictProxy(MultiDict())
 class LeanRequest:
     """What a lean route's handler reads of its request (``gateway.webhook.HttpRequest``)."""
 
-    __slots__ = ("body", "charset", "headers", "match_info", "method", "path", "query")
+    __slots__ = ("body", "charset", "headers", "match_info", "path", "query")
 
     def __init__(
         self, path: str, match: dict[str, str], headers: CIMultiDict[str], ctype: str | None
     ) -> None:
-        self.method = "POST"
         self.path = path
         self.match_info = match
         self.headers = CIMultiDictProxy(headers)
@@ -78,10 +76,6 @@ class LeanRequest:
 
     async def read(self) -> bytes:
         return self.body
-
-
-def _http_date() -> bytes:
-    return formatdate(usegmt=True).encode()
 
 
 class Front:
@@ -114,7 +108,7 @@ class Front:
     def date(self) -> bytes:
         now = int(time.time())
         if now != self._date[0]:
-            self._date = (now, _http_date())
+            self._date = (now, formatdate(now, usegmt=True).encode())
         return self._date[1]
 
     def opened(self, conn: FrontProtocol) -> None:
@@ -238,9 +232,19 @@ class FrontProtocol(asyncio.Protocol):
         line = buf.find(b"\r\n")
         if line < 0:
             return True
-        target = buf[5:line].rpartition(b" ")[0]
-        routes = self.front.routes
-        return target in routes or target[: target.rfind(b"/") + 1] in routes
+        return self._route(buf[5:line].rpartition(b" ")[0]) is not None
+
+    def _route(self, target: bytes) -> tuple[str | None, LeanHandler, int] | None:
+        """The lean route ``target`` is for: its parameter, handler and where the parameter's
+        value starts in ``target``; None when it is none of them."""
+        route = self.front.routes.get(target)  # an exact path
+        if route is not None and route[0] is None:
+            return None, route[1], len(target)
+        cut = target.rfind(b"/") + 1  # else the prefix of <prefix>{param}
+        route = self.front.routes.get(target[:cut])
+        if route is None or route[0] is None or _ID.fullmatch(target, cut) is None:
+            return None
+        return route[0], route[1], cut
 
     def _parse(self, buf: bytes, end: int) -> _Parsed | None:
         """The request's parts when the front takes it as it is; None to hand it over."""
@@ -249,13 +253,9 @@ class FrontProtocol(asyncio.Protocol):
         target, _, version = rest.partition(b" ")
         if method != b"POST" or version != b"HTTP/1.1":
             return None
-        route = self.front.routes.get(target)  # an exact path
-        cut = len(target)
-        if route is None or route[0] is not None:  # else the prefix of <prefix>{param}
-            cut = target.rfind(b"/") + 1
-            route = self.front.routes.get(target[:cut])
-            if route is None or route[0] is None or _ID.fullmatch(target, cut) is None:
-                return None
+        route = self._route(target)
+        if route is None:
+            return None
         try:  # the header lines, checked by one regular expression (C, not a loop per line)
             block = buf[line + 2 : end + 2].decode("ascii")
         except UnicodeDecodeError:
@@ -277,13 +277,13 @@ class FrontProtocol(asyncio.Protocol):
             or connection not in ("keep-alive", "close")
         ):
             return None
-        param, handler = route
+        param, handler, cut = route
         path = target.decode("ascii")
         match = {} if param is None else {param: path[cut:]}
         request = LeanRequest(path, match, CIMultiDict(pairs), ctype)
         return request, int(length), handler, connection == "close"
 
-    async def _answer(self, handler: Handler, request: LeanRequest, close: bool) -> None:
+    async def _answer(self, handler: LeanHandler, request: LeanRequest, close: bool) -> None:
         try:
             try:
                 response = await handler(request)
@@ -300,7 +300,7 @@ class FrontProtocol(asyncio.Protocol):
             self.close()
         finally:
             self.task = None
-        if self.transport is None or close or self.front.closing:
+        if self.transport is None or close:  # close: asked for, closing, or a failed write
             return
         self.seen = asyncio.get_running_loop().time()
         if self.paused:

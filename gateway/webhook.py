@@ -64,12 +64,6 @@ class HttpRequest(Protocol):
     front's ``LeanRequest`` (gateway/front.py) for the requests it answers without aiohttp."""
 
     @property
-    def method(self) -> str: ...
-
-    @property
-    def path(self) -> str: ...
-
-    @property
     def headers(self) -> CIMultiDictProxy[str]: ...
 
     @property
