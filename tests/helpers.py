@@ -124,6 +124,57 @@ class ConsoleClient:
         )
 
 
+def raw_post(
+    path: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    *,
+    extra: str = "",
+    chunked: bool = False,
+) -> bytes:
+    """A POST as bytes: ``headers``, then the raw header lines ``extra``, then the body framed
+    by ``Content-Length`` or, ``chunked``, in one chunk."""
+    lines = [f"POST {path} HTTP/1.1", "Host: gw"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+        payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        lines.append(f"Content-Length: {len(body)}")
+        payload = body
+    head = "\r\n".join(lines) + "\r\n" + extra
+    return head.encode("utf-8") + b"\r\n" + payload
+
+
+class RawConnection:
+    """One keep-alive connection for bytes written as they are and answers read one by one."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> RawConnection:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def answer(self) -> tuple[int, dict[str, str], bytes]:
+        """The next answer: status, headers (names lower-cased), body."""
+        async with asyncio.timeout(10):
+            status_line = await self.reader.readuntil(b"\r\n")
+            headers: dict[str, str] = {}
+            while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
+                name, _, value = line.decode().partition(":")
+                headers[name.strip().lower()] = value.strip()
+            body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return int(status_line.split()[1]), headers, body
+
+    async def closed(self) -> bool:
+        async with asyncio.timeout(10):
+            return await self.reader.read() == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 class InProcessGateway:
     """A real Gateway with a real HTTP server on a free port, in this event loop."""
 

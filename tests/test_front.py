@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from gateway.daemon import listen_sockets
 from gateway.front import FrontSite
 from gateway.webhook import HttpRequest, add_lean_route
-from tests.helpers import free_port
+from tests.helpers import RawConnection, free_port, raw_post
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -55,49 +55,33 @@ async def front() -> AsyncIterator[tuple[FrontSite, int]]:
     await runner.cleanup()
 
 
-def post(path: str, body: bytes) -> bytes:
-    head = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n"
-    return head.encode() + body
-
-
-async def answer(reader: asyncio.StreamReader) -> tuple[int, bytes, bytes]:
-    async with asyncio.timeout(10):
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        return int(head.split()[1]), head, await reader.readexactly(length)
-
-
 async def test_an_idle_lean_connection_is_closed_after_the_keepalive(
     front: tuple[FrontSite, int],
 ) -> None:
     site, port = front
     assert site.front is not None
     site.front.keepalive = 0.4
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(post("/hook/a1", b"{}"))
-    status, head, body = await answer(reader)
-    assert (status, body, b"Server:" in head) == (200, b'{"id": "a1", "size": 2}', False)
+    conn = await RawConnection.open(port)
+    conn.writer.write(raw_post("/hook/a1", b"{}"))
+    status, headers, body = await conn.answer()
+    assert (status, body, "server" in headers) == (200, b'{"id": "a1", "size": 2}', False)
     async with asyncio.timeout(5):
-        assert await reader.read() == b""  # closed by the front's sweep
-    writer.close()
+        assert await conn.reader.read() == b""  # closed by the front's sweep
+    conn.close()
 
 
 async def test_a_failing_handler_is_a_500_and_the_connection_goes_on(
     front: tuple[FrontSite, int],
 ) -> None:
     _site, port = front
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(post("/hook/a1", b'"fail"') + post("/hook/a2", b'"stream"'))
-    assert (await answer(reader))[0] == 500
-    assert (await answer(reader))[0] == 500
-    writer.write(post("/hook/a3", b"[1]"))
-    status, _, body = await answer(reader)
+    conn = await RawConnection.open(port)
+    conn.writer.write(raw_post("/hook/a1", b'"fail"') + raw_post("/hook/a2", b'"stream"'))
+    assert (await conn.answer())[0] == 500
+    assert (await conn.answer())[0] == 500
+    conn.writer.write(raw_post("/hook/a3", b"[1]"))
+    status, _, body = await conn.answer()
     assert (status, body) == (200, b'{"id": "a3", "size": 3}')
-    writer.close()
+    conn.close()
 
 
 async def test_an_app_with_a_middleware_is_aiohttps_alone() -> None:
@@ -113,11 +97,11 @@ async def test_an_app_with_a_middleware_is_aiohttps_alone() -> None:
     runner, site, port = await serve(app)
     try:
         assert site.front is None
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(post("/hook/a1", b"{}"))
-        status, head, _ = await answer(reader)
-        assert status == 200 and b"X-Tag: seen" in head and b"Server:" in head
-        writer.close()
+        conn = await RawConnection.open(port)
+        conn.writer.write(raw_post("/hook/a1", b"{}"))
+        status, headers, _ = await conn.answer()
+        assert status == 200 and headers.get("x-tag") == "seen" and "server" in headers
+        conn.close()
     finally:
         await runner.cleanup()
 

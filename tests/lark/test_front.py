@@ -13,55 +13,15 @@ import pytest
 
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
+from tests.helpers import RawConnection as Conn
+from tests.helpers import raw_post
 from tests.lark_support import INTEGRATION, LarkHarness, final_card, message_event, sealed
 
 PATH = f"/api/lark/webhook/{INTEGRATION}"
 
 
-def request(
-    body: bytes,
-    headers: dict[str, str],
-    *,
-    path: str = PATH,
-    extra: str = "",
-    chunked: bool = False,
-) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: gw"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    if chunked:
-        lines.append("Transfer-Encoding: chunked")
-        payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    else:
-        lines.append(f"Content-Length: {len(body)}")
-        payload = body
-    head = "\r\n".join(lines) + "\r\n" + extra
-    return head.encode("utf-8") + b"\r\n" + payload
-
-
-class Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, port: int) -> Conn:
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
-
-    async def answer(self) -> tuple[int, dict[str, str], bytes]:
-        async with asyncio.timeout(10):
-            status_line = await self.reader.readuntil(b"\r\n")
-            headers: dict[str, str] = {}
-            while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
-                name, _, value = line.decode().partition(":")
-                headers[name.strip().lower()] = value.strip()
-            body = await self.reader.readexactly(int(headers.get("content-length", "0")))
-        return int(status_line.split()[1]), headers, body
-
-    async def closed(self) -> bool:
-        async with asyncio.timeout(10):
-            return await self.reader.read() == b""
-
-    def close(self) -> None:
-        self.writer.close()
+def request(body: bytes, headers: dict[str, str], *, path: str = PATH, **framing: Any) -> bytes:
+    return raw_post(path, body, headers, **framing)
 
 
 def event(fake: FakeLark, message_id: str) -> tuple[bytes, dict[str, str]]:
