@@ -47,6 +47,9 @@ async def test_a_routine_is_scheduled_after_confirm_and_then_fires(
     gateway: Callable[..., Any],
 ) -> None:
     gw = await gateway(timezone="Asia/Shanghai")
+    # The replica's own scheduler is stopped, so a real five-minute boundary during the test
+    # cannot fire the routine; a scheduler with its own clock fires it below.
+    gw.gateway.scheduler.stop()
     c, book = gw.client, gw.gateway.pipeline.schedules.book
     await c.send("every 5 minutes check the queue")
     card = await eventually(lambda: card_titled(c, "dm-alice", "Schedule this routine?"))
@@ -75,9 +78,7 @@ async def test_a_routine_is_scheduled_after_confirm_and_then_fires(
     assert entry.source == "runtime" and made.created_by == "alice"
     assert f"Schedule id: {made.id}" in done["card"]["answer"]
     assert len(await c.cards("dm-alice")) == 1, "the routine started a turn"
-    # It fires: a scheduler whose clock stands just past the next fire time (the replica's own
-    # is stopped, so a real five-minute boundary during the test cannot add a card).
-    gw.gateway.scheduler.stop()
+    # It fires: a scheduler whose clock stands just past the next fire time.
     assert entry.cron is not None
     fire = entry.cron.next_after(made.created_at)
     clock = [fire + 50]
