@@ -18,12 +18,16 @@ needed any of these goes out again before every later call of its slot, and that
 are then sent one at a time until one goes through: a conversation's calls keep their order
 while its slot moves.
 
-Recovery: a NOSCRIPT reply (Redis restarted, flushed its scripts, or a node new to the slot) loads
-the script and sends the affected calls again; a lost connection is re-opened and the calls
-without a reply are sent once more, as redis-py's own retry does - the intake script
-deduplicates, so a call that did land answers ``dup`` the second time and is never stored twice;
-a resent claim at worst finds its own lease and waits for it to expire (a delay, never a double
-turn). A second failure reaches the callers (the platforms retry).
+Recovery: a NOSCRIPT reply (Redis restarted, flushed its scripts, a node new to the slot, a
+replica just promoted by Sentinel) sends the call again as EVAL with the script's text, on the
+same connection: the server that refused runs it and keeps it for the EVALSHAs after (the Redis
+docs, "Scripting with Lua", "Script cache"). A SCRIPT LOAD through the client instead could
+reach another server - during a Sentinel failover the client's pool may still be told the old
+master - and the call would be refused again (issue 15's CI run). A lost connection is re-opened
+and the calls without a reply are sent once more, as redis-py's own retry does - the intake
+script deduplicates, so a call that did land answers ``dup`` the second time and is never stored
+twice; a resent claim at worst finds its own lease and waits for it to expire (a delay, never a
+double turn). A second failure reaches the callers (the platforms retry).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ class PipeStats:
     writes: int = 0
     largest_batch: int = 0
     reconnects: int = 0
-    script_reloads: int = 0
+    script_reloads: int = 0  # calls sent again as EVAL after a NOSCRIPT
     moved: int = 0
     asked: int = 0
     tryagain: int = 0
@@ -220,7 +224,6 @@ class ScriptPipe:
                 outcomes.update(part)
         if groups and self.on_exchange is not None:
             self.on_exchange(time.perf_counter() - began, len(batch) - len(unrouted))
-        noscript: list[Call] = []
         moved: list[Any] = []
         retry: list[Call] = []
         for call in unrouted:
@@ -234,8 +237,10 @@ class ScriptPipe:
                 if not was_asked:  # an answer from the slot's owner: the slot is settled
                     self._careful.discard(call.slot)
                 call.future.set_result(reply)
-            elif isinstance(reply, NoScriptError) and call.attempts < 2:
-                noscript.append(call)
+            elif isinstance(reply, NoScriptError) and not call.body:
+                stats.script_reloads += 1
+                call.body = True
+                retry.append(call)
             elif isinstance(reply, MovedError):
                 stats.moved += 1
                 moved.append(reply)
@@ -261,15 +266,12 @@ class ScriptPipe:
             await self._links.moved(moved)
         if refresh:
             await self._links.refresh()
-        if noscript:
-            await self._reload(noscript)
-        retry += [c for c in noscript if not c.future.done()]
         if not retry:
             return
         order = {id(c): i for i, c in enumerate(batch)}
         retry.sort(key=lambda c: order[id(c)])  # in the order they were made
         for call in retry:
-            if isinstance(outcomes.get(id(call)), Lost | NoScriptError):
+            if isinstance(outcomes.get(id(call)), Lost):
                 call.attempts += 1
         self._queue.extendleft(reversed([c for c in retry if not c.future.done()]))
 
@@ -285,15 +287,3 @@ class ScriptPipe:
             )
             return
         retry.append(call)
-
-    async def _reload(self, calls: list[Call]) -> None:
-        """NOSCRIPT: load each script named (once; on every primary of a cluster) before its
-        calls are sent again."""
-        for script in {id(c.script): c.script for c in calls}.values():
-            try:
-                script.sha = await self.client.script_load(script.script)
-                self.stats.script_reloads += 1
-            except Exception as exc:
-                for call in calls:
-                    if call.script is script and not call.future.done():
-                        call.future.set_exception(exc)

@@ -38,6 +38,7 @@ class Call:
     ask: str | None = None  # the node to send it to once, after ASKING
     not_before: float = 0.0  # TRYAGAIN: not before this loop time
     first_sent: float = 0.0
+    body: bool = False  # NOSCRIPT came back: sent as EVAL with the script's text
 
 
 def _encode(value: Any) -> bytes:
@@ -51,14 +52,17 @@ def _encode(value: Any) -> bytes:
 
 
 def pack(call: Call) -> bytes:
-    """One EVALSHA in RESP (ASKING first when the call follows an ASK): the same bytes as
-    redis-py's packer, for the few types we send. hiredis packs in C (a third of the time of
-    the Python loop below, issue 15); the loop stays for what hiredis refuses, to say why."""
-    args = (call.script.sha, len(call.keys), *call.keys, *call.args)
+    """One EVALSHA in RESP (ASKING first when the call follows an ASK), or an EVAL with the
+    script's text once the server said NOSCRIPT: the same bytes as redis-py's packer, for the
+    few types we send. hiredis packs in C (a third of the time of the Python loop below, issue
+    15); the loop stays for what hiredis refuses, to say why."""
+    command, head = ("EVAL", call.script.script) if call.body else ("EVALSHA", call.script.sha)
+    args = (head, len(call.keys), *call.keys, *call.args)
     try:
-        packed: bytes = pack_command(("EVALSHA", *args))
+        packed: bytes = pack_command((command, *args))
     except TypeError:
-        out = [b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(args) + 1)]
+        name = command.encode()
+        out = [b"*%d\r\n$%d\r\n%b\r\n" % (len(args) + 1, len(name), name)]
         for value in args:
             data = value.encode() if value.__class__ is str else _encode(value)
             out.append(b"$%d\r\n%b\r\n" % (len(data), data))

@@ -70,7 +70,7 @@ async def test_an_error_reply_reaches_only_its_caller(
     assert await redis_client.lrange(key, 0, -1) == ["a", "c"]
 
 
-async def test_noscript_loads_the_script_and_sends_the_calls_again(
+async def test_noscript_sends_the_calls_again_with_the_script_text(
     pipe: ScriptPipe, redis_client: aioredis.Redis, prefix: str
 ) -> None:
     s = script(redis_client)  # never loaded on this server
@@ -78,7 +78,10 @@ async def test_noscript_loads_the_script_and_sends_the_calls_again(
     replies = await asyncio.gather(*(pipe.evalsha(s, [key], [f"m{i}", 0]) for i in range(5)))
     assert [r[0] for r in replies] == [f"m{i}" for i in range(5)]
     assert await redis_client.lrange(key, 0, -1) == [f"m{i}" for i in range(5)]  # once each
-    assert pipe.stats.script_reloads == 1
+    assert pipe.stats.script_reloads == 5  # each sent once more, as EVAL
+    # The EVAL left the script on the server: the next call's EVALSHA is taken at once.
+    assert (await pipe.evalsha(s, [key], ["m5", 0]))[0] == "m5"
+    assert pipe.stats.script_reloads == 5
 
 
 async def test_a_killed_connection_is_reopened_and_nothing_is_lost(
