@@ -224,3 +224,21 @@ async def test_sessions_page_at_phone_width(phone: Page, daemon: Daemon) -> None
         width,
     )
     assert out == [], f"sticks out at phone width: {out}"
+
+
+async def test_the_list_polls_once_per_period_and_keeps_rows_that_did_not_change(
+    page: Page, daemon: Daemon
+) -> None:
+    # A refused token, then the right one: two sign-ins, one poll timer (two timers redrew the
+    # list twice a period, and a click between the two redraws was lost).
+    post_message(daemon, "dm-dave", "a quiet one", sender="dave")
+    await sign_in(page)
+    dave = row(page, "dm-dave")
+    await expect(dave.locator(".outcome")).to_have_attribute("data-outcome", "done", timeout=20_000)
+    handle = await dave.element_handle()
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "/v1.0/sessions?" in r.url else None)
+    await page.wait_for_timeout(7_500)  # one period (5 s) and a half: one poll, not two
+    assert len(polls) == 1, polls
+    # The row did not change, so the poll kept its element rather than drawing it again.
+    assert await handle.evaluate("tr => tr.isConnected")

@@ -65,8 +65,7 @@
     $("#sessions-view").hidden = !sessions;
     for (const a of document.querySelectorAll(".views a")) a.classList.toggle("active", a.dataset.view === view);
     document.querySelector(".app").dataset.view = view;
-    clearInterval(state.timer);
-    state.timer = null;
+    stopPolling();
     if (sessions) start();
   }
   function route() {
@@ -85,6 +84,7 @@
   }
   function failed(e) {
     if (e.status === 401) {
+      stopPolling();
       sessionStorage.removeItem(TOKEN_KEY);
       needToken(e.message === "The admin token is needed." ? "" : "That token was refused.");
     } else if (e.status === 404 && e.code === "admin_disabled") {
@@ -97,12 +97,20 @@
     }
   }
 
+  // One poll timer at most: a second sign-in (after a refused token) or a second visit must not
+  // add a timer, or the list is redrawn twice every period - and a click landing between two
+  // redraws is lost.
+  function stopPolling() {
+    clearInterval(state.timer);
+    state.timer = null;
+  }
   async function start() {
+    stopPolling();
     if (!sessionStorage.getItem(TOKEN_KEY)) { needToken(""); return; }
     $("#token-form").hidden = true;
     $("#sessions-body").hidden = false;
-    await refresh();
     state.timer = setInterval(refresh, REFRESH_MS);
+    await refresh();
   }
 
   async function refresh() {
@@ -141,32 +149,45 @@
       if (!have.has(id)) sel.appendChild(el("option", null, id)).value = id;
     }
   }
+  // A row whose cells would not change is kept as it is, not drawn again: a click whose press
+  // and release straddle a redraw would otherwise land on two different elements and be lost.
   function renderList() {
     const body = $("#session-list tbody");
-    body.textContent = "";
     $("#sessions-empty").hidden = state.sessions.length > 0;
-    for (const s of state.sessions) {
-      const tr = body.appendChild(el("tr"));
-      tr.dataset.sessionId = s.sessionId;
-      tr.dataset.live = String(!!s.live);
+    const kept = new Map([...body.children].map((tr) => [tr.dataset.key, tr]));
+    const rows = state.sessions.map((s) => {
+      const key = JSON.stringify([s.sessionId, s.integrationId, s.chatId, s.xpertId, s.live,
+        s.lastOutcome, s.turns, when(s.lastActiveAt), when(s.createdAt)]);
+      const tr = kept.get(key) || sessionRow(s);
+      kept.delete(key);
+      tr.dataset.key = key;
       tr.classList.toggle("active", s.sessionId === state.open);
-      tr.tabIndex = 0;
-      const chat = el("td", "chat");
-      chat.append(el("span", "chat-id", s.chatId || "–"));
-      if (s.live) chat.append(el("span", "live", "live"));
-      const outcome = el("td");
-      if (s.lastOutcome || s.live) outcome.appendChild(badge(s.lastOutcome || null));
-      else outcome.textContent = "–";
-      const active = el("td", "when", when(s.lastActiveAt));
-      active.appendChild(el("small", null, "started " + when(s.createdAt)));
-      tr.append(
-        el("td", null, s.integrationId), chat, el("td", null, s.xpertId || "–"), outcome,
-        el("td", "num", String(s.turns ?? 0)), active,
-      );
-      const open = () => { location.hash = "#sessions/" + encodeURIComponent(s.sessionId); };
-      tr.addEventListener("click", open);
-      tr.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
-    }
+      return tr;
+    });
+    const same = rows.length === body.children.length && rows.every((tr, i) => body.children[i] === tr);
+    if (!same) body.replaceChildren(...rows);
+  }
+  function sessionRow(s) {
+    const tr = el("tr");
+    tr.dataset.sessionId = s.sessionId;
+    tr.dataset.live = String(!!s.live);
+    tr.tabIndex = 0;
+    const chat = el("td", "chat");
+    chat.append(el("span", "chat-id", s.chatId || "–"));
+    if (s.live) chat.append(el("span", "live", "live"));
+    const outcome = el("td");
+    if (s.lastOutcome || s.live) outcome.appendChild(badge(s.lastOutcome || null));
+    else outcome.textContent = "–";
+    const active = el("td", "when", when(s.lastActiveAt));
+    active.appendChild(el("small", null, "started " + when(s.createdAt)));
+    tr.append(
+      el("td", null, s.integrationId), chat, el("td", null, s.xpertId || "–"), outcome,
+      el("td", "num", String(s.turns ?? 0)), active,
+    );
+    const open = () => { location.hash = "#sessions/" + encodeURIComponent(s.sessionId); };
+    tr.addEventListener("click", open);
+    tr.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
+    return tr;
   }
 
   // ---- one session's trail ---------------------------------------------------------------
@@ -322,7 +343,7 @@
     for (const id of ["#f-integration", "#f-outcome", "#f-status"]) $(id).addEventListener("change", refresh);
     $("#sign-out").addEventListener("click", () => {
       sessionStorage.removeItem(TOKEN_KEY);
-      clearInterval(state.timer);
+      stopPolling();
       needToken("");
     });
     // A chat picked in the sidebar shows the chat again.
