@@ -1,5 +1,6 @@
 """The intake auto-pipeline (sessions/autopipe.py) against a real Redis: batching, per-call
-replies and errors, NOSCRIPT and connection-loss recovery, callers that give up, close."""
+replies and errors, NOSCRIPT and connection-loss recovery, callers that give up, close; the
+bytes a call is sent as."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.connection import Encoder, PythonRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from sessions import autopipe_links
 from sessions.autopipe import ScriptPipe
 
 # Appends ARGV[1] to KEYS[1] and answers it; 'boom' is answered with an error reply instead.
@@ -167,3 +171,23 @@ async def test_a_server_that_refuses_client_setname_still_takes_the_calls(
         assert pipe.stats.reconnects == 1
     finally:
         await pipe.close()
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["evalsha", "eval"])
+@pytest.mark.parametrize("packer", ["hiredis", "python"])
+def test_a_call_is_packed_as_redis_py_packs_it(
+    body: bool, packer: str, redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if packer == "python":  # what runs when hiredis refuses an argument
+
+        def refuse(_: Any) -> bytes:
+            raise TypeError("refused")
+
+        monkeypatch.setattr(autopipe_links, "pack_command", refuse)
+    s = script(redis_client)
+    args = ["é-text", b"\x00bytes", 7, 1.5]
+    call = autopipe_links.Call(s, ["k1", "k2"], args, asyncio.Future(), body=body)
+    command, head = ("EVAL", s.script) if body else ("EVALSHA", s.sha)
+    serializer = PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode)
+    expected = b"".join(serializer.pack(command, head, 2, "k1", "k2", *args))
+    assert autopipe_links.pack(call) == expected
