@@ -86,7 +86,6 @@ class ScriptPipe:
         max_batch: int = 512,
         retry_budget_s: float = 10.0,
     ) -> None:
-        self.client = client
         # CLIENT SETNAME of the pipe's connections (no spaces allowed), so CLIENT LIST shows them.
         self.name = "".join(c if c.isprintable() and not c.isspace() else "_" for c in name)
         self.max_batch = max_batch
