@@ -76,6 +76,7 @@
   }
 
   function needToken(message) {
+    stopPolling();
     $("#sessions-body").hidden = true;
     $("#admin-off").hidden = true;
     $("#token-form").hidden = false;
@@ -84,7 +85,6 @@
   }
   function failed(e) {
     if (e.status === 401) {
-      stopPolling();
       sessionStorage.removeItem(TOKEN_KEY);
       needToken(e.message === "The admin token is needed." ? "" : "That token was refused.");
     } else if (e.status === 404 && e.code === "admin_disabled") {
@@ -343,7 +343,6 @@
     for (const id of ["#f-integration", "#f-outcome", "#f-status"]) $(id).addEventListener("change", refresh);
     $("#sign-out").addEventListener("click", () => {
       sessionStorage.removeItem(TOKEN_KEY);
-      stopPolling();
       needToken("");
     });
     // A chat picked in the sidebar shows the chat again.
