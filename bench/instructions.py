@@ -17,6 +17,9 @@ only (``callgrind_control``), and the instructions counted are divided by the ev
   window 0: the configuration of ``pipeline.py --zero-delays``).
 
 User-space instructions only: the kernel's part of a socket write is not in them.
+The JSON also splits them by library (``callgrind_annotate``): "python" is the interpreter
+itself (the eval loop, objects, calls, frames), the rest are the C parts an event or a turn runs
+through (OpenSSL, binascii, pydantic_core, orjson, hiredis, uvloop, libc), per event or turn.
 
 The same ``ingest`` load can be sent to ``lark_bench``'s comparison servers (``--server bare``:
 an aiohttp handler answering ``{}``; ``--server lark_oapi``: lark-oapi's dispatcher in aiohttp,
@@ -34,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -106,12 +110,63 @@ def control(pid: int, *args: str) -> None:
 
 def counted(tmp: Path) -> int:
     """The instructions of the dump taken while instrumentation was on."""
-    total = 0
+    return max((total for _, total in dumps(tmp)), default=0)
+
+
+def dumps(tmp: Path) -> list[tuple[Path, int]]:
+    """Each callgrind dump and the instructions it counted."""
+    found = []
     for dump in tmp.glob("callgrind.out.*"):
+        total = 0
         for line in dump.read_text().splitlines():
             if line.startswith(("summary:", "totals:")):
                 total = max(total, int(line.split()[1]))
-    return total
+        found.append((dump, total))
+    return found
+
+
+_ANNOTATED = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*?)(?:\s+\[([^\]]+)\])?\s*$")
+
+
+def part_of(where: str, obj: str | None) -> str:
+    """The library an annotated function belongs to: the interpreter, a stdlib C module, a
+    package's extension (by its package), or a system library."""
+    if obj is None:  # inlined or static code: named by its source file
+        stem = where.split(":", 1)[0]
+        if "/Modules/" not in stem:
+            return "python"
+        return Path(stem).stem.lstrip("_").removesuffix("module").removesuffix("_lib")
+    name = Path(obj).name
+    if name == "???":
+        return "unknown"
+    if name.startswith("libpython"):
+        return "python"
+    if "/lib-dynload/" in obj:
+        return name.split(".", 1)[0].lstrip("_")
+    if "/site-packages/" in obj:
+        return obj.split("/site-packages/", 1)[1].split("/", 1)[0]
+    return name.split(".so", 1)[0]
+
+
+def by_part(tmp: Path, units: int) -> dict[str, int]:
+    """Instructions per unit by library (``callgrind_annotate``), the largest first; the
+    interpreter is "python". Empty where the tool is missing."""
+    if shutil.which("callgrind_annotate") is None or not dumps(tmp):
+        return {}
+    dump = max(dumps(tmp), key=lambda found: found[1])[0]
+    out = subprocess.run(
+        ["callgrind_annotate", "--threshold=100", str(dump)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    parts: dict[str, int] = {}
+    for line in out.splitlines():
+        m = _ANNOTATED.match(line)
+        if m is None or "PROGRAM TOTALS" in line or "file:function" in line:
+            continue
+        part = part_of(m.group(2), m.group(3))
+        parts[part] = parts.get(part, 0) + int(m.group(1).replace(",", ""))
+    ranked = sorted(parts.items(), key=lambda item: -item[1])
+    return {part: round(n / units) for part, n in ranked if n / units >= 500}
 
 
 async def ingest(events: int, server: str) -> dict[str, Any]:
@@ -126,9 +181,11 @@ async def ingest(events: int, server: str) -> dict[str, Any]:
                 control(pid, "--instr=off")
                 control(pid, "--dump")
             total = counted(Path(tmp))
+            parts = by_part(Path(tmp), events)
     return {"mode": "ingest", "server": server, "events": events, "non_2xx": load["non_2xx"],
             "total": total,
-            "instructions_per_event": round(total / events)}  # fmt: skip
+            "instructions_per_event": round(total / events),
+            "per_event_by_library": parts}  # fmt: skip
 
 
 class FinalCards:
@@ -203,11 +260,13 @@ async def turns(count: int) -> dict[str, Any]:
                     reader.cancel()
                     stream.close()
             total = counted(Path(tmp))
+            parts = by_part(Path(tmp), per_chat * CONVERSATIONS)
         finally:
             await delete_keys(REDIS_URL, f"{prefix}:*")
     done = per_chat * CONVERSATIONS
     return {"mode": "turn", "turns": done, "total": total,
-            "instructions_per_turn": round(total / done)}  # fmt: skip
+            "instructions_per_turn": round(total / done),
+            "per_turn_by_library": parts}  # fmt: skip
 
 
 def main() -> None:
