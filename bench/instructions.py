@@ -108,21 +108,18 @@ def control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
 
 
-def counted(tmp: Path) -> int:
-    """The instructions of the dump taken while instrumentation was on."""
-    return max((total for _, total in dumps(tmp)), default=0)
-
-
-def dumps(tmp: Path) -> list[tuple[Path, int]]:
-    """Each callgrind dump and the instructions it counted."""
-    found = []
+def measured(tmp: Path) -> tuple[Path | None, int]:
+    """The dump taken while instrumentation was on (the one that counted the most) and its
+    instructions."""
+    best: tuple[Path | None, int] = (None, 0)
     for dump in tmp.glob("callgrind.out.*"):
         total = 0
         for line in dump.read_text().splitlines():
             if line.startswith(("summary:", "totals:")):
                 total = max(total, int(line.split()[1]))
-        found.append((dump, total))
-    return found
+        if total > best[1]:
+            best = (dump, total)
+    return best
 
 
 _ANNOTATED = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*?)(?:\s+\[([^\]]+)\])?\s*$")
@@ -148,12 +145,11 @@ def part_of(where: str, obj: str | None) -> str:
     return name.split(".so", 1)[0]
 
 
-def by_part(tmp: Path, units: int) -> dict[str, int]:
+def by_part(dump: Path | None, units: int) -> dict[str, int]:
     """Instructions per unit by library (``callgrind_annotate``), the largest first; the
     interpreter is "python". Empty where the tool is missing."""
-    if shutil.which("callgrind_annotate") is None or not dumps(tmp):
+    if dump is None or shutil.which("callgrind_annotate") is None:
         return {}
-    dump = max(dumps(tmp), key=lambda found: found[1])[0]
     out = subprocess.run(
         ["callgrind_annotate", "--threshold=100", str(dump)],
         capture_output=True, text=True, check=True,
@@ -180,8 +176,8 @@ async def ingest(events: int, server: str) -> dict[str, Any]:
                 load = await drive(port, items, CONVERSATIONS)
                 control(pid, "--instr=off")
                 control(pid, "--dump")
-            total = counted(Path(tmp))
-            parts = by_part(Path(tmp), events)
+            dump, total = measured(Path(tmp))
+            parts = by_part(dump, events)
     return {"mode": "ingest", "server": server, "events": events, "non_2xx": load["non_2xx"],
             "total": total,
             "instructions_per_event": round(total / events),
@@ -259,8 +255,8 @@ async def turns(count: int) -> dict[str, Any]:
                     control(pid, "--dump")
                     reader.cancel()
                     stream.close()
-            total = counted(Path(tmp))
-            parts = by_part(Path(tmp), per_chat * CONVERSATIONS)
+            dump, total = measured(Path(tmp))
+            parts = by_part(dump, per_chat * CONVERSATIONS)
         finally:
             await delete_keys(REDIS_URL, f"{prefix}:*")
     done = per_chat * CONVERSATIONS
