@@ -23,9 +23,11 @@ through (OpenSSL, binascii, pydantic_core, orjson, hiredis, uvloop, libc), per e
 
 The same ``ingest`` load can be sent to ``lark_bench``'s comparison servers (``--server bare``:
 an aiohttp handler answering ``{}``; ``--server lark_oapi``: lark-oapi's dispatcher in aiohttp,
-storing nothing), for ratios no machine's speed moves.
+storing nothing), for ratios no machine's speed moves; and to ``--server floor``, the daemon with
+its Lark work free (``lark_floor.py``: what everything but verifying, decrypting and parsing
+costs).
 
-Usage: python bench/instructions.py ingest [--events 1000] [--server daemon|bare|lark_oapi]
+Usage: python bench/instructions.py ingest [--events 1000] [--server daemon|bare|lark_oapi|floor]
        python bench/instructions.py turn [--turns 160]
 Prints ONE JSON line. Uses $REDIS_URL (default redis://127.0.0.1:6379/0) under a fresh key
 prefix, deleted on the way out.
@@ -37,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -57,22 +60,25 @@ from pipeline import free_port, write_config
 
 TREE = Path.cwd()
 CONVERSATIONS = 8
+WARM = 200  # events sent before the count starts
 
 
 @contextlib.asynccontextmanager
 async def under_callgrind(
-    tmp: Path, config: dict[str, Any] | None = None, server: str = "daemon"
+    tmp: Path, config: dict[str, Any] | None = None, server: str = "daemon", events: int = 0
 ) -> AsyncIterator[tuple[int, str]]:
-    """``server`` under callgrind, instrumentation off: the daemon with ``config``, or
-    ``lark_bench``'s ``bare`` / ``lark_oapi`` handler; yields its pid and base URL."""
+    """``server`` under callgrind, instrumentation off: the daemon with ``config`` (``floor``:
+    with its Lark work free, ``events`` Envelopes prepared), or ``lark_bench``'s ``bare`` /
+    ``lark_oapi`` handler; yields its pid and base URL."""
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found (apt-get install valgrind)")
     port = free_port()
-    if server == "daemon":
+    if server in ("daemon", "floor"):
         path = tmp / "config.json"
         path.write_text(json.dumps(config))
-        argv = [sys.executable, "-m", "gateway", "run", "--config", str(path)]
+        entry = [str(Path(__file__).with_name("lark_floor.py"))] if server == "floor" else []
+        argv = [sys.executable, *(entry or ["-m", "gateway"]), "run", "--config", str(path)]
     else:
         argv = [sys.executable, str(Path(__file__).with_name("lark_ingest.py")), "--serve", server]
     out = tmp / "callgrind.out"
@@ -81,6 +87,7 @@ async def under_callgrind(
         *argv,
         *("--port", str(port)),
         cwd=TREE,
+        env={**os.environ, "XGW_FLOOR_EVENTS": str(events or 1)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -92,7 +99,7 @@ async def under_callgrind(
                 with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(base + "/healthz") as resp:
                         # the daemon once healthy; a comparison handler once it answers (404)
-                        if resp.status == 200 or server != "daemon":
+                        if resp.status == 200 or server not in ("daemon", "floor"):
                             break
                 if proc.returncode is not None or time.monotonic() > deadline:
                     raise SystemExit(f"{server} did not start under valgrind")
@@ -168,9 +175,9 @@ def by_part(dump: Path | None, units: int) -> dict[str, int]:
 async def ingest(events: int, server: str) -> dict[str, Any]:
     async with bench_config() as config:
         with tempfile.TemporaryDirectory() as tmp:
-            async with under_callgrind(Path(tmp), config, server) as (pid, base):
+            async with under_callgrind(Path(tmp), config, server, WARM + events) as (pid, base):
                 port = int(base.rsplit(":", 1)[1])
-                await drive(port, payloads(200), CONVERSATIONS)  # warm-up
+                await drive(port, payloads(WARM), CONVERSATIONS)
                 items = payloads(events)
                 control(pid, "--instr=on")
                 load = await drive(port, items, CONVERSATIONS)
@@ -270,7 +277,8 @@ def main() -> None:
     parser.add_argument("mode", choices=("ingest", "turn"))
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=160)
-    parser.add_argument("--server", choices=("daemon", "bare", "lark_oapi"), default="daemon")
+    servers = ("daemon", "bare", "lark_oapi", "floor")
+    parser.add_argument("--server", choices=servers, default="daemon")
     args = parser.parse_args()
     work = ingest(args.events, args.server) if args.mode == "ingest" else turns(args.turns)
     result = asyncio.run(work)

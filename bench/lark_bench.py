@@ -106,8 +106,9 @@ async def private_redis(workdir: Path, cores: frozenset[int] | None) -> AsyncIte
 
 # --- the servers -----------------------------------------------------------------------------
 class Server:
-    """One server process on 127.0.0.1: the daemon (``python -m gateway run``), or this
-    module's ``bare`` / ``lark_oapi`` handler; optionally pinned to ``cores`` from its start."""
+    """One server process on 127.0.0.1: the daemon (``python -m gateway run``; ``floor``: the
+    daemon with its Lark work free, ``bench/lark_floor.py``), or this module's ``bare`` /
+    ``lark_oapi`` handler; optionally pinned to ``cores`` from its start."""
 
     def __init__(
         self, name: str, argv: list[str], workdir: Path, cores: frozenset[int] | None = None
@@ -116,15 +117,23 @@ class Server:
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = int(argv[argv.index("--port") + 1])
+        self.is_daemon = name in ("daemon", "floor")  # ready once /healthz answers 200
 
     @classmethod
     def daemon(
-        cls, config: dict[str, Any], workdir: Path, cores: frozenset[int] | None = None
+        cls,
+        config: dict[str, Any],
+        workdir: Path,
+        cores: frozenset[int] | None = None,
+        *,
+        floor: bool = False,
     ) -> Server:
         path = workdir / "daemon.yaml"
         path.write_text(yaml.safe_dump(config))
-        argv = [sys.executable, "-m", "gateway", "run", "--config", str(path)]
-        return cls("daemon", [*argv, "--port", str(free_port())], workdir, cores)
+        entry = [str(Path(__file__).with_name("lark_floor.py"))] if floor else ["-m", "gateway"]
+        argv = [sys.executable, *entry, "run", "--config", str(path)]
+        name = "floor" if floor else "daemon"
+        return cls(name, [*argv, "--port", str(free_port())], workdir, cores)
 
     @classmethod
     def handler(cls, kind: str, workdir: Path, cores: frozenset[int] | None = None) -> Server:
@@ -162,7 +171,7 @@ class Server:
                 with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
                         # The daemon once healthy; a comparison handler once it answers (404).
-                        if resp.status == 200 or self.name != "daemon":
+                        if resp.status == 200 or not self.is_daemon:
                             return
                 await asyncio.sleep(0.1)
 
@@ -216,17 +225,21 @@ def serve(kind: str, port: int) -> None:
 
 
 # --- the Python client (fallback, profiling) -------------------------------------------------
-def sealed_event(i: int) -> tuple[bytes, dict[str, str]]:
-    """The ``i``-th bench event (one of 200 group chats, the bot @-mentioned, its own message
-    id), sealed and signed as Lark sends it: body and headers."""
-    event = message_event(
+def bench_event(i: int) -> dict[str, Any]:
+    """The ``i``-th bench event: one of 200 group chats, the bot @-mentioned, its own message
+    id."""
+    return message_event(
         f"@_user_1 question {i}",
         chat_id=f"oc_bench{i % 200}",
         chat_type="group",
         message_id=f"om_{uuid.uuid4().hex[:16]}",
         mentions=[bot_mention()],
     )
-    return sealed(event, nonce=uuid.uuid4().hex[:16])
+
+
+def sealed_event(i: int) -> tuple[bytes, dict[str, str]]:
+    """The ``i``-th bench event sealed and signed as Lark sends it: body and headers."""
+    return sealed(bench_event(i), nonce=uuid.uuid4().hex[:16])
 
 
 def payloads(n: int) -> list[tuple[bytes, dict[str, str]]]:

@@ -9,7 +9,11 @@ pre-built file of payloads, each its own event with its own message id, nonce an
   redis-server (nothing else adds to its counts or competes for it);
 - ``bare``: an aiohttp handler answering ``{}``;
 - ``lark_oapi``: lark-oapi's ``EventDispatcherHandler`` inside aiohttp (verify, decrypt, parse,
-  store nothing).
+  store nothing);
+- with ``--floor``, a fourth: ``floor``, the daemon with its Lark work free (``lark_floor.py``:
+  no signature, decryption, JSON parse or Envelope construction; the rest as in ``daemon``), on
+  the same private Redis under the same key prefix. Its ratio to ``bare`` is the most the
+  daemon could reach if that work cost nothing.
 
 Rounds interleave the servers (daemon, bare, lark_oapi, daemon, …), each ``--duration`` s, so a
 machine that speeds up or slows down moves all three alike; each round writes a fresh payload
@@ -28,6 +32,7 @@ instead, labelled ``"client": "python (client-bound)"``: one Python process is i
 near 12,000 requests/s and flatters every ratio.
 
 Usage: python bench/lark_ingest.py [--duration 10] [--connections 32] [--rounds 5] [--no-pin]
+       [--floor]
        python bench/lark_ingest.py --python-client [--events 3000] [--connections 32]
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
        python bench/lark_ingest.py --py-spy [--concurrency 16]   (the daemon process under load,
@@ -53,6 +58,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -73,6 +79,11 @@ from wrk_support import ensure_wrk, run_wrk, write_payloads
 from tests.helpers import command_calls
 
 NAMES = ("daemon", "bare", "lark_oapi")
+DAEMONS = ("daemon", "floor")  # the servers that store into Redis
+
+
+def names(floor: bool) -> tuple[str, ...]:
+    return (*NAMES, "floor") if floor else NAMES
 
 
 async def command_counts(redis_url: str) -> dict[str, int]:
@@ -85,15 +96,18 @@ async def command_counts(redis_url: str) -> dict[str, int]:
 
 @contextlib.asynccontextmanager
 async def servers(
-    redis_url: str, workdir: Path, cores: Cores
+    redis_url: str, workdir: Path, cores: Cores, *, floor: bool = False
 ) -> AsyncIterator[tuple[dict[str, Server], str]]:
-    """The three servers, started and pinned; yields them and the daemon's key prefix."""
+    """The three servers (four with ``floor``), started and pinned; yields them and the
+    daemon's key prefix."""
     async with bench_config(redis_url) as config:
         running = {
             "daemon": Server.daemon(config, workdir, cores.server),
             "bare": Server.handler("bare", workdir, cores.server),
             "lark_oapi": Server.handler("lark_oapi", workdir, cores.server),
         }
+        if floor:
+            running["floor"] = Server.daemon(config, workdir, cores.server, floor=True)
         try:
             for server in running.values():
                 await server.start()
@@ -125,13 +139,30 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         }
     # The ratios of the median rounds shown (with an even number of rounds, the upper one).
     med = {n: out["servers"][n]["events_s"] for n in runs}
-    for other in ("bare", "lark_oapi"):
-        out[f"daemon_over_{other}"] = round(med["daemon"] / med[other], 3)
-        out[f"rounds_daemon_over_{other}"] = [
+    pairs = [("daemon", "bare"), ("daemon", "lark_oapi")]
+    if "floor" in runs:
+        pairs += [("floor", "bare"), ("daemon", "floor")]
+    for mine, other in pairs:
+        out[f"{mine}_over_{other}"] = round(med[mine] / med[other], 3)
+        out[f"rounds_{mine}_over_{other}"] = [
             round(d["events_s"] / o["events_s"], 3)
-            for d, o in zip(runs["daemon"], runs[other], strict=True)
+            for d, o in zip(runs[mine], runs[other], strict=True)
         ]
     return out
+
+
+async def ingested(server: Server) -> dict[str, float]:
+    """The daemon's ``xgw_ingested_total`` by status (its /metrics)."""
+    counts: dict[str, float] = {}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{server.port}/metrics") as resp:
+            text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith("xgw_ingested_total{"):
+            labels, _, value = line.rpartition(" ")
+            status = labels.partition('status="')[2].partition('"')[0]
+            counts[status] = counts.get(status, 0.0) + float(value)
+    return counts
 
 
 async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,11 +176,17 @@ async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
             redis_url = args.redis_url or await stack.enter_async_context(
                 private_redis(workdir, cores.client)
             )
-            running, prefix = await stack.enter_async_context(servers(redis_url, workdir, cores))
+            running, prefix = await stack.enter_async_context(
+                servers(redis_url, workdir, cores, floor=args.floor)
+            )
             result = await rounds(args, running, prefix, redis_url, workdir, cores)
+            if args.floor:  # its Envelopes are each seen once while their marks are kept
+                result["floor_repeats"] = (await ingested(running["floor"])).get("duplicate", 0)
     pinned: dict[str, list[int]] | None = cores.describe(
         daemon="server", bare="server", lark_oapi="server", wrk="client", bench="client"
     )
+    if pinned is not None and args.floor:
+        pinned["floor"] = pinned["daemon"]
     if pinned is not None and not args.redis_url:
         pinned["redis"] = pinned["wrk"]
     result.update(
@@ -182,31 +219,32 @@ async def rounds(
             duration=duration,
             connections=args.connections,
             pids=server.pids(),
-            redis_url=redis_url if name == "daemon" else None,
+            redis_url=redis_url if name in DAEMONS else None,
             cores=cores.client,
         )
 
     # Warm-up (3 s each), which also gives a first guess of each rate to size the files by.
     warm = workdir / "warm.tsv"
     await asyncio.to_thread(write_payloads, warm, 20_000)
-    rates = {name: (await one(name, warm, 3))["events_s"] for name in NAMES}
+    servers_run = names(args.floor)
+    rates = {name: (await one(name, warm, 3))["events_s"] for name in servers_run}
     log(f"warm-up events/s: {rates}")
     await forget_events(redis_url, prefix)
     stats_before = await command_counts(redis_url)
     sent = 0
-    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in NAMES}
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in servers_run}
     file = workdir / "events.tsv"
     for r in range(args.rounds):
         need = int(max(rates["daemon"], rates["lark_oapi"], 1000) * args.duration * 1.5)
         await asyncio.to_thread(write_payloads, file, need)  # fresh ids and timestamps
-        for name in NAMES:
+        for name in servers_run:
             res = await one(name, file, args.duration)
             runs[name].append({**res, "events_in_file": need})
             rates[name] = max(rates[name], res["events_s"])
-            if name == "daemon":
-                sent += res["requests"]
+            if name in DAEMONS:
+                sent += res["requests"]  # each request is one stored event, either daemon
                 await forget_events(redis_url, prefix)
-            if res["wraps"] and name != "bare":
+            if res["wraps"] and name not in ("bare", "floor"):  # both ignore the bodies
                 log(f"round {r + 1}: {name} ran through the payload file ({res['wraps']} wraps)")
             log(
                 f"round {r + 1} {name}: {res['events_s']} events/s, p99 {res['p99_ms']} ms, "
@@ -276,6 +314,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=None, help="wrk's -c (default 32)")
     parser.add_argument("--rounds", type=int, default=None, help="default 5 (--workers: 3)")
     parser.add_argument("--no-pin", action="store_true", help="leave every process unpinned")
+    parser.add_argument("--floor", action="store_true", help="also the daemon, Lark work free")
     parser.add_argument("--redis-url", default=None, help="the daemon's Redis (default: private)")
     parser.add_argument("--python-client", action="store_true", help="the fallback client")
     parser.add_argument("--events", type=int, default=3000, help="Python client: per round")
