@@ -38,18 +38,13 @@ class ConversationId:
         """The scope of DESIGN.md §6: the chat, the chat and its sender, or the chat's thread.
         An external event's is its object's, whatever the scope: a pull request's events are one
         conversation, in order, with one card (gateway/triggers/external.py)."""
-        if envelope.subject is not None:
-            chat = envelope.chat
-            return cls(integration.id, chat.type, chat.id, thread=envelope.subject.thread)
-        sender = thread = None
-        if integration.session_scope == "chat_sender":
-            sender = envelope.sender.id
-        elif integration.session_scope == "thread":
-            thread = envelope.chat.thread_id or (
-                envelope.reply_to.message_id if envelope.reply_to else None
-            )
-            thread = thread or "-"
-        return cls(integration.id, envelope.chat.type, envelope.chat.id, sender, thread)
+        return cls(*_parts(integration, envelope))
+
+    @staticmethod
+    def text_of(integration: IntegrationBase, envelope: Envelope) -> str:
+        """``str(ConversationId.of(integration, envelope))``, without the object in between:
+        every message asks (issue 15)."""
+        return _text(*_parts(integration, envelope))
 
     @classmethod
     def parse(cls, text: str) -> ConversationId | None:
@@ -61,9 +56,32 @@ class ConversationId:
         return cls(match["integ"], chat_type, match["chat"], match["sender"], match["thread"])
 
     def __str__(self) -> str:
-        text = f"{self.integration_id}|{self.chat_type}:{self.chat_id}"
-        if self.sender_id is not None:
-            text += f":u:{self.sender_id}"
-        elif self.thread is not None:
-            text += f":t:{self.thread}"
-        return _tag_safe(text)
+        return _text(self.integration_id, self.chat_type, self.chat_id, self.sender_id, self.thread)
+
+
+_Parts = tuple[str, Literal["p2p", "group"], str, str | None, str | None]
+
+
+def _parts(integration: IntegrationBase, envelope: Envelope) -> _Parts:
+    """A conversation's fields (``ConversationId``'s, in order) for a message's scope."""
+    chat = envelope.chat
+    if envelope.subject is not None:
+        return integration.id, chat.type, chat.id, None, envelope.subject.thread
+    sender = thread = None
+    if integration.session_scope == "chat_sender":
+        sender = envelope.sender.id
+    elif integration.session_scope == "thread":
+        thread = chat.thread_id or (envelope.reply_to.message_id if envelope.reply_to else None)
+        thread = thread or "-"
+    return integration.id, chat.type, chat.id, sender, thread
+
+
+def _text(
+    integration_id: str, chat_type: str, chat_id: str, sender_id: str | None, thread: str | None
+) -> str:
+    text = f"{integration_id}|{chat_type}:{chat_id}"
+    if sender_id is not None:
+        text += f":u:{sender_id}"
+    elif thread is not None:
+        text += f":t:{thread}"
+    return _tag_safe(text)

@@ -105,14 +105,8 @@ class BudgetStore:
         claimed in the same call (``BudgetIntakeResult.claimed``)."""
         k, store = self.keys, self.store
         script, _, with_claim = self._scripts()
-        keys = [
-            *store.intake_keys(conversation, event_id),
-            k.budget_turns(conversation),
-            k.budget_sender_turns(conversation, sender_id),
-            k.budget_tokens(conversation, day),
-            k.budget_refused(conversation, day),
-            k.usage_of(conversation, integration_id),
-        ]
+        keys = k.intake(conversation, event_id)
+        keys += k.budget_intake(conversation, sender_id, day, integration_id)
         args = [
             *store.intake_args(conversation, envelope_json, now_ms, window_ms, max_window_ms, mode),
             event_id,

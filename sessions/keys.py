@@ -55,7 +55,17 @@ def shard_tag(shard: int, shards: int) -> str:
     return f"{shard}.{n}"
 
 
-_BASES_KEPT = 4096
+_CONVS_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Conv:
+    """What every key of one conversation starts from, worked out once (issue 15)."""
+
+    shard: int
+    tag: str  # "{<shard tag>}"
+    base: str  # "<prefix>:{<shard tag>}:<conversation>:"
+    due: str  # the shard's due index
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +76,10 @@ class KeyBuilder:
     prefix: str = "xgw"
     sep: str = ":"
     shards: int = 16  # runtime.dueShards
-    # conversation -> "<prefix>:{<tag>}:<conversation>:" (a message builds about ten of its keys;
-    # the CRC and the joins once per conversation, not per key: issue 15). Bounded: cleared
-    # when full, so a flood of distinct conversations costs the rebuilds, never memory.
-    _bases: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # conversation -> its shard, tag, key base and due index (a message builds about ten of its
+    # keys: the CRC and the joins once per conversation, not per key; issue 15). Bounded:
+    # cleared when full, so a flood of distinct conversations costs the rebuilds, never memory.
+    _convs: dict[str, _Conv] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= MAX_SHARDS:
@@ -80,7 +90,18 @@ class KeyBuilder:
 
     # --- shards ------------------------------------------------------------------------------
     def shard(self, conv: str) -> int:
-        return shard_of(conv, self.shards)
+        return self._of(conv).shard
+
+    def _of(self, conv: str) -> _Conv:
+        known = self._convs.get(conv)
+        if known is None:
+            if len(self._convs) >= _CONVS_KEPT:
+                self._convs.clear()
+            shard = shard_of(conv, self.shards)
+            tag = self._tag(shard)
+            base = self._k(tag, conv, "")
+            known = self._convs[conv] = _Conv(shard, tag, base, self._k(tag, "due"))
+        return known
 
     def _tag(self, shard: int) -> str:
         return "{" + shard_tag(shard, self.shards) + "}"
@@ -91,12 +112,20 @@ class KeyBuilder:
 
     # --- conversation-scoped (the shard's hash tag) -------------------------------------------
     def _conv(self, conv: str, part: str) -> str:
-        base = self._bases.get(conv)
-        if base is None:
-            if len(self._bases) >= _BASES_KEPT:
-                self._bases.clear()
-            base = self._bases[conv] = self._k(self._tag(self.shard(conv)), conv, "")
-        return base + part
+        return self._of(conv).base + part
+
+    def intake(self, conv: str, event_id: str) -> list[str]:
+        """The KEYS of intake.lua, in its order (``dedup``, ``burst``, ``burst_meta``,
+        ``due_of``, ``turn``), from one look-up: every message builds them (issue 15)."""
+        known = self._of(conv)
+        base = known.base
+        return [
+            base + "dedup" + self.sep + event_id,
+            base + "burst",
+            base + "burstmeta",
+            known.due,
+            base + "turn",
+        ]
 
     def dedup(self, conv: str, event_id: str) -> str:
         return self._conv(conv, "dedup") + self.sep + event_id
@@ -158,13 +187,27 @@ class KeyBuilder:
         """Messages refused over a budget on ``day``."""
         return self._conv(conv, "brefused") + self.sep + day
 
+    def budget_intake(self, conv: str, sender_id: str, day: str, integration_id: str) -> list[str]:
+        """The keys budget_intake.lua adds to intake.lua's, in its order (``budget_turns``,
+        ``budget_sender_turns``, ``budget_tokens``, ``budget_refused``, ``usage_of``), from one
+        look-up: every message builds them (issue 15)."""
+        known, sep = self._of(conv), self.sep
+        base = known.base
+        return [
+            base + "bturns",
+            base + "bsender" + sep + _tag_safe(sender_id),
+            base + "btokens" + sep + day,
+            base + "brefused" + sep + day,
+            self._k(known.tag, "usage", _tag_safe(integration_id)),
+        ]
+
     def usage(self, shard: int, integration_id: str) -> str:
         """An integration's conversations of ``shard`` with usage, scored by their last use
         (``GET /v1.0/usage`` reads every shard's)."""
         return self._k(self._tag(shard), "usage", _tag_safe(integration_id))
 
     def usage_of(self, conv: str, integration_id: str) -> str:
-        return self.usage(self.shard(conv), integration_id)
+        return self._k(self._of(conv).tag, "usage", _tag_safe(integration_id))
 
     # --- schedules (gateway/triggers/schedules.py, sessions/schedules.py) ----------------------
     # Every command on these names one key alone (no script or transaction mixes two), so each
@@ -195,7 +238,7 @@ class KeyBuilder:
         return self._k(self._tag(shard), "due")
 
     def due_of(self, conv: str) -> str:
-        return self.due(self.shard(conv))
+        return self._of(conv).due
 
     def due_keys(self) -> list[str]:
         return [self.due(shard) for shard in range(self.shards)]

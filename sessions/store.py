@@ -114,14 +114,7 @@ class SessionStore:
 
     def intake_keys(self, conversation: str, event_id: str) -> list[str]:
         """KEYS of intake.lua; the scripts that wrap it (group watch, budgets) append theirs."""
-        k = self.keys
-        return [
-            k.dedup(conversation, event_id),
-            k.burst(conversation),
-            k.burst_meta(conversation),
-            k.due_of(conversation),
-            k.turn(conversation),
-        ]
+        return self.keys.intake(conversation, event_id)
 
     def intake_args(
         self,
