@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from contextvars import ContextVar
+from typing import Any
 
 import structlog
+
+# The ids of the event being ingested (``gateway.pipeline``), merged into every line logged while
+# it is: one context variable set per message where structlog's ``bind_contextvars`` sets one per
+# key and builds a token map (issue 15). Tasks started meanwhile inherit it, as they inherit
+# structlog's; a key bound by structlog, or passed to the log call, wins.
+EVENT_IDS: ContextVar[tuple[str, str] | None] = ContextVar("xgw_event_ids", default=None)
+
+
+def merge_event_ids(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    ids = EVENT_IDS.get()
+    if ids is not None:
+        event_dict.setdefault("integration_id", ids[0])
+        event_dict.setdefault("event_id", ids[1])
+    return event_dict
 
 
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
@@ -17,6 +36,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            merge_event_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),

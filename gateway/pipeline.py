@@ -24,6 +24,7 @@ from gateway.commands import HELP_TEXT, parse_command
 from gateway.control import Control
 from gateway.conversation import ConversationId
 from gateway.envelope import Envelope
+from gateway.logging import EVENT_IDS
 from gateway.progress import (
     ACTION_CONFIRM,
     ACTION_NEW,
@@ -98,24 +99,22 @@ class Pipeline:
         return self._settings()
 
     def conversation(self, integ: IntegrationBase, envelope: Envelope) -> str:
-        return str(ConversationId.of(integ, envelope))
+        return ConversationId.text_of(integ, envelope)
 
     async def ingest(self, envelope: Envelope) -> IngestOutcome:
         if not self.accepting:
             raise ShuttingDown("shutting down")
-        # bind/reset rather than bound_contextvars(): the same, without a generator per event.
-        tokens = structlog.contextvars.bind_contextvars(
-            integration_id=envelope.integration_id, event_id=envelope.event_id
-        )
+        # The event's ids on every line logged below (gateway.logging.EVENT_IDS).
+        token = EVENT_IDS.set((envelope.integration_id, envelope.event_id))
         try:
             outcome = await self._ingest(envelope)
+            log.debug("ingested", status=outcome.status, reason=outcome.reason)
         except IngestUnavailable:
             raise
         except (StoreUnavailable, RedisError, OSError) as exc:  # one exception for them all
             raise IngestUnavailable(str(exc)) from exc
         finally:
-            structlog.contextvars.reset_contextvars(**tokens)
-        log.debug("ingested", status=outcome.status, reason=outcome.reason)
+            EVENT_IDS.reset(token)
         return outcome
 
     async def _ingest(self, env: Envelope) -> IngestOutcome:

@@ -1,0 +1,75 @@
+"""Log lines carry the ids of what they are about (STYLE: structlog with the session,
+integration and event ids bound to each line): a line logged while a message is ingested -
+by intake itself, and by a task it starts - names the message's integration and event, as
+the daemon writes them (``gateway.logging.configure_logging``, JSON lines on stderr)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from gateway.logging import EVENT_IDS, configure_logging
+from tests.helpers import ConsoleClient
+
+
+@pytest.fixture
+def log_lines(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
+    """The daemon's logging set-up writing to a buffer; structlog's set-up restored after."""
+    saved = structlog.get_config()
+    buffer = io.StringIO()
+    monkeypatch.setattr("sys.stderr", buffer)
+    configure_logging("debug", "json")
+    # No logger may keep this set-up (and the buffer) once the test is over.
+    structlog.configure(cache_logger_on_first_use=False)
+    try:
+        yield buffer
+    finally:
+        structlog.configure(**saved)
+
+
+def lines(buffer: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
+
+
+async def test_lines_logged_during_intake_name_the_event(
+    log_lines: io.StringIO, console: ConsoleClient
+) -> None:
+    event_id = await console.send("/help", event_id="evt-log-1")
+    assert event_id == "evt-log-1"
+    found = [line for line in lines(log_lines) if line.get("event") in ("command", "ingested")]
+    assert {line["event"] for line in found} == {"command", "ingested"}
+    for line in found:
+        assert line["integration_id"] == console.integration_id
+        assert line["event_id"] == "evt-log-1"
+
+
+async def test_the_ids_reach_tasks_and_yield_to_keys_given_explicitly(
+    log_lines: io.StringIO,
+) -> None:
+    log = structlog.get_logger("tests.logging")
+
+    async def later() -> None:
+        log.info("from a task")
+
+    token = EVENT_IDS.set(("integ-a", "evt-a"))
+    try:
+        task = asyncio.get_running_loop().create_task(later())
+        log.info("explicit", event_id="evt-explicit")
+        with structlog.contextvars.bound_contextvars(integration_id="integ-bound"):
+            log.info("bound")
+    finally:
+        EVENT_IDS.reset(token)
+    await task
+    log.info("after")
+    by_event = {line["event"]: line for line in lines(log_lines)}
+    assert by_event["from a task"]["event_id"] == "evt-a"
+    assert by_event["from a task"]["integration_id"] == "integ-a"
+    assert by_event["explicit"]["event_id"] == "evt-explicit"
+    assert by_event["bound"]["integration_id"] == "integ-bound"
+    assert "event_id" not in by_event["after"]
