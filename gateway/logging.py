@@ -10,20 +10,20 @@ from typing import Any
 
 import structlog
 
-# The ids of the event being ingested (``gateway.pipeline``), merged into every line logged while
-# it is: one context variable set per message where structlog's ``bind_contextvars`` sets one per
-# key and builds a token map (issue 15). Tasks started meanwhile inherit it, as they inherit
-# structlog's; a key bound by structlog, or passed to the log call, wins.
-EVENT_IDS: ContextVar[tuple[str, str] | None] = ContextVar("xgw_event_ids", default=None)
+# The ids of what the code running now is about - the event being ingested (gateway.pipeline),
+# the turn being run (gateway.turns.runner) - merged into every line it logs: one context
+# variable set per message or turn, where structlog's ``bind_contextvars`` sets one per key and
+# builds a token map (issue 15). Tasks started meanwhile inherit it, as they inherit
+# structlog's; a key bound by structlog, or passed to the log call, wins. An inner ``set``
+# replaces the pairs, so it names every id it wants on its lines.
+LOG_IDS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("xgw_log_ids", default=())
 
 
-def merge_event_ids(
+def merge_log_ids(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    ids = EVENT_IDS.get()
-    if ids is not None:
-        event_dict.setdefault("integration_id", ids[0])
-        event_dict.setdefault("event_id", ids[1])
+    for key, value in LOG_IDS.get():
+        event_dict.setdefault(key, value)
     return event_dict
 
 
@@ -36,7 +36,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            merge_event_ids,
+            merge_log_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),

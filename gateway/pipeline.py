@@ -24,7 +24,7 @@ from gateway.commands import HELP_TEXT, parse_command
 from gateway.control import Control
 from gateway.conversation import ConversationId
 from gateway.envelope import Envelope
-from gateway.logging import EVENT_IDS
+from gateway.logging import LOG_IDS
 from gateway.progress import (
     ACTION_CONFIRM,
     ACTION_NEW,
@@ -104,8 +104,9 @@ class Pipeline:
     async def ingest(self, envelope: Envelope) -> IngestOutcome:
         if not self.accepting:
             raise ShuttingDown("shutting down")
-        # The event's ids on every line logged below (gateway.logging.EVENT_IDS).
-        token = EVENT_IDS.set((envelope.integration_id, envelope.event_id))
+        # The event's ids on every line logged below (gateway.logging.LOG_IDS).
+        ids = (("integration_id", envelope.integration_id), ("event_id", envelope.event_id))
+        token = LOG_IDS.set(ids)
         try:
             outcome = await self._ingest(envelope)
             log.debug("ingested", status=outcome.status, reason=outcome.reason)
@@ -114,7 +115,7 @@ class Pipeline:
         except (StoreUnavailable, RedisError, OSError) as exc:  # one exception for them all
             raise IngestUnavailable(str(exc)) from exc
         finally:
-            EVENT_IDS.reset(token)
+            LOG_IDS.reset(token)
         return outcome
 
     async def _ingest(self, env: Envelope) -> IngestOutcome:

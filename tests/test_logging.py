@@ -1,7 +1,8 @@
 """Log lines carry the ids of what they are about (STYLE: structlog with the session,
 integration and event ids bound to each line): a line logged while a message is ingested -
-by intake itself, and by a task it starts - names the message's integration and event, as
-the daemon writes them (``gateway.logging.configure_logging``, JSON lines on stderr)."""
+by intake itself, and by a task it starts - names the message's integration and event, and a
+line of its turn names the turn, conversation and session too, as the daemon writes them
+(``gateway.logging.configure_logging``, JSON lines on stderr)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 import structlog
 
-from gateway.logging import EVENT_IDS, configure_logging
+from gateway.logging import LOG_IDS, configure_logging
+from tests.conftest import eventually
 from tests.helpers import ConsoleClient
 
 
@@ -49,6 +51,21 @@ async def test_lines_logged_during_intake_name_the_event(
         assert line["event_id"] == "evt-log-1"
 
 
+async def test_a_turns_lines_name_its_turn_conversation_and_session(
+    log_lines: io.StringIO, console: ConsoleClient
+) -> None:
+    await console.send("hello", event_id="evt-log-2")
+    await console.wait_cards()
+    finished = await eventually(
+        lambda: [line for line in lines(log_lines) if line.get("event") == "turn finished"]
+    )
+    (line,) = finished
+    assert line["event_id"] == "evt-log-2"
+    assert line["integration_id"] == console.integration_id
+    assert line["conversation"] == f"{console.integration_id}|p2p:dm-alice"
+    assert line["turn_id"] and line["session_id"]
+
+
 async def test_the_ids_reach_tasks_and_yield_to_keys_given_explicitly(
     log_lines: io.StringIO,
 ) -> None:
@@ -57,14 +74,14 @@ async def test_the_ids_reach_tasks_and_yield_to_keys_given_explicitly(
     async def later() -> None:
         log.info("from a task")
 
-    token = EVENT_IDS.set(("integ-a", "evt-a"))
+    token = LOG_IDS.set((("integration_id", "integ-a"), ("event_id", "evt-a")))
     try:
         task = asyncio.get_running_loop().create_task(later())
         log.info("explicit", event_id="evt-explicit")
         with structlog.contextvars.bound_contextvars(integration_id="integ-bound"):
             log.info("bound")
     finally:
-        EVENT_IDS.reset(token)
+        LOG_IDS.reset(token)
     await task
     log.info("after")
     by_event = {line["event"]: line for line in lines(log_lines)}

@@ -23,6 +23,7 @@ from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
 from gateway.experts import Expert, build_expert
+from gateway.logging import LOG_IDS
 from gateway.render import RenderObserver
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.event_cards import EventCards
@@ -261,12 +262,16 @@ class Runner:
         trace = TurnTrace(clock=self.clock)  # the driver notes the run's steps and usage
         if (run := self.active.get(conv)) is not None:
             run.trace = trace
-        with structlog.contextvars.bound_contextvars(
-            turn_id=claim.turn_id,
-            conversation=conv,
-            integration_id=last.integration_id,
-            event_id=last.event_id,
-        ):
+        # The turn's ids on every line logged below (gateway.logging.LOG_IDS).
+        token = LOG_IDS.set(
+            (
+                ("turn_id", claim.turn_id),
+                ("conversation", conv),
+                ("integration_id", last.integration_id),
+                ("event_id", last.event_id),
+            )
+        )
+        try:
             integ = self.settings.integration(last.integration_id)
             adapter = self.adapters.get(last.integration_id)
             keeper = LeaseKeeper(self, conv, owner, claim.turn_id)
@@ -341,6 +346,8 @@ class Runner:
                 log.warning("lease was lost before the turn finished")
             self._observe(items, integ, outcome, result, timings)
             return status, due
+        finally:
+            LOG_IDS.reset(token)
 
     async def _spend(self, integ: IntegrationBase, conv: str, trace: TurnTrace) -> None:
         """The tokens the expert reported, counted against the chat's day (gateway/budgets.py);
