@@ -103,6 +103,14 @@ class ScriptPipe:
 
     async def evalsha(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run ``script`` (already loaded, or loaded on NOSCRIPT); returns its reply."""
+        return await self.submit(script, keys, args)
+
+    def submit(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]
+    ) -> asyncio.Future[Any]:
+        """Queue a call of ``script``; its reply (or error) comes as the future's result. Calls
+        submitted in one tick go out in one write, without a task each (``await`` the futures,
+        or ``asyncio.gather`` them, which retrieves every error)."""
         if self._closed:
             raise RedisConnectionError("script pipe is closed")
         loop = asyncio.get_running_loop()
@@ -114,7 +122,7 @@ class ScriptPipe:
                 self._idle.set_result(None)
         elif self._drainer is None:
             self._drainer = loop.create_task(self._drain())
-        return await future
+        return future
 
     async def close(self) -> None:
         self._closed = True

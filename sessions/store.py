@@ -8,6 +8,7 @@ lines: one class holding every call of the state machine, each a few lines.)
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 from importlib import resources
@@ -62,6 +63,7 @@ class SessionStore:
         self._binding = client.register_script(_load("binding.lua"))
         self._binding_set = client.register_script(_load("binding_set.lua"))
         self._burst_take = client.register_script(_load("burst_take.lua"))
+        self._due_peek = client.register_script(_load("due_peek.lua"))
         # Every script call goes through the auto-pipeline: intake (one per inbound event) and
         # the turn's claim, renewals, bindings and finish, batched across conversations.
         self.pipe = ScriptPipe(client, name=f"{keys.prefix}-scripts")
@@ -84,6 +86,7 @@ class SessionStore:
             self._binding,
             self._binding_set,
             self._burst_take,
+            self._due_peek,
         ):
             script.sha = await self.redis.script_load(script.script)
 
@@ -162,30 +165,28 @@ class SessionStore:
         """Up to ``limit`` conversations due now (soonest first) in ``shards`` (all: None), and
         per shard read when something is next due there, after those (None: nothing).
 
-        One command per shard - its soonest members - pipelined: one round trip on a single
-        server, one per node (in parallel) on a cluster. A shard whose every member read is due
-        may hold more: its next time is then now."""
+        One script call per shard - its soonest members (due_peek.lua) - through the
+        auto-pipeline: one write on a single server, one per node (in parallel) on a cluster. A
+        shard whose every member read is due may hold more: its next time is then now."""
         read = sorted(range(self.keys.shards) if shards is None else set(shards))
         per_shard = min(limit, max(4, -(-2 * limit // len(read)))) if read else 0
         if not read:
             return [], {}
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for shard in read:
-                pipe.zrangebyscore(
-                    self.keys.due(shard), "-inf", "+inf", start=0, num=per_shard, withscores=True
-                )
-            rows = cast(list[list[tuple[str, float]]], await pipe.execute())
+        peek, due_key = self._due_peek, self.keys.due
+        calls = [self.pipe.submit(peek, [due_key(shard)], [per_shard]) for shard in read]
+        rows: list[list[str]] = await asyncio.gather(*calls)
         due: list[tuple[float, str]] = []
         soonest: dict[int, int | None] = {}
-        for shard, members in zip(read, rows, strict=True):
+        for shard, flat in zip(read, rows, strict=True):
             soonest[shard] = None
-            for member, score in members:
+            for i in range(0, len(flat), 2):
+                member, score = flat[i], float(flat[i + 1])
                 if score > now_ms:
                     soonest[shard] = int(score)
                     break
                 due.append((score, member))
             else:
-                if len(members) == per_shard:
+                if len(flat) == 2 * per_shard:
                     soonest[shard] = now_ms
         due.sort()
         return [member for _score, member in due[:limit]], soonest

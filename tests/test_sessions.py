@@ -342,6 +342,34 @@ async def test_due_conversations_are_read_from_every_shard_soonest_first(
     assert nxt is not None  # more are due than were asked for: look again at once
 
 
+async def test_a_look_at_shards_reads_each_in_one_write_and_says_when_each_is_next_due(
+    store: SessionStore,
+) -> None:
+    later = "console|p2p:dm-later"
+    now_due = next(
+        c
+        for c in (f"console|p2p:dm-n{i}" for i in range(64))
+        if store.keys.shard(c) != store.keys.shard(later)
+    )
+    for i, (conv, at) in enumerate(((later, 5000), (now_due, 1000))):
+        await store.intake(
+            conversation=conv, event_id=f"s{i}", envelope_json=env(f"s{i}"),
+            now_ms=at, window_ms=0, max_window_ms=0,
+        )  # fmt: skip
+    writes = store.pipe.stats.writes
+    due, soonest = await store.due_in(2000, limit=8)
+    # All 16 shards' reads in one write per server: the one server, or each primary of a cluster.
+    servers = len(store.redis.get_primaries()) if isinstance(store.redis, RedisCluster) else 1
+    assert store.pipe.stats.writes == writes + servers
+    assert due == [now_due]
+    assert soonest[store.keys.shard(later)] == 5000
+    assert soonest[store.keys.shard(now_due)] is None  # nothing after what is due
+    assert len(soonest) == store.keys.shards
+    due, soonest = await store.due_in(2000, shards=[store.keys.shard(later)])
+    assert (due, soonest) == ([], {store.keys.shard(later): 5000})
+    assert await store.due_in(2000, shards=[]) == ([], {})
+
+
 async def test_a_replica_with_another_shard_count_is_refused(
     store: SessionStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
