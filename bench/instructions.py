@@ -16,6 +16,17 @@ only (``callgrind_control``), and the instructions counted are divided by the ev
   its previous turn's final card arrives on the console's event stream (echo, zero delays,
   window 0: the configuration of ``pipeline.py --zero-delays``).
 
+Work by the clock is kept out of the count. The daemon works while no event comes (the flusher
+reads every due shard each ``pollIntervalMs``, the heartbeat, the scheduler), and under
+valgrind it runs some 50× slower, so the load's seconds would hold far more of that work per
+event than real seconds do - up to half of the count with the default 200 ms poll (rounds
+before the sixth counted it so). The daemon therefore runs with ``pollIntervalMs: 5000`` (the
+most it takes: a few looks in a run; turns are claimed by their messages' own calls, not by
+the poll), and before the load instrumentation counts ``IDLE_S`` seconds with nothing sent:
+the headline figures (``instructions_per_event`` / ``instructions_per_turn``) are the load's
+instructions less that rate times the load's seconds, per event or turn; ``..._gross`` is the
+load's count as it is, ``idle_per_s`` the rate taken off.
+
 User-space instructions only: the kernel's part of a socket write is not in them.
 The JSON also splits them by library (``callgrind_annotate``): "python" is the interpreter
 itself (the eval loop, objects, calls, frames), the rest are the C parts an event or a turn runs
@@ -61,6 +72,8 @@ from pipeline import free_port, write_config
 TREE = Path.cwd()
 CONVERSATIONS = 8
 WARM = 200  # events sent before the count starts
+IDLE_S = 8.0  # seconds counted with nothing sent, before the load
+POLL_MS = {"pollIntervalMs": 5000}  # runtime: the flusher's look at every shard, the least often
 
 
 @contextlib.asynccontextmanager
@@ -115,18 +128,47 @@ def control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
 
 
-def measured(tmp: Path) -> tuple[Path | None, int]:
-    """The dump taken while instrumentation was on (the one that counted the most) and its
-    instructions."""
-    best: tuple[Path | None, int] = (None, 0)
+def dumps(tmp: Path) -> list[tuple[Path, int]]:
+    """The dumps ``callgrind_control --dump`` wrote, in order, each with its instructions."""
+    found = []
     for dump in tmp.glob("callgrind.out.*"):
+        number = dump.name.rsplit(".", 1)[1]
+        if not number.isdigit():
+            continue
         total = 0
         for line in dump.read_text().splitlines():
             if line.startswith(("summary:", "totals:")):
                 total = max(total, int(line.split()[1]))
-        if total > best[1]:
-            best = (dump, total)
-    return best
+        found.append((int(number), dump, total))
+    return [(dump, total) for _, dump, total in sorted(found)]
+
+
+@contextlib.asynccontextmanager
+async def counted(pid: int) -> AsyncIterator[dict[str, float]]:
+    """Instrumentation on: ``IDLE_S`` seconds with nothing sent (one dump), then the body's
+    work (the next dump); yields where the load's seconds go."""
+    control(pid, "--instr=on")
+    await asyncio.sleep(IDLE_S)
+    control(pid, "--dump")
+    timing: dict[str, float] = {}
+    started = time.monotonic()
+    yield timing
+    timing["load_s"] = time.monotonic() - started
+    control(pid, "--dump")
+    control(pid, "--instr=off")
+
+
+def net_of_idle(tmp: Path, load_s: float, units: int) -> dict[str, Any]:
+    """The load's instructions per unit, net of the idle rate, and the figures behind it."""
+    (_, idle), (_, load) = dumps(tmp)[:2]
+    rate = idle / IDLE_S
+    return {
+        "net": round((load - rate * load_s) / units),
+        "gross": round(load / units),
+        "idle_per_s": round(rate),
+        "load_s": round(load_s, 1),
+        "total": load,
+    }
 
 
 _ANNOTATED = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*?)(?:\s+\[([^\]]+)\])?\s*$")
@@ -174,20 +216,21 @@ def by_part(dump: Path | None, units: int) -> dict[str, int]:
 
 async def ingest(events: int, server: str) -> dict[str, Any]:
     async with bench_config() as config:
+        config["runtime"] = {**config.get("runtime", {}), **POLL_MS}
         with tempfile.TemporaryDirectory() as tmp:
             async with under_callgrind(Path(tmp), config, server, WARM + events) as (pid, base):
                 port = int(base.rsplit(":", 1)[1])
                 await drive(port, payloads(WARM), CONVERSATIONS)
                 items = payloads(events)
-                control(pid, "--instr=on")
-                load = await drive(port, items, CONVERSATIONS)
-                control(pid, "--instr=off")
-                control(pid, "--dump")
-            dump, total = measured(Path(tmp))
-            parts = by_part(dump, events)
+                async with counted(pid) as timing:
+                    load = await drive(port, items, CONVERSATIONS)
+            figures = net_of_idle(Path(tmp), timing["load_s"], events)
+            parts = by_part(dumps(Path(tmp))[1][0], events)
     return {"mode": "ingest", "server": server, "events": events, "non_2xx": load["non_2xx"],
-            "total": total,
-            "instructions_per_event": round(total / events),
+            "total": figures["total"],
+            "instructions_per_event": figures["net"],
+            "instructions_per_event_gross": figures["gross"],
+            "idle_per_s": figures["idle_per_s"], "load_s": figures["load_s"],
             "per_event_by_library": parts}  # fmt: skip
 
 
@@ -233,7 +276,9 @@ async def turns(count: int) -> dict[str, Any]:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.json"
-        write_config(path, redis_url=REDIS_URL, prefix=prefix, port=0, data_dir=Path(tmp))
+        write_config(
+            path, redis_url=REDIS_URL, prefix=prefix, port=0, data_dir=Path(tmp), runtime=POLL_MS
+        )
         config = json.loads(path.read_text())
         integration = config["integrations"][0]["id"]
         try:
@@ -256,19 +301,19 @@ async def turns(count: int) -> dict[str, Any]:
 
                     chats = range(CONVERSATIONS)
                     await asyncio.gather(*(conversation(f"dm-warm{c}", 5) for c in chats))
-                    control(pid, "--instr=on")
-                    await asyncio.gather(*(conversation(f"dm-m{c}", per_chat) for c in chats))
-                    control(pid, "--instr=off")
-                    control(pid, "--dump")
+                    async with counted(pid) as timing:
+                        await asyncio.gather(*(conversation(f"dm-m{c}", per_chat) for c in chats))
                     reader.cancel()
                     stream.close()
-            dump, total = measured(Path(tmp))
-            parts = by_part(dump, per_chat * CONVERSATIONS)
+            done = per_chat * CONVERSATIONS
+            figures = net_of_idle(Path(tmp), timing["load_s"], done)
+            parts = by_part(dumps(Path(tmp))[1][0], done)
         finally:
             await delete_keys(REDIS_URL, f"{prefix}:*")
-    done = per_chat * CONVERSATIONS
-    return {"mode": "turn", "turns": done, "total": total,
-            "instructions_per_turn": round(total / done),
+    return {"mode": "turn", "turns": done, "total": figures["total"],
+            "instructions_per_turn": figures["net"],
+            "instructions_per_turn_gross": figures["gross"],
+            "idle_per_s": figures["idle_per_s"], "load_s": figures["load_s"],
             "per_turn_by_library": parts}  # fmt: skip
 
 
