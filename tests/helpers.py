@@ -124,6 +124,13 @@ class ConsoleClient:
         )
 
 
+def brace_safe(value: str) -> str:
+    """The documented rule for ids in Redis keys and conversation ids (braces would end a hash
+    tag early): ``{`` and ``}`` become ``(`` and ``)`` - spelled out here, apart from the code the
+    tests check."""
+    return value.replace("{", "(").replace("}", ")")
+
+
 def raw_post(
     path: str,
     body: bytes,

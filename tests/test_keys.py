@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sessions import keys as keys_module
 from sessions.keys import KeyBuilder, shard_of, shard_tag
+from tests.helpers import brace_safe
 
 IDS = st.text(min_size=1, max_size=40)
 
@@ -18,10 +19,6 @@ IDS = st.text(min_size=1, max_size=40)
 def spelled(prefix: str, shards: int, conv: str, part: str) -> str:
     """A conversation's key, spelled out from the layout rather than by the builder."""
     return f"{prefix}:{{{shard_tag(shard_of(conv, shards), shards)}}}:{conv}:{part}"
-
-
-def safe(value: str) -> str:
-    return value.replace("{", "(").replace("}", ")")
 
 
 @settings(max_examples=200, deadline=None)
@@ -47,10 +44,10 @@ def test_a_messages_keys_are_the_layouts(
     ]
     expected_budget = [
         spelled("xgw", shards, conv, "bturns"),
-        spelled("xgw", shards, conv, f"bsender:{safe(sender)}"),
+        spelled("xgw", shards, conv, f"bsender:{brace_safe(sender)}"),
         spelled("xgw", shards, conv, f"btokens:{day}"),
         spelled("xgw", shards, conv, f"brefused:{day}"),
-        f"xgw:{tag}:usage:{safe(integration)}",
+        f"xgw:{tag}:usage:{brace_safe(integration)}",
     ]
     for _ in range(2):  # built, then from the cache
         assert k.intake(conv, event_id) == expected_intake
