@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from adapters.lark.outbound import LarkOutbound
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
 from tests.helpers import InProcessGateway
@@ -98,6 +99,12 @@ async def test_a_routine_on_lark_is_confirmed_with_its_card_button(
         assert "`30 9 * * 1-5`" in answer(card) and "Europe/Berlin" in answer(card)
         values = buttons(card)
         assert set(values) == {"routine_confirm", "routine_cancel"}
+        # Clicked once the gateway has stored the card it sent, as a person's click always is:
+        # it stores the card after Lark answers the send, and a click answered before that gets
+        # its toast only (the card still changes by the PATCH below; a suite run hit that window).
+        outbound = lark.gw.gateway.adapters[INTEGRATION].outbound
+        assert isinstance(outbound, LarkOutbound)
+        await eventually(lambda: outbound.records.get(f"{outbound.ns}:card", card_id))
         status, body = await lark.post(card_click(values["routine_confirm"], message_id=card_id))
         assert status == 200 and body["toast"]["content"] == "Scheduling…"
         fake.apply_callback(card_id, body)
