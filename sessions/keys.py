@@ -100,7 +100,7 @@ class KeyBuilder:
             shard = shard_of(conv, self.shards)
             tag = self._tag(shard)
             base = self._k(tag, conv, "")
-            known = self._convs[conv] = _Conv(shard, tag, base, self._k(tag, "due"))
+            known = self._convs[conv] = _Conv(shard, tag, base, self._due(tag))
         return known
 
     def _tag(self, shard: int) -> str:
@@ -198,16 +198,19 @@ class KeyBuilder:
             base + "bsender" + sep + _tag_safe(sender_id),
             base + "btokens" + sep + day,
             base + "brefused" + sep + day,
-            self._k(known.tag, "usage", _tag_safe(integration_id)),
+            self._usage(known.tag, integration_id),
         ]
 
     def usage(self, shard: int, integration_id: str) -> str:
         """An integration's conversations of ``shard`` with usage, scored by their last use
         (``GET /v1.0/usage`` reads every shard's)."""
-        return self._k(self._tag(shard), "usage", _tag_safe(integration_id))
+        return self._usage(self._tag(shard), integration_id)
 
     def usage_of(self, conv: str, integration_id: str) -> str:
-        return self._k(self._of(conv).tag, "usage", _tag_safe(integration_id))
+        return self._usage(self._of(conv).tag, integration_id)
+
+    def _usage(self, tag: str, integration_id: str) -> str:
+        return self._k(tag, "usage", _tag_safe(integration_id))
 
     # --- schedules (gateway/triggers/schedules.py, sessions/schedules.py) ----------------------
     # Every command on these names one key alone (no script or transaction mixes two), so each
@@ -234,8 +237,12 @@ class KeyBuilder:
         """Conversations of ``shard`` with pending work, scored by when to look at them next.
 
         No TTL: it is an index whose members are removed when their work is done. The flushers
-        read every shard (``SessionStore.due_and_next``: one command per shard, pipelined)."""
-        return self._k(self._tag(shard), "due")
+        read every shard (``SessionStore.due_in``: one due_peek.lua call per shard, through the
+        auto-pipeline)."""
+        return self._due(self._tag(shard))
+
+    def _due(self, tag: str) -> str:
+        return self._k(tag, "due")
 
     def due_of(self, conv: str) -> str:
         return self._of(conv).due
