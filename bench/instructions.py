@@ -66,7 +66,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lark_bench import REDIS_URL, bench_config, delete_keys, drive, payloads
+from lark_bench import DAEMONS, REDIS_URL, bench_config, daemon_argv, delete_keys, drive, payloads
 from pipeline import free_port, write_config
 
 TREE = Path.cwd()
@@ -87,11 +87,10 @@ async def under_callgrind(
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found (apt-get install valgrind)")
     port = free_port()
-    if server in ("daemon", "floor"):
+    if server in DAEMONS:
         path = tmp / "config.json"
         path.write_text(json.dumps(config))
-        entry = [str(Path(__file__).with_name("lark_floor.py"))] if server == "floor" else []
-        argv = [sys.executable, *(entry or ["-m", "gateway"]), "run", "--config", str(path)]
+        argv = daemon_argv(server, path)
     else:
         argv = [sys.executable, str(Path(__file__).with_name("lark_ingest.py")), "--serve", server]
     out = tmp / "callgrind.out"
@@ -112,7 +111,7 @@ async def under_callgrind(
                 with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(base + "/healthz") as resp:
                         # the daemon once healthy; a comparison handler once it answers (404)
-                        if resp.status == 200 or server not in ("daemon", "floor"):
+                        if resp.status == 200 or server not in DAEMONS:
                             break
                 if proc.returncode is not None or time.monotonic() > deadline:
                     raise SystemExit(f"{server} did not start under valgrind")

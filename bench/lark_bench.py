@@ -105,6 +105,17 @@ async def private_redis(workdir: Path, cores: frozenset[int] | None) -> AsyncIte
 
 
 # --- the servers -----------------------------------------------------------------------------
+DAEMONS = ("daemon", "floor")  # the servers that are the daemon (ready once /healthz is 200)
+
+
+def daemon_argv(server: str, config_path: Path) -> list[str]:
+    """``python -m gateway run --config …``; for ``floor``, the daemon with its Lark work free
+    (``lark_floor.py``)."""
+    floor = [str(Path(__file__).with_name("lark_floor.py"))]
+    entry = floor if server == "floor" else ["-m", "gateway"]
+    return [sys.executable, *entry, "run", "--config", str(config_path)]
+
+
 class Server:
     """One server process on 127.0.0.1: the daemon (``python -m gateway run``; ``floor``: the
     daemon with its Lark work free, ``bench/lark_floor.py``), or this module's ``bare`` /
@@ -117,7 +128,7 @@ class Server:
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = int(argv[argv.index("--port") + 1])
-        self.is_daemon = name in ("daemon", "floor")  # ready once /healthz answers 200
+        self.is_daemon = name in DAEMONS
 
     @classmethod
     def daemon(
@@ -130,10 +141,9 @@ class Server:
     ) -> Server:
         path = workdir / "daemon.yaml"
         path.write_text(yaml.safe_dump(config))
-        entry = [str(Path(__file__).with_name("lark_floor.py"))] if floor else ["-m", "gateway"]
-        argv = [sys.executable, *entry, "run", "--config", str(path)]
         name = "floor" if floor else "daemon"
-        return cls(name, [*argv, "--port", str(free_port())], workdir, cores)
+        argv = [*daemon_argv(name, path), "--port", str(free_port())]
+        return cls(name, argv, workdir, cores)
 
     @classmethod
     def handler(cls, kind: str, workdir: Path, cores: frozenset[int] | None = None) -> Server:

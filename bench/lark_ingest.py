@@ -64,6 +64,7 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lark_bench import (
+    DAEMONS,
     Server,
     bench_config,
     delete_keys,
@@ -79,7 +80,6 @@ from wrk_support import ensure_wrk, run_wrk, write_payloads
 from tests.helpers import command_calls
 
 NAMES = ("daemon", "bare", "lark_oapi")
-DAEMONS = ("daemon", "floor")  # the servers that store into Redis
 
 
 def names(floor: bool) -> tuple[str, ...]:
