@@ -7,7 +7,7 @@ intake the next of ``FLOOR_EVENTS`` Envelopes built before the daemon starts. Th
 the adapter's own ``message_envelope`` from the events ``lark_bench.sealed_event`` seals (one of
 200 group chats, the bot @-mentioned, each its own message id), so intake sees what it sees
 under the real load (``tests/lark/test_bench_floor.py`` checks that they are the webhook's).
-Everything else a webhook costs stays as it is: the HTTP front, the route and the integration's
+Everything else a webhook costs stays as it is: aiohttp, the route and the integration's
 look-up, the body read, intake (dedup, budgets, the durable store), the metrics and the answer.
 
 ``lark_ingest.py --floor`` runs it as a fourth server beside the others: its events/s over bare

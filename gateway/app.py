@@ -21,6 +21,7 @@ from gateway.admin import AdminApi
 from gateway.audit_api import AuditApi
 from gateway.control import Control
 from gateway.flusher import Flusher
+from gateway.http_guard import guard
 from gateway.live_settings import LiveSettings
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
@@ -255,10 +256,17 @@ class Gateway:
         log.info("configuration reloaded", integrations=sorted(self.adapters))
 
     def web_app(self) -> web.Application:
+        server = self.settings.server
         app = web.Application(
-            client_max_size=self.settings.server.max_body_bytes,
-            # aiohttp's own 400s (bad URL bytes, duplicate headers) as one line, no traceback
-            handler_args={"logger": ServerLog()},
+            client_max_size=server.max_body_bytes,
+            # Body deadline; Host, cross-site and JSON checks of the console and admin API.
+            middlewares=[guard(lambda: self.settings.server)],
+            handler_args={
+                # aiohttp's own 400s (bad URL bytes, duplicate headers) as one line, no traceback
+                "logger": ServerLog(),
+                # an idle connection, or one whose request head is slow to come, is closed
+                "keepalive_timeout": server.keep_alive_seconds,
+            },
         )
         app[APP_KEY] = self
         app.router.add_get("/healthz", self._healthz)

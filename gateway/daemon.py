@@ -19,7 +19,6 @@ import structlog
 from aiohttp import web
 
 from gateway.app import Gateway
-from gateway.front import FrontSite
 from gateway.settings import ConfigError, Settings
 
 log = structlog.get_logger("gateway.daemon")
@@ -180,7 +179,7 @@ async def serve(
             raise
         runner = web.AppRunner(gateway.web_app(), handle_signals=False, access_log=None)
         await runner.setup()
-        sites = [FrontSite(runner, sock) for sock in sockets]
+        sites = [web.SockSite(runner, sock) for sock in sockets]
         for site, sock in zip(sites, sockets, strict=True):
             try:
                 await site.start()

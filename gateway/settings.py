@@ -67,6 +67,25 @@ class ServerSettings(GatewayModel):
     )
     public_url: str | None = Field(None, description="Base URL the platforms reach us at")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Request bodies above are 413")
+    keep_alive_seconds: float = Field(
+        15,
+        gt=0,
+        le=3600,
+        description="A connection with no complete request head this long after it opened or "
+        "after its last answer (idle keep-alive, or a head sent too slowly) is closed",
+    )
+    body_timeout_seconds: float = Field(
+        10,
+        gt=0,
+        le=600,
+        description="A request body not received in full this long after its head is a 408, "
+        "and the connection is closed",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names (or IPs) besides loopback and publicUrl's host that the console "
+        "and the admin API answer to; '.example.com' also takes its subdomains, '*' any host",
+    )
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -84,8 +103,32 @@ class ServerSettings(GatewayModel):
         return cpu_count() if self.workers == "auto" else self.workers
 
 
+ADMIN_TOKEN_MIN = 16  # characters: a guessable or empty bearer token opens the admin API
+
+
 class AdminSettings(GatewayModel):
-    token: SecretStr | None = None
+    token: SecretStr | None = Field(
+        None,
+        description=f"Bearer token of the /v1.0 admin API (at least {ADMIN_TOKEN_MIN} "
+        "characters); absent: the admin API is off",
+    )
+
+    def problems(self) -> list[str]:
+        """A token that is empty, short or not sendable in a header (a model check, so the
+        other keys' problems are reported with it)."""
+        if self.token is None:
+            return []
+        text = self.token.get_secret_value()
+        if not text.isascii() or not text.isprintable() or " " in text:
+            return ["admin.token: printable ASCII without spaces, as it is sent in a header"]
+        if len(text) < ADMIN_TOKEN_MIN:
+            what = "empty" if not text else f"too short ({len(text)} characters)"
+            return [
+                f"admin.token: {what}: the admin token must be at least {ADMIN_TOKEN_MIN} "
+                "characters (e.g. openssl rand -hex 24), or leave admin.token out to turn the "
+                "admin API off"
+            ]
+        return []
 
 
 class LoggingSettings(GatewayModel):
@@ -280,7 +323,7 @@ class Settings(GatewayModel):
 
     @model_validator(mode="after")
     def _cross_check(self) -> Settings:
-        problems: list[str] = self.redis.problems()
+        problems: list[str] = self.redis.problems() + self.admin.problems()
         for section in ("experts", "integrations"):
             seen: set[str] = set()
             for i, item in enumerate(getattr(self, section)):

@@ -23,7 +23,7 @@ import abc
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from itertools import accumulate
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -59,9 +59,15 @@ class Rejected(Exception):
         self.public = reason if public is None else public
 
 
+class BodyTimeout(TimeoutError):
+    """A request body that did not arrive in full within ``server.bodyTimeoutSeconds`` (raised
+    by its reads; gateway/http_guard.py). A TimeoutError, as aiohttp takes it when it drains
+    what is left of the body after the answer: the connection is then closed, quietly."""
+
+
 class HttpRequest(Protocol):
-    """What a webhook's hooks read of a request: ``web.Request`` has it, and so has the HTTP
-    front's ``LeanRequest`` (gateway/front.py) for the requests it answers without aiohttp."""
+    """What a webhook's hooks read of a request (``web.Request`` has it): the hooks need no
+    more, so a test or a bench can hand them a request of its own."""
 
     @property
     def headers(self) -> CIMultiDictProxy[str]: ...
@@ -76,24 +82,6 @@ class HttpRequest(Protocol):
     def charset(self) -> str | None: ...
 
     async def read(self) -> bytes: ...
-
-
-LeanHandler = Callable[[HttpRequest], Awaitable[web.StreamResponse]]
-Routes = dict[bytes, tuple[str | None, LeanHandler]]  # path -> (its one parameter, handler)
-LEAN_ROUTES = web.AppKey("lean_routes", dict)
-
-
-def add_lean_route(
-    app: web.Application, path: str, handler: LeanHandler, *, param: str | None = None
-) -> None:
-    """Serve ``POST <path>`` (or, with ``param``, ``POST <path>{param}``, ``path`` ending in
-    ``/``) through the HTTP front too (gateway/front.py): its plainest requests skip aiohttp's
-    request machinery. The same handler must be on aiohttp's router, for the requests the front
-    hands over."""
-    routes: Routes | None = app.get(LEAN_ROUTES)
-    if routes is None:
-        routes = app[LEAN_ROUTES] = {}
-    routes[path.encode()] = (param, handler)
 
 
 # --- bounded reading and parsing (also for the console API and long connections) -------------
@@ -114,6 +102,8 @@ async def read_body(request: HttpRequest) -> bytes:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise Rejected(413, "body too large") from None
+    except BodyTimeout:
+        raise Rejected(408, "body not received in time") from None
     except (HttpProcessingError, web.RequestPayloadError, ConnectionError) as exc:
         # e.g. "Content-Encoding: gzip" on a body that is not gzip
         raise Rejected(400, f"body unreadable ({type(exc).__name__})") from None

@@ -23,7 +23,6 @@ from gateway.app import Gateway
 from gateway.cli import settings_model
 from gateway.config_file import load_settings
 from gateway.daemon import listen_sockets
-from gateway.front import FrontSite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,9 +195,9 @@ class InProcessGateway:
         await self.gateway.start()
         self._runner = web.AppRunner(self.gateway.web_app(), handle_signals=False)
         await self._runner.setup()
-        # The daemon's own site: the HTTP front, which hands what it does not take to aiohttp.
+        # The daemon's own site: aiohttp on a socket bound as the daemon binds it.
         (sock,) = listen_sockets("127.0.0.1", self.port)
-        await FrontSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock).start()
 
     async def stop(self) -> None:
         await self.client.close()

@@ -351,27 +351,3 @@ async def test_event_streams_share_one_redis_subscription(
 
 async def _equals(value: Any, expected: int) -> bool:
     return bool(await value == expected)
-
-
-async def test_console_posts_answered_by_the_front_and_by_aiohttp_alike(
-    console: ConsoleClient,
-) -> None:
-    """The console's POSTs are lean routes (gateway/front.py): a plain one is answered without
-    aiohttp (no ``Server`` header), one the front does not take (a charset it leaves to aiohttp)
-    by aiohttp's route; both the same way, and both stored."""
-    answers = []
-    for event_id, ctype in (("front-lean", "application/json"), ("front-aio", "text/plain")):
-        async with console.http.post(
-            console.base + "/console/api/messages",
-            data=json.dumps({**VALID, "eventId": event_id}).encode(),
-            headers={"Content-Type": ctype},
-        ) as resp:
-            answers.append((resp.status, "Server" in resp.headers, await resp.json()))
-    assert answers == [
-        (202, False, {"eventId": "front-lean", "status": "queued"}),
-        (202, True, {"eventId": "front-aio", "status": "queued"}),
-    ]
-    status, body = await console.post("/console/api/messages", {**VALID, "chatType": "x"})
-    assert status == 400 and "chatType" in body["error"]
-    stored = {m["id"] for m in await console.messages()}
-    assert {"front-lean", "front-aio"} <= stored

@@ -34,7 +34,7 @@ from adapters.console.events import (
     validation_message,
 )
 from gateway.adapter import IngestUnavailable, StoreUnavailable, TimelineStore
-from gateway.webhook import HttpRequest, Rejected, add_lean_route, body_text, json_object, read_body
+from gateway.webhook import HttpRequest, Rejected, body_text, json_object, read_body
 
 if TYPE_CHECKING:
     from adapters.console import ConsoleAdapter
@@ -380,6 +380,5 @@ def setup_routes(app: web.Application, adapters: Mapping[str, ConsoleAdapter]) -
         ("/console/api/actions", _guarded(api.post_action)),
     ):
         app.router.add_post(path, handler)
-        add_lean_route(app, path, handler)  # the plainest POSTs skip aiohttp (gateway/front.py)
     app.router.add_get("/console/api/chats/{chatId}/messages", _guarded(api.list_messages))
     app.router.add_get("/console/api/events", _guarded(api.events))

@@ -27,7 +27,6 @@ from gateway.webhook import (
     HttpRequest,
     Rejected,
     Webhook,
-    add_lean_route,
     ascii_text,
     json_object,
     utf8_charset,
@@ -220,5 +219,3 @@ class LarkWebhook(Webhook["LarkAdapter", dict[str, Any]]):
 def setup_routes(app: web.Application, adapters: Mapping[str, LarkAdapter]) -> None:
     handle = LarkWebhook(adapters).handle
     app.router.add_post("/api/lark/webhook/{integrationId}", handle)
-    # The plainest of these POSTs skip aiohttp's request machinery (gateway/front.py).
-    add_lean_route(app, "/api/lark/webhook/", handle, param="integrationId")
