@@ -51,8 +51,8 @@ class AdminApi:
         self.records = records
 
     def guarded(self, handler: Handler) -> Handler:
-        """Bearer auth and storage errors for one admin route. A wrapper, not a middleware: any
-        middleware makes aiohttp build a middleware chain for every request, webhooks included."""
+        """Bearer auth and storage errors for one admin route (Host, cross-site and JSON checks
+        come first: gateway/http_guard.py)."""
 
         async def guarded(request: web.Request) -> web.StreamResponse:
             return await self._auth(request, handler)
@@ -63,11 +63,16 @@ class AdminApi:
         token = self.settings().admin.token
         if token is None:
             return fail(404, "admin_disabled", "the admin API is off: set admin.token")
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+        given = given.strip()
         # Undecodable header bytes arrive as surrogates, which no encode() takes: a token is
-        # ASCII, so anything else is refused as it is, unauthenticated.
-        if not given.isascii() or not hmac.compare_digest(
-            given.encode(), token.get_secret_value().encode()
+        # ASCII, so anything else is refused as it is, unauthenticated. No header, another
+        # scheme or an empty token: refused before any compare.
+        if (
+            scheme.lower() != "bearer"
+            or not given
+            or not given.isascii()
+            or not hmac.compare_digest(given.encode(), token.get_secret_value().encode())
         ):
             log.info("admin request refused", path=request.path)
             return fail(401, "unauthorized", "a valid bearer token is required")

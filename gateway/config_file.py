@@ -132,7 +132,10 @@ def load_settings(
     try:
         settings = model.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(problems + _format_errors(exc, raw)) from exc
+        # A key whose variable is unset has that problem, not also one about its empty value.
+        unset = {p.partition(":")[0] for p in problems}
+        errors = [e for e in _format_errors(exc, raw) if e.partition(":")[0] not in unset]
+        raise ConfigError(problems + errors) from exc
     if problems:
         raise ConfigError(problems)
     return settings

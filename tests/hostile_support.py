@@ -41,7 +41,7 @@ from tests.wecom_support import AES_KEY, CORP_ID, TOKEN, encrypt_xml
 T = TypeVar("T")
 LARK_TOKEN = "v_token_test"
 DINGTALK_SECRET = "dt-app-secret"
-ADMIN_TOKEN = "admin-token-123"
+ADMIN_TOKEN = "admin-token-12345"
 EVENT_SECRETS = {"github": "gh-secret", "gitlab": "gl-token", "generic": "gen-secret"}
 
 

@@ -345,7 +345,7 @@ def test_a_kind_must_have_a_field_for_each_option_it_takes() -> None:
 def test_check_accepts_the_example_and_shows_each_bundle(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", "an-admin-token")
+    monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", "an-admin-token-0123")
     example = Path(__file__).resolve().parent.parent / "config" / "examples" / "budgets.yaml"
     assert cli_main(["check", "--config", str(example)]) == 0
     out = capsys.readouterr()

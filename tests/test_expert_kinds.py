@@ -228,7 +228,7 @@ async def test_a_reload_replaces_the_settings_in_the_one_holder_everything_reads
     prefix: str, redis_client: aioredis.Redis
 ) -> None:
     config = base_config(prefix)
-    config["admin"] = {"token": "old-token"}
+    config["admin"] = {"token": "old-admin-token-0001"}
     gw = InProcessGateway(config)
     await gw.start()
     try:
@@ -239,7 +239,7 @@ async def test_a_reload_replaces_the_settings_in_the_one_holder_everything_reads
 
         new = copy.deepcopy(config)
         new["experts"][0]["replyPrefix"] = "Heard:"
-        new["admin"] = {"token": "new-token"}
+        new["admin"] = {"token": "new-admin-token-0002"}
         new["runtime"]["leaseSeconds"] = 30
         with capture_logs() as logs:
             await gateway.reload(load_settings(new, model=settings_model(), env={}))
@@ -256,8 +256,10 @@ async def test_a_reload_replaces_the_settings_in_the_one_holder_everything_reads
             async with client.http.get(url, headers=headers) as resp:
                 return resp.status
 
-        assert await admin("old-token") == 401  # the admin API reads the holder per request
-        assert await admin("new-token") == 200
+        assert (
+            await admin("old-admin-token-0001") == 401
+        )  # the admin API reads the holder per request
+        assert await admin("new-admin-token-0002") == 200
         await client.send("after", chat="dm-bob", sender="bob")
         [bob] = await client.wait_cards(chat="dm-bob")
         assert bob["card"]["answer"].startswith("Heard:")

@@ -327,7 +327,7 @@ def test_check_warns_about_placeholder_secrets_and_hides_the_redis_password(
         yaml.safe_dump(
             {
                 "redis": {"url": "redis://:s3cret-pw@127.0.0.1:6379/0"},
-                "admin": {"token": "change-me"},
+                "admin": {"token": "change-me-to-a-long-secret"},
                 "experts": [
                     {
                         "id": "agent",
@@ -380,7 +380,7 @@ def test_placeholder_warnings_name_the_key_path_and_not_a_secret_value() -> None
     settings = load_settings(
         {
             "experts": [{"id": "echo", "kind": "echo", "replyPrefix": "replace-me"}],
-            "admin": {"token": "<your token>"},
+            "admin": {"token": "<your-admin-token-here>"},
             "integrations": [{"id": "c", "platform": "console", "xpertId": "echo"}],
         },
         model=settings_model(),
@@ -389,7 +389,7 @@ def test_placeholder_warnings_name_the_key_path_and_not_a_secret_value() -> None
     assert set(warnings) == {"admin.token", "experts.0.replyPrefix"}
     assert "a placeholder ('replace-me'); set the real value" in warnings["experts.0.replyPrefix"]
     assert warnings["admin.token"].startswith("admin.token: a placeholder secret;")
-    assert "<your token>" not in warnings["admin.token"]
+    assert "<your-admin-token-here>" not in warnings["admin.token"]
 
 
 @pytest.mark.parametrize(

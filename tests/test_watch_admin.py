@@ -36,6 +36,7 @@ async def call(
     kwargs: dict[str, Any] = {"headers": headers, "params": params}
     if raw is not None:
         kwargs["data"] = raw
+        headers["Content-Type"] = "application/json"  # as admin bodies must be (else 415)
     elif body is not None:
         kwargs["json"] = body
     async with console.http.request(method, console.base + path, **kwargs) as resp:
