@@ -1,5 +1,6 @@
 """What a valid configuration may still get wrong: placeholder secrets left from the examples, no
-integration at all; and how to show a Redis URL without its password (``check`` and ``run``)."""
+integration at all, the console or the admin API exposed; and how to show a Redis URL without its
+password (``check`` and ``run``, which logs them at start)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import BaseModel, SecretStr
 
 from gateway.bundles import budget_warnings
+from gateway.http_guard import is_loopback
 from gateway.settings import Settings
 
 # Values the example configs and docs use where the operator must put a real one: replace-me,
@@ -62,11 +64,42 @@ def config_warnings(settings: Settings) -> list[str]:
             f"gateway; {fix}"
         )
     warnings += budget_warnings(settings)  # route options the expert cannot take, and so on
+    warnings += exposure_warnings(settings)
     for path, value, secret in _strings(settings, ""):
         if is_placeholder(value, secret=secret):
             shown = "" if secret else f" ({value!r})"
             kind = "a placeholder secret" if secret else "a placeholder"
             warnings.append(f"{path}: {kind}{shown}; set the real value (or its variable)")
+    return warnings
+
+
+def exposure_warnings(settings: Settings) -> list[str]:
+    """The console on an address other machines reach (it has no login), and the admin API's
+    bearer token sent over a network without TLS."""
+    server = settings.server
+    host = server.host.strip("[]")
+    if is_loopback(host.lower()):
+        return []
+    shown = host or "all addresses"
+    warnings: list[str] = []
+    consoles = [
+        f"integrations.{i}"
+        for i, integ in enumerate(settings.integrations)
+        if integ.enabled and integ.platform == "console"
+    ]
+    if consoles:
+        warnings.append(
+            f"server.host: the console ({', '.join(consoles)}) listens on {shown}, not a "
+            "loopback address, and has no login: whoever reaches the port can chat as any "
+            "user; keep server.host 127.0.0.1 or put access control in front"
+        )
+    if settings.admin.token is not None and not (server.public_url or "").startswith("https://"):
+        warnings.append(
+            f"admin.token: the admin API listens on {shown} with no TLS in front "
+            "(server.publicUrl is not https), so its bearer token crosses the network in "
+            "clear; serve it through an https proxy (and set publicUrl to it) or listen on "
+            "127.0.0.1"
+        )
     return warnings
 
 

@@ -88,6 +88,7 @@ async def admin(
     kwargs: dict[str, Any] = {"headers": headers, "params": params}
     if isinstance(body, str):
         kwargs["data"] = body
+        headers["Content-Type"] = "application/json"  # as admin bodies must be (else 415)
     elif body is not None:
         kwargs["json"] = body
     async with client.http.request(method, client.base + path, **kwargs) as resp:
