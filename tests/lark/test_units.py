@@ -69,6 +69,29 @@ def test_timestamp_window_uses_the_injected_clock() -> None:
     assert err.value.status == 401
 
 
+def test_the_signature_vector_passes_verify_and_its_timestamp_cannot_move_into_the_nonce() -> None:
+    """platforms.md §1.3's vector at its own time: signature and window pass, so the body is
+    decrypted (to "hello world", not JSON: 400). Moved into the nonce it signs the same: 401."""
+    inbound = LarkInbound(settings=settings(), adapter=None, clock=lambda: 1_700_000_000.0)  # type: ignore[arg-type]
+    body = b'{"encrypt":"' + VECTOR.encode() + b'"}'
+    sign = "bed8fdd3e4bbc581364c140b572ec676edff3db612d57bbc07a24d062c40ddf3"
+    headers = {
+        "X-Lark-Request-Timestamp": "1700000000",
+        "X-Lark-Request-Nonce": "n0nce",
+        "X-Lark-Signature": sign,
+    }
+    with pytest.raises(Rejected) as err:
+        inbound.verify(headers, body)
+    assert (err.value.status, str(err.value)) == (400, "encrypt: not a JSON object")
+    for timestamp in (None, ""):
+        replay = {"X-Lark-Request-Nonce": "1700000000n0nce", "X-Lark-Signature": sign}
+        if timestamp is not None:
+            replay["X-Lark-Request-Timestamp"] = timestamp
+        with pytest.raises(Rejected) as err:
+            inbound.verify(replay, body)
+        assert err.value.status == 401
+
+
 def test_settings_reject_plain_http_off_localhost_and_webhooks_without_token() -> None:
     with pytest.raises(ValueError, match="plain http"):
         settings(apiBase="http://open.feishu.cn")
