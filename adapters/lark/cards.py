@@ -7,6 +7,7 @@ so the answer shown in a card is capped and the rest is sent as follow-up text (
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.progress import Progress
@@ -48,6 +49,21 @@ CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
 }
 
 
+# Lark turns mention tags into real mentions, in text messages (``<at user_id="ou_…">Name</at>``,
+# ``<at user_id="all"></at>``: DOC im-v1/message/create_json) and in card markdown (``<at id=all>``,
+# ``<at id=ou_…>``, ``<at ids=…>``, ``<at email=…>``: DOC feishu-cards rich-text). The gateway
+# writes none of its own, so every one in what it sends came from a user, an agent or memory:
+# ``<at`` and ``</at`` in any case, with any whitespace, also spelt as an HTML entity (card
+# markdown reads entities), lose their "<" to a fullwidth "＜" (U+FF1C), which no parser reads
+# as a tag and which still reads as "<" (issue 25).
+_MENTION_TAG = re.compile(r"(?:<|&lt;?|&#0*60;?|&#x0*3c;?)(\s*/?\s*at)(?![\w-])", re.IGNORECASE)
+
+
+def inert(text: str) -> str:
+    """``text`` with no mention tag Lark would act on; everything else as it was."""
+    return _MENTION_TAG.sub(lambda m: "\uff1c" + m.group(1), text)
+
+
 def split_text(text: str, limit: int) -> list[str]:
     """Parts of at most ``limit`` UTF-8 bytes, cut at a line break where one is near."""
     parts: list[str] = []
@@ -64,8 +80,9 @@ def split_text(text: str, limit: int) -> list[str]:
 
 
 def answer_parts(answer: str) -> list[str]:
-    """The card's share of the answer first, then the follow-up text parts."""
-    first, *more = split_text(answer, CARD_ANSWER_BYTES)
+    """The card's share of the answer first, then the follow-up text parts; mention tags made
+    inert before the cut, so the parts are measured as sent."""
+    first, *more = split_text(inert(answer), CARD_ANSWER_BYTES)
     if not more:
         return [first]
     return [first, *split_text("".join(more), TEXT_PART_BYTES)]
@@ -87,7 +104,7 @@ def _steps(progress: Progress) -> str:
         icon = STEP_ICONS.get(tool.status, "•")
         detail = f": {tool.detail}" if tool.detail else ""
         lines.append(f"{icon} 🔧 {tool.title}{detail[:200]}")
-    return "\n".join(lines)
+    return inert("\n".join(lines))
 
 
 def button_value(progress: Progress, action_id: str, chat_type: str) -> dict[str, str]:
@@ -110,7 +127,11 @@ def render_card(progress: Progress, *, chat_type: str, streaming: bool = False) 
     )
     if progress.error:
         elements.append(
-            {"tag": "markdown", "element_id": "error", "content": f"**Error:** {progress.error}"}
+            {
+                "tag": "markdown",
+                "element_id": "error",
+                "content": f"**Error:** {inert(progress.error)}",
+            }
         )
     for button in progress.buttons:
         elements.append(
@@ -118,7 +139,7 @@ def render_card(progress: Progress, *, chat_type: str, streaming: bool = False) 
                 "tag": "button",
                 "element_id": f"btn_{button.action_id}"[:20],
                 "type": button.style,
-                "text": {"tag": "plain_text", "content": button.label},
+                "text": {"tag": "plain_text", "content": inert(button.label)},
                 "behaviors": [
                     {
                         "type": "callback",
@@ -127,14 +148,15 @@ def render_card(progress: Progress, *, chat_type: str, streaming: bool = False) 
                 ],
             }
         )
-    config: dict[str, Any] = {"update_multi": True, "summary": {"content": progress.title}}
+    title = inert(progress.title)  # plain text, but a title may quote anyone
+    config: dict[str, Any] = {"update_multi": True, "summary": {"content": title}}
     if streaming:
         config["streaming_mode"] = True
     return {
         "schema": "2.0",
         "config": config,
         "header": {
-            "title": {"tag": "plain_text", "content": progress.title},
+            "title": {"tag": "plain_text", "content": title},
             "template": TEMPLATES.get(progress.status, "blue"),
         },
         "body": {"elements": elements},

@@ -1,10 +1,12 @@
 """The Lark adapter's hooks into the core's webhook skeleton (``gateway.webhook``), for
 ``POST /api/lark/webhook/{integrationId}``, and the same event handling for the long connection.
 
-Order (STYLE: verify before parsing): the signature over the raw body and the timestamp window,
-then the body is parsed (bounded) and decrypted, then the verification token; the event then
-becomes an Envelope, is made durable through intake, and only then answered 200
-(platforms.md §1.2-1.4). The long connection hands its payloads to :meth:`LarkInbound.dispatch`.
+Order (STYLE: verify before parsing): the timestamp window (a signed request must carry its
+timestamp), the signature over the raw body, then the body is parsed (bounded) and decrypted,
+then the verification token; the event then becomes an Envelope, is made durable through
+intake, and only then answered 200 (platforms.md §1.2-1.4). The long connection hands its
+payloads to :meth:`LarkInbound.dispatch`: that socket is opened with the app's credentials and
+its frames are not signed (lark-oapi's ws client calls ``do_without_validation``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,11 @@ class LarkInbound:
 
     # --- verification ---------------------------------------------------------------------
     def _check_timestamp(self, timestamp: str) -> None:
-        if not timestamp.isdigit():
+        # Seconds since the epoch: ten digits until 2286; a longer run of digits is no time
+        # (and int() of thousands of them raises).
+        if not timestamp:
+            raise Rejected(401, "missing request timestamp")
+        if not timestamp.isdigit() or len(timestamp) > 12:
             raise Rejected(401, "bad request timestamp")
         if abs(self.clock() - int(timestamp)) > self.settings.timestamp_tolerance_seconds:
             raise Rejected(401, "stale request timestamp")
@@ -80,9 +86,15 @@ class LarkInbound:
             self._check_token(payload)
             return payload
         signed = bool(signature)
-        if signed and not self.cipher.signature_ok(timestamp, nonce, body, signature):
-            raise Rejected(401, "bad signature")
-        if timestamp:
+        if signed:
+            # The signature covers timestamp + nonce run together, so it does not say where one
+            # ends: a captured timestamp moved into the nonce (the timestamp header left out)
+            # signs the same. A signed request must therefore carry a numeric timestamp, and
+            # that timestamp is always held to the window (issue 25).
+            self._check_timestamp(timestamp)
+            if not self.cipher.signature_ok(timestamp, nonce, body, signature):
+                raise Rejected(401, "bad signature")
+        elif timestamp:
             self._check_timestamp(timestamp)
         encrypted = json_object(body).get("encrypt")
         if not isinstance(encrypted, str):

@@ -25,6 +25,7 @@ from adapters.lark.cards import (
     answer_parts,
     card_answer,
     clicked_card,
+    inert,
     render_card,
 )
 from adapters.lark.settings import LarkIntegration
@@ -142,7 +143,7 @@ class LarkOutbound:
                 raise
             log.warning("card reply failed; degrading to text", code=exc.code)
             message_id = await self._send(
-                env, "text", _json({"text": progress.title}), f"{idempotency_key}#tx"
+                env, "text", _json({"text": inert(progress.title)}), f"{idempotency_key}#tx"
             )
             return f"tx:{message_id}"
         await self._remember(message_id, card)

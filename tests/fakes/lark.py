@@ -33,6 +33,10 @@ same pages are mirrored with their ``source_url`` in the wxkingstar/doc-hub-mcp 
   200671, a malformed body 200672)
 - DOC-BOT    /document/client-docs/bot-v3/obtain-bot-info (``bot`` at top level, not in ``data``)
 - DOC-USER   /document/server-docs/contact-v3/user/get (41050 no user authority)
+- DOC-AT     /document/uAjLw4CM/ukTMukTMukTM/im-v1/message/create_json (text: ``<at
+  user_id="ou_…">Name</at>``, ``<at user_id="all"></at>``) and /document/feishu-cards/
+  card-json-v2-components/content-components/rich-text (markdown: ``<at id=all></at>``,
+  ``<at id=…>``, ``<at ids=…>``, ``<at email=…>``; card markdown reads HTML entities)
 - SDK        lark_oapi 1.7.5 ws/client.py, ws/model.py, ws/pb/pbbp2_pb2.py (endpoint body, frame
   headers, ack = the same frame with ``{"code": ...}`` payload)
 - DOC-WS     /document/server-docs/event-subscription-guide/overview (long connection: handled
@@ -40,7 +44,9 @@ same pages are mirrored with their ``source_url`` in the wxkingstar/doc-hub-mcp 
   4 times) and .../event-subscription-configure-/request-url-configuration-case (cluster mode:
   one random client gets each push)
 
-Not traceable to a source (chosen here, marked ⚠ where used): the HTTP status of token errors
+Not traceable to a source (chosen here, marked ⚠ where used): how loosely Lark's parser reads a
+mention tag (here: any case, whitespace inside, entities decoded first, so the fake finds more
+than Lark would rather than less); the HTTP status of token errors
 (400); the code for a sticker download (the doc names none; 234043 "Unsupported message type"
 is the doc's code for types it refuses); the codes for PATCH without ``update_multi``, for an
 ``update_multi: false`` 2.0 card sent inline, for a reply to an unknown message, for a wrong
@@ -51,8 +57,10 @@ no rate-limit headers (the docs show none).
 from __future__ import annotations
 
 import asyncio
+import html
 import itertools
 import json
+import re
 import time
 import uuid
 from collections import deque
@@ -84,6 +92,27 @@ RESOURCE_FIELDS = {
     "media": ("file_key", "image_key"),
     "sticker": ("file_key",),
 }
+
+
+# What Lark would read as a mention in text or card markdown (DOC-AT; how loosely: ⚠)
+MENTION = re.compile(r"<\s*at\b([^>]*)>", re.IGNORECASE)
+# The calls whose bodies Lark shows in a chat: every message, card and card element write.
+SHOWN = {"create", "reply", "patch", "card_create", "card_update", "card_content"}
+
+
+def _leaves(value: Any) -> list[str]:
+    """Every string in a body, JSON strings inside it opened too (message ``content``)."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    if not isinstance(value, str):
+        return []
+    try:
+        inner = json.loads(value)
+    except ValueError:
+        return [value]
+    return _leaves(inner) if isinstance(inner, (dict, list)) else [value]
 
 
 @dataclass
@@ -213,6 +242,17 @@ class FakeLark:
 
     def of(self, op: str) -> list[Call]:
         return [c for c in self.calls if c.op == op]
+
+    def mentions(self) -> list[str]:
+        """The attributes of every mention tag in everything the app showed (each would notify
+        someone, ``all`` the whole group), in every write, not only the last state (DOC-AT)."""
+        return [
+            m.group(1).strip()
+            for c in self.calls
+            if c.op in SHOWN
+            for leaf in _leaves(c.body)
+            for m in MENTION.finditer(html.unescape(leaf))
+        ]
 
     def card_of(self, message_id: str) -> dict[str, Any]:
         """The card a message shows now (inline JSON, or the CardKit entity it points at)."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import json
+import re
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from adapters.lark.cards import (
     CARD_ANSWER_BYTES,
     answer_parts,
     clicked_card,
+    inert,
     render_card,
     split_text,
 )
@@ -67,6 +71,29 @@ def test_timestamp_window_uses_the_injected_clock() -> None:
     with pytest.raises(Rejected) as err:
         inbound.verify(headers, body)
     assert err.value.status == 401
+
+
+def test_the_signature_vector_passes_verify_and_its_timestamp_cannot_move_into_the_nonce() -> None:
+    """platforms.md §1.3's vector at its own time: signature and window pass, so the body is
+    decrypted (to "hello world", not JSON: 400). Moved into the nonce it signs the same: 401."""
+    inbound = LarkInbound(settings=settings(), adapter=None, clock=lambda: 1_700_000_000.0)  # type: ignore[arg-type]
+    body = b'{"encrypt":"' + VECTOR.encode() + b'"}'
+    sign = "bed8fdd3e4bbc581364c140b572ec676edff3db612d57bbc07a24d062c40ddf3"
+    headers = {
+        "X-Lark-Request-Timestamp": "1700000000",
+        "X-Lark-Request-Nonce": "n0nce",
+        "X-Lark-Signature": sign,
+    }
+    with pytest.raises(Rejected) as err:
+        inbound.verify(headers, body)
+    assert (err.value.status, str(err.value)) == (400, "encrypt: not a JSON object")
+    for timestamp in (None, ""):
+        replay = {"X-Lark-Request-Nonce": "1700000000n0nce", "X-Lark-Signature": sign}
+        if timestamp is not None:
+            replay["X-Lark-Request-Timestamp"] = timestamp
+        with pytest.raises(Rejected) as err:
+            inbound.verify(replay, body)
+        assert err.value.status == 401
 
 
 def test_settings_reject_plain_http_off_localhost_and_webhooks_without_token() -> None:
@@ -218,3 +245,55 @@ def test_a_click_turns_the_card_it_changes_and_no_other() -> None:
     ended = clicked_card(done, "new", "t1")
     assert ended is not None and ended["header"] == done["header"]
     assert "ended" in ended["body"]["elements"][-1]["content"]
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [
+        '<at user_id="all"></at>',
+        "<at id=all></at>",
+        "<AT ID=ALL></AT>",
+        "<  at\tid=all>< /  at >",
+        "<at email=a@b.c/>",
+        "&lt;at id=all&gt;",
+        "&LT;at id=all&gt;",
+        "&lt at id=all>",
+        "&#60;at id=all>",
+        "&#x3C;at id=all>",
+        "&#x003c;at id=all>",
+        "<at",
+    ],
+)
+def test_inert_leaves_no_mention_tag(tag: str) -> None:
+    out = inert(f"x {tag} y")
+    assert "\uff1c" in out
+    assert not re.search(r"<\s*/?\s*at(?![\w-])", html.unescape(out), re.IGNORECASE)
+    assert inert(out) == out  # once is enough
+
+
+def test_inert_keeps_everything_else() -> None:
+    text = "**bold** <a href='x'>l</a> <attention> <atom/> @all @Bob <font color=red>r</font> a<b"
+    assert inert(text) == text
+    card = render_card(Progress(turn_id="t", answer=text, status="done"), chat_type="p2p")
+    assert json.dumps(card, ensure_ascii=False).count("\uff1c") == 0
+
+
+def test_every_part_of_a_long_hostile_answer_is_inert_and_fits() -> None:
+    """Made inert before the cut: "＜" is 3 bytes, "<" one, so the card's share still fits."""
+    answer = '<at user_id="all"></at>' * 5_000
+    parts = answer_parts(answer)
+    assert len(parts) > 2 and all("<" not in p for p in parts)
+    assert len(parts[0].encode()) <= CARD_ANSWER_BYTES
+    card = render_card(
+        Progress(
+            turn_id="t",
+            status="waiting",
+            prompt="<at id=all></at> confirm?",  # the agent's question is the card's title
+            answer=answer,
+            error="<at id=all>",
+            steps=(Step(id="s", title="<at id=all>", status="done"),),
+            tools=(Step(id="t", title="search", status="done", detail="<at id=all>"),),
+        ),
+        chat_type="group",
+    )
+    assert "<" not in json.dumps(card, ensure_ascii=False)
