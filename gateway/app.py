@@ -43,6 +43,7 @@ from sessions import (
     SessionRecords,
     SessionStore,
     TimelineStore,
+    confirm_durable,
     connect_redis,
 )
 
@@ -199,6 +200,7 @@ class Gateway:
             max_bytes=s.runtime.spool_max_bytes,
             ingest=ingest,
             store_raw=self._store_raw,
+            durable=lambda: confirm_durable(client, keys.spool_sync()),
         )
         await self.spooler.open()
         self.metrics.track(self)  # scrape-time reads of this replica, Redis script latency

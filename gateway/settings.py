@@ -266,6 +266,19 @@ class IntegrationBase(GatewayModel):
     workspace_base_url: str | None = Field(
         None, description="sys.workspace_url is this plus sys.workspace_path"
     )
+    max_attachments_per_turn: int = Field(
+        10,
+        ge=0,
+        le=100,
+        description="Attachments a turn hands its expert; those past it are left out, and the "
+        "card says so",
+    )
+    max_attachment_bytes_per_turn: int = Field(
+        20 * 1024 * 1024,
+        ge=0,
+        description="Bytes of pictures a turn downloads for its expert (each at most 10 MiB); "
+        "those past it are left out, and the card says so",
+    )
     history_context_limit: int = Field(
         0, ge=0, le=200, description="Group messages the bot saw but was not asked about, per turn"
     )

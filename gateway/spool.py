@@ -6,8 +6,13 @@ before the platform is acked, so everything acked is on disk.
 
 A crash can leave the last record torn (a header or payload cut short, or zero-filled by the file
 system): it was never acked, so opening the file cuts it off with a warning. An invalid record
-that is *followed* by more data is damage, not a torn write; the bytes from there on are copied
-to ``<file>.damaged-<ms>`` for inspection and cut off with an error.
+that is *followed* by more data is damage, not a torn write: a whole record after it (a length
+that overshoots the end of the file is no proof of a torn write when whole records follow), or
+anything but zeros after a record that ends inside the file. The bytes from there on are copied
+to ``<file>.damaged-<ms>`` (fsync'd) for inspection and only then cut off, with an error.
+
+Creating, renaming and removing a file fsyncs the directory too, so the change survives a crash
+of the host (a file's own fsync does not make its directory entry durable).
 
 The file is held under an exclusive ``flock`` for as long as it is open, so two processes sharing
 a data directory never write the same file. All methods block (file I/O): call them in a thread.
@@ -80,6 +85,8 @@ class SpoolFile:
             except FileNotFoundError:
                 same = False
             if same:
+                if os.fstat(fd).st_size == 0:
+                    fsync_dir(path.parent)  # created (or its creation was torn): the entry too
                 spool = cls(path, fd)
                 try:
                     spool._recover()
@@ -133,11 +140,29 @@ class SpoolFile:
         if len(head) == HEADER.size:
             length, _ = HEADER.unpack(head)
             if 0 < length <= MAX_RECORD and offset + HEADER.size + length >= size:
-                return True
+                # A corrupt length in the middle of the file overshoots the end too: torn only
+                # when no whole record follows.
+                return not self._record_after(offset, size)
         else:
             return True
         tail = os.pread(self.fd, min(size - offset, READ_CHUNK), offset)
         return size - offset <= READ_CHUNK and not tail.strip(b"\0")
+
+    def _record_after(self, offset: int, size: int) -> bool:
+        """Whether a whole record (its length within the file, its CRC right) starts anywhere
+        after ``offset``. Only asked when the record at ``offset`` overshoots the end, so what
+        follows is less than ``MAX_RECORD``; a length below 16 MiB starts with a zero byte, which
+        the JSON of a payload never has, so only the zero bytes are candidates."""
+        tail = os.pread(self.fd, size - offset, offset)
+        pos = tail.find(b"\0", 1)
+        while 0 < pos <= len(tail) - HEADER.size - 1:
+            length, crc = HEADER.unpack_from(tail, pos)
+            end = pos + HEADER.size + length
+            if 0 < length and end <= len(tail):
+                if zlib.crc32(tail[pos + HEADER.size : end]) == crc:
+                    return True
+            pos = tail.find(b"\0", pos + 1)
+        return False
 
     def _cut(self, offset: int, size: int, damaged: bool) -> None:
         if damaged:
@@ -150,6 +175,9 @@ class SpoolFile:
                         break
                     out.write(chunk)
                     pos += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            fsync_dir(self.path.parent)  # the copy is on disk before the file is cut
             log.error(
                 "spool damaged; the rest of the file is set aside",
                 path=str(self.path),
@@ -211,7 +239,17 @@ class SpoolFile:
         if unlink:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+                fsync_dir(self.path.parent)
         os.close(self.fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries (a file created, renamed or removed) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- the spool directory ---------------------------------------------------------------------
@@ -223,7 +261,9 @@ def store_identity(redis_url: str | None, key_prefix: str) -> str:
 def open_slots(directory: Path, store: str) -> tuple[SpoolFile, list[SpoolFile]]:
     """Lock this replica's slot ``<store>-<n>.spool`` (the first free one) and every other free
     slot of ``store`` that still holds records (replicas that died): (own, adopted)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        fsync_dir(directory.parent)
     slots: list[tuple[int, Path]] = []
     for path in directory.iterdir():
         match = _SLOT.match(path.name)
@@ -266,6 +306,7 @@ def _sweep(path: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if os.fstat(fd).st_size <= len(MAGIC) and os.stat(path).st_ino == os.fstat(fd).st_ino:
             path.unlink()
+            fsync_dir(path.parent)
     except BlockingIOError:
         pass
     finally:
@@ -278,5 +319,6 @@ def _open(path: Path) -> SpoolFile | None:
     except SpoolDamaged:
         aside = path.with_name(path.name + ".damaged")
         path.rename(aside)
+        fsync_dir(path.parent)
         log.error("not a spool file; set aside", path=str(path), aside=str(aside))
         return None

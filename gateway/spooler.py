@@ -6,7 +6,10 @@ shutting down, the envelope goes into this replica's local spool (:mod:`gateway.
 and the outcome is ``spooled``: durable on disk, so the adapter acks. While anything waits in the
 spool, new events go in behind it, so arrival order holds. The replayer feeds the spool into
 intake, oldest first, as soon as Redis answers again (it retries with a 0.5-5 s backoff), then
-empties the file; intake's dedup makes replaying a record twice (a crash mid-replay) harmless.
+empties the file once Redis says it has them on disk (``durable``: ``WAITAOF`` where the server
+has it, else ``appendfsync always``, else a weaker guarantee logged once: see
+``sessions.durability``); intake's dedup makes replaying a record twice (a crash mid-replay, or a
+durability check that failed) harmless.
 When the spool is at ``runtime.spoolMaxBytes`` an event is refused: the original error (or
 ``IngestUnavailable``) is raised and the adapter does what it did before there was a spool.
 Files: ``<dataDir>/spool/<store>-<n>.spool``, one locked slot per replica; at start a replica
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ class Spooler:
         max_bytes: int,
         ingest: Ingest,
         store_raw: Callable[[str], bool],
+        durable: Callable[[], Awaitable[str]],
     ) -> None:
         self.directory = directory
         self.store = store
@@ -58,6 +62,8 @@ class Spooler:
         self.enabled = max_bytes > 0
         self._ingest = ingest
         self._store_raw = store_raw
+        self._durable = durable
+        self._weak_durability_logged = False
         self.active: SpoolFile | None = None
         self.adopted: list[SpoolFile] = []  # slots of replicas that died: replayed first
         self.full = False
@@ -143,8 +149,9 @@ class Spooler:
             await asyncio.wait([self._writer], timeout=10)
         async with self._io:
             for spool in self.files:
-                done = spool.records == spool.replayed_records
-                await asyncio.to_thread(spool.close, unlink=done)
+                # Only a file emptied after the durability check goes: one whose records all
+                # went into intake but were not confirmed on disk is replayed at the next start.
+                await asyncio.to_thread(spool.close, unlink=spool.records == 0)
             self.active, self.adopted = None, []
         if self.records:
             log.warning("spooled events left for the next start", records=self.records)
@@ -250,6 +257,8 @@ class Spooler:
                 if self._writer is not None:  # more is being written: replay that too
                     await asyncio.wait([self._writer])
                 continue
+            if spool.records and not await self._on_disk():
+                return False
             async with self._io:
                 if spool.replayed < spool.size or (spool is self.active and self._queue):
                     continue  # more came in meanwhile
@@ -259,6 +268,25 @@ class Spooler:
                     return True
                 self.adopted.pop(0)
                 await asyncio.to_thread(spool.close, unlink=True)
+
+    async def _on_disk(self) -> bool:
+        """Whether Redis holds what was replayed durably (so the file may be emptied)."""
+        try:
+            how = await self._durable()
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            log.warning(
+                "spool kept: Redis did not confirm the replayed events on disk", error=str(exc)
+            )
+            return False
+        if how == "unconfirmed" and not self._weak_durability_logged:
+            self._weak_durability_logged = True
+            log.warning(
+                "spool emptied without Redis confirming the replayed events on disk "
+                "(no WAITAOF, appendfsync not always, or a cluster)"
+            )
+        return True
 
     async def _replay(self, payload: bytes) -> bool:
         try:

@@ -5,6 +5,7 @@ interpret (DESIGN.md §2).
 """
 
 from sessions.connection import RedisClient, RedisHandle, connect_redis
+from sessions.durability import confirm_durable
 from sessions.external import EventCardStore
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
@@ -41,5 +42,6 @@ __all__ = [
     "SessionStore",
     "StoreUnavailable",
     "TimelineStore",
+    "confirm_durable",
     "connect_redis",
 ]

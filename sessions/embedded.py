@@ -74,7 +74,7 @@ class EmbeddedRedis:
             "--appendonly",
             "yes",
             "--appendfsync",
-            "everysec",
+            "always",  # every write on disk before its reply: the spool empties on it
             "--save",
             "",
             "--logfile",

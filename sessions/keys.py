@@ -342,6 +342,11 @@ class KeyBuilder:
         """A replica's heartbeat: one key per replica, written alone every 5 s."""
         return self._k("replica", replica_id)
 
+    def spool_sync(self) -> str:
+        """The marker a replica writes before ``WAITAOF`` once its spool went into intake
+        (``sessions.durability``); it expires in a minute."""
+        return self._k("spoolsync")
+
     # --- timeline (the console adapter's chat transcripts) -----------------------------------
     # A chat's transcript lives in its shard (by integration and chat id), with that shard's
     # channel, so the script that writes a record can publish the change in the same slot.

@@ -27,7 +27,11 @@ class OwnRedis:
     """``redis-server`` on a free port with its data (AOF, fsync always) under ``workdir``, so a
     restart keeps what was stored, as a production Redis does."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self, workdir: Path, *, executable: str | None = None, appendfsync: str = "always"
+    ) -> None:
+        self.executable = executable or redis_executable()
+        self.appendfsync = appendfsync
         self.port = free_port()
         self.dir = workdir / "redis"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -43,7 +47,7 @@ class OwnRedis:
 
     async def start(self, timeout: float = 10.0) -> None:
         args = [
-            redis_executable(),
+            self.executable,
             "--port",
             str(self.port),
             "--bind",
@@ -55,7 +59,7 @@ class OwnRedis:
             "--appendonly",
             "yes",
             "--appendfsync",
-            "always",
+            self.appendfsync,
             "--logfile",
             str(self.dir / "redis.log"),
             "--daemonize",

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.conftest import eventually
 from tests.dingtalk_support import robot_message, running
@@ -58,6 +59,62 @@ async def test_dingtalk_picture_reaches_a_vision_model(
         }
         downloads = [c for c in fake.calls if c.path == "/v1.0/robot/messageFiles/download"]
         assert downloads[0].body == {"downloadCode": "dc-42", "robotCode": "dingappkey"}
+
+
+@pytest.fixture
+async def elsewhere() -> AsyncIterator[tuple[list[str], str]]:
+    """Another server on the operator's network, which a download URL must not reach."""
+    hits: list[str] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(body=PNG + b"internal", content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", anything)
+    async for base in serve(app):
+        yield hits, base
+
+
+async def test_dingtalk_downloads_go_only_to_https_and_redirects_are_checked(
+    openai: tuple[FakeOpenAI, str], prefix: str, elsewhere: tuple[list[str], str]
+) -> None:
+    model, url = openai
+    hits, other = elsewhere
+    experts = [
+        {
+            "id": "vision",
+            "kind": "openai",
+            "baseUrl": url,
+            "apiKey": OPENAI_KEY,
+            "model": "qwen-vl",
+            "vision": True,
+        }
+    ]
+    async with running(prefix, experts=experts, xpertId="vision") as (fake, harness):
+        fake.download_urls["plain"] = other + "/plain.png"  # plain http, another origin
+        fake.file_redirects["away"] = other + "/away.png"  # a redirect off the fake
+        fake.file_redirects["within"] = fake.base + "/f/dc-ok"  # one within it is followed
+        body = robot_message(fake, "")
+        body["msgtype"] = "richText"
+        body["content"] = {
+            "richText": [
+                {"text": "three pictures"},
+                {"downloadCode": "plain", "type": "picture"},
+                {"downloadCode": "away", "type": "picture"},
+                {"downloadCode": "within", "type": "picture"},
+            ]
+        }
+        status, _ = await harness.post(body)
+        assert status == 200
+        await eventually(lambda: model.requests, timeout=15)
+        content = model.requests[0]["messages"][-1]["content"]
+        images = [part for part in content if part.get("type") == "image_url"]
+        expected = base64.b64encode(PNG + b"dc-ok").decode()
+        assert images == [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{expected}"}}
+        ]
+        assert hits == []  # the other server was never asked
 
 
 async def test_experts_without_vision_get_only_the_attachment_keys(

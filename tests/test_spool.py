@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,15 @@ from structlog.testing import capture_logs
 
 from gateway.adapter import IngestOutcome, ShuttingDown
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.spool import HEADER, MAGIC, SpoolFile, frame, open_slots, store_identity
+from gateway.spool import (
+    HEADER,
+    MAGIC,
+    MAX_RECORD,
+    SpoolFile,
+    frame,
+    open_slots,
+    store_identity,
+)
 from gateway.spooler import Spooler
 from sessions import StoreUnavailable
 from tests.conftest import eventually
@@ -104,6 +113,52 @@ def test_damage_followed_by_more_records_is_set_aside(tmp_path: Path) -> None:
     again.close()
 
 
+@pytest.mark.parametrize("length", [5000, 1 << 20, 0, MAX_RECORD + 1])
+def test_a_corrupt_length_mid_file_sets_the_rest_aside(tmp_path: Path, length: int) -> None:
+    # A length that overshoots the end of the file once looked like a torn last write, and the
+    # acked records after it were cut off (issue 25).
+    path = tmp_path / "a.spool"
+    spool = write_records(path, [b'{"n":1}', b'{"n":2}', b'{"n":3}', b'{"n":4}'])
+    os.close(spool.fd)
+    data = bytearray(path.read_bytes())
+    second = len(MAGIC) + HEADER.size + 7
+    data[second : second + 4] = length.to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+    with capture_logs() as logs:
+        again = SpoolFile.open(path)
+    assert again is not None and payloads(again) == [b'{"n":1}']
+    [aside] = tmp_path.glob("a.spool.damaged-*")
+    assert aside.read_bytes() == bytes(data[second:])  # records 2 to 4, kept for inspection
+    assert [e["log_level"] for e in logs] == ["error"]
+    assert logs[0]["set_aside_bytes"] == len(data) - second
+    again.close()
+
+
+def test_creating_setting_aside_and_removing_files_fsyncs_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append("dir")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    d = tmp_path / "spool"
+    own, _ = open_slots(d, STORE)  # the directory and the file created
+    assert synced == ["dir", "dir"]
+    own.close(unlink=True)  # removed
+    assert synced == ["dir"] * 3
+    foreign = d / f"{STORE}-0.spool"
+    foreign.write_bytes(b"something else entirely")
+    synced.clear()
+    own, _ = open_slots(d, STORE)  # renamed aside, then a slot created
+    assert synced == ["dir", "dir"]
+    own.close()
+
+
 def test_a_file_that_is_not_a_spool_is_set_aside(tmp_path: Path) -> None:
     (tmp_path / "spool").mkdir()
     foreign = tmp_path / "spool" / f"{STORE}-0.spool"
@@ -172,6 +227,15 @@ class Intake:
         self.seen: set[str] = set()
         self.error: Callable[[], Exception] = lambda: StoreUnavailable("Connection refused")
         self.bug_on: set[str] = set()  # texts intake fails on with a bug
+        self.on_disk: str | None = "waitaof"  # what Redis says of its disk; None: it fails
+        self.durable_calls = 0
+
+    async def durable(self) -> str:
+        """Stands in for ``sessions.confirm_durable`` (tested on real servers below)."""
+        self.durable_calls += 1
+        if self.on_disk is None:
+            raise StoreUnavailable("Redis did not fsync its AOF within 2000 ms")
+        return self.on_disk
 
     async def __call__(self, env: Envelope) -> IngestOutcome:
         await asyncio.sleep(0)
@@ -193,6 +257,7 @@ async def spooler(tmp_path: Path, intake: Intake, **kw: Any) -> Spooler:
         max_bytes=kw.pop("max_bytes", 1 << 20),
         ingest=intake,
         store_raw=lambda _id: False,
+        durable=intake.durable,
     )
     await sp.open()
     sp.start()
@@ -328,6 +393,51 @@ async def test_a_spooled_event_intake_fails_on_is_dropped_and_the_rest_go_on(
         await eventually(lambda: intake.stored == ["a", "c"])
     assert sp.dropped == 1
     assert any(e["event"] == "spooled event failed in intake; dropped" for e in logs)
+    await sp.close()
+
+
+async def test_the_file_is_emptied_only_once_redis_confirms_the_replay_on_disk(
+    tmp_path: Path,
+) -> None:
+    intake = Intake()
+    intake.down = True
+    sp = await spooler(tmp_path, intake)
+    for text in ("a", "b"):
+        await sp.ingest(envelope(text))
+    [path] = list((tmp_path / "spool").glob("*.spool"))
+    whole = path.stat().st_size
+    intake.on_disk = None  # Redis stores the events but does not confirm them on disk
+    with capture_logs() as logs:
+        intake.down = False
+        await eventually(lambda: intake.stored == ["a", "b"] and intake.durable_calls >= 2)
+    assert path.stat().st_size == whole and sp.pending  # the file is kept, retried
+    assert any("did not confirm" in e["event"] for e in logs)
+    await sp.close()  # shutting down before a confirmation: kept for the next start
+    assert path.stat().st_size == whole
+    fresh = Intake()  # the next start: replayed again (intake dedups), then confirmed
+    fresh.stored, fresh.seen = ["a", "b"], {"ev-a", "ev-b"}
+    again = await spooler(tmp_path, fresh)
+    await eventually(lambda: not again.pending)
+    assert fresh.stored == ["a", "b"] and fresh.durable_calls == 1
+    assert path.stat().st_size == len(MAGIC)
+    await again.close()
+    assert not path.exists()
+
+
+async def test_an_unconfirmed_durability_empties_the_file_and_says_so_once(tmp_path: Path) -> None:
+    intake = Intake()
+    intake.on_disk = "unconfirmed"  # e.g. Redis 7.0 with appendfsync everysec
+    intake.down = True
+    sp = await spooler(tmp_path, intake)
+    with capture_logs() as logs:
+        for text in ("a", "b"):
+            intake.down = True
+            await sp.ingest(envelope(text))
+            intake.down = False
+            await eventually(lambda: not sp.pending)
+    assert intake.stored == ["a", "b"] and intake.durable_calls == 2
+    weak = [e for e in logs if "without Redis confirming" in e["event"]]
+    assert [e["log_level"] for e in weak] == ["warning"]
     await sp.close()
 
 

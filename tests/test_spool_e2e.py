@@ -322,6 +322,50 @@ async def test_a_replica_killed_with_a_spool_replays_it_when_it_starts_again(
         await second.stop()
 
 
+async def test_a_corrupt_length_mid_spool_sets_the_rest_aside_and_replays_what_is_before(
+    prefix: str, fake_dt: FakeDingTalk, redis: OwnRedis, tmp_path: Path
+) -> None:
+    # A length that overshoots the end of the file looked like a torn last write: the acked
+    # records after it were cut off for good. Now they are kept in <file>.damaged-<ms>.
+    data = tmp_path / "data"
+    config = dingtalk_config(prefix, fake_dt, free_port(), connectionMode="stream")
+    own(config, redis, data)
+    config["logging"] = {"level": "info", "format": "json"}
+    config["runtime"]["connectionLeaseSeconds"] = 2
+    first = DaemonProcess(config, tmp_path, "first")
+    second = DaemonProcess(config, tmp_path, "second")
+    try:
+        await first.start()
+        await eventually(lambda: fake_dt.stream.connects == 1)
+        await redis.stop()
+        for text in ("one", "two", "three"):
+            assert (await push_acked(fake_dt, ROBOT, robot_message(fake_dt, text)))["code"] == 200
+        first.kill(signal.SIGKILL)
+        assert first.proc is not None
+        await asyncio.to_thread(first.proc.wait, 10)
+        [spool] = spool_files(data)
+        raw = bytearray(spool.read_bytes())
+        (length,) = HEADER.unpack_from(raw, len(MAGIC))[:1]
+        second_at = len(MAGIC) + HEADER.size + length
+        raw[second_at : second_at + 4] = (len(raw) * 2).to_bytes(4, "big")  # past the end
+        spool.write_bytes(bytes(raw))
+        await redis.start()
+        await second.start()
+        await eventually(lambda: dt_answers(fake_dt) == ["one"], timeout=30)
+        await eventually(lambda: spool.stat().st_size == len(MAGIC))
+        [aside] = list((data / "spool").glob("*.damaged-*"))
+        assert aside.read_bytes() == bytes(raw[second_at:])  # "two" and "three", for a person
+        log = [
+            json.loads(line) for line in second.log_path.read_text().splitlines() if line[:1] == "{"
+        ]
+        [damaged] = [e for e in log if "damaged" in e.get("event", "")]
+        assert damaged["level"] == "error" and damaged["kept_records"] == 1
+        assert not [e for e in log if "torn" in e.get("event", "")]
+    finally:
+        await first.stop()
+        await second.stop()
+
+
 async def test_redis_restarted_the_first_commands_on_old_pooled_connections_succeed(
     redis: OwnRedis, tmp_path: Path, prefix: str
 ) -> None:

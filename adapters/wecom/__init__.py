@@ -75,6 +75,7 @@ class WeComAdapter(Adapter):
                 records=context.records,
                 window_s=settings.stream_window_seconds,
                 bot_key=crypto.key,
+                api_base=settings.api_base,
                 clock=lambda: self.clock(),
             )
             self.outbound = stream

@@ -46,13 +46,16 @@ class StreamOutbound:
         records: RecordStore,
         window_s: float,
         bot_key: bytes,
+        api_base: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.integration_id = integration_id
         self.records = records
         self.window_ms = int(window_s * 1000)
         self.clock = clock
-        self.downloads = LinkDownloads(integration_id=integration_id, bot_key=bot_key)
+        self.downloads = LinkDownloads(
+            integration_id=integration_id, bot_key=bot_key, api_base=api_base
+        )
         self._http: aiohttp.ClientSession | None = None
 
     def _key(self, *parts: str) -> str:

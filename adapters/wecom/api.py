@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import structlog
+from yarl import URL
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
@@ -186,15 +188,69 @@ def sniff_mime(data: bytes) -> str:
     return next(found, "application/octet-stream")
 
 
+# Where an AI bot's download links point: WeCom's COS bucket (the links of doc 100719, "接收消息",
+# https://developer.work.weixin.qq.com/document/path/100719: "https://ww-aibot-img-1258476243.cos.
+# ap-guangzhou.myqcloud.com/…?sign=…"), in whatever COS region. Only https; nothing else is
+# fetched, so a message cannot make the gateway request an address of the operator's network.
+MEDIA_HOST = re.compile(r"^ww-aibot-img-1258476243\.cos\.[a-z0-9-]{1,40}\.myqcloud\.com$")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+MAX_REDIRECTS = 3
+
+
+def _origin(url: URL) -> tuple[str, str, int | None]:
+    return (url.scheme, url.host or "", url.port)
+
+
 class LinkDownloads:
     """An AI bot's images and files, by their encrypted download link (valid five minutes),
     decrypted with the link's own aeskey (long connection) or the bot's EncodingAESKey
-    (callbacks, ``bot_key``)."""
+    (callbacks, ``bot_key``). A link is fetched only from WeCom's media host over https (or from
+    ``api_base``'s own origin when that is a local fake, as the tests run), and a redirect is
+    followed only to such a link."""
 
-    def __init__(self, *, integration_id: str, bot_key: bytes | None) -> None:
+    def __init__(self, *, integration_id: str, bot_key: bytes | None, api_base: str) -> None:
         self.integration_id = integration_id
         self.bot_key = bot_key
+        base = URL(api_base)
+        self._fake = _origin(base) if base.host in LOCAL_HOSTS else None
         self._http: aiohttp.ClientSession | None = None
+
+    def allowed(self, url: URL) -> bool:
+        if self._fake is not None and _origin(url) == self._fake:
+            return True
+        return (
+            url.scheme == "https"
+            and url.port == 443
+            and url.user is None
+            and bool(MEDIA_HOST.match(url.host or ""))
+        )
+
+    async def _get(self, link: str, limit: int) -> bytes | None:
+        """The body of ``link``, following at most ``MAX_REDIRECTS`` redirects, each checked."""
+        try:
+            url = URL(link)
+        except ValueError:
+            url = None
+        assert self._http is not None
+        for _ in range(MAX_REDIRECTS + 1):
+            if url is None or not url.is_absolute() or not self.allowed(url):
+                log.warning(
+                    "attachment link refused: not WeCom's media host",
+                    integration_id=self.integration_id,
+                    host=url.host if url is not None else None,
+                )
+                return None
+            async with self._http.get(url, allow_redirects=False) as resp:
+                if resp.status in (301, 302, 303, 307, 308):
+                    location = resp.headers.get("Location", "")
+                    try:
+                        url = url.join(URL(location))
+                    except ValueError:
+                        url = None
+                    continue
+                return await read_body(resp, limit) if resp.status == 200 else None
+        log.warning("attachment link redirected too often", integration_id=self.integration_id)
+        return None
 
     async def close(self) -> None:
         if self._http is not None:
@@ -212,13 +268,10 @@ class LinkDownloads:
             key = self.bot_key
         else:
             return None  # a long-connection link without its aeskey cannot be decrypted
-        if not url.startswith(("https://", "http://")):
-            return None
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         limit = max_bytes + 32  # the ciphertext is at most one padding block longer
-        async with self._http.get(url) as resp:
-            data = await read_body(resp, limit) if resp.status == 200 else None
+        data = await self._get(url, limit)
         if data is None:
             return None
         try:

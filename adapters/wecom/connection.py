@@ -71,7 +71,9 @@ class AibotConnection:
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.replies = WsReplies(settings=settings, records=self.records, send=self._send)
-        self.downloads = LinkDownloads(integration_id=settings.id, bot_key=None)
+        self.downloads = LinkDownloads(
+            integration_id=settings.id, bot_key=None, api_base=settings.api_base
+        )
 
     async def pause(self, seconds: float, *events: asyncio.Event) -> bool:
         """Sleep; True at once when stopping (or any of ``events``) is set."""

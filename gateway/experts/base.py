@@ -38,6 +38,7 @@ class TurnInput:
     declared_variables: Mapping[str, str] = field(default_factory=dict)
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
+    notices: tuple[str, ...] = ()  # what the card tells of the input (attachments left out)
     memory_rules: int = 0  # how many items of the chat's memory memory.rules holds
     # What the session's previous turn saw of ``variables`` (sys.*, memory.rules), as stored: the
     # turn's end stores only what changed.

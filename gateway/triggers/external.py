@@ -7,7 +7,8 @@ The order is the one webhook skeleton's (``gateway.webhook``): the integration (
 has events), the source in the path (404 unless configured) and its signature header (401)
 before the body is read; the body within ``server.maxBodyBytes`` (413); the signature over the
 raw bytes (401) and only then the JSON (400); an event type not configured is 202 ignored;
-intake (503 only when Redis did not store it). A redelivery answers 200 ``duplicate``.
+intake (503 only when Redis did not store it). A redelivery answers 200 ``duplicate``: the
+dedup id is the digest of the signed body, so a replay under a new delivery id is one too.
 
 Each event is about an object (a pull request, a merge request, a CI run, a generic ``key``):
 the Envelope's ``subject``. The object's events are one conversation, so they run in order, and
@@ -28,7 +29,7 @@ from gateway.envelope import Chat, Envelope, Sender, Subject, Trigger
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.github import GitHubSource
 from gateway.triggers.gitlab import GitLabSource
-from gateway.triggers.sources import ExternalEvent, GenericSource, Ignored, Source
+from gateway.triggers.sources import ExternalEvent, GenericSource, Ignored, Source, body_digest
 from gateway.webhook import HttpRequest, Rejected, Webhook, body_text, json_object
 
 ROUTE = "/api/events/{integrationId}/{source}"
@@ -38,11 +39,13 @@ _ANSWER_STATUS = {"queued": 202, "duplicate": 200, "ignored": 202, "handled": 20
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A verified delivery: its source's settings, its dedup id, its headers and its JSON."""
+    """A verified delivery: its source's settings, its dedup id (the digest of the body), the
+    sender's delivery id (for the logs), its headers and its JSON."""
 
     config: EventSource
     source: Source
     event_id: str
+    delivery_id: str | None
     headers: Mapping[str, str]
     payload: dict[str, Any]
 
@@ -99,9 +102,13 @@ class EventsWebhook(Webhook[Adapter, Delivery]):
     def verify(self, adapter: Adapter, request: HttpRequest, body: bytes) -> Delivery:
         config, source = self._source(adapter, request)
         source.verify(config, request, body)
-        event_id = source.delivery(request.headers, body)
+        # The dedup id is the digest of the verified body, never a header: a delivery id header
+        # is not covered by the signature, so the same signed body under a new id would start
+        # a new turn. A redelivery (GitHub, GitLab's retries) resends the same bytes.
+        delivery_id = source.delivery(request.headers, body)
+        event_id = f"{source.name}:{body_digest(body)}"
         payload = json_object(body_text(request, body))
-        return Delivery(config, source, event_id, request.headers, payload)
+        return Delivery(config, source, event_id, delivery_id, request.headers, payload)
 
     async def parse(self, adapter: Adapter, payload: Delivery) -> Envelope | web.StreamResponse:
         found = payload.source.event(payload.config, payload.headers, payload.payload)
@@ -111,6 +118,7 @@ class EventsWebhook(Webhook[Adapter, Delivery]):
                 integration_id=adapter.integration_id,
                 source=payload.config.source,
                 event_id=payload.event_id,
+                delivery_id=payload.delivery_id,
                 reason=found.reason,
             )
             return web.json_response({"status": "ignored", "reason": found.reason}, status=202)
@@ -129,6 +137,7 @@ class EventsWebhook(Webhook[Adapter, Delivery]):
             integration_id=adapter.integration_id,
             source=payload.config.source,
             event_id=payload.event_id,
+            delivery_id=payload.delivery_id,
             type=found.type,
             action=found.action,
             key=found.key,

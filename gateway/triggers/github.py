@@ -6,8 +6,11 @@ deliveries, https://docs.github.com/en/webhooks/webhook-events-and-payloads#deli
 compared in constant time; ``X-GitHub-Event`` names the event, the payload's ``action`` what
 happened; ``X-GitHub-Delivery`` is a GUID that a redelivery keeps ("If you request a
 redelivery, the X-GitHub-Delivery header will be the same as in the original delivery",
-https://docs.github.com/en/webhooks/using-webhooks/best-practices-for-using-webhooks), so it is
-the dedup id. Creating a hook sends ``ping``, answered 202 ignored.
+https://docs.github.com/en/webhooks/using-webhooks/best-practices-for-using-webhooks). The
+header is not signed, so it is logged but is not the dedup id: the digest of the signed body is
+(a redelivery resends the same payload). GitHub sends no timestamp header, so the replay window
+is the dedup window (``runtime.dedupTtlHours``). Creating a hook sends ``ping``, answered 202
+ignored.
 
 Object keys: ``pr:<owner/repo>#<number>``, ``issue:<owner/repo>#<number>``,
 ``run:<owner/repo>:<workflow_run.id>`` (a re-run keeps the id and gets a new card, the first
@@ -62,11 +65,11 @@ class GitHubSource(Source):
         if not hmac.compare_digest(given, expected):
             raise Rejected(401, "X-Hub-Signature-256 does not match", public="bad signature")
 
-    def delivery(self, headers: Mapping[str, str], body: bytes) -> str:
+    def delivery(self, headers: Mapping[str, str], body: bytes) -> str | None:
         delivery = delivery_header(headers, "X-GitHub-Delivery")
         if delivery is None:
             raise Rejected(400, "X-GitHub-Delivery missing")
-        return f"github:{delivery}"
+        return delivery
 
     def event(
         self, config: EventSource, headers: Mapping[str, str], payload: dict[str, Any]

@@ -5,11 +5,11 @@ GitLab sends the webhook's secret token as it is in ``X-Gitlab-Token``; it is co
 configured one in constant time, before the body is read.
 
 Dedup (https://docs.gitlab.com/user/project/integrations/webhooks/#delivery-headers):
-``Idempotency-Key`` is "unique ID consistent across webhook retries" (GitLab 17.4 and later)
-and is the dedup id. ``X-Gitlab-Event-UUID`` is not: "recursive webhooks (triggered by earlier
-webhooks) share the same value". Without ``Idempotency-Key`` (older GitLab) a hash of the raw
-body stands in: a retry resends the same bytes, and two events differ at least in their
-timestamps.
+``Idempotency-Key`` is "unique ID consistent across webhook retries" (GitLab 17.4 and later);
+it is logged. ``X-Gitlab-Event-UUID`` is not used: "recursive webhooks (triggered by earlier
+webhooks) share the same value". The dedup id is a hash of the raw body, as for the other
+sources (a header can be changed by whoever replays a body): a retry resends the same bytes, and
+two events differ at least in their timestamps.
 
 Payloads (https://docs.gitlab.com/user/project/integrations/webhook_events/): the type is
 ``object_kind``; ``merge_request`` with ``object_attributes.action`` (open, close, reopen,
@@ -30,7 +30,6 @@ from gateway.triggers.sources import (
     ExternalEvent,
     Ignored,
     Source,
-    body_digest,
     delivery_header,
     field,
     object_key,
@@ -61,8 +60,8 @@ class GitLabSource(Source):
     def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         """The token was checked before the body was read; GitLab signs nothing else."""
 
-    def delivery(self, headers: Mapping[str, str], body: bytes) -> str:
-        return "gitlab:" + (delivery_header(headers, "Idempotency-Key") or body_digest(body))
+    def delivery(self, headers: Mapping[str, str], body: bytes) -> str | None:
+        return delivery_header(headers, "Idempotency-Key")
 
     def event(
         self, config: EventSource, headers: Mapping[str, str], payload: dict[str, Any]

@@ -69,8 +69,9 @@ class Source(abc.ABC):
         """The signature over the raw body; :class:`Rejected` (401) when it does not match."""
 
     @abc.abstractmethod
-    def delivery(self, headers: Mapping[str, str], body: bytes) -> str:
-        """The dedup id (the Envelope's event id), the same for every redelivery."""
+    def delivery(self, headers: Mapping[str, str], body: bytes) -> str | None:
+        """The sender's delivery id, for the logs (400 when it is malformed). It is not the
+        dedup id: no sender signs it, so a replay could change it; the body's digest is."""
 
     @abc.abstractmethod
     def event(
@@ -85,7 +86,8 @@ def hmac_hex(secret: str, body: bytes) -> str:
 
 
 def body_digest(body: bytes) -> str:
-    """A dedup id for senders that give none: a retry resends the same bytes."""
+    """The dedup id of a delivery: a retry resends the same bytes, and the bytes are what the
+    signature covers."""
     return "body-" + hashlib.sha256(body).hexdigest()[:40]
 
 
@@ -163,8 +165,8 @@ class GenericSource(Source):
         if not hmac.compare_digest(given, expected):
             raise Rejected(401, "X-Signature-256 does not match", public="bad signature")
 
-    def delivery(self, headers: Mapping[str, str], body: bytes) -> str:
-        return "generic:" + (delivery_header(headers, "X-Delivery-Id") or body_digest(body))
+    def delivery(self, headers: Mapping[str, str], body: bytes) -> str | None:
+        return delivery_header(headers, "X-Delivery-Id")
 
     def event(
         self, config: EventSource, headers: Mapping[str, str], payload: dict[str, Any]

@@ -51,6 +51,8 @@ class TurnRequest:
     items: tuple[Envelope, ...] = ()  # messages whose attachments go along
     group_since_ms: int | None = None  # read recent unmentioned group messages since then
     history_limit: int = 0
+    max_attachments: int = 10  # the integration's maxAttachmentsPerTurn
+    max_attachment_bytes: int = 20 * 1024 * 1024  # its maxAttachmentBytesPerTurn
 
 
 class ContextBuilder:
@@ -108,6 +110,7 @@ class ContextBuilder:
                 f"{i}. {item['text']}" for i, item in enumerate(context.memory, 1)
             )
         group = context.group[-request.history_limit :] if request.history_limit else []
+        attachments, notices = await _attachments(adapter, request, expert)
         return TurnInput(
             turn_id=request.turn_id,
             session_id=session.id,
@@ -119,7 +122,8 @@ class ContextBuilder:
             sender_id=request.sender.sender.id,
             sender_name=request.sender.sender.name,
             thread_id=reply_to.chat.thread_id,
-            attachments=await _attachments(adapter, request.items, expert),
+            attachments=attachments,
+            notices=notices,
             variables=variables,
             state=dict(context.variables),
             backend_state=context.backend,
@@ -141,25 +145,51 @@ async def _sender_email(adapter: Adapter, envelope: Envelope) -> str | None:
 
 
 async def _attachments(
-    adapter: Adapter, items: tuple[Envelope, ...], expert: Expert
-) -> tuple[dict[str, Any], ...]:
-    """The turn's attachments; pictures are fetched through the adapter (as data URLs) for
-    experts that take them, up to 10 MB each."""
+    adapter: Adapter, request: TurnRequest, expert: Expert
+) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+    """The turn's attachments, and what the card says of those left out. Pictures are fetched
+    through the adapter (as data URLs) for experts that take them, up to 10 MiB each; at most
+    ``max_attachments`` go along, and pictures up to ``max_attachment_bytes`` in all (one that
+    does not fit what is left is left out; smaller ones after it still go)."""
     out: list[dict[str, Any]] = []
-    for envelope in items:
-        for attachment in envelope.attachments:
-            entry = attachment.model_dump(by_alias=True, exclude_none=True)
-            if expert.accepts_images and attachment.kind == "image" and not attachment.url:
+    every = [(e, a) for e in request.items for a in e.attachments]
+    over_count = max(0, len(every) - request.max_attachments)
+    over_bytes = 0
+    budget = request.max_attachment_bytes
+    for envelope, attachment in every[: request.max_attachments]:
+        entry = attachment.model_dump(by_alias=True, exclude_none=True)
+        if expert.accepts_images and attachment.kind == "image" and not attachment.url:
+            fetched = None
+            if budget > 0:
                 try:
                     fetched = await adapter.fetch_attachment(
                         envelope, attachment, max_bytes=MAX_ATTACHMENT_BYTES
                     )
                 except Exception as exc:
                     log.warning("attachment download failed", error=str(exc))
-                    fetched = None
-                if fetched is not None:
-                    encoded = base64.b64encode(fetched.data).decode()
-                    entry["url"] = f"data:{fetched.mime};base64,{encoded}"
-                    entry["size"] = len(fetched.data)
-            out.append(entry)
-    return tuple(out)
+            if budget <= 0 or (fetched is not None and len(fetched.data) > budget):
+                over_bytes += 1  # held one picture at most past the budget, and let go now
+                continue
+            if fetched is not None:
+                budget -= len(fetched.data)
+                encoded = base64.b64encode(fetched.data).decode()
+                entry["url"] = f"data:{fetched.mime};base64,{encoded}"
+                entry["size"] = len(fetched.data)
+        out.append(entry)
+    notices: list[str] = []
+    if over_count:
+        log.warning("attachments left out: too many in one turn", left_out=over_count)
+        notices.append(
+            f"{over_count} of {len(every)} attachments were left out: "
+            f"at most {request.max_attachments} go along with one message"
+        )
+    if over_bytes:
+        log.warning(
+            "pictures left out: the turn's attachment bytes are used up", left_out=over_bytes
+        )
+        mib = request.max_attachment_bytes / (1024 * 1024)
+        notices.append(
+            f"{over_bytes} picture(s) were left out: at most {mib:g} MiB of pictures go along "
+            "with one message"
+        )
+    return tuple(out), tuple(notices)

@@ -14,6 +14,7 @@ import structlog
 
 from gateway.adapter import Adapter
 from gateway.envelope import Envelope
+from gateway.events import StepEvent
 from gateway.experts import Decision, Expert, TurnInput
 from gateway.progress import Progress, Step
 from gateway.render import CardRenderer, RenderObserver
@@ -230,8 +231,12 @@ class TurnKinds:
             items=tuple(items),
             group_since_ms=since,
             history_limit=integ.history_context_limit,
+            max_attachments=integ.max_attachments_per_turn,
+            max_attachment_bytes=integ.max_attachment_bytes_per_turn,
         )
         turn = await self.contexts.build(request, session, adapter, expert, first_card=first_card)
+        for i, notice in enumerate(turn.notices):  # on the card, as a step that did not succeed
+            progress = progress.apply(StepEvent(f"gateway:notice:{i}", notice, "failed"))
         outcome = await self.driver.drive(
             claim.conversation,
             self.active(claim.conversation),

@@ -127,6 +127,10 @@ class FakeDingTalk:
         self.base = f"http://127.0.0.1:{self.port}"
         self.clock = clock
         self.calls: list[Call] = []
+        # A download code's URL other than this server's /f/<code>, and codes whose /f/ URL
+        # answers 302 elsewhere: how a hostile or broken storage host would answer (tests).
+        self.download_urls: dict[str, str] = {}
+        self.file_redirects: dict[str, str] = {}
         self.faults: dict[str, list[Fault]] = {}
         self.flow_controlled = 0  # batchSend lists the recipients as throttled this many times
         self.failed_deliveries: list[str] = []  # errorMsg of the next refused card deliveries
@@ -390,11 +394,16 @@ class FakeDingTalk:
     def _download(self, body: dict[str, Any]) -> web.Response:
         if body.get("robotCode") != CLIENT_ID:
             return self._refuse(400, "invalidParameter.robotCode.auth")
-        return web.json_response({"downloadUrl": f"{self.base}/f/{body.get('downloadCode')}"})
+        code = str(body.get("downloadCode"))
+        return web.json_response(
+            {"downloadUrl": self.download_urls.get(code, f"{self.base}/f/{code}")}
+        )
 
     async def _file(self, request: web.Request) -> web.Response:
         """The download URL the robot file API hands out: a tiny PNG per download code."""
         self.calls.append(Call("GET", request.path, {}))
+        if request.match_info["code"] in self.file_redirects:
+            raise web.HTTPFound(self.file_redirects[request.match_info["code"]])
         return web.Response(
             body=PNG + request.match_info["code"].encode(), content_type="image/png"
         )

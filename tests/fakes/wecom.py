@@ -90,6 +90,7 @@ class FakeWeCom:
         self.media: dict[str, tuple[bytes, str]] = {}  # media_id -> (data, content type)
         self.files: dict[str, bytes] = {}  # AI-bot download links: name -> ciphertext
         self.downloads: list[str] = []  # what was fetched: media ids and file names
+        self.redirects: dict[str, str] = {}  # link name -> Location (redirect_link)
         self._names: dict[str, str] = {}  # download link -> file name
         self.minute_s = 60.0
         self.limits: dict[str, int] = {}
@@ -138,6 +139,14 @@ class FakeWeCom:
         link = f"f-{os.urandom(4).hex()}"
         self.files[link] = encryptor.update(data + bytes([pad]) * pad) + encryptor.finalize()
         self._names[link] = name
+        return f"{self.base_url}/files/{link}"
+
+    def redirect_link(self, target: str) -> str:
+        """A download link of this server that answers 302 to ``target``: how a media host
+        that was taken over (or an open redirect on it) would send a client elsewhere; the
+        gateway follows a redirect only to WeCom's media host (tests/wecom/test_media.py)."""
+        link = f"r-{os.urandom(4).hex()}"
+        self.redirects[link] = target
         return f"{self.base_url}/files/{link}"
 
     def texts(self, touser: str | None = None) -> list[str]:
@@ -268,6 +277,8 @@ class FakeWeCom:
     async def _file(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         self.downloads.append(name)
+        if name in self.redirects:
+            raise web.HTTPFound(self.redirects[name])
         if name not in self.files:
             return web.Response(status=404)
         disposition = f'attachment; filename="{self._names.get(name, "file.bin")}"'
