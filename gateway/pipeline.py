@@ -219,7 +219,8 @@ class Pipeline:
             "mode": mode,
         }
         claimed = False
-        if env.kind == "message":  # a message may start a turn: under the budgets, same step
+        # A message or a schedule's fire may start a turn: under the budgets, same step.
+        if env.kind in ("message", "schedule"):
             result: IntakeResult | BudgetIntakeResult
             # Due at once (window 0): its turn is claimed by the same call when there is room.
             claims = self.claims

@@ -22,7 +22,7 @@ from gateway.adapter import Adapter, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
 from gateway.settings import IntegrationBase, Settings
-from gateway.triggers.cron import Cron, CronError, split_command
+from gateway.triggers.cron import Cron, CronError, min_gap_seconds, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
 from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused
 from sessions import ScheduleStore, SessionStore
@@ -34,6 +34,30 @@ COMMANDS = ("schedule", "schedules", "unschedule")
 ACTIONS = (ACTION_ROUTINE_CONFIRM, ACTION_ROUTINE_CANCEL)
 USAGE = "Usage: /schedule <cron> <text> - 5 cron fields, or 6 with seconds first\n" + USAGE_TEXT
 NOT_ALLOWED = "Only this chat's schedule admins can change its schedules."
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("day", 86_400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
+def too_often(integ: IntegrationBase, cron: Cron) -> str | None:
+    """Why a schedule made in a chat may not have ``cron``: it fires more often than the
+    integration's ``scheduleMinIntervalSeconds`` (issue 25: a chat member cannot make the bot
+    run every second); None when it may."""
+    least = integ.schedule_min_interval_seconds
+    if not least:
+        return None
+    gap = min_gap_seconds(cron, enough=least)
+    if gap >= least:
+        return None
+    return (
+        f"schedules made in a chat may fire at most once every {_duration(least)}, and "
+        f"`{cron.expr}` fires {_duration(gap)} apart"
+    )
 
 
 def _when(cron: Cron, after_ms: int, count: int) -> str:
@@ -136,6 +160,14 @@ class ChatSchedules:
         self, integ: IntegrationBase, env: Envelope, fields: dict[str, Any]
     ) -> str | None:
         """Make the chat's runtime schedule; says what happened in the chat; the id, or None."""
+        try:
+            refused = too_often(integ, Cron.parse(str(fields["cron"])))
+        except CronError:
+            refused = None  # the book says what is wrong with it
+        if refused is not None:
+            log.info("schedule refused: fires too often", source=fields["source"])
+            self.reply(env, f"Not scheduled: {refused}.")
+            return None
         data = {
             "integrationId": integ.id,
             "chatId": self._chat_id(env),
@@ -195,6 +227,11 @@ class ChatSchedules:
         except CronError as exc:
             self.reply(env, f"{exc}\n\n{USAGE_TEXT}")
             return IngestOutcome("handled", "routine not recognised")
+        refused = too_often(integ, cron)
+        if refused is not None:
+            log.info("routine refused: fires too often")
+            self.reply(env, f"Not scheduled: {refused}.")
+            return IngestOutcome("handled", "routine too often")
         token = secrets.token_hex(12)
         fields = {"cron": cron.expr, "text": spec.text, "timezone": spec.timezone}
         record = {"by": env.sender.id, "fields": fields, "envelope": env.to_json()}

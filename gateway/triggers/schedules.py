@@ -5,8 +5,9 @@ Each tick (about a second, or sooner when a fire is due: a 6-field cron can fire
 it reads the schedules from the live settings and Redis, and per enabled schedule the last fire
 recorded in Redis. The newest fire since then that is due is *claimed* (one SET NX PX on the
 key of (schedule, fire time)); whoever gets the claim hands an Envelope of kind ``schedule`` to
-intake - the same path as a message: merge, busy policy, session, snapshot, audit, the card in
-the chat - and then moves the schedule's last fire forward. Its event id
+intake - the same path as a message: budgets (a fire over the chat's limits is skipped, with
+a notice in the chat), merge, busy policy, session, snapshot, audit, the card in the chat - and
+then moves the schedule's last fire forward. Its event id
 ``schedule:<id>:<fire ms>`` is deduplicated again at intake, so a claim that expired under a
 stalled replica still makes no second turn.
 
@@ -177,6 +178,14 @@ class Scheduler:
         previous = await self.store.advance(s.id, fire)
         if previous is not None:
             self._skipped(entry, previous, fire)
+        if outcome.status == "refused":  # over the chat's budget: skipped, the chat was told
+            log.info(
+                "schedule fire skipped: over a budget",
+                schedule_id=s.id,
+                fire_time=iso(fire, cron.tz),
+                limit=outcome.reason,
+            )
+            return
         self.fired += 1
         self.fired_by[s.integration_id] += 1
         log.info(
