@@ -157,3 +157,42 @@ async def test_schedule_fires_count_against_the_chats_budget(
     await scheduler.tick()
     assert len(await gw.client.cards("team")) == 3
     assert all(c["card"]["status"] == "done" for c in cards[:2])
+
+
+async def test_a_chat_schedule_made_under_a_lower_minimum_is_held_not_fired(
+    gateways: Callable[..., Any], prefix: str
+) -> None:
+    """One made before the minimum existed (or before it was raised): the scheduler holds it."""
+    gw: InProcessGateway = await gateways(config(prefix, scheduleMinIntervalSeconds=0))
+    gw.gateway.scheduler.stop()  # the test's scheduler fires, on the test's clock
+    c, book = gw.client, gw.gateway.pipeline.schedules.book
+    await c.send("/schedule */1 * * * * * x")
+    await eventually(lambda: texts_with(c, "dm-alice", "Scheduled: */1 * * * * *"))
+    [entry] = await book.entries("console", "dm-alice")
+    assert entry.cron is not None
+
+    def scheduler(minimum: int) -> Scheduler:
+        settings = load_settings(
+            config(prefix, scheduleMinIntervalSeconds=minimum), model=settings_model()
+        )
+        return Scheduler(
+            store=book.store,
+            settings=lambda: settings,
+            ingest=gw.gateway.pipeline.ingest,
+            adapters=gw.gateway.adapters,
+            owner="test-replica",
+            clock=lambda: clock[0],
+        )
+
+    fire = entry.cron.next_after(entry.schedule.created_at) + 2_000
+    clock = [fire + 50]
+    held = scheduler(300)
+    with capture_logs() as logs:
+        await held.tick()
+    assert held.fired == 0
+    [warned] = [e for e in logs if e["event"].startswith("schedule made in a chat fires too")]
+    assert warned["schedule_id"] == entry.schedule.id and "1 second apart" in warned["error"]
+    allowed = scheduler(0)
+    await allowed.tick()
+    assert allowed.fired == 1
+    await c.wait_cards("dm-alice", count=1)

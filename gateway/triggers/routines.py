@@ -22,9 +22,9 @@ from gateway.adapter import Adapter, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
 from gateway.settings import IntegrationBase, Settings
-from gateway.triggers.cron import Cron, CronError, min_gap_seconds, split_command
+from gateway.triggers.cron import Cron, CronError, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
-from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused
+from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused, too_often
 from sessions import ScheduleStore, SessionStore
 
 log = structlog.get_logger("gateway.schedules")
@@ -34,30 +34,6 @@ COMMANDS = ("schedule", "schedules", "unschedule")
 ACTIONS = (ACTION_ROUTINE_CONFIRM, ACTION_ROUTINE_CANCEL)
 USAGE = "Usage: /schedule <cron> <text> - 5 cron fields, or 6 with seconds first\n" + USAGE_TEXT
 NOT_ALLOWED = "Only this chat's schedule admins can change its schedules."
-
-
-def _duration(seconds: int) -> str:
-    for unit, size in (("day", 86_400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size and seconds % size == 0:
-            n = seconds // size
-            return f"{n} {unit}{'s' if n != 1 else ''}"
-    return f"{seconds} second{'s' if seconds != 1 else ''}"
-
-
-def too_often(integ: IntegrationBase, cron: Cron) -> str | None:
-    """Why a schedule made in a chat may not have ``cron``: it fires more often than the
-    integration's ``scheduleMinIntervalSeconds`` (issue 25: a chat member cannot make the bot
-    run every second); None when it may."""
-    least = integ.schedule_min_interval_seconds
-    if not least:
-        return None
-    gap = min_gap_seconds(cron, enough=least)
-    if gap >= least:
-        return None
-    return (
-        f"schedules made in a chat may fire at most once every {_duration(least)}, and "
-        f"`{cron.expr}` fires {_duration(gap)} apart"
-    )
 
 
 def _when(cron: Cron, after_ms: int, count: int) -> str:

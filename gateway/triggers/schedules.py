@@ -31,7 +31,7 @@ from gateway.clock import now_ms
 from gateway.envelope import Chat, Envelope, Sender, Trigger
 from gateway.settings import Settings
 from gateway.triggers.cron import CronError, iso
-from gateway.triggers.schedule_book import Entry, entries_of
+from gateway.triggers.schedule_book import Entry, entries_of, made_in_chat, too_often
 from gateway.triggers.schedule_settings import RuntimeSchedule
 from sessions import ScheduleStore
 
@@ -120,6 +120,10 @@ class Scheduler:
             s = entry.schedule
             integ = settings.integration(s.integration_id)
             if not s.enabled or entry.cron is None or integ is None or not integ.enabled:
+                continue
+            if made_in_chat(s) and (why := too_often(integ, entry.cron)) is not None:
+                # Made before the minimum (or a larger one now): held, not fired (issue 25).
+                self._warn(s.id, "schedule made in a chat fires too often; not fired", why)
                 continue
             last = lasts.get(s.id)
             if last is None:
