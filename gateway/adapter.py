@@ -73,10 +73,13 @@ class IngestOutcome:
     ``spooled``: Redis was unreachable, so the event went into the replica's local spool (on
     disk); it goes into intake as soon as Redis answers again (``ingest_or_spool`` only).
     ``refused``: over a budget (``reason``: which limit); nothing stored, the chat was told when
-    it can ask again (gateway/budgets.py)."""
+    it can ask again (gateway/budgets.py), or a click on a Confirm / Reject that is not the
+    clicker's to answer (gateway/turns/approval.py). ``notice``: a short answer for the clicker
+    alone, which adapters show where the platform can (a callback's toast, the action page)."""
 
     status: Literal["queued", "duplicate", "ignored", "busy", "handled", "spooled", "refused"]
     reason: str = ""
+    notice: str = ""
 
 
 class Ingest(Protocol):

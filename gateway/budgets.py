@@ -3,7 +3,9 @@ intake and reported by ``GET /v1.0/usage`` (gateway/usage_api.py).
 
 What counts, and when: a message that opens a new burst is a turn, counted when it is accepted
 (the same step that stores it: sessions/lua/budget_intake.lua); messages merged into a waiting
-burst are part of that turn and not counted again; clicks, commands, schedules, watches and
+burst are part of that turn and not counted again; a schedule's fire is a turn too (issue 25:
+a fire over a limit is skipped, with the notice in the chat, one log line and an audit record,
+and not run later; its sender is the schedule, ``schedule:<id>``); clicks, commands, watches and
 external events are not limited. A conversation is "a chat" here: under ``sessionScope: chat``
 (the default) that is the chat; under ``chat_sender`` or ``thread`` each sender's or thread's
 conversation has its own counters (``check`` warns). ``turnsPerHourPerSender`` counts one
@@ -159,6 +161,9 @@ class Budgets:
                 "chat": f"这个聊天每小时{times}已经用完了。",
                 "sender": f"你在这里每小时{times}已经用完了。",
             }.get(result.limit, "这个聊天今天的用量已经用完了。")
+            if env.kind == "schedule":
+                head = head.replace("你在这里", "这个定时任务")
+                return f"本次定时任务已跳过：{head}{when} 之后的定时任务会照常运行。"
             return f"抱歉，{head}请在 {when} 之后再问，谢谢理解。"
         when = {0: f"at {clock}", 1: f"tomorrow at {clock}"}.get(
             days, f"on {retry:%Y-%m-%d} at {clock}"
@@ -168,6 +173,9 @@ class Budgets:
             "chat": f"this chat has reached its limit{of}.",
             "sender": f"you have reached your limit{of} in this chat.",
         }.get(result.limit, "this chat has used up its budget for today.")
+        if env.kind == "schedule":  # a fire over the budget is skipped, not run later
+            head = head.replace("you have", "this schedule has")  # its sender is the schedule
+            return f"This scheduled run was skipped: {head} Runs due {when} or later go ahead."
         return f"Sorry, {head} You can ask again {when}."
 
     def refused(
@@ -188,10 +196,19 @@ class Budgets:
 
         text = self.refusal_text(integ, env, result)
         chinese = (integ.language or env.locale or "").lower().startswith("zh")
-        notice(env, conversation, "已达到使用上限" if chinese else "Limit reached", text)
+        if env.kind == "schedule":
+            headline = "定时任务已跳过" if chinese else "Scheduled run skipped"
+        else:
+            headline = "已达到使用上限" if chinese else "Limit reached"
+        notice(env, conversation, headline, text)
         if result.status == "again":
             return IngestOutcome("duplicate")
-        log.info("over a budget: refused", limit=result.limit, retry_at=result.retry_ms)
+        log.info(
+            "over a budget: refused",
+            limit=result.limit,
+            retry_at=result.retry_ms,
+            **({"schedule_id": env.trigger.id} if env.trigger is not None else {}),
+        )
         at = self.wall()
         timings = TurnTimings(
             received=int(env.received_at.timestamp() * 1000), claimed=at, finished=at

@@ -83,6 +83,11 @@ class Route(GatewayModel):
         description="Conversation variables a session of this route starts with",
     )
     limits: Limits | None = Field(None, description="Overrides the integration's limits")
+    approvers: list[str] | None = Field(
+        None,
+        description="Sender ids who may answer Confirm / Reject of another's turn in this route's "
+        "chats; default: the integration's approvers",
+    )
 
     @model_validator(mode="after")
     def _has_matcher(self) -> Route:

@@ -36,6 +36,7 @@ from gateway.progress import (
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers import routines
 from gateway.triggers.watch_intake import GroupWatch
+from gateway.turns import approval
 from sessions import ClaimRequest, IntakeResult, SessionRecords, SessionStore, StoreUnavailable
 from sessions.budgets import BudgetIntakeResult
 
@@ -205,6 +206,10 @@ class Pipeline:
                 return await self.schedules.click(integ, env, conv)
             if action_id not in (ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY):
                 return IngestOutcome("ignored", f"unknown action {action_id!r}")
+            if action_id != ACTION_RETRY:  # only the asker or an approver answers (issue 25)
+                refused = await approval.refusal(self.store, integ, env, conv)
+                if refused is not None:
+                    return refused
             mode = "urgent"
         stored: dict[str, Any] = {
             "envelope_json": env.to_json(store_raw=integ.store_raw),
@@ -214,7 +219,8 @@ class Pipeline:
             "mode": mode,
         }
         claimed = False
-        if env.kind == "message":  # a message may start a turn: under the budgets, same step
+        # A message or a schedule's fire may start a turn: under the budgets, same step.
+        if env.kind in ("message", "schedule"):
             result: IntakeResult | BudgetIntakeResult
             # Due at once (window 0): its turn is claimed by the same call when there is room.
             claims = self.claims

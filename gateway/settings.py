@@ -290,6 +290,18 @@ class IntegrationBase(GatewayModel):
         description="Sender ids allowed to /remember and /forget; empty: everyone in the chat",
     )
     schedule_admins: list[str] = Field(default_factory=list, description="Who may schedule")
+    schedule_min_interval_seconds: int = Field(
+        300,
+        ge=0,
+        le=86_400,
+        description="Schedules made in a chat (/schedule, routines) must not fire more often "
+        "than this; 0: no minimum. The admin API and the config file are not held to it",
+    )
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="Sender ids who may also answer Confirm / Reject of another's turn; empty: "
+        "only the sender of the interrupted turn (routes may set their own)",
+    )
     routes: list[Route] = Field(default_factory=list, description="Access bundles per chat")
     limits: Limits = Field(default_factory=Limits, description="Budgets; routes override them")
     watches: Watches = Field(default_factory=list, description="Group watch: start turns unasked")

@@ -96,7 +96,12 @@ def bot_mention(key: str = "@_user_1") -> dict[str, Any]:
 
 
 def card_click(
-    value: dict[str, Any], *, message_id: str, chat_id: str = "oc_p2p1", event_id: str = ""
+    value: dict[str, Any],
+    *,
+    message_id: str,
+    chat_id: str = "oc_p2p1",
+    event_id: str = "",
+    operator: str = "ou_alice",
 ) -> dict[str, Any]:
     return {
         "schema": "2.0",
@@ -109,7 +114,7 @@ def card_click(
             "tenant_key": "tenant_test",
         },
         "event": {
-            "operator": {"open_id": "ou_alice", "tenant_key": "tenant_test"},
+            "operator": {"open_id": operator, "tenant_key": "tenant_test"},
             "token": "c-token",
             "action": {"tag": "button", "name": f"btn_{value['action']}", "value": value},
             "host": "im_message",

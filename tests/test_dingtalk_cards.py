@@ -144,3 +144,50 @@ async def test_card_created_but_answer_lost_is_not_sent_twice(
         assert [status for status, _ in attempts] == [502, 400]
         assert len({track for _, track in attempts}) == 1 and len(fake.cards) == 1
         assert sent == []
+
+
+async def test_a_confirm_clicked_by_another_group_member_leaves_the_card_and_the_question(
+    prefix: str, redis_client: Any
+) -> None:
+    """Issue 25: in a group, only the asker (or an ``approvers`` id) answers Confirm / Reject.
+    Another member's card callback is acked without changing the card, and nothing resumes; the
+    asker's click then resumes the run."""
+    async with running(prefix, **CARD_OPTIONS) as (fake, _h):
+        ask = robot_message(fake, "[confirm] drop the table", group=True)
+        await fake.push("CALLBACK", ROBOT, ask)
+        [created] = await eventually(lambda: fake.bodies(CREATE))
+        track = created["outTrackId"]
+        await eventually(lambda: fake.cards[track].params.get("showConfirm") == "true")
+        params = created["cardData"]["cardParamMap"]
+
+        def click(user: str) -> dict[str, Any]:
+            button = {
+                "action": "confirm",
+                "conversation": params["conversation"],
+                "turnId": params["turnId"],
+            }
+            content = {"cardPrivateData": {"actionIds": ["confirm"], "params": button}}
+            return {
+                "type": "actionCallback",
+                "outTrackId": track,
+                "corpId": "dingcorp",
+                "userId": user,
+                "userIdType": 1,
+                "spaceType": "IM_GROUP",
+                "spaceId": "cidGROUP",
+                "content": json.dumps(content),
+                "extension": "{}",
+            }
+
+        other = await fake.push("CALLBACK", CARD, click("staff2"))
+        [ack] = await eventually(lambda: fake.stream.acks.get(other))
+        assert json.loads(ack["data"])["response"] == {}  # the card is left as it was
+        assert fake.cards[track].params["showConfirm"] == "true"
+        mine = await fake.push("CALLBACK", CARD, click("staff1"))
+        [ack] = await eventually(lambda: fake.stream.acks.get(mine))
+        answer = json.loads(ack["data"])["response"]
+        assert answer["cardData"]["cardParamMap"]["showConfirm"] == "false"
+        card = fake.cards[track]
+        await eventually(
+            lambda: card.finalized and card.stream["content"].startswith("Confirmed."), timeout=15
+        )

@@ -295,7 +295,10 @@ class ConsoleApi:
             raise Rejected(
                 503, f"not stored: {exc}", public="storage unavailable; the click was not stored"
             ) from None
-        return _json({"eventId": event_id, "status": outcome.status}, status=202)
+        answer = {"eventId": event_id, "status": outcome.status}
+        if outcome.notice:  # for the clicker alone (a platform's toast)
+            answer["notice"] = outcome.notice
+        return _json(answer, status=202)
 
     async def list_messages(self, request: web.Request) -> web.Response:
         integration_id = request.query.get("integrationId", "")

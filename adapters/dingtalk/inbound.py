@@ -130,6 +130,8 @@ class ActionLink(Webhook["DingTalkAdapter", Envelope]):
         outcome: IngestOutcome,
     ) -> web.StreamResponse:
         assert envelope.action is not None
+        if outcome.notice:  # refused: not the clicker's to answer
+            return _page(403, "Not yours to answer", outcome.notice)
         title = _DONE.get(envelope.action.id, "Done")
         if outcome.status == "duplicate":
             title = "Already done"
@@ -218,8 +220,11 @@ class StreamInbound:
             message_id=f"card:{track}",
             extras=where["extras"],
         )
-        if await self._ingest(envelope) is None:
+        outcome = await self._ingest(envelope)
+        if outcome is None:
             return ack_error()
+        if outcome.notice:  # refused (not the clicker's to answer): the card stays as it is
+            return 200, {}
         return 200, {
             "cardData": {"cardParamMap": clicked_params(action)},
             "cardUpdateOptions": {"updateCardDataByKey": True},

@@ -197,13 +197,20 @@ def clicked_card(card: dict[str, Any], action_id: str, turn_id: str) -> dict[str
 
 
 def toast(
-    action_id: str, *, duplicate: bool = False, card: dict[str, Any] | None = None
+    action_id: str,
+    *,
+    duplicate: bool = False,
+    card: dict[str, Any] | None = None,
+    notice: str = "",
 ) -> dict[str, Any]:
     """The callback answer (within Lark's 3 s): a toast and, when the click changes the card,
-    the updated card, which Lark shows at once; later states arrive through the renderer."""
+    the updated card, which Lark shows at once; later states arrive through the renderer.
+    ``notice``: a refused click's warning toast (who may answer instead)."""
     kind, text = TOASTS.get(action_id, ("info", "OK"))
     if duplicate:
         kind, text = "info", "Already received"
+    if notice:
+        kind, text = "warning", notice
     answer: dict[str, Any] = {"toast": {"type": kind, "content": text, "i18n": {"en_us": text}}}
     if card is not None:
         answer["card"] = {"type": "raw", "data": card}

@@ -158,6 +158,8 @@ class LarkInbound:
         if env.action is None:
             return EMPTY
         action = env.action
+        if outcome.notice:  # refused (not the clicker's to answer): the card stays as it is
+            return toast(action.id, notice=outcome.notice)
         card = await self._clicked_card(action.id, action.message_id, action.value)
         return toast(action.id, duplicate=outcome.status == "duplicate", card=card)
 

@@ -188,6 +188,8 @@ class AibotCallbacks:
     ) -> web.StreamResponse:
         if envelope.kind == "action":
             assert envelope.action is not None
+            if outcome.notice:  # refused (not the clicker's to answer): the card stays
+                return _empty()
             reply = {
                 "response_type": "update_template_card",
                 "userids": [envelope.sender.id],

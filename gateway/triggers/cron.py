@@ -15,8 +15,9 @@ DST, as croniter gives it and one rule of ours on top (tests/test_schedules_cron
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -122,6 +123,75 @@ class Cron:
         """The next ``count`` fires after ``after_ms`` as local datetimes (cards, the API)."""
         it = self._iter(self._local(after_ms))
         return [next(it) for _ in range(count)]
+
+
+DAY = 86_400
+_DAY_SCAN = 400  # fire days looked at for two in a row
+
+
+def _values(field: Sequence[int | str], size: int) -> list[int]:
+    """One expanded croniter field as sorted values (``*`` is every value of ``size``)."""
+    if list(field) == ["*"]:
+        return list(range(size))
+    return sorted({int(v) for v in field})
+
+
+def _step(values: list[int]) -> int | None:
+    """The smallest difference of two neighbouring ``values`` (None: fewer than two)."""
+    return min((b - a for a, b in itertools.pairwise(values)), default=None)
+
+
+def min_gap_seconds(cron: Cron, enough: int = 2 * DAY) -> int:
+    """The smallest gap in seconds (wall clock) between two consecutive fires of ``cron``; a
+    gap of ``enough`` or more is not looked into further (the answer is then ``enough`` or
+    more).
+
+    Cron's fields make every fire day fire at the same times of day, so the gaps are those
+    between neighbouring seconds of a minute, minutes of an hour and hours of a day (each less
+    what the finer fields span), and the one overnight, from the day's last fire to the first
+    of the next day, when the cron fires on two days in a row. Computed from the expanded
+    fields, not by walking fires, so a cron firing every second costs no more than a daily one;
+    only an overnight gap below ``enough`` looks at up to ``_DAY_SCAN`` fire days. A DST change
+    moves a fire by at most its shift, once; that is left out."""
+    it = croniter(cron.expr, second_at_beginning=cron.seconds)
+    minute_f, hour_f, dom, month, dow = it.expanded[:5]
+    secs = _values(it.expanded[5], 60) if cron.seconds else [0]
+    mins, hours = _values(minute_f, 60), _values(hour_f, 24)
+    span_m = secs[-1] - secs[0]  # what a minute's fires span
+    span_h = mins[-1] * 60 + secs[-1] - (mins[0] * 60 + secs[0])
+    span_d = (
+        hours[-1] * 3600 + mins[-1] * 60 + secs[-1] - (hours[0] * 3600 + mins[0] * 60 + secs[0])
+    )
+    step_s, step_m, step_h = _step(secs), _step(mins), _step(hours)
+    gaps = [step_s] if step_s is not None else []
+    if step_m is not None:
+        gaps.append(step_m * 60 - span_m)
+    if step_h is not None:
+        gaps.append(step_h * 3600 - span_h)
+    gap = min(gaps, default=2 * DAY)
+    overnight = DAY - span_d
+    if overnight < min(gap, enough) and _days_in_a_row(cron.expr, dom, month, dow):
+        gap = overnight
+    return gap
+
+
+def _days_in_a_row(
+    expr: str, dom: Sequence[int | str], month: Sequence[int | str], dow: Sequence[int | str]
+) -> bool:
+    """Whether a cron fires on two days in a row (looked for over its next fire days)."""
+    if list(dom) == list(month) == list(dow) == ["*"]:
+        return True
+    days = croniter(" ".join(["0", "0", *expr.split()[-3:]]), datetime(2000, 1, 1))
+    previous: datetime | None = None
+    for _ in range(_DAY_SCAN):
+        try:
+            day: datetime = days.get_next(datetime)
+        except (CroniterBadDateError, CroniterError):
+            return False
+        if previous is not None and (day - previous).days == 1:
+            return True
+        previous = day
+    return False
 
 
 def split_command(rest: str) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Butt
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.cron import Cron, CronError, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
-from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused
+from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused, too_often
 from sessions import ScheduleStore, SessionStore
 
 log = structlog.get_logger("gateway.schedules")
@@ -136,6 +136,14 @@ class ChatSchedules:
         self, integ: IntegrationBase, env: Envelope, fields: dict[str, Any]
     ) -> str | None:
         """Make the chat's runtime schedule; says what happened in the chat; the id, or None."""
+        try:
+            refused = too_often(integ, Cron.parse(str(fields["cron"])))
+        except CronError:
+            refused = None  # the book says what is wrong with it
+        if refused is not None:
+            log.info("schedule refused: fires too often", source=fields["source"])
+            self.reply(env, f"Not scheduled: {refused}.")
+            return None
         data = {
             "integrationId": integ.id,
             "chatId": self._chat_id(env),
@@ -195,6 +203,11 @@ class ChatSchedules:
         except CronError as exc:
             self.reply(env, f"{exc}\n\n{USAGE_TEXT}")
             return IngestOutcome("handled", "routine not recognised")
+        refused = too_often(integ, cron)
+        if refused is not None:
+            log.info("routine refused: fires too often")
+            self.reply(env, f"Not scheduled: {refused}.")
+            return IngestOutcome("handled", "routine too often")
         token = secrets.token_hex(12)
         fields = {"cron": cron.expr, "text": spec.text, "timezone": spec.timezone}
         record = {"by": env.sender.id, "fields": fields, "envelope": env.to_json()}

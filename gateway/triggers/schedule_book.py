@@ -13,14 +13,48 @@ import structlog
 from pydantic import ValidationError
 
 from gateway.clock import now_ms
-from gateway.settings import Settings
-from gateway.triggers.cron import Cron, CronError, iso
+from gateway.settings import IntegrationBase, Settings
+from gateway.triggers.cron import Cron, CronError, iso, min_gap_seconds
 from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig, problems_of
 from sessions import ScheduleStore
 
 log = structlog.get_logger("gateway.schedules")
 
 MAX_PER_CHAT = 50  # runtime schedules per chat: a chat cannot flood the scheduler
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("day", 86_400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _gap(cron: Cron, least: int) -> int:
+    return min_gap_seconds(cron, enough=least)  # the scheduler asks each tick
+
+
+def too_often(integ: IntegrationBase, cron: Cron) -> str | None:
+    """Why a schedule made in a chat may not have ``cron``: it fires more often than the
+    integration's ``scheduleMinIntervalSeconds`` (issue 25: a chat member cannot make the bot
+    run every second); None when it may. The admin API's and the config file's schedules are
+    the operator's, and not held to it."""
+    least = integ.schedule_min_interval_seconds
+    if not least:
+        return None
+    gap = _gap(cron, least)
+    if gap >= least:
+        return None
+    return (
+        f"schedules made in a chat may fire at most once every {_duration(least)}, and "
+        f"`{cron.expr}` fires {_duration(gap)} apart"
+    )
+
+
+def made_in_chat(schedule: ScheduleConfig) -> bool:
+    return isinstance(schedule, RuntimeSchedule) and schedule.source in ("chat", "routine")
 
 
 class ScheduleRefused(Exception):

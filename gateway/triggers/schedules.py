@@ -5,8 +5,9 @@ Each tick (about a second, or sooner when a fire is due: a 6-field cron can fire
 it reads the schedules from the live settings and Redis, and per enabled schedule the last fire
 recorded in Redis. The newest fire since then that is due is *claimed* (one SET NX PX on the
 key of (schedule, fire time)); whoever gets the claim hands an Envelope of kind ``schedule`` to
-intake - the same path as a message: merge, busy policy, session, snapshot, audit, the card in
-the chat - and then moves the schedule's last fire forward. Its event id
+intake - the same path as a message: budgets (a fire over the chat's limits is skipped, with
+a notice in the chat), merge, busy policy, session, snapshot, audit, the card in the chat - and
+then moves the schedule's last fire forward. Its event id
 ``schedule:<id>:<fire ms>`` is deduplicated again at intake, so a claim that expired under a
 stalled replica still makes no second turn.
 
@@ -30,7 +31,7 @@ from gateway.clock import now_ms
 from gateway.envelope import Chat, Envelope, Sender, Trigger
 from gateway.settings import Settings
 from gateway.triggers.cron import CronError, iso
-from gateway.triggers.schedule_book import Entry, entries_of
+from gateway.triggers.schedule_book import Entry, entries_of, made_in_chat, too_often
 from gateway.triggers.schedule_settings import RuntimeSchedule
 from sessions import ScheduleStore
 
@@ -120,6 +121,10 @@ class Scheduler:
             integ = settings.integration(s.integration_id)
             if not s.enabled or entry.cron is None or integ is None or not integ.enabled:
                 continue
+            if made_in_chat(s) and (why := too_often(integ, entry.cron)) is not None:
+                # Made before the minimum (or a larger one now): held, not fired (issue 25).
+                self._warn(s.id, "schedule made in a chat fires too often; not fired", why)
+                continue
             last = lasts.get(s.id)
             if last is None:
                 start = s.created_at if isinstance(s, RuntimeSchedule) and s.created_at else now
@@ -177,6 +182,14 @@ class Scheduler:
         previous = await self.store.advance(s.id, fire)
         if previous is not None:
             self._skipped(entry, previous, fire)
+        if outcome.status == "refused":  # over the chat's budget: skipped, the chat was told
+            log.info(
+                "schedule fire skipped: over a budget",
+                schedule_id=s.id,
+                fire_time=iso(fire, cron.tz),
+                limit=outcome.reason,
+            )
+            return
         self.fired += 1
         self.fired_by[s.integration_id] += 1
         log.info(

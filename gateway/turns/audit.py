@@ -186,6 +186,8 @@ class TurnFacts:
     snapshot: SessionSnapshot | None = None
     error: str = ""
     answer: str = ""
+    sender_id: str = ""  # who the turn ran as ("": the last item's sender)
+    approver: str = ""  # who answered the Confirm / Reject it resumed ("": none)
 
     @classmethod
     def of(
@@ -218,6 +220,8 @@ class TurnFacts:
             snapshot=result.snapshot if result else None,
             error=error,
             answer=result.said if result else "",
+            sender_id=result.sender_id if result else "",
+            approver=result.approver if result else "",
         )
 
 
@@ -250,7 +254,8 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
         "chatType": last.chat.type,
         "conversation": facts.conversation,
         "sessionId": facts.session_id,
-        "senderId": last.sender.id,
+        "senderId": facts.sender_id or last.sender.id,
+        "approver": facts.approver or None,
         "trigger": trigger_of(facts.items),
         "input": {
             "text": cut,

@@ -112,7 +112,8 @@ class AuditRecord(_Model):
     chat_type: str
     conversation: str
     session_id: str
-    sender_id: str
+    sender_id: str  # who the turn ran as (a Confirm / Reject: the interrupted turn's sender)
+    approver: str | None = None  # a Confirm / Reject's clicker
     trigger: AuditTrigger
     input: AuditInput
     context: AuditContext | None

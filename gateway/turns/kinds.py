@@ -20,6 +20,7 @@ from gateway.progress import Progress, Step
 from gateway.render import CardRenderer, RenderObserver
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.event_cards import EventCards
+from gateway.turns.approval import clicked_on, may_answer, who_may_answer
 from gateway.turns.binding import Binder, Session
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
@@ -44,6 +45,9 @@ class TurnResult:
     final: Progress | None = None
     snapshot: SessionSnapshot | None = None
     said: str = ""
+    # A Confirm / Reject runs as the sender of the interrupted turn; the clicker approved it.
+    sender_id: str = ""  # "": the last item's sender
+    approver: str = ""
 
 
 class TurnKinds:
@@ -269,7 +273,7 @@ class TurnKinds:
     ) -> TurnResult:
         """Retry: run the failed turn's input again, in its own card."""
         failed = await self._take(claim, "failed", FailedTurn.load)
-        if failed is None or not _clicked_on(action, failed.turn_id):
+        if failed is None or not clicked_on(action, failed.turn_id):
             log.info("retry click on a turn that is no longer failed")
             said = "There is nothing to retry."
             await adapter.send_text(action, said, idempotency_key=claim.turn_id)
@@ -283,10 +287,14 @@ class TurnKinds:
         """Confirm / Reject: resume the interrupted run in its own card, which keeps what it
         showed before the question."""
         assert action.action is not None
+        refused = await self._not_theirs(claim, integ, action)
+        if refused:
+            await adapter.send_text(action, refused, idempotency_key=claim.turn_id)
+            return TurnResult("", {}, said=refused)
         interrupt = await self._take(claim, "interrupt", PendingInterrupt.load)
         binding = await self.store.binding(claim.conversation)
         session_id = claim.turn.get("session") or binding.get("sessionId", "")
-        if interrupt is None or not _clicked_on(action, interrupt.turn_id):
+        if interrupt is None or not clicked_on(action, interrupt.turn_id):
             log.info("click on a confirmation that is no longer pending")
             said = "Nothing is waiting for a confirmation."
             await adapter.send_text(action, said, idempotency_key=claim.turn_id)
@@ -308,8 +316,9 @@ class TurnKinds:
         renderer, first_card = await self._start(
             claim, adapter, reply_to, session, progress, card=interrupt.card
         )
+        # The resumed run is the asker's turn still (its context, sys.user_*), not the clicker's.
         request = TurnRequest(
-            turn_id=interrupt.turn_id, text=interrupt.text, reply_to=reply_to, sender=action
+            turn_id=interrupt.turn_id, text=interrupt.text, reply_to=reply_to, sender=reply_to
         )
         turn = await self.contexts.build(request, session, adapter, expert, first_card=first_card)
         asked_before = {"text": interrupt.text, "answer": interrupt.answer, **interrupt.data}
@@ -334,7 +343,25 @@ class TurnKinds:
             turn=turn,
             final=outcome.progress,
             snapshot=snapshot,
+            sender_id=reply_to.sender.id,
+            approver=action.sender.id,
         )
+
+    async def _not_theirs(self, claim: Claim, integ: IntegrationBase, action: Envelope) -> str:
+        """Who may answer, when the pending confirmation this click is on is not the clicker's
+        to answer (intake refuses such clicks; one that came before the interrupt was stored
+        reaches this turn); "" when it is theirs, or nothing is pending."""
+        raw = claim.turn.get("interrupt")
+        if raw is None:
+            raw = (await self.store.binding(claim.conversation)).get("interrupt")
+        pending = PendingInterrupt.load(raw or None)
+        if pending is None or not clicked_on(action, pending.turn_id):
+            return ""
+        asked = pending.envelope()
+        if may_answer(integ, asked, action.sender.id):
+            return ""
+        log.info("confirmation click by someone else refused", turn_id=pending.turn_id)
+        return who_may_answer(integ, asked)
 
     async def give_up(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, last: Envelope
@@ -367,10 +394,3 @@ class TurnKinds:
                 )
                 await self.store.set_binding_fields(claim.conversation, session, **{name: ""})
         return load(raw or None)
-
-
-def _clicked_on(action: Envelope, turn_id: str) -> bool:
-    """Whether the click came from the card of ``turn_id`` (a button without a turn id, as
-    older cards had, is taken as that card's)."""
-    clicked = str(action.action.value.get("turnId") or "") if action.action else ""
-    return not clicked or clicked == turn_id

@@ -260,9 +260,13 @@
   async function act(r, actionId, btn) {
     btn.disabled = true;
     try {
-      await api("POST", "api/actions", {
+      const answer = await api("POST", "api/actions", {
         integrationId: state.integ.id, chatId: state.chatId, messageId: r.id, actionId, senderId: state.userId,
       });
+      if (answer && answer.notice) {  // refused (not this user's to answer): the card stays
+        toast(answer.notice);
+        btn.disabled = false;
+      }
     } catch (e) {
       toast(e.message);
       btn.disabled = btn.closest(".card")?.dataset.stale === "true";

@@ -1,0 +1,68 @@
+"""Who may answer a Confirm / Reject: the sender of the interrupted turn, and the sender ids a
+route's or the integration's ``approvers`` list (issue 25). Anyone else in the chat, or anyone
+holding an action link, is refused with a short notice (a toast where the platform has one)
+saying who may answer; the interrupt stays pending for them.
+
+Checked twice: at intake (so the refused clicker gets the toast at once, and nothing queues),
+and again when the click's turn takes the interrupt (a click that came in before the interrupt
+was stored passed intake's check unseen)."""
+
+from __future__ import annotations
+
+import structlog
+
+from gateway.adapter import IngestOutcome
+from gateway.bundles import route_of
+from gateway.envelope import Envelope
+from gateway.settings import IntegrationBase
+from gateway.turns.records import PendingInterrupt
+from sessions import SessionStore
+
+log = structlog.get_logger("gateway.turns")
+
+APPROVER_REFUSED = "not an approver"
+
+
+def approvers_for(integ: IntegrationBase, asked: Envelope) -> list[str]:
+    """The approvers of the chat the question was asked in: those of the first route that holds
+    for the interrupted turn's message (when it sets them), else the integration's."""
+    matched = route_of(integ.routes, asked)
+    if matched is not None and matched[1].approvers is not None:
+        return matched[1].approvers
+    return integ.approvers
+
+
+def may_answer(integ: IntegrationBase, asked: Envelope, clicker_id: str) -> bool:
+    return clicker_id == asked.sender.id or clicker_id in approvers_for(integ, asked)
+
+
+def who_may_answer(integ: IntegrationBase, asked: Envelope) -> str:
+    """The refusal's text: who may answer instead."""
+    others = " or an approver of this chat" if approvers_for(integ, asked) else ""
+    if asked.kind in ("schedule", "event"):  # no person asked: the approvers alone
+        return "Only an approver of this chat can answer this."
+    name = asked.sender.name or asked.sender.id
+    return f"Only {name}, who asked,{others} can answer this."
+
+
+async def refusal(
+    store: SessionStore, integ: IntegrationBase, env: Envelope, conversation: str
+) -> IngestOutcome | None:
+    """Intake's check of a Confirm / Reject click: None lets it through (it is the clicker's
+    to answer, or nothing is pending and the click's turn says so)."""
+    raw = (await store.binding(conversation)).get("interrupt")
+    interrupt = PendingInterrupt.load(raw or None)
+    if interrupt is None or not clicked_on(env, interrupt.turn_id):
+        return None
+    asked = interrupt.envelope()
+    if may_answer(integ, asked, env.sender.id):
+        return None
+    log.info("confirmation click by someone else refused", turn_id=interrupt.turn_id)
+    return IngestOutcome("refused", APPROVER_REFUSED, notice=who_may_answer(integ, asked))
+
+
+def clicked_on(action: Envelope, turn_id: str) -> bool:
+    """Whether the click came from the card of ``turn_id`` (a button without a turn id, as
+    older cards had, is taken as that card's)."""
+    clicked = str(action.action.value.get("turnId") or "") if action.action else ""
+    return not clicked or clicked == turn_id

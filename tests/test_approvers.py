@@ -1,0 +1,105 @@
+"""Who may answer a Confirm / Reject (issue 25): the sender of the interrupted turn, and the
+``approvers`` of the integration or of the chat's route. Anyone else's click is refused with a
+notice saying who may answer (a toast on Lark, ``notice`` in the console's answer), the question
+stays pending, and the resumed turn runs as its sender; the audit record names the approver.
+Driven from outside: the console's HTTP API and the admin API's audit (Lark's signed callbacks:
+tests/lark/test_approvers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tests.conftest import base_config, eventually
+from tests.helpers import ConsoleClient
+from tests.test_admin_memory import TOKEN, admin
+
+
+def config(prefix: str, **integration: Any) -> dict[str, Any]:
+    cfg = base_config(prefix, **integration)
+    cfg["admin"] = {"token": TOKEN}
+    return cfg
+
+
+async def asked_in_team(console: ConsoleClient) -> dict[str, Any]:
+    """alice's question in the group "team", waiting for Confirm / Reject: its card."""
+    await console.send("[confirm] drop the table", chat="team", mention=True)
+    [card] = await console.wait_cards("team", status="waiting")
+    return card
+
+
+async def click(console: ConsoleClient, card: dict[str, Any], action: str, sender: str) -> Any:
+    status, body = await console.post(
+        "/console/api/actions",
+        {
+            "integrationId": "console",
+            "chatId": "team",
+            "messageId": card["id"],
+            "actionId": action,
+            "senderId": sender,
+        },
+    )
+    assert status == 202, body
+    return body
+
+
+async def audit(console: ConsoleClient, count: int) -> list[dict[str, Any]]:
+    async def enough() -> list[dict[str, Any]] | None:
+        status, body = await admin(console, "GET", "/v1.0/audit")
+        assert status == 200, body
+        result: list[dict[str, Any]] = body["result"]
+        return result if len(result) >= count else None
+
+    found: list[dict[str, Any]] = await eventually(enough, timeout=15)
+    return found
+
+
+async def test_a_confirm_clicked_by_another_member_is_refused_and_the_asker_can_still_answer(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    console = await make_gateway(config(prefix))
+    card = await asked_in_team(console)
+    for action in ("confirm", "reject"):
+        body = await click(console, card, action, "bob")
+        assert body["status"] == "refused", body
+        assert "who asked" in body["notice"] and "alice" in body["notice"].lower()
+    [still] = await console.cards("team")
+    assert still["card"]["status"] == "waiting"  # nothing resumed
+    body = await click(console, card, "confirm", "alice")
+    assert body["status"] == "queued" and "notice" not in body
+    [done] = await console.wait_cards("team", status="done")
+    assert done["card"]["answer"].startswith("Confirmed.")
+    resumed, asked = await audit(console, 2)
+    assert asked["outcome"] == "interrupted" and resumed["outcome"] == "done"
+    assert (resumed["senderId"], resumed["approver"]) == ("alice", "alice")
+    assert asked["approver"] is None
+    assert len(await audit(console, 2)) == 2  # bob's clicks ran no turn
+
+
+async def test_an_approver_may_answer_for_the_asker_and_the_audit_names_them(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    console = await make_gateway(config(prefix, approvers=["u2"]))
+    card = await asked_in_team(console)
+    assert (await click(console, card, "confirm", "mallory"))["status"] == "refused"
+    body = await click(console, card, "confirm", "u2")
+    assert body["status"] == "queued" and "notice" not in body
+    await console.wait_cards("team", status="done")
+    resumed, _ = await audit(console, 2)
+    # The resumed turn is still alice's; u2 approved it.
+    assert (resumed["senderId"], resumed["approver"]) == ("alice", "u2")
+
+
+async def test_a_route_sets_its_own_approvers(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    route = {"chatId": "team", "approvers": ["carol"]}
+    console = await make_gateway(config(prefix, approvers=["u2"], routes=[route]))
+    card = await asked_in_team(console)
+    body = await click(console, card, "reject", "u2")  # the integration's, not this chat's
+    assert body["status"] == "refused" and "approver" in body["notice"]
+    assert (await click(console, card, "reject", "carol"))["status"] == "queued"
+    [done] = await console.wait_cards("team", status="rejected")
+    assert done["card"]["answer"].startswith("Rejected")
+    resumed, _ = await audit(console, 2)
+    assert (resumed["senderId"], resumed["approver"]) == ("alice", "carol")
