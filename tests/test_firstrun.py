@@ -29,6 +29,7 @@ from gateway.cli import settings_model
 from gateway.config_file import load_settings
 from gateway.config_hints import config_warnings, is_placeholder, redis_location
 from gateway.settings import ConfigFileError
+from sessions.connection import EmbeddedRedis
 from tests.conftest import base_config, eventually
 from tests.helpers import ROOT, ConsoleClient, free_port
 from tests.workers_support import Supervised
@@ -251,6 +252,96 @@ def test_a_command_piped_into_head_ends_quietly(tmp_path: Path, command: str) ->
     assert first == (b"{" if command == "schema" else str(args[-1]).encode()[:1])
     assert stderr.decode() == ""
     assert proc.returncode == 141  # as a command killed by SIGPIPE (128 + 13), e.g. cat
+
+
+async def _ready(port: int) -> bool:
+    """``/readyz`` says ready (Redis reachable, the console up)."""
+    async with aiohttp.ClientSession() as http:
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                return resp.status == 200 and bool((await resp.json())["ready"])
+    return False
+
+
+def _kill_all(data: Path) -> None:
+    """What a failed test may leave running under ``data`` (a daemon, its Redis)."""
+    for pid in processes_mentioning(str(data)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+async def test_a_second_daemon_on_the_same_data_dir_refuses_and_leaves_the_first_alone(
+    daemons: Any, tmp_path: Path
+) -> None:
+    # The README's `./dev.sh run --port 9000` while `./dev.sh run` runs: the same dataDir. The
+    # second must not take over (and end) the first one's embedded Redis.
+    data = tmp_path / "data"
+    first = daemons(quickstart(data), "first")
+    try:
+        await first.start()
+        [started] = first.logged("embedded redis started")
+        assert first.proc is not None
+        second = run_cli(
+            "run", "--config", str(first.config_path), "--port", str(free_port()), timeout=30
+        )
+        assert second.returncode == 1, second.stderr
+        assert f"error: {data} is in use: another xpert-gateway (pid {first.proc.pid})" in (
+            second.stderr
+        )
+        assert "dataDir" in second.stderr and "Traceback" not in second.stderr
+        # The first one's Redis runs on, the same process, and the first is still ready.
+        assert processes_mentioning(str(data)) == [started["pid"]]
+        assert await _ready(first.port)
+        assert not first.logged("control channel lost; resubscribing")
+        first.signal(signal.SIGTERM)
+        assert await first.wait_exit(20) == 0
+        assert processes_mentioning(str(data)) == []
+    finally:
+        _kill_all(data)
+
+
+@pytest.mark.slow
+async def test_the_redis_of_a_killed_daemon_is_stopped_by_the_next_one_and_only_ours(
+    daemons: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = subprocess.Popen(  # a redis-server of someone else's, not under our dataDir
+        [
+            *(EmbeddedRedis.executable(), "--port", "0", "--unixsocket", str(other_dir / "r.sock")),
+            *("--dir", str(other_dir), "--save", "", "--appendonly", "no"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        first = daemons(quickstart(data), "first")
+        await first.start()
+        [orphan] = [e["pid"] for e in first.logged("embedded redis started")]
+        assert first.proc is not None
+        first.proc.kill()  # SIGKILL: its Redis stays, an orphan holding the data
+        await first.wait_exit(10)
+        assert orphan in processes_mentioning(str(data))
+        second = daemons(quickstart(data), "second")
+        await second.start()
+        assert second.logged("stopping the embedded redis a stopped daemon left", pid=orphan)
+        assert orphan not in processes_mentioning(str(data))
+        assert await _ready(second.port)
+        await second.stop()
+        assert processes_mentioning(str(data)) == []
+        # A pid file naming a redis-server that is not ours: that one is left alone.
+        (data / "redis.pid").write_text(f"{other.pid}\n")
+        third = daemons(quickstart(data), "third")
+        await third.start()
+        assert await _ready(third.port)
+        assert other.poll() is None
+        assert not third.logged("stopping the embedded redis a stopped daemon left")
+    finally:
+        other.kill()
+        other.wait(5)
+        _kill_all(data)
 
 
 @pytest.mark.slow
