@@ -57,9 +57,9 @@ class EmbeddedRedis:
             owner = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise RedisStartupError(
-                f"{self.data_dir} is in use: another xpert-gateway (pid {owner}) runs its "
-                "embedded Redis there. Stop that one first, or give this one its own data "
-                "directory (dataDir in its config), or point both at one Redis (redis.url)"
+                f"{self.data_dir.resolve()} is in use: another xpert-gateway (pid {owner}) "
+                "runs its embedded Redis there. Stop that one first, or give this one its own "
+                "data directory (dataDir in its config), or point both at one Redis (redis.url)"
             ) from None
         except BaseException:
             os.close(fd)
