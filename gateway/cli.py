@@ -21,7 +21,7 @@ from gateway.bundles import Limits
 from gateway.config_file import load_settings
 from gateway.config_hints import config_warnings, redis_summary
 from gateway.experts import discover_experts
-from gateway.logging import configure_logging
+from gateway.logging import configure_logging, silence
 from gateway.settings import (
     ConfigError,
     ConfigFileError,
@@ -207,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(func=_check)
     schema = sub.add_parser("schema", help="print the config JSON Schema")
     schema.set_defaults(func=_schema)
-    args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        args = parser.parse_args(argv)
+        result: int = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is handled below
+    except BrokenPipeError:
+        # The reader of our output left before the end, as `head` does: end quietly, with the
+        # status of a command ended by SIGPIPE (128 + 13, what `cat` gives in its place).
+        silence(sys.stdout)
+        return 141
     return result

@@ -145,9 +145,9 @@ async def serve(
         if stop.is_set():
             gateway.force_stop()
             return
-        log.info("stop signal received", signal=sig.name)
-        stop.set()
+        stop.set()  # before the log line: stopping never depends on writing it
         starting.cancel()  # no effect once started; during start-up it closes what was opened
+        log.info("stop signal received", signal=sig.name)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
@@ -236,7 +236,7 @@ def _watch_supervisor(
         if data is None or data:
             return
         loop.remove_reader(link.fileno())
-        log.warning("supervisor gone; stopping")
         stop()
+        log.warning("supervisor gone; stopping")
 
     loop.add_reader(link.fileno(), readable)

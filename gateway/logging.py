@@ -1,12 +1,16 @@
-"""structlog set-up: a readable console format in a terminal, JSON lines otherwise."""
+"""structlog set-up: a readable console format in a terminal, JSON lines otherwise; a log line
+that cannot be written is dropped, never an error (``LogStream``)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
 import sys
 from collections.abc import MutableMapping
 from contextvars import ContextVar
-from typing import Any
+from typing import IO, Any, TextIO, cast
 
 import structlog
 
@@ -27,12 +31,63 @@ def merge_log_ids(
     return event_dict
 
 
+def silence(file: IO[Any]) -> None:
+    """Point ``file``'s descriptor at /dev/null: what is still buffered, and whatever is written
+    to it later, goes nowhere instead of failing again (the interpreter flushes stdout and
+    stderr at exit, and would report a broken pipe there)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, file.fileno())
+        finally:
+            os.close(devnull)
+
+
+# Errors after which the stream never takes a line again: the reader of the pipe is gone
+# (`run 2>&1 | tee log`, the tee ended by the Ctrl-C that also stops us), the terminal closed.
+_GONE = frozenset({errno.EPIPE, errno.EBADF, errno.EIO, errno.ENXIO})
+
+
+class LogStream:
+    """Where log lines go (stderr), for structlog and the standard library's logging. A write
+    that fails drops its line instead of raising into the code that logged - a signal handler,
+    the shutdown: a log line never keeps the daemon running, nor stops it. Once the other end
+    is gone for good, the descriptor is pointed at /dev/null and later lines are discarded."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self._file.write(text)
+            except (OSError, ValueError) as exc:
+                self._failed(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._file.flush()
+            except (OSError, ValueError) as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        # ValueError: the file object was closed. Others (a full disk, EAGAIN on a
+        # non-blocking pipe) lose this line only.
+        if isinstance(exc, ValueError) or (isinstance(exc, OSError) and exc.errno in _GONE):
+            self.gone = True
+            silence(self._file)
+
+
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.types.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
-    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(message)s")
+    stream = LogStream(sys.stderr)
+    logging.basicConfig(level=level.upper(), stream=stream, format="%(message)s")
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -48,7 +103,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         ),
         # One write per line (PrintLogger writes the line and its newline apart, so with
         # PYTHONUNBUFFERED the workers of a supervisor, sharing stderr, could merge lines).
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, stream)),
         # Configured once per process (reload does not touch logging): a cached logger saves a
         # bind per log call, debug calls on the hot path included.
         cache_logger_on_first_use=True,

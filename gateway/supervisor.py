@@ -157,12 +157,14 @@ class Supervisor:
                 log.info("reload signal: forwarding to the workers")
                 self._forward(sig)
             return
-        if not self.stopping:
-            log.info("stop signal received; stopping the workers", signal=sig.name)
+        first = not self.stopping
+        if first:
             self._stop_all()
+        self._forward(sig)  # before the log line: stopping never depends on writing it
+        if first:
+            log.info("stop signal received; stopping the workers", signal=sig.name)
         else:
             log.info("second stop signal: forwarding", signal=sig.name)
-        self._forward(sig)
 
     def _stop_all(self) -> None:
         self.stopping = True

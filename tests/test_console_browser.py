@@ -7,21 +7,28 @@ With XGW_SCREENSHOT=1 it also saves docs/console.png.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.console_browser_support import (
+    DESKTOP,
     ROOT,
+    Daemon,
     Page,
+    browse,
     card_after,
     card_row_after,
     daemon,
     expect,
     open_chat,
     page,
+    run_daemon,
     seen,
     send,
     watch_cards,
@@ -156,3 +163,35 @@ async def test_screenshot(page: Page, tmp_path: Path) -> None:
     shot = tmp_path / "console.png"
     await page.screenshot(path=str(shot))
     shutil.copyfile(shot, ROOT / "docs" / "console.png")
+
+
+# Its own Redis (embedded, no redis.url): the test ends it under the daemon.
+EMBEDDED = """\
+dataDir: {data}
+logging: {{format: json}}
+runtime: {{shutdownGraceSeconds: 2}}
+experts:
+  - {{id: echo, kind: echo}}
+integrations:
+  - {{id: console, platform: console, xpertId: echo}}
+"""
+
+
+@pytest.fixture
+def embedded_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from run_daemon(tmp_path_factory, EMBEDDED)
+
+
+async def test_live_means_the_gateway_is_ready_not_only_the_stream_open(
+    embedded_daemon: Daemon,
+) -> None:
+    # The gateway keeps serving the page and its event stream with its Redis gone (as when a
+    # second daemon took the embedded Redis away): the indicator must not say "Live" then.
+    async with browse(embedded_daemon, DESKTOP) as pg:  # "Live" first: stream open, ready
+        lines = embedded_daemon.log.read_text().splitlines()
+        events = [json.loads(x) for x in lines if x.startswith("{")]
+        [pid] = [e["pid"] for e in events if e.get("event") == "embedded redis started"]
+        os.kill(pid, signal.SIGKILL)
+        conn = pg.locator("#conn")
+        await expect(conn).to_have_text("Redis unreachable")
+        await expect(conn).to_have_attribute("data-state", "down")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import json
 import os
 import re
 import signal
@@ -28,6 +29,7 @@ from gateway.cli import settings_model
 from gateway.config_file import load_settings
 from gateway.config_hints import config_warnings, is_placeholder, redis_location
 from gateway.settings import ConfigFileError
+from sessions.connection import EmbeddedRedis
 from tests.conftest import base_config, eventually
 from tests.helpers import ROOT, ConsoleClient, free_port
 from tests.workers_support import Supervised
@@ -148,6 +150,198 @@ async def test_a_stop_signal_stops_the_gateway_and_then_its_embedded_redis(
     assert daemon.logged("embedded redis stopped")
     assert not daemon.logged("control channel lost; resubscribing")
     assert processes_mentioning(str(data)) == []
+
+
+def _pipe(size: int = 4096) -> tuple[int, int]:
+    """A pipe with a small buffer (``F_SETPIPE_SZ``): a writer fills it after a few kB and then
+    waits for the reader, so closing the read end surely breaks a write still to come."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, size)
+    return read_end, write_end
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "workers"),
+    [(signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGINT, 2)],
+    ids=["SIGINT", "SIGTERM", "supervisor-SIGINT"],
+)
+async def test_a_daemon_whose_log_pipe_closed_still_stops_and_stops_its_redis(
+    tmp_path: Path, sig: signal.Signals, workers: int
+) -> None:
+    # `./dev.sh run 2>&1 | tee log`, then Ctrl-C: tee is gone before the daemon logs that it
+    # stops; the line it cannot write must not keep it running (nor leave Redis behind). With
+    # workers, the supervisor and each worker meet the closed pipe.
+    data = tmp_path / "data"
+    config_path = tmp_path / "gw.yaml"
+    config_path.write_text(yaml.safe_dump(quickstart(data)))
+    port = free_port()
+    read_end, write_end = _pipe()
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gateway", "run", "--config", str(config_path)),
+            *("--port", str(port), "--workers", str(workers)),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=write_end,
+        stderr=write_end,
+        start_new_session=True,
+    )
+    os.close(write_end)
+    os.set_blocking(read_end, False)
+    seen = bytearray()
+    try:
+
+        def listening() -> bool:
+            with contextlib.suppress(BlockingIOError):
+                seen.extend(os.read(read_end, 65536))
+            assert proc.poll() is None, seen.decode(errors="replace")[-2000:]
+            *complete, _rest = seen.split(b"\n")
+            lines = [json.loads(x) for x in complete if x.startswith(b"{")]
+            up = [
+                e for e in lines if e["event"] == "listening" and (workers == 1 or "workers" in e)
+            ]
+            return bool(up)
+
+        await eventually(listening, timeout=30)
+        assert processes_mentioning(str(data)), "the embedded Redis should be running"
+        os.close(read_end)  # tee is gone
+        read_end = -1
+        proc.send_signal(sig)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+        assert processes_mentioning(str(data)) == []
+    finally:
+        if read_end >= 0:
+            os.close(read_end)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        for pid in processes_mentioning(str(data)):  # what a daemon killed above left running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("command", ["schema", "check"])
+def test_a_command_piped_into_head_ends_quietly(tmp_path: Path, command: str) -> None:
+    # `xpert-gateway schema | head -1`: head exits after one line; the command ends without a
+    # traceback (nor Python's "Exception ignored ... BrokenPipeError" at exit).
+    args: tuple[str, ...] = ("schema",)
+    if command == "check":  # a config whose listing is larger than the pipe's buffer
+        path = tmp_path / "many.yaml"
+        experts = [{"id": f"echo-{i}", "kind": "echo"} for i in range(400)]
+        integrations = [{"id": "console", "platform": "console", "xpertId": "echo-0"}]
+        path.write_text(yaml.safe_dump({"experts": experts, "integrations": integrations}))
+        args = ("check", "--config", str(path))
+    read_end, write_end = _pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
+    os.close(write_end)
+    try:
+        first = os.read(read_end, 1)  # blocks until the command writes
+    finally:
+        os.close(read_end)
+    _, stderr = proc.communicate(timeout=60)
+    assert first == (b"{" if command == "schema" else str(args[-1]).encode()[:1])
+    assert stderr.decode() == ""
+    assert proc.returncode == 141  # as a command killed by SIGPIPE (128 + 13), e.g. cat
+
+
+async def _ready(port: int) -> bool:
+    """``/readyz`` says ready (Redis reachable, the console up)."""
+    async with aiohttp.ClientSession() as http:
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                return resp.status == 200 and bool((await resp.json())["ready"])
+    return False
+
+
+def _kill_all(data: Path) -> None:
+    """What a failed test may leave running under ``data`` (a daemon, its Redis)."""
+    for pid in processes_mentioning(str(data)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+async def test_a_second_daemon_on_the_same_data_dir_refuses_and_leaves_the_first_alone(
+    daemons: Any, tmp_path: Path
+) -> None:
+    # The README's `./dev.sh run --port 9000` while `./dev.sh run` runs: the same dataDir. The
+    # second must not take over (and end) the first one's embedded Redis.
+    data = tmp_path / "data"
+    first = daemons(quickstart(data), "first")
+    try:
+        await first.start()
+        [started] = first.logged("embedded redis started")
+        assert first.proc is not None
+        second = run_cli(
+            "run", "--config", str(first.config_path), "--port", str(free_port()), timeout=30
+        )
+        assert second.returncode == 1, second.stderr
+        assert f"error: {data} is in use: another xpert-gateway (pid {first.proc.pid})" in (
+            second.stderr
+        )
+        assert "dataDir" in second.stderr and "Traceback" not in second.stderr
+        # The first one's Redis runs on, the same process, and the first is still ready.
+        assert processes_mentioning(str(data)) == [started["pid"]]
+        assert await _ready(first.port)
+        assert not first.logged("control channel lost; resubscribing")
+        first.signal(signal.SIGTERM)
+        assert await first.wait_exit(20) == 0
+        assert processes_mentioning(str(data)) == []
+    finally:
+        _kill_all(data)
+
+
+@pytest.mark.slow
+async def test_the_redis_of_a_killed_daemon_is_stopped_by_the_next_one_and_only_ours(
+    daemons: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = subprocess.Popen(  # a redis-server of someone else's, not under our dataDir
+        [
+            *(EmbeddedRedis.executable(), "--port", "0", "--unixsocket", str(other_dir / "r.sock")),
+            *("--dir", str(other_dir), "--save", "", "--appendonly", "no"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        first = daemons(quickstart(data), "first")
+        await first.start()
+        [orphan] = [e["pid"] for e in first.logged("embedded redis started")]
+        assert first.proc is not None
+        first.proc.kill()  # SIGKILL: its Redis stays, an orphan holding the data
+        await first.wait_exit(10)
+        assert orphan in processes_mentioning(str(data))
+        second = daemons(quickstart(data), "second")
+        await second.start()
+        assert second.logged("stopping the embedded redis a stopped daemon left", pid=orphan)
+        assert orphan not in processes_mentioning(str(data))
+        assert await _ready(second.port)
+        await second.stop()
+        assert processes_mentioning(str(data)) == []
+        # A pid file naming a redis-server that is not ours: that one is left alone.
+        (data / "redis.pid").write_text(f"{other.pid}\n")
+        third = daemons(quickstart(data), "third")
+        await third.start()
+        assert await _ready(third.port)
+        assert other.poll() is None
+        assert not third.logged("stopping the embedded redis a stopped daemon left")
+    finally:
+        other.kill()
+        other.wait(5)
+        _kill_all(data)
 
 
 @pytest.mark.slow

@@ -7,8 +7,10 @@ line of its turn names the turn, conversation and session too, as the daemon wri
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,3 +92,39 @@ async def test_the_ids_reach_tasks_and_yield_to_keys_given_explicitly(
     assert by_event["explicit"]["event_id"] == "evt-explicit"
     assert by_event["bound"]["integration_id"] == "integ-bound"
     assert "event_id" not in by_event["after"]
+
+
+class _Failing(io.StringIO):
+    """A stderr whose writes fail with ``error`` while ``failing`` is set."""
+
+    def __init__(self, error: int) -> None:
+        super().__init__()
+        self.error = error
+        self.failing = True
+
+    def write(self, text: str) -> int:
+        if self.failing:
+            raise OSError(self.error, os.strerror(self.error))
+        return super().write(text)
+
+
+def test_a_line_that_cannot_be_written_is_dropped_and_only_a_gone_reader_ends_the_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A full disk loses the line it failed on, not the lines after; EPIPE (the reader is gone)
+    # ends the stream. Neither reaches the code that logged.
+    saved = structlog.get_config()
+    try:
+        for error, later in ((errno.ENOSPC, True), (errno.EPIPE, False)):
+            stream = _Failing(error)
+            monkeypatch.setattr("sys.stderr", stream)
+            configure_logging("info", "json")  # a StringIO has no descriptor to silence
+            structlog.configure(cache_logger_on_first_use=False)
+            log = structlog.get_logger("test")
+            log.info("lost")
+            stream.failing = False
+            log.info("after")
+            assert ("after" in stream.getvalue()) is later
+            assert "lost" not in stream.getvalue()
+    finally:
+        structlog.configure(**saved)

@@ -209,18 +209,58 @@
   }
 
   // ---- live updates --------------------------------------------------------------------
+  // "Live" means both: the event stream is open, and the gateway says it is ready (/readyz:
+  // its Redis reachable, its integrations up). A stream the gateway keeps open while it lost
+  // its Redis is not live: nothing sent now would be answered.
+  const READY_POLL_MS = 3000;
+  const conn = { stream: false, ready: null, why: "" };
+  function showConn() {
+    const box = $("#conn");
+    let [look, text] = ["live", "Live"];
+    if (!conn.stream) [look, text] = ["down", "Reconnecting…"];
+    else if (conn.ready === null) [look, text] = ["connecting", "Connecting…"];
+    else if (!conn.ready) [look, text] = ["down", conn.why];
+    box.dataset.state = look;
+    box.lastChild.textContent = text;
+  }
+  function notReady(body) {
+    if (body.stopping) return "Gateway stopping";
+    const checks = body.checks || {};
+    if (checks.redis && !checks.redis.ready) return "Redis unreachable";
+    const down = Object.keys(checks).filter((k) => checks[k] && checks[k].ready === false);
+    return down.length ? `Not ready: ${down.join(", ")}` : "Gateway not ready";
+  }
+  async function checkReady() {
+    try {
+      const res = await fetch("../readyz", { cache: "no-store" });
+      if (res.status !== 200 && res.status !== 503) {
+        conn.ready = true; // readiness not ours to see (e.g. behind a proxy): the stream decides
+      } else {
+        const body = await res.json();
+        conn.ready = !!body.ready;
+        if (!conn.ready) conn.why = notReady(body);
+      }
+    } catch (_) {
+      conn.ready = false;
+      conn.why = "Gateway unreachable";
+    }
+    showConn();
+  }
+  setInterval(() => { if (!document.hidden) checkReady(); }, READY_POLL_MS);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) checkReady(); });
+
   function connect() {
     const es = new EventSource(`api/events?integrationId=${encodeURIComponent(state.integ.id)}`);
     state.es = es;
-    const conn = $("#conn");
     es.addEventListener("open", () => {
-      conn.dataset.state = "live";
-      conn.lastChild.textContent = "Live";
+      conn.stream = true;
+      showConn();
+      checkReady();
       loadTimeline(); // catch up on anything missed while disconnected
     });
     es.addEventListener("error", () => {
-      conn.dataset.state = "down";
-      conn.lastChild.textContent = "Reconnecting…";
+      conn.stream = false;
+      showConn();
     });
     es.addEventListener("record", (ev) => {
       let msg;
