@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -186,3 +188,43 @@ async def test_a_long_cjk_answer_is_split_by_bytes(prefix: str, redis_client: An
         assert not [c for c in fake.calls if c.status >= 300]  # nothing was refused
         answer = [m["text"] for m in fake.sent()[1:]]
         assert len(answer) == 3 and "".join(answer) == f"You said:\n> {text}"
+
+
+async def test_a_long_answer_does_not_hold_up_other_requests(
+    prefix: str, redis_client: Any
+) -> None:
+    """Issue 25: splitting a 300 KB answer into robot messages rescanned the rest of the text
+    for every piece, on the event loop: for half a minute no request (webhooks, action links,
+    health checks) was answered. A client on a thread of its own (the gateway's loop does not
+    run it) asks for /healthz all along: every request is answered within two seconds, and
+    the whole answer arrives."""
+    fast = [
+        {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 10_000}
+    ]
+    async with running(prefix, experts=fast) as (fake, h):
+        done = threading.Event()
+        waits: list[float] = []
+
+        def poll() -> None:
+            while not done.is_set():
+                began = time.monotonic()
+                with urllib.request.urlopen(f"{h.base}/healthz", timeout=60) as resp:
+                    assert resp.status == 200
+                waits.append(time.monotonic() - began)
+                done.wait(0.05)
+
+        poller = asyncio.create_task(asyncio.to_thread(poll))
+        text = "word " * 60_000  # 300 KB: well within server.maxBodyBytes
+        status, _ = await h.post(robot_message(fake, text, webhook=False))
+        assert status == 200
+        try:
+            await eventually(
+                lambda: len(fake.sent()) > 2 and fake.sent()[-1]["buttons"] == ["New conversation"],
+                timeout=90,
+            )
+        finally:
+            done.set()
+            await poller
+        assert waits and max(waits) < 2.0, f"a request waited {max(waits):.1f} s"
+        answer = "".join(m["text"] for m in fake.sent()[1:])
+        assert answer.replace(" ", "") == f"You said:\n> {text}".replace(" ", "")
