@@ -21,6 +21,7 @@ from adapters.dingtalk.events import (
     robot_message,
     where_from_params,
 )
+from adapters.dingtalk.outbound import reply_extras, webhook_allowed
 from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
 from gateway.envelope import Envelope
 from gateway.webhook import (
@@ -42,7 +43,16 @@ log = structlog.get_logger("adapters.dingtalk")
 # --- HTTP mode: POST /api/dingtalk/webhook/{integrationId} -------------------------------------
 class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
     """The sign covers the ``timestamp`` header only, so it is checked before the body is read
-    (§2.3)."""
+    (§2.3), within ``signWindowSeconds``.
+
+    Because the body is not signed, whoever saw one request's (timestamp, sign) can send any body
+    with it while the window lasts. A pair is still not single-use: DingTalk's doc
+    (https://open.dingtalk.com/document/development/robot-message-type, "机器人接收消息 / 相关内容")
+    defines ``timestamp`` as the message's send time in ms and ``sign`` as a function of it and
+    the AppSecret alone, so two messages sent to the robot in the same millisecond (two people,
+    one app) come with the same pair, and refusing the second would lose a real message. What a
+    forged body can do is bounded instead: the window, and replies that go only to DingTalk's
+    own origin (``webhook_origins``): a body naming any other sessionWebhook is refused."""
 
     platform = "dingtalk"
 
@@ -56,6 +66,7 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
                 ascii_text(request.headers.get("timestamp"), "timestamp"),
                 ascii_text(request.headers.get("sign"), "sign"),
                 now_ms=int(adapter.clock() * 1000),
+                window_ms=adapter.settings.sign_window_seconds * 1000,
             )
         except BadSignature as exc:
             raise Rejected(401, str(exc), public="bad signature") from None
@@ -65,9 +76,13 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
 
     async def parse(self, adapter: DingTalkAdapter, payload: dict[str, Any]) -> Envelope:
         try:
-            return robot_message(payload, integration_id=adapter.integration_id)
+            envelope = robot_message(payload, integration_id=adapter.integration_id)
         except ValueError as exc:  # pydantic's ValidationError included
             raise Rejected(400, f"bad body ({type(exc).__name__})", public="bad body") from None
+        webhook = reply_extras(envelope).get("sessionWebhook")
+        if webhook and not webhook_allowed(str(webhook), adapter.settings.webhook_origins):
+            raise Rejected(400, "sessionWebhook not on DingTalk's origin", public="bad body")
+        return envelope
 
 
 # --- GET /api/dingtalk/action/{integrationId}?t=<signed token> ---------------------------------

@@ -7,6 +7,7 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator
+from yarl import URL
 
 from gateway.settings import IntegrationBase
 
@@ -32,14 +33,21 @@ class DingTalkIntegration(IntegrationBase):
     action_token_ttl_seconds: int = Field(
         86_400, ge=60, le=30 * 86_400, description="How long a button link in a message works"
     )
+    sign_window_seconds: int = Field(
+        300,
+        ge=10,
+        le=3600,
+        description="HTTP mode: how far a request's signed timestamp may be from now (DingTalk's "
+        "doc allows up to 1 h); the sign covers the timestamp only, so a shorter window bounds "
+        "how long an observed (timestamp, sign) pair can carry a forged body",
+    )
 
     @field_validator("api_base")
     @classmethod
     def _https(cls, value: str) -> str:
         # The app secret travels to apiBase: plain http only for a local fake.
         url = urlparse(value)
-        local = url.hostname in ("127.0.0.1", "localhost", "::1")
-        if url.scheme != "https" and not (url.scheme == "http" and local):
+        if url.scheme != "https" and not (url.scheme == "http" and _local(value)):
             raise ValueError("apiBase must be an https URL (plain http only for 127.0.0.1)")
         return value
 
@@ -50,3 +58,39 @@ class DingTalkIntegration(IntegrationBase):
     @property
     def base(self) -> str:
         return self.api_base.rstrip("/")
+
+    @property
+    def webhook_origins(self) -> frozenset[str]:
+        """The origins a sessionWebhook may be on: DingTalk's own, and apiBase's when apiBase is
+        a local fake (tests, a local DingTalk stand-in)."""
+        if _local(self.api_base):
+            return frozenset({SESSION_WEBHOOK_ORIGIN, origin_of(self.api_base) or ""}) - {""}
+        return frozenset({SESSION_WEBHOOK_ORIGIN})
+
+
+# sessionWebhook is ``https://oapi.dingtalk.com/robot/sendBySession?session=…``
+# (https://open.dingtalk.com/document/development/robot-message-type, "机器人接收消息").
+SESSION_WEBHOOK_ORIGIN = "https://oapi.dingtalk.com"
+
+
+def _local(url: str) -> bool:
+    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def origin_of(url: str) -> str | None:
+    """``scheme://host[:port]`` of an absolute http(s) URL without userinfo, else None."""
+    try:
+        parsed = URL(url)
+    except (TypeError, ValueError):
+        return None
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.host
+        or parsed.user is not None
+        or parsed.password is not None
+    ):
+        return None
+    try:
+        return str(parsed.origin())
+    except ValueError:
+        return None
