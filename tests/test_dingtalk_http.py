@@ -129,21 +129,21 @@ async def test_signed_action_links_valid_forged_and_expired(dt: Harness) -> None
 
     _payload, _, mac = _token(new_url).partition(".")
     forged = new_url.replace(mac, mac[:-2] + ("AA" if mac[-2:] != "AA" else "BB"))
-    status, page = await h.get(forged)
+    status, page = await h.click(forged)
     assert status == 403 and "not valid" in page
     stale = sign_action(
         SECRET, {k: v for k, v in claims.items() if k != "exp"}, expires_at=int(time.time()) - 1
     )
-    status, _ = await h.get(new_url.replace(_token(new_url), stale))
+    status, _ = await h.click(new_url.replace(_token(new_url), stale))
     assert status == 403
     assert len(fake.sent()) == 2  # neither did anything
 
-    status, page = await h.get(new_url)
+    status, page = await h.click(new_url)
     assert status == 200 and "New conversation started" in page
     notice = await eventually(lambda: len(fake.sent()) >= 3 and fake.sent()[2])
     assert notice["text"].startswith("Started a new conversation")
     assert notice["via"] == "openapi"  # a link click carries no sessionWebhook
-    status, page = await h.get(new_url)  # the same link again is the same click
+    status, page = await h.click(new_url)  # the same link again is the same click
     assert status == 200 and "Already done" in page
 
 
@@ -153,7 +153,7 @@ async def test_stop_link_cancels_the_running_turn(prefix: str, redis_client: Any
         await h.post(robot_message(fake, "a long one " * 5))
         working = await eventually(lambda: fake.sent() and fake.sent()[0])
         [stop_url] = working["urls"]
-        status, page = await h.get(stop_url)
+        status, page = await h.click(stop_url)
         assert status == 200 and "Stop requested" in page
         final = await eventually(lambda: len(fake.sent()) >= 2 and fake.sent()[1])
         assert final["text"].endswith("*Stopped*")

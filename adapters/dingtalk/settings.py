@@ -12,6 +12,11 @@ from yarl import URL
 from gateway.settings import IntegrationBase
 
 
+# A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
+# lived longer could be clicked again once that record is gone (links.py).
+LINK_TTL_MAX_S = 8 * 3600
+
+
 class DingTalkIntegration(IntegrationBase):
     """A DingTalk enterprise robot (an internal app with the robot capability)."""
 
@@ -31,7 +36,11 @@ class DingTalkIntegration(IntegrationBase):
         None, description="AI card template id; without it replies are markdown messages"
     )
     action_token_ttl_seconds: int = Field(
-        86_400, ge=60, le=30 * 86_400, description="How long a button link in a message works"
+        LINK_TTL_MAX_S,
+        ge=60,
+        le=LINK_TTL_MAX_S,
+        description="How long a button link in a message works; at most 8 h, the least "
+        "runtime.dedupTtlHours, so no link outlives the record of its click",
     )
     sign_window_seconds: int = Field(
         300,
