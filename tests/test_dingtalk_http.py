@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from structlog.testing import capture_logs
 
 from adapters.dingtalk.crypto import sign_action, verify_action
 from tests.conftest import eventually
@@ -228,3 +229,21 @@ async def test_a_long_answer_does_not_hold_up_other_requests(
         assert waits and max(waits) < 2.0, f"a request waited {max(waits):.1f} s"
         answer = "".join(m["text"] for m in fake.sent()[1:])
         assert answer.replace(" ", "") == f"You said:\n> {text}".replace(" ", "")
+
+
+async def test_a_refused_send_is_one_log_line_with_its_code(dt: Harness) -> None:
+    """Issue 25: an API refusal during a turn (here every group send, 400
+    invalidParameter.robotCode.notExsit) is the platform's answer, not a gateway bug: logged as
+    one warning with its code, never with a traceback or at error level."""
+    fake, h = dt
+    code = "invalidParameter.robotCode.notExsit"
+    fake.fail("/v1.0/robot/groupMessages/send", status=400, code=code, times=1000)
+    with capture_logs() as logs:
+        await h.post(robot_message(fake, "refused", group=True, webhook=False))
+        failed = await eventually(
+            lambda: [e for e in logs if str(e["event"]).startswith("turn failed")], timeout=30
+        )
+    assert [e["code"] for e in failed] == [code] and failed[0]["log_level"] == "warning"
+    assert failed[0]["status"] == 400 and failed[0]["error"] == "DingTalkApiError"
+    noisy = [e for e in logs if e.get("exc_info") or e["log_level"] in ("error", "critical")]
+    assert noisy == []

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.adapter import ApiCalls
+from gateway.adapter import ApiCalls, PlatformApiError
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -45,12 +45,15 @@ ENDPOINTS = {
 }
 
 
-class DingTalkApiError(RuntimeError):
+class DingTalkApiError(PlatformApiError):
     def __init__(self, status: int, code: str, message: str, request_id: str = "") -> None:
         super().__init__(f"DingTalk API {status} {code}: {message}")
         self.status = status
         self.code = code
         self.request_id = request_id
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"status": self.status, "code": self.code, "request_id": self.request_id}
 
     @property
     def refused(self) -> bool:
@@ -58,7 +61,7 @@ class DingTalkApiError(RuntimeError):
         return 400 <= self.status < 500 and not _retryable(self.status, self.code)
 
 
-class WebhookGone(RuntimeError):
+class WebhookGone(PlatformApiError):
     """The sessionWebhook expired or was refused; fall back to the robot OpenAPI."""
 
 

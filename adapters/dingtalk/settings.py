@@ -11,7 +11,6 @@ from yarl import URL
 
 from gateway.settings import IntegrationBase
 
-
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
 # lived longer could be clicked again once that record is gone (links.py).
 LINK_TTL_MAX_S = 8 * 3600
