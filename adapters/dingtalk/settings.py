@@ -76,8 +76,9 @@ class DingTalkIntegration(IntegrationBase):
         return frozenset({SESSION_WEBHOOK_ORIGIN})
 
 
-# sessionWebhook is ``https://oapi.dingtalk.com/robot/sendBySession?session=…``
-# (https://open.dingtalk.com/document/development/robot-message-type, "机器人接收消息").
+# sessionWebhook is ``https://oapi.dingtalk.com/robot/sendBySession?session=…``: the doc
+# (https://open.dingtalk.com/document/development/robot-message-type, "机器人接收消息") names the
+# field only ("当前会话的Webhook地址"); every captured payload quoted in public code has this URL.
 SESSION_WEBHOOK_ORIGIN = "https://oapi.dingtalk.com"
 
 
