@@ -122,3 +122,16 @@ def test_a_link_lifetime_past_the_dedup_window_is_a_config_error(
     config["integrations"][0]["actionTokenTtlSeconds"] = 8 * 3600
     path.write_text(yaml.safe_dump(config))
     assert cli_main(["check", "--config", str(path)]) == 0
+
+
+def test_the_link_bound_is_within_the_least_dedup_window() -> None:
+    """LINK_TTL_MAX_S is the least runtime.dedupTtlHours: lowering that bound needs this one
+    lowered too."""
+    from annotated_types import Ge
+
+    from adapters.dingtalk.settings import LINK_TTL_MAX_S
+    from gateway.settings import RuntimeSettings
+
+    field = RuntimeSettings.model_fields["dedup_ttl_hours"]
+    [least] = [m.ge for m in field.metadata if isinstance(m, Ge)]
+    assert LINK_TTL_MAX_S <= float(least) * 3600  # type: ignore[arg-type]
