@@ -39,6 +39,7 @@ __all__ = [
     "LeasedConnection",
     "LiveAdapters",
     "OwnerLease",
+    "PlatformApiError",
     "RecordStore",
     "ShuttingDown",
     "StoreUnavailable",
@@ -46,6 +47,8 @@ __all__ = [
     "body_type",
     "discover_adapters",
     "holder_token",
+    "log_failure",
+    "platform_refusal",
     "read_body",
 ]
 
@@ -64,6 +67,38 @@ class IngestUnavailable(StoreUnavailable):
 
 class ShuttingDown(IngestUnavailable):
     """The replica stopped taking new work; the platform retries, against another replica."""
+
+
+class PlatformApiError(RuntimeError):
+    """A platform API that refused a call or gave no answer (each adapter's API client raises a
+    subclass). It is the platform's answer, not a bug in the gateway: the core logs it as one
+    line with ``log_fields()`` (status, the platform's code), never with a traceback."""
+
+    def log_fields(self) -> dict[str, Any]:
+        return {}
+
+
+def platform_refusal(exc: BaseException) -> dict[str, Any] | None:
+    """The log fields of the platform API error that ``exc`` is or was raised from (its cause
+    or context chain, a few links deep), else None."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return None
+        if isinstance(seen, PlatformApiError):
+            return {"error": type(seen).__name__, **seen.log_fields()}
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def log_failure(logger: Any, event: str, exc: BaseException, **ids: Any) -> None:
+    """``exc`` logged under ``event``: one warning with the platform's code when a platform API
+    refused or did not answer (``platform_refusal``), else with its traceback."""
+    refusal = platform_refusal(exc)
+    if refusal is None:
+        logger.exception(event, **ids)
+    else:
+        logger.warning(f"{event}: a platform API call failed", **ids, **refusal)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from gateway import __version__
-from gateway.adapter import Adapter, AdapterContext, AdapterFactory, discover_adapters
+from gateway.adapter import Adapter, AdapterContext, AdapterFactory, discover_adapters, log_failure
 from gateway.admin import AdminApi
 from gateway.audit_api import AuditApi
 from gateway.control import Control
@@ -92,8 +92,8 @@ class Gateway:
         async def guarded() -> None:
             try:
                 await coro
-            except Exception:
-                log.exception("background task failed")
+            except Exception as exc:  # a reply the platform refused: one line with its code
+                log_failure(log, "background task failed", exc)
 
         task = asyncio.create_task(guarded())
         self.tasks.add(task)

@@ -4,10 +4,13 @@ realistic robot messages (platforms.md §2.2)."""
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urljoin
 
 import aiohttp
 
@@ -17,6 +20,8 @@ from tests.fakes.dingtalk import FakeDingTalk
 from tests.helpers import InProcessGateway, free_port
 
 SECRET = "dt-app-secret"
+FORM = re.compile(r'<form method="post" action="(?P<action>[^"]*)">\s*'
+                  r'<input type="hidden" name="t" value="(?P<token>[^"]*)">')  # fmt: skip
 BOT_ID = "$:LWCP_v1:$bot"
 
 
@@ -58,6 +63,19 @@ class DingTalkHarness:
 
     async def get(self, url: str) -> tuple[int, str]:
         async with self.http.get(url) as resp:
+            return resp.status, await resp.text()
+
+    async def click(self, url: str) -> tuple[int, str]:
+        """What a person does with a button link: open it (a page, nothing done yet), then press
+        the page's button, which posts its form back as a browser does (same origin)."""
+        status, page = await self.get(url)
+        form = FORM.search(page)
+        if status != 200 or form is None:
+            return status, page
+        action = urljoin(url, html.unescape(form["action"]))
+        data = {"t": html.unescape(form["token"])}
+        headers = {"Origin": self.base, "Sec-Fetch-Site": "same-origin"}
+        async with self.http.post(action, data=data, headers=headers) as resp:
             return resp.status, await resp.text()
 
     async def close(self) -> None:

@@ -14,6 +14,7 @@ the state has but the card cannot show is a gap too: those are listed in ``NOT_O
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import time
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, get_args
+from urllib.parse import urljoin
 
 import aiohttp
 import pytest
@@ -38,7 +40,7 @@ from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from gateway.events import Interrupt
 from gateway.progress import Progress, Status
 from tests.conftest import base_config, eventually
-from tests.dingtalk_support import dingtalk_config, robot_message
+from tests.dingtalk_support import FORM, dingtalk_config, robot_message
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.lark import BOT_OPEN_ID, FakeLark
 from tests.fakes.wecom import FakeWeCom
@@ -212,7 +214,14 @@ class DingTalkLinks(Platform):
         return [Button(label, href) for m in messages for label, href in m.buttons]
 
     async def click(self, button: Button) -> None:
+        """Open the link (a page; nothing is done yet) and press its button (a form POST)."""
         async with self.http.get(button.payload) as resp:
+            page = await resp.text()
+        form = FORM.search(page)
+        assert resp.status == 200 and form is not None, page
+        action = urljoin(button.payload, html.unescape(form["action"]))
+        data = {"t": html.unescape(form["token"])}
+        async with self.http.post(action, data=data) as resp:
             page = await resp.text()
         assert resp.status == 200 and "not valid" not in page, page
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from structlog.testing import capture_logs
 
 from adapters.dingtalk.crypto import sign_action, verify_action
 from tests.conftest import eventually
@@ -127,21 +130,21 @@ async def test_signed_action_links_valid_forged_and_expired(dt: Harness) -> None
 
     _payload, _, mac = _token(new_url).partition(".")
     forged = new_url.replace(mac, mac[:-2] + ("AA" if mac[-2:] != "AA" else "BB"))
-    status, page = await h.get(forged)
+    status, page = await h.click(forged)
     assert status == 403 and "not valid" in page
     stale = sign_action(
         SECRET, {k: v for k, v in claims.items() if k != "exp"}, expires_at=int(time.time()) - 1
     )
-    status, _ = await h.get(new_url.replace(_token(new_url), stale))
+    status, _ = await h.click(new_url.replace(_token(new_url), stale))
     assert status == 403
     assert len(fake.sent()) == 2  # neither did anything
 
-    status, page = await h.get(new_url)
+    status, page = await h.click(new_url)
     assert status == 200 and "New conversation started" in page
     notice = await eventually(lambda: len(fake.sent()) >= 3 and fake.sent()[2])
     assert notice["text"].startswith("Started a new conversation")
     assert notice["via"] == "openapi"  # a link click carries no sessionWebhook
-    status, page = await h.get(new_url)  # the same link again is the same click
+    status, page = await h.click(new_url)  # the same link again is the same click
     assert status == 200 and "Already done" in page
 
 
@@ -151,7 +154,7 @@ async def test_stop_link_cancels_the_running_turn(prefix: str, redis_client: Any
         await h.post(robot_message(fake, "a long one " * 5))
         working = await eventually(lambda: fake.sent() and fake.sent()[0])
         [stop_url] = working["urls"]
-        status, page = await h.get(stop_url)
+        status, page = await h.click(stop_url)
         assert status == 200 and "Stop requested" in page
         final = await eventually(lambda: len(fake.sent()) >= 2 and fake.sent()[1])
         assert final["text"].endswith("*Stopped*")
@@ -186,3 +189,61 @@ async def test_a_long_cjk_answer_is_split_by_bytes(prefix: str, redis_client: An
         assert not [c for c in fake.calls if c.status >= 300]  # nothing was refused
         answer = [m["text"] for m in fake.sent()[1:]]
         assert len(answer) == 3 and "".join(answer) == f"You said:\n> {text}"
+
+
+async def test_a_long_answer_does_not_hold_up_other_requests(
+    prefix: str, redis_client: Any
+) -> None:
+    """Issue 25: splitting a 300 KB answer into robot messages rescanned the rest of the text
+    for every piece, on the event loop: for half a minute no request (webhooks, action links,
+    health checks) was answered. A client on a thread of its own (the gateway's loop does not
+    run it) asks for /healthz all along: every request is answered within two seconds, and
+    the whole answer arrives."""
+    fast = [
+        {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 10_000}
+    ]
+    async with running(prefix, experts=fast) as (fake, h):
+        done = threading.Event()
+        waits: list[float] = []
+
+        def poll() -> None:
+            while not done.is_set():
+                began = time.monotonic()
+                with urllib.request.urlopen(f"{h.base}/healthz", timeout=60) as resp:
+                    assert resp.status == 200
+                waits.append(time.monotonic() - began)
+                done.wait(0.05)
+
+        poller = asyncio.create_task(asyncio.to_thread(poll))
+        text = "word " * 60_000  # 300 KB: well within server.maxBodyBytes
+        status, _ = await h.post(robot_message(fake, text, webhook=False))
+        assert status == 200
+        try:
+            await eventually(
+                lambda: len(fake.sent()) > 2 and fake.sent()[-1]["buttons"] == ["New conversation"],
+                timeout=90,
+            )
+        finally:
+            done.set()
+            await poller
+        assert waits and max(waits) < 2.0, f"a request waited {max(waits):.1f} s"
+        answer = "".join(m["text"] for m in fake.sent()[1:])
+        assert answer.replace(" ", "") == f"You said:\n> {text}".replace(" ", "")
+
+
+async def test_a_refused_send_is_one_log_line_with_its_code(dt: Harness) -> None:
+    """Issue 25: an API refusal during a turn (here every group send, 400
+    invalidParameter.robotCode.notExsit) is the platform's answer, not a gateway bug: logged as
+    one warning with its code, never with a traceback or at error level."""
+    fake, h = dt
+    code = "invalidParameter.robotCode.notExsit"
+    fake.fail("/v1.0/robot/groupMessages/send", status=400, code=code, times=1000)
+    with capture_logs() as logs:
+        await h.post(robot_message(fake, "refused", group=True, webhook=False))
+        failed = await eventually(
+            lambda: [e for e in logs if str(e["event"]).startswith("turn failed")], timeout=30
+        )
+    assert [e["code"] for e in failed] == [code] and failed[0]["log_level"] == "warning"
+    assert failed[0]["status"] == 400 and failed[0]["error"] == "DingTalkApiError"
+    noisy = [e for e in logs if e.get("exc_info") or e["log_level"] in ("error", "critical")]
+    assert noisy == []

@@ -63,6 +63,7 @@ class DingTalkAdapter(Adapter):
             api=self.api,
             records=context.records,
             clock_ms=lambda: int(self.clock() * 1000),
+            webhook_origins=settings.webhook_origins,
         )
         self.cards = (
             CardOutbound(

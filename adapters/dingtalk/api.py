@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.adapter import ApiCalls
+from gateway.adapter import ApiCalls, PlatformApiError
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -45,12 +45,15 @@ ENDPOINTS = {
 }
 
 
-class DingTalkApiError(RuntimeError):
+class DingTalkApiError(PlatformApiError):
     def __init__(self, status: int, code: str, message: str, request_id: str = "") -> None:
         super().__init__(f"DingTalk API {status} {code}: {message}")
         self.status = status
         self.code = code
         self.request_id = request_id
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"status": self.status, "code": self.code, "request_id": self.request_id}
 
     @property
     def refused(self) -> bool:
@@ -58,7 +61,7 @@ class DingTalkApiError(RuntimeError):
         return 400 <= self.status < 500 and not _retryable(self.status, self.code)
 
 
-class WebhookGone(RuntimeError):
+class WebhookGone(PlatformApiError):
     """The sessionWebhook expired or was refused; fall back to the robot OpenAPI."""
 
 
@@ -147,7 +150,11 @@ class DingTalkApi:
             began = time.perf_counter()
             try:
                 async with self.http.request(
-                    method, self.base + path, data=dumps(body), headers=headers
+                    method,
+                    self.base + path,
+                    data=dumps(body),
+                    headers=headers,
+                    allow_redirects=False,  # the token header must not follow a redirect
                 ) as resp:
                     data = await resp.json(content_type=None) if resp.content_length != 0 else {}
                     data = data if isinstance(data, dict) else {}
@@ -181,13 +188,20 @@ class DingTalkApi:
         raise last
 
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
-        """Post to a conversation's sessionWebhook; WebhookGone when it no longer works."""
+        """Post to a conversation's sessionWebhook; WebhookGone when it no longer works. A
+        redirect is not followed (it is an answer that the webhook does not work): the URL's
+        origin was checked, the redirect's target was not."""
         for attempt in range(self.attempts):
             began = time.perf_counter()
             try:
-                async with self.http.post(url, data=dumps(body), headers=JSON_UTF8) as resp:
-                    data = await resp.json(content_type=None)
+                async with self.http.post(
+                    url, data=dumps(body), headers=JSON_UTF8, allow_redirects=False
+                ) as resp:
                     status = resp.status
+                    try:
+                        data = await resp.json(content_type=None)
+                    except ValueError:  # an error page: the status tells
+                        data = None
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 self._count("session_webhook", began, type(exc).__name__)
                 log.warning("sessionWebhook retry", error=type(exc).__name__)

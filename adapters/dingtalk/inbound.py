@@ -1,26 +1,26 @@
 """DingTalk's hooks into the core's webhook skeleton (``gateway.webhook``): the HTTP-mode robot
-webhook (platforms.md §2.3) and the signed button links; and the stream-mode frame handlers
-(§2.1, §2.6). Every path acks only after intake returned: the event is durable."""
+webhook (platforms.md §2.3) and the signed button links (``links.py``); and the stream-mode
+frame handlers (§2.1, §2.6). Every path acks only after intake returned: the event is durable."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
 
+from adapters.dingtalk import links
 from adapters.dingtalk.cards import clicked_params
 from adapters.dingtalk.connection import ack_error
-from adapters.dingtalk.crypto import BadSignature, verify_action, verify_robot_sign
+from adapters.dingtalk.crypto import BadSignature, verify_robot_sign
 from adapters.dingtalk.events import (
     action_envelope,
     card_callback_params,
-    link_event_id,
     robot_message,
     where_from_params,
 )
+from adapters.dingtalk.outbound import reply_extras, webhook_allowed
 from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
 from gateway.envelope import Envelope
 from gateway.webhook import (
@@ -42,7 +42,16 @@ log = structlog.get_logger("adapters.dingtalk")
 # --- HTTP mode: POST /api/dingtalk/webhook/{integrationId} -------------------------------------
 class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
     """The sign covers the ``timestamp`` header only, so it is checked before the body is read
-    (§2.3)."""
+    (§2.3), within ``signWindowSeconds``.
+
+    Because the body is not signed, whoever saw one request's (timestamp, sign) can send any body
+    with it while the window lasts. A pair is still not single-use: DingTalk's doc
+    (https://open.dingtalk.com/document/development/robot-message-type, "机器人接收消息 / 相关内容")
+    defines ``timestamp`` as the message's send time in ms and ``sign`` as a function of it and
+    the AppSecret alone, so two messages sent to the robot in the same millisecond (two people,
+    one app) come with the same pair, and refusing the second would lose a real message. What a
+    forged body can do is bounded instead: the window, and replies that go only to DingTalk's
+    own origin (``webhook_origins``): a body naming any other sessionWebhook is refused."""
 
     platform = "dingtalk"
 
@@ -56,6 +65,7 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
                 ascii_text(request.headers.get("timestamp"), "timestamp"),
                 ascii_text(request.headers.get("sign"), "sign"),
                 now_ms=int(adapter.clock() * 1000),
+                window_ms=adapter.settings.sign_window_seconds * 1000,
             )
         except BadSignature as exc:
             raise Rejected(401, str(exc), public="bad signature") from None
@@ -65,89 +75,18 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
 
     async def parse(self, adapter: DingTalkAdapter, payload: dict[str, Any]) -> Envelope:
         try:
-            return robot_message(payload, integration_id=adapter.integration_id)
+            envelope = robot_message(payload, integration_id=adapter.integration_id)
         except ValueError as exc:  # pydantic's ValidationError included
             raise Rejected(400, f"bad body ({type(exc).__name__})", public="bad body") from None
-
-
-# --- GET /api/dingtalk/action/{integrationId}?t=<signed token> ---------------------------------
-_PAGE = """<!doctype html><html><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width,initial-scale=1"><title>{title}</title></head>
-<body style="font-family:sans-serif;text-align:center;padding:3em 1em">
-<h2>{title}</h2><p>{detail}</p></body></html>"""
-_DONE = {
-    "stop": "Stop requested",
-    "new": "New conversation started",
-    "confirm": "Confirmed",
-    "reject": "Rejected",
-}
-
-
-def _page(status: int, title: str, detail: str) -> web.Response:
-    body = _PAGE.format(title=html.escape(title), detail=html.escape(detail))
-    return web.Response(status=status, text=body, content_type="text/html")
-
-
-class ActionLink(Webhook["DingTalkAdapter", Envelope]):
-    """A button link in a markdown message: a signed, expiring token becomes an action
-    Envelope. The same link (however its token is spelled) is one click."""
-
-    platform = "dingtalk"
-
-    def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> Envelope:
-        token = ascii_text(request.query.get("t"), "token", status=403)
-        secret = adapter.settings.client_secret.get_secret_value()
-        try:
-            claims = verify_action(secret, token, now_s=adapter.clock())
-            return action_envelope(
-                integration_id=adapter.integration_id,
-                event_id=link_event_id(token.partition(".")[0]),
-                action_id=str(claims["a"]),
-                conversation=str(claims["c"]),
-                turn_id=str(claims["tu"]),
-                chat_id=str(claims["ch"]),
-                group=bool(claims["g"]),
-                sender_id=str(claims.get("u") or ""),
-                message_id=str(claims.get("m") or ""),
-                extras={
-                    "conversationId": claims["ch"],
-                    "conversationType": "2" if claims["g"] else "1",
-                    "senderStaffId": claims.get("u"),
-                },
-            )
-        except (BadSignature, KeyError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, BadSignature) else "bad claims"
-            raise Rejected(403, reason) from None
-
-    async def parse(self, adapter: DingTalkAdapter, payload: Envelope) -> Envelope:
-        return payload
-
-    async def answer(
-        self,
-        adapter: DingTalkAdapter,
-        payload: Envelope,
-        envelope: Envelope,
-        outcome: IngestOutcome,
-    ) -> web.StreamResponse:
-        assert envelope.action is not None
-        if outcome.notice:  # refused: not the clicker's to answer
-            return _page(403, "Not yours to answer", outcome.notice)
-        title = _DONE.get(envelope.action.id, "Done")
-        if outcome.status == "duplicate":
-            title = "Already done"
-        return _page(200, title, "You can close this page and return to DingTalk.")
-
-    def refusal(self, rejected: Rejected) -> web.StreamResponse:
-        if rejected.status >= 500:
-            return _page(503, "Please try again", "The gateway is busy; reload in a moment.")
-        if rejected.status == 404:
-            return _page(404, "This link is not valid", "The bot it was for is not configured.")
-        return _page(403, "This link is not valid", "It may have expired. Ask again in chat.")
+        webhook = reply_extras(envelope).get("sessionWebhook")
+        if webhook and not webhook_allowed(str(webhook), adapter.settings.webhook_origins):
+            raise Rejected(400, "sessionWebhook not on DingTalk's origin", public="bad body")
+        return envelope
 
 
 def setup_routes(app: web.Application, adapters: Mapping[str, DingTalkAdapter]) -> None:
     app.router.add_post("/api/dingtalk/webhook/{integrationId}", RobotWebhook(adapters).handle)
-    app.router.add_get("/api/dingtalk/action/{integrationId}", ActionLink(adapters).handle)
+    links.setup_routes(app, adapters)
 
 
 # --- stream mode --------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import structlog
 
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError, WebhookGone
 from adapters.dingtalk.cards import Message, card_content, card_params, fit
+from adapters.dingtalk.settings import SESSION_WEBHOOK_ORIGIN, origin_of
 from gateway.adapter import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
@@ -34,6 +35,11 @@ SENT_TTL_MS = 24 * 3_600_000
 WEBHOOK_MARGIN_MS = 60_000  # don't start a post on a webhook about to expire
 BATCH_ATTEMPTS = 5
 CARD_EXISTS = "param.cardAlreadyExist"  # createAndDeliver with an outTrackId already used
+
+
+def webhook_allowed(url: str, origins: frozenset[str]) -> bool:
+    """Whether a sessionWebhook is on one of ``origins`` (scheme, host and port exactly)."""
+    return origin_of(url) in origins
 
 
 def reply_extras(envelope: Envelope) -> dict[str, Any]:
@@ -76,12 +82,14 @@ class Sender:
         api: DingTalkApi,
         records: RecordStore,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        webhook_origins: frozenset[str] = frozenset({SESSION_WEBHOOK_ORIGIN}),
     ) -> None:
         self.integration_id = integration_id
         self.robot_code = robot_code
         self.api = api
         self.records = records
         self.clock_ms = clock_ms
+        self.webhook_origins = webhook_origins
 
     async def once(self, key: str, messages: list[Message], reply_to: Envelope) -> None:
         """Send each message at most once for ``key`` (claimed before, released on failure)."""
@@ -99,6 +107,11 @@ class Sender:
         extras = reply_extras(reply_to)
         webhook = extras.get("sessionWebhook")
         expires = int(extras.get("sessionWebhookExpiredTime") or 0)
+        if webhook and not webhook_allowed(str(webhook), self.webhook_origins):
+            # Never a request to where a message body points (stream frames, envelopes stored
+            # before the HTTP intake checked it): the robot OpenAPI reaches the chat instead.
+            log.warning("sessionWebhook not on DingTalk's origin; using the robot OpenAPI")
+            webhook = None
         if webhook and expires - WEBHOOK_MARGIN_MS > self.clock_ms():
             try:
                 await self.api.post_webhook(str(webhook), message.webhook_body())

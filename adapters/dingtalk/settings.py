@@ -7,8 +7,13 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator
+from yarl import URL
 
 from gateway.settings import IntegrationBase
+
+# A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
+# lived longer could be clicked again once that record is gone (links.py).
+LINK_TTL_MAX_S = 8 * 3600
 
 
 class DingTalkIntegration(IntegrationBase):
@@ -30,7 +35,19 @@ class DingTalkIntegration(IntegrationBase):
         None, description="AI card template id; without it replies are markdown messages"
     )
     action_token_ttl_seconds: int = Field(
-        86_400, ge=60, le=30 * 86_400, description="How long a button link in a message works"
+        LINK_TTL_MAX_S,
+        ge=60,
+        le=LINK_TTL_MAX_S,
+        description="How long a button link in a message works; at most 8 h, the least "
+        "runtime.dedupTtlHours, so no link outlives the record of its click",
+    )
+    sign_window_seconds: int = Field(
+        300,
+        ge=10,
+        le=3600,
+        description="HTTP mode: how far a request's signed timestamp may be from now (DingTalk's "
+        "doc allows up to 1 h); the sign covers the timestamp only, so a shorter window bounds "
+        "how long an observed (timestamp, sign) pair can carry a forged body",
     )
 
     @field_validator("api_base")
@@ -38,8 +55,7 @@ class DingTalkIntegration(IntegrationBase):
     def _https(cls, value: str) -> str:
         # The app secret travels to apiBase: plain http only for a local fake.
         url = urlparse(value)
-        local = url.hostname in ("127.0.0.1", "localhost", "::1")
-        if url.scheme != "https" and not (url.scheme == "http" and local):
+        if url.scheme != "https" and not (url.scheme == "http" and _local(value)):
             raise ValueError("apiBase must be an https URL (plain http only for 127.0.0.1)")
         return value
 
@@ -50,3 +66,40 @@ class DingTalkIntegration(IntegrationBase):
     @property
     def base(self) -> str:
         return self.api_base.rstrip("/")
+
+    @property
+    def webhook_origins(self) -> frozenset[str]:
+        """The origins a sessionWebhook may be on: DingTalk's own, and apiBase's when apiBase is
+        a local fake (tests, a local DingTalk stand-in)."""
+        if _local(self.api_base):
+            return frozenset({SESSION_WEBHOOK_ORIGIN, origin_of(self.api_base) or ""}) - {""}
+        return frozenset({SESSION_WEBHOOK_ORIGIN})
+
+
+# sessionWebhook is ``https://oapi.dingtalk.com/robot/sendBySession?session=…``: the doc
+# (https://open.dingtalk.com/document/development/robot-message-type, "机器人接收消息") names the
+# field only ("当前会话的Webhook地址"); every captured payload quoted in public code has this URL.
+SESSION_WEBHOOK_ORIGIN = "https://oapi.dingtalk.com"
+
+
+def _local(url: str) -> bool:
+    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def origin_of(url: str) -> str | None:
+    """``scheme://host[:port]`` of an absolute http(s) URL without userinfo, else None."""
+    try:
+        parsed = URL(url)
+    except (TypeError, ValueError):
+        return None
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.host
+        or parsed.user is not None
+        or parsed.password is not None
+    ):
+        return None
+    try:
+        return str(parsed.origin())
+    except ValueError:
+        return None

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.adapter import ApiCalls, body_type, read_body
+from gateway.adapter import ApiCalls, PlatformApiError, body_type, read_body
 
 log = structlog.get_logger("adapters.lark")
 
@@ -29,12 +29,15 @@ NO_ANSWER = (aiohttp.ClientError, TimeoutError)
 TOKEN_CODES = {99991661, 99991663, 99991668}  # missing / invalid / expired tenant token
 
 
-class LarkApiError(RuntimeError):
+class LarkApiError(PlatformApiError):
     def __init__(self, code: int, msg: str, status: int = 200) -> None:
         super().__init__(f"lark api error {code} (HTTP {status}): {msg}")
         self.code = code
         self.msg = msg
         self.status = status
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"status": self.status, "code": self.code}
 
     @property
     def rate_limited(self) -> bool:

@@ -23,7 +23,7 @@ from yarl import URL
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
-from gateway.adapter import ApiCalls, FetchedFile, body_type, read_body
+from gateway.adapter import ApiCalls, FetchedFile, PlatformApiError, body_type, read_body
 from gateway.envelope import Attachment
 
 log = structlog.get_logger("adapters.wecom")
@@ -35,11 +35,14 @@ ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "ca
 NO_ANSWER = (aiohttp.ClientError, TimeoutError)
 
 
-class WeComApiError(RuntimeError):
+class WeComApiError(PlatformApiError):
     def __init__(self, errcode: int, errmsg: str) -> None:
         super().__init__(f"WeCom API error {errcode}: {errmsg}")
         self.errcode = errcode
         self.errmsg = errmsg
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"code": self.errcode}
 
 
 class WeComApi:

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from gateway.adapter import log_failure
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
 from gateway.experts import Expert, TurnInput
 from gateway.progress import Progress
@@ -148,8 +149,8 @@ class Driver:
                 await expert.cancel(turn)
             except Exception as exc:
                 log.warning("expert cancel failed", error=str(exc))
-        except Exception as exc:
-            log.exception("expert failed")
+        except Exception as exc:  # the expert's failure, or the first card refused
+            log_failure(log, "expert failed", exc)
             state = state.finish("error", f"The expert failed: {type(exc).__name__}")
         finally:
             if run is not None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from gateway.adapter import Adapter
+from gateway.adapter import Adapter, log_failure
 from gateway.budgets import Budgets
 from gateway.clock import now_ms
 from gateway.envelope import Envelope
@@ -160,8 +160,8 @@ class Runner:
                 current = None
                 if status == "more" and due <= self.clock() and not self.handing_back:
                     current = await self._claim(claim.conversation)
-        except Exception:
-            log.exception("turn crashed", conversation=claim.conversation)
+        except Exception as exc:
+            log_failure(log, "turn crashed", exc, conversation=claim.conversation)
         finally:
             if self.active.get(claim.conversation) is run:
                 del self.active[claim.conversation]
@@ -290,8 +290,8 @@ class Runner:
             except Handback:
                 mode, outcome = "handback", "handback"
                 log.info("turn handed back")
-            except Exception as exc:
-                log.exception("turn failed")
+            except Exception as exc:  # a platform's refusal is one line with its code
+                log_failure(log, "turn failed", exc)
                 error = f"The turn failed: {type(exc).__name__}"
             finally:
                 await keeper.stop()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
 from gateway.envelope import Chat, Envelope, Sender
 from tests.conftest import eventually
@@ -289,3 +290,22 @@ async def test_the_senders_email_is_looked_up_once_and_offered_as_sys_user_email
             assert len(fake.of("user")) == 2
         finally:
             await lark.close()
+
+
+async def test_a_refused_reply_is_one_log_line_with_its_code(
+    lark: LarkHarness, fake: FakeLark
+) -> None:
+    """Issue 25: every reply refused (10014, the app not authorized, DOC-ERR): the turn fails
+    with one warning that carries the code, never a traceback or an error-level line."""
+    for op in ("reply", "create"):
+        fake.fail(op, code=10014, times=1000)
+    with capture_logs() as logs:
+        await lark.post(message_event("refused", message_id="om_x1"))
+        failed = await eventually(
+            lambda: [e for e in logs if "a platform API call failed" in str(e["event"])],
+            timeout=30,
+        )
+        await eventually(lambda: [e for e in logs if str(e["event"]).startswith("turn")])
+    assert failed[0]["code"] == 10014 and failed[0]["log_level"] == "warning"
+    noisy = [e for e in logs if e.get("exc_info") or e["log_level"] in ("error", "critical")]
+    assert noisy == []
