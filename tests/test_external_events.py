@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,24 @@ async def test_the_same_signed_body_under_new_delivery_ids_is_one_turn(
     # a new body about the same object is a new event
     assert (await generic(client, {**event, "status": "resolved"}, delivery="gen-2"))[0] == 202
     await settled(client, "team", 3, "INC-9: resolved")
+
+
+async def test_a_generic_event_signed_with_its_time_is_refused_outside_the_replay_window(
+    make_gateway: Callable[..., Any], prefix: str, redis_client: aioredis.Redis
+) -> None:
+    client = await make_gateway(events_config(prefix))
+    event = {"key": "INC-3", "title": "Queue backlog", "status": "investigating"}
+    before = await keys(redis_client, prefix)
+    for stale in (time.time() - 301, time.time() + 301):  # older, or from the future
+        status, data = await generic(client, {**event, "sentAt": int(stale)})
+        assert (status, data) == (401, {"error": "stale event"})
+    for bad in ("yesterday", True, 1e400):
+        body = json.dumps({**event, "sentAt": bad}).encode()  # 1e400 reads as Infinity
+        headers = {"X-Signature-256": "sha256=" + sign(GENERIC_SECRET, body)}
+        assert (await post(client, "/api/events/console/generic", body, headers))[0] == 400
+    assert await keys(redis_client, prefix) == before  # nothing stored
+    assert (await generic(client, {**event, "sentAt": time.time()}))[0] == 202
+    await settled(client, "team", 1, "INC-3: investigating")
 
 
 async def test_ping_and_event_types_not_configured_are_ignored_and_store_nothing(

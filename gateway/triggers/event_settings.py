@@ -69,6 +69,13 @@ class EventSource(GatewayModel):
     card_ttl_hours: float = Field(
         168, gt=0, le=24 * 366, description="How long an open object's card is kept for updates"
     )
+    replay_window_seconds: int = Field(
+        300,
+        ge=0,
+        le=86_400,
+        description="generic: an event whose sentAt (unix seconds, in the signed body) is further "
+        "than this from now is refused (401); 0 turns the check off",
+    )
 
     @field_validator("secret")
     @classmethod

@@ -12,7 +12,9 @@ from __future__ import annotations
 import abc
 import hashlib
 import hmac
+import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -147,6 +149,8 @@ def object_key(value: str) -> str:
 # A generic sender signs the raw body with the shared secret: "X-Signature-256: sha256=<hex of
 # HMAC-SHA256(secret, body)>", the scheme GitHub uses (https://docs.github.com/en/webhooks/
 # using-webhooks/validating-webhook-deliveries); the bare hex without "sha256=" is taken too.
+# A body may carry "sentAt" (unix seconds): being signed, it bounds replays to the source's
+# replayWindowSeconds (GitHub and GitLab send no signed time: their replays are bounded by dedup).
 FINAL_STATUSES = frozenset(
     {"done", "closed", "merged", "success", "failed", "cancelled", "canceled", "resolved"}
 )
@@ -171,6 +175,7 @@ class GenericSource(Source):
     def event(
         self, config: EventSource, headers: Mapping[str, str], payload: dict[str, Any]
     ) -> ExternalEvent | Ignored:
+        _fresh(config, field(payload, "sentAt"))
         key = field(payload, "key")
         if not isinstance(key, str):
             raise Rejected(400, "key: missing or not text")
@@ -188,6 +193,22 @@ class GenericSource(Source):
             detail=_detail(field(payload, "text")),
             chat_id=chat if isinstance(chat, str) else None,
         )
+
+
+def _fresh(config: EventSource, sent_at: Any) -> None:
+    """A generic event may carry ``sentAt`` (unix seconds) in its signed body: then a body
+    replayed later than ``replayWindowSeconds`` is refused, whatever the dedup remembers."""
+    if sent_at is None:
+        return
+    if (
+        isinstance(sent_at, bool)
+        or not isinstance(sent_at, int | float)
+        or not math.isfinite(sent_at)
+    ):
+        raise Rejected(400, "sentAt: not unix seconds")
+    window = config.replay_window_seconds
+    if window and abs(time.time() - sent_at) > window:
+        raise Rejected(401, "sentAt outside the replay window", public="stale event")
 
 
 def _detail(value: Any, limit: int = 2000) -> str:
