@@ -81,6 +81,9 @@ class Trigger(_Frozen):
     id: str
     text: str | None = None
     xpert_id: str | None = None
+    # A schedule made in a chat: the sender who made it, who may answer its turn's Confirm /
+    # Reject as the sender of a message may (gateway/turns/approval.py).
+    asker: str | None = None
 
 
 EnvelopeKind = Literal["message", "action", "command", "schedule", "watch", "event"]

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gateway.cli import settings_model
+from gateway.config_file import load_settings
+from gateway.triggers.schedules import Scheduler
 from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.helpers import ConsoleClient, InProcessGateway
 from tests.test_admin_memory import TOKEN, admin
 
 
@@ -103,3 +106,69 @@ async def test_a_route_sets_its_own_approvers(
     assert done["card"]["answer"].startswith("Rejected")
     resumed, _ = await audit(console, 2)
     assert (resumed["senderId"], resumed["approver"]) == ("alice", "carol")
+
+
+def scheduler_of(gw: InProcessGateway, cfg: dict[str, Any], clock: list[int]) -> Scheduler:
+    settings = load_settings(cfg, model=settings_model())
+    return Scheduler(
+        store=gw.gateway.pipeline.schedules.book.store,
+        settings=lambda: settings,
+        ingest=gw.gateway.pipeline.ingest,
+        adapters=gw.gateway.adapters,
+        owner="test-replica",
+        clock=lambda: clock[0],
+    )
+
+
+async def test_a_chat_schedule_asks_the_member_who_made_it_and_a_config_one_its_approvers(
+    gateways: Callable[..., Any], prefix: str
+) -> None:
+    # No person sent a scheduled turn's message: the member who made the schedule in the chat
+    # answers its questions; a config schedule's only an approver (nobody would, by default).
+    nightly = {
+        "id": "nightly",
+        "integrationId": "console",
+        "chatId": "team",
+        "chatType": "group",
+        "cron": "0 3 * * *",
+        "text": "[confirm] rotate the keys",
+    }
+    cfg = config(prefix, approvers=["u2"])
+    cfg["schedules"] = [nightly]
+    gw: InProcessGateway = await gateways(cfg)
+    gw.gateway.scheduler.stop()  # the test's scheduler fires, on the test's clock
+    c, book = gw.client, gw.gateway.pipeline.schedules.book
+    await c.send("/schedule 0 4 * * * [confirm] drop the cache", chat="team", mention=True)
+    await eventually(lambda: _texts_with(c, "team", "Scheduled: 0 4 * * *"))
+    [made] = [e for e in await book.entries("console", "team") if e.source == "runtime"]
+    assert made.cron is not None and made.schedule.created_by == "alice"
+    at = made.cron.next_after(made.schedule.created_at)  # its next 04:00
+    clock = [at - 1_000]
+    scheduler = scheduler_of(gw, cfg, clock)
+    await scheduler.tick()  # first sight: fires from now on
+    clock[0] = at + 50
+    await scheduler.tick()
+    [card] = await c.wait_cards("team", status="waiting")
+    body = await click(c, card, "confirm", "bob")
+    assert body["status"] == "refused" and "alice, who made this schedule" in body["notice"]
+    assert (await click(c, card, "confirm", "alice"))["status"] == "queued"
+    await c.wait_cards("team", status="done")
+    # The config's schedule: no member made it, so only an approver answers.
+    clock[0] = at + 23 * 3_600_000 + 50  # nightly's 03:00, before the next 04:00
+    await scheduler.tick()
+    [waiting] = await eventually(lambda: _with_status(c, "waiting"))
+    body = await click(c, waiting, "confirm", "alice")
+    assert body["status"] == "refused" and "approver" in body["notice"], body
+    assert (await click(c, waiting, "confirm", "u2"))["status"] == "queued"
+    await eventually(lambda: _with_status(c, "done", 2), timeout=15)
+
+
+async def _texts_with(client: ConsoleClient, chat: str, fragment: str) -> list[str]:
+    return [t for t in await client.texts(chat) if fragment in t]
+
+
+async def _with_status(
+    client: ConsoleClient, status: str, count: int = 1
+) -> list[dict[str, Any]] | None:
+    found = [x for x in await client.cards("team") if x["card"]["status"] == status]
+    return found if len(found) == count else None

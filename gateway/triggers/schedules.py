@@ -32,7 +32,7 @@ from gateway.envelope import Chat, Envelope, Sender, Trigger
 from gateway.settings import Settings
 from gateway.triggers.cron import CronError, iso
 from gateway.triggers.schedule_book import Entry, entries_of, made_in_chat, too_often
-from gateway.triggers.schedule_settings import RuntimeSchedule
+from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig
 from sessions import ScheduleStore
 
 log = structlog.get_logger("gateway.schedules")
@@ -53,8 +53,16 @@ def schedule_envelope(entry: Entry, platform: str, fire_ms: int) -> Envelope:
         sender=Sender(id=f"schedule:{s.id}", name=f"schedule {s.id}"),
         text=s.text,
         bot_mentioned=True,
-        trigger=Trigger(id=s.id, xpert_id=s.xpert_id),
+        trigger=Trigger(id=s.id, xpert_id=s.xpert_id, asker=asker_of(s)),
     )
+
+
+def asker_of(schedule: ScheduleConfig) -> str | None:
+    """Who made a chat's schedule (``/schedule``, a confirmed routine): the one person who may
+    answer its turns' questions besides ``approvers``. None for the config's and the admin API's."""
+    if made_in_chat(schedule):
+        return getattr(schedule, "created_by", None) or None
+    return None
 
 
 class Scheduler:

@@ -32,15 +32,28 @@ def approvers_for(integ: IntegrationBase, asked: Envelope) -> list[str]:
     return integ.approvers
 
 
+def asker_of(asked: Envelope) -> str | None:
+    """The person whose question it is: a message's sender; for a schedule made in a chat, the
+    member who made it; None for a turn no person asked for (a config or admin schedule, an
+    external event)."""
+    if asked.kind in ("schedule", "event"):
+        return asked.trigger.asker if asked.trigger is not None else None
+    return asked.sender.id
+
+
 def may_answer(integ: IntegrationBase, asked: Envelope, clicker_id: str) -> bool:
-    return clicker_id == asked.sender.id or clicker_id in approvers_for(integ, asked)
+    asker = asker_of(asked)
+    return (asker is not None and clicker_id == asker) or clicker_id in approvers_for(integ, asked)
 
 
 def who_may_answer(integ: IntegrationBase, asked: Envelope) -> str:
     """The refusal's text: who may answer instead."""
     others = " or an approver of this chat" if approvers_for(integ, asked) else ""
-    if asked.kind in ("schedule", "event"):  # no person asked: the approvers alone
-        return "Only an approver of this chat can answer this."
+    if asked.kind in ("schedule", "event"):
+        asker = asker_of(asked)
+        if asker is not None:
+            return f"Only {asker}, who made this schedule,{others} can answer this."
+        return "Only an approver of this chat (approvers in the config) can answer this."
     name = asked.sender.name or asked.sender.id
     return f"Only {name}, who asked,{others} can answer this."
 
