@@ -16,6 +16,7 @@ from redis.exceptions import OutOfMemoryError, ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.settings import Settings
+from gateway.webhook import BodyTimeout
 from sessions import SessionRecords, SessionStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.admin")
@@ -78,6 +79,8 @@ class AdminApi:
             return fail(401, "unauthorized", "a valid bearer token is required")
         try:
             response: web.StreamResponse = await handler(request)
+        except BodyTimeout:  # a TimeoutError, so an OSError: the body's, not Redis's (a 408)
+            raise
         except UNAVAILABLE as exc:
             log.warning("admin request failed: storage unavailable", error=type(exc).__name__)
             return fail(503, "storage_unavailable", "Redis did not answer")

@@ -8,6 +8,7 @@ kinds (entry points), so the core never names a platform's or a backend's fields
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,6 +58,14 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 class ServerSettings(GatewayModel):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -98,6 +107,20 @@ class ServerSettings(GatewayModel):
                 if 1 <= int(value) <= 256:
                     return int(value)
         raise ValueError("a number of processes from 1 to 256, or auto")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _bare_hosts(cls, value: list[str]) -> list[str]:
+        """Host names compared without port or scheme: an entry with either would never match."""
+        for entry in value:
+            host = entry.strip().strip("[]")
+            bare = host and not any(c in host for c in "/ @?#") and ":" not in host
+            if not bare and not _is_ip(host):
+                raise ValueError(
+                    f"{entry!r}: a host name or IP without scheme or port "
+                    "(e.g. gw.example.com, .example.com, 10.0.0.5, or * for any)"
+                )
+        return value
 
     def worker_count(self) -> int:
         return cpu_count() if self.workers == "auto" else self.workers

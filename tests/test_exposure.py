@@ -265,3 +265,11 @@ async def test_the_daemon_warns_at_start_when_the_console_listens_on_a_public_ad
         assert "the console (integrations.0) listens on 0.0.0.0" in log, log[-2000:]
     finally:
         await daemon.stop()
+
+
+@pytest.mark.parametrize("entry", ["https://gw.example.com", "gw.example.com:8443", "", "a b"])
+def test_check_refuses_an_allowed_host_that_could_never_match(
+    tmp_path: Path, prefix: str, entry: str
+) -> None:
+    result = check(tmp_path, plain(prefix, None, allowedHosts=["gw.internal", entry]))
+    assert result.returncode == 1 and "server.allowedHosts:" in result.stderr, result.stderr

@@ -11,10 +11,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.conftest import Gateways, base_config
 from tests.helpers import RawConnection, raw_post
 
 KEEPALIVE, BODY = 1.0, 1.0
+ADMIN_TOKEN = "http-server-admin-token"
 SLACK = 2.0  # the loop's and the machine's delays on top of a deadline
 
 
@@ -62,14 +65,20 @@ async def test_a_request_head_sent_byte_by_byte_is_cut_off_at_the_keepalive_dead
     assert received == b"" and took < KEEPALIVE + SLACK, (received[:80], took)
 
 
+@pytest.mark.parametrize("path", ["/console/api/messages", "/v1.0/schedules"])
 async def test_a_body_sent_byte_by_byte_is_a_408_at_the_body_deadline(
-    gateways: Gateways, prefix: str
+    gateways: Gateways, prefix: str, path: str
 ) -> None:
-    gw = await gateways(config(prefix))
+    """The console reads its body with the core's bounded reader, the admin schedules route
+    with aiohttp's ``text()``: either way a 408 at the deadline."""
+    cfg = config(prefix)
+    cfg["admin"] = {"token": ADMIN_TOKEN}
+    gw = await gateways(cfg)
     message = {"integrationId": "console", "chatId": "dm-alice", "chatType": "p2p"}
     message |= {"senderId": "alice", "text": "slow " * 40, "mentionBot": False}
     body = json.dumps(message).encode()
-    request = raw_post("/console/api/messages", body, {"Content-Type": "application/json"}).replace(
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_TOKEN}"}
+    request = raw_post(path, body, headers).replace(
         b"Host: gw", f"Host: 127.0.0.1:{gw.port}".encode()
     )
     head, _, rest = request.partition(b"\r\n\r\n")
