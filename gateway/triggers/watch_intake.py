@@ -36,6 +36,7 @@ from gateway.envelope import Envelope, Trigger
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.watch import Watch
 from sessions import SessionStore
+from sessions.keys import id_part
 from sessions.watch import WatchStore
 
 log = structlog.get_logger("gateway.watch")
@@ -58,7 +59,7 @@ class _Runtime:
 
 
 def watch_conversation(integ: IntegrationBase, chat_id: str, watch: Watch) -> str:
-    thread = f"watch:{watch.id}" if watch.xpert_id else None
+    thread = f"watch:{id_part(watch.id)}" if watch.xpert_id else None
     return str(ConversationId(integ.id, "group", chat_id, None, thread))
 
 
