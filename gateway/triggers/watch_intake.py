@@ -35,7 +35,7 @@ from gateway.conversation import ConversationId
 from gateway.envelope import Envelope, Trigger
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.watch import Watch
-from sessions import SessionStore
+from sessions import BufferCap, SessionStore
 from sessions.keys import id_part
 from sessions.watch import WatchStore
 
@@ -182,11 +182,15 @@ class GroupWatch:
             now_ms=now,
             window_ms=int(integ.summary_window_seconds * 1000),
             max_window_ms=int(integ.max_window_seconds * 1000),
+            cap=BufferCap(integ.max_buffered_messages, integ.max_buffered_bytes),
         )
         if result.status == "dup":
             return IngestOutcome("duplicate")
         if result.status == "cool":
             log.debug("watch matched while cooling down", watch=watch.id)
+            return None
+        if result.status == "full":  # the watch's burst is full (issue 25): chatter, as cool
+            log.warning("watch matched with its buffer full: not taken", watch=watch.id)
             return None
         if not result.busy:
             self.wake(result.due_ms, conv)
