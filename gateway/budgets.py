@@ -35,8 +35,9 @@ from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.routing import route
 from gateway.settings import IntegrationBase
-from sessions import ClaimRequest, SessionRecords, SessionStore
+from sessions import BufferCap, ClaimRequest, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult, BudgetLimits, BudgetStore
+from sessions.results import NO_CAP
 
 if TYPE_CHECKING:  # gateway.turns imports this module (the runner counts tokens)
     from gateway.turns.records import TurnEnd, TurnTimings
@@ -110,9 +111,11 @@ class Budgets:
         max_window_ms: int,
         mode: Literal["collect", "reject"],
         claim: ClaimRequest | None = None,
+        cap: BufferCap = NO_CAP,
     ) -> BudgetIntakeResult:
-        """Store ``env`` unless it would start a turn over a limit: one round trip (which also
-        claims the turn with ``claim`` when the message is due at once)."""
+        """Store ``env`` unless it would start a turn over a limit or fill its conversation's
+        buffer past ``cap``: one round trip (which also claims the turn with ``claim`` when the
+        message is due at once)."""
         limits = limits_for(integ, env)
         at = self.clock()
         day, day_end = day_of(integ.timezone, at)
@@ -135,6 +138,7 @@ class Budgets:
             day=day,
             day_end_ms=day_end,
             claim=claim,
+            cap=cap,
         )
 
     def refusal_text(

@@ -1,8 +1,12 @@
 """The conversation id: which session a message belongs to (DESIGN.md §6), built in one place.
 
 Its text form ``<integrationId>|<p2p|group>:<chatId>[:u:<senderId> | :t:<thread>]`` names Redis
-keys and is carried by card buttons, so it never changes for the same scope; braces, which would
-end a Redis hash tag early, are replaced.
+keys and is carried by card buttons, so it never changes for the same scope. Each id in it is
+one part (``sessions.keys.id_part``: ``%``, ``:``, ``|`` and braces percent-encoded), so two
+conversations never share a text or a key (issue 25: a chat ``team2:dedup:y34`` was another
+chat's dedup key); an external event's thread is ``<source>:<key>``, the key last and keeping
+its ``:`` (``id_tail``). Ids without those characters - every id the platforms issue - read as
+before.
 """
 
 from __future__ import annotations
@@ -10,19 +14,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 from gateway.envelope import Envelope
 from gateway.settings import IntegrationBase
+from sessions.keys import id_part, id_tail
 
 _TEXT = re.compile(
-    r"^(?P<integ>[^|]+)\|(?P<type>p2p|group):(?P<chat>.+?)"
-    r"(?::(?:u:(?P<sender>.*)|t:(?P<thread>.*)))?$",
+    r"^(?P<integ>[^|:]+)\|(?P<type>p2p|group):(?P<chat>[^:|]+)"
+    r"(?::(?:u:(?P<sender>[^:|]*)|t:(?P<thread>[^|]*)))?$",
     re.DOTALL,
 )
-
-
-def _tag_safe(value: str) -> str:
-    return value.replace("{", "(").replace("}", ")")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,8 @@ class ConversationId:
     chat_type: Literal["p2p", "group"]
     chat_id: str
     sender_id: str | None = None  # sessionScope chat_sender
-    thread: str | None = None  # sessionScope thread
+    thread: str | None = None  # sessionScope thread: its text (an external event's is
+    # ``<source>:<key>``, the source an id part, the key an id tail)
 
     @classmethod
     def of(cls, integration: IntegrationBase, envelope: Envelope) -> ConversationId:
@@ -53,7 +56,14 @@ class ConversationId:
         if match is None:
             return None
         chat_type: Literal["p2p", "group"] = "group" if match["type"] == "group" else "p2p"
-        return cls(match["integ"], chat_type, match["chat"], match["sender"], match["thread"])
+        sender = match["sender"]
+        return cls(
+            unquote(match["integ"]),
+            chat_type,
+            unquote(match["chat"]),
+            None if sender is None else unquote(sender),
+            match["thread"],
+        )
 
     def __str__(self) -> str:
         return _text(self.integration_id, self.chat_type, self.chat_id, self.sender_id, self.thread)
@@ -65,23 +75,26 @@ _Parts = tuple[str, Literal["p2p", "group"], str, str | None, str | None]
 def _parts(integration: IntegrationBase, envelope: Envelope) -> _Parts:
     """A conversation's fields (``ConversationId``'s, in order) for a message's scope."""
     chat = envelope.chat
-    if envelope.subject is not None:
-        return integration.id, chat.type, chat.id, None, envelope.subject.thread
-    sender = thread = None
+    subject = envelope.subject
+    if subject is not None:
+        thread = f"{id_part(subject.source)}:{id_tail(subject.key)}"
+        return integration.id, chat.type, chat.id, None, thread
+    sender: str | None = None
+    thread_text: str | None = None
     if integration.session_scope == "chat_sender":
         sender = envelope.sender.id
     elif integration.session_scope == "thread":
-        thread = chat.thread_id or (envelope.reply_to.message_id if envelope.reply_to else None)
-        thread = thread or "-"
-    return integration.id, chat.type, chat.id, sender, thread
+        reply = envelope.reply_to.message_id if envelope.reply_to else None
+        thread_text = id_part(chat.thread_id or reply or "-")
+    return integration.id, chat.type, chat.id, sender, thread_text
 
 
 def _text(
     integration_id: str, chat_type: str, chat_id: str, sender_id: str | None, thread: str | None
 ) -> str:
-    text = f"{integration_id}|{chat_type}:{chat_id}"
+    text = f"{id_part(integration_id)}|{chat_type}:{id_part(chat_id)}"
     if sender_id is not None:
-        text += f":u:{sender_id}"
+        text += f":u:{id_part(sender_id)}"
     elif thread is not None:
-        text += f":t:{thread}"
-    return _tag_safe(text)
+        text += f":t:{thread}"  # already its text (``_parts``)
+    return text

@@ -37,15 +37,31 @@ from gateway.settings import IntegrationBase, Settings
 from gateway.triggers import routines
 from gateway.triggers.watch_intake import GroupWatch
 from gateway.turns import approval
-from sessions import ClaimRequest, IntakeResult, SessionRecords, SessionStore, StoreUnavailable
+from sessions import (
+    BufferCap,
+    ClaimRequest,
+    IntakeResult,
+    SessionRecords,
+    SessionStore,
+    StoreUnavailable,
+)
 from sessions.budgets import BudgetIntakeResult
 
 log = structlog.get_logger("gateway.intake")
 
 BUSY_TEXT = "I'm still working on your previous message. Wait for it to finish, or press Stop."
+FULL_TEXT = (
+    "Too many messages are waiting in this chat, so this one was not taken (nor any more until "
+    "I catch up). Please send it again once I have answered."
+)
 
 
-__all__ = ["BUSY_TEXT", "Pipeline", "ShuttingDown"]  # ShuttingDown: moved to gateway.adapter
+__all__ = [
+    "BUSY_TEXT",
+    "FULL_TEXT",
+    "Pipeline",
+    "ShuttingDown",
+]  # ShuttingDown: moved to gateway.adapter
 
 
 class _Ticket(Protocol):
@@ -218,6 +234,10 @@ class Pipeline:
             "max_window_ms": int(integ.max_window_seconds * 1000),
             "mode": mode,
         }
+        if env.kind == "message":
+            # A message is refused past its conversation's buffer cap (issue 25), in the
+            # intake step itself; a click or an event is what lets a turn go on: never.
+            stored["cap"] = BufferCap(integ.max_buffered_messages, integ.max_buffered_bytes)
         claimed = False
         # A message or a schedule's fire may start a turn: under the budgets, same step.
         if env.kind in ("message", "schedule"):
@@ -245,6 +265,13 @@ class Pipeline:
             result = await self.store.intake(conversation=conv, event_id=env.event_id, **stored)
         if result.status == "dup":
             return IngestOutcome("duplicate")
+        if result.status == "full":
+            # Refused, explicitly (its dedup record kept: a redelivery is a duplicate); the
+            # chat is told once per full burst, and the platform gets its ack (no resending).
+            log.warning("conversation buffer full: message refused", told=result.told)
+            if result.told:
+                self._reply(env, FULL_TEXT)
+            return IngestOutcome("refused", "too many messages waiting")
         if result.status == "busy":
             self._reply(env, BUSY_TEXT)
             return IngestOutcome("busy")

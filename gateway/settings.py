@@ -276,6 +276,20 @@ class IntegrationBase(GatewayModel):
         description="A message arriving during a run: next turn, into the running agent (experts "
         "that can be steered), or a 'busy' answer",
     )
+    max_buffered_messages: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Messages a conversation may have waiting for its turn; past it a message "
+        "is refused (the chat is told once) rather than stored",
+    )
+    max_buffered_bytes: int = Field(
+        2 * 1024 * 1024,
+        ge=64 * 1024,
+        le=512 * 1024 * 1024,
+        description="Bytes (stored JSON) a conversation may have waiting for its turn; past "
+        "it a message is refused (the chat is told once)",
+    )
     update_interval_ms: int = Field(1000, ge=100, le=60_000, description="Card update throttle")
     language: str | None = None
     timezone: str | None = None

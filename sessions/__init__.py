@@ -13,6 +13,7 @@ from sessions.layout import LayoutMismatch
 from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
 from sessions.records_admin import SessionRecords
+from sessions.results import BufferCap
 from sessions.schedules import ScheduleStore
 from sessions.store import (
     Binding,
@@ -26,6 +27,7 @@ from sessions.timeline import TimelineStore
 
 __all__ = [
     "Binding",
+    "BufferCap",
     "Claim",
     "ClaimRequest",
     "EventCardStore",

@@ -16,6 +16,7 @@ from typing import Any, Literal, cast
 from redis.commands.core import AsyncScript
 
 from sessions.keys import KeyBuilder
+from sessions.results import NO_CAP, BufferCap
 from sessions.store import ClaimRequest, SessionStore
 
 HOUR_MS = 3_600_000
@@ -38,9 +39,10 @@ class BudgetLimits:
 @dataclass(frozen=True, slots=True)
 class BudgetIntakeResult:
     """``refused``: over ``limit`` (chat | sender | tokens) until ``retry_ms``, nothing stored;
-    ``again``: a redelivery of a message refused before (the same verdict)."""
+    ``again``: a redelivery of a message refused before (the same verdict); ``full``: over the
+    conversation's buffer cap (``IntakeResult``)."""
 
-    status: Literal["queued", "dup", "busy", "refused", "again"]
+    status: Literal["queued", "dup", "busy", "full", "refused", "again"]
     due_ms: int
     busy: bool
     limit: str = ""
@@ -48,6 +50,7 @@ class BudgetIntakeResult:
     # With a claim request: claim.lua's reply when the message was due at once and its turn's
     # claim was tried in the same call (``Claim.of_reply``), else None.
     claimed: list[Any] | None = None
+    told: bool = False  # full: the first refusal since the burst was under its cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +101,10 @@ class BudgetStore:
         day: str,
         day_end_ms: int,
         claim: ClaimRequest | None = None,
+        cap: BufferCap = NO_CAP,
     ) -> BudgetIntakeResult:
-        """Dedup, check the limits and append in ONE round trip; returns once the envelope is
+        """Dedup, check the limits and append in ONE round trip (refused past ``cap``: status
+        ``full``); returns once the envelope is
         durable in Redis (or refused, with nothing of it stored but the verdict). With
         ``claim``, a message that is due at once (window 0, no turn running) has its turn
         claimed in the same call (``BudgetIntakeResult.claimed``)."""
@@ -108,7 +113,9 @@ class BudgetStore:
         keys = k.intake(conversation, event_id)
         keys += k.budget_intake(conversation, sender_id, day, integration_id)
         args = [
-            *store.intake_args(conversation, envelope_json, now_ms, window_ms, max_window_ms, mode),
+            *store.intake_args(
+                conversation, envelope_json, now_ms, window_ms, max_window_ms, mode, cap
+            ),
             event_id,
             budget_now_ms,
             _limit(limits.chat_turns),
@@ -124,7 +131,8 @@ class BudgetStore:
         # A storage error goes up as redis-py raised it (the pipeline makes it one error).
         reply = await store.pipe.evalsha(script, keys, args)
         status, due, busy, verdict = reply[:4]
-        limit, _, retry = str(verdict).partition(":")
+        told = status == "full" and str(verdict) == "1"
+        limit, _, retry = ("", "", "") if status == "full" else str(verdict).partition(":")
         return BudgetIntakeResult(
             status=status,
             due_ms=int(due),
@@ -132,6 +140,7 @@ class BudgetStore:
             limit=limit,
             retry_ms=int(retry or 0),
             claimed=reply[4] if len(reply) > 4 else None,
+            told=told,
         )
 
     async def spend(

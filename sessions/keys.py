@@ -21,6 +21,7 @@ transaction), or noted below where one key is shared by everyone.
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,10 +31,45 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 MAX_SHARDS = 1024
 
 
-def _tag_safe(value: str) -> str:
-    # Braces would end a hash tag early; chat ids never contain them on the real platforms, but a
-    # hostile console request could, so they are replaced rather than trusted.
-    return value.replace("{", "(").replace("}", ")")
+_ENCODED = {"%": "%25", ":": "%3A", "|": "%7C", "{": "%7B", "}": "%7D"}
+_ENCODE = re.compile(r"[%:|{}]")
+
+
+def id_part(value: str) -> str:
+    """An id as one part of a key (or of a conversation id): ``%``, the separator ``:``, ``|``
+    and the braces of a hash tag percent-encoded, so no part spills into the next and no two
+    ids give one key (issue 25); an id without those characters - every id the platforms
+    issue - is itself, so its keys are the ones earlier versions wrote."""
+    return _ENCODE.sub(lambda m: _ENCODED[m.group()], value) if _ENCODE.search(value) else value
+
+
+_ENCODE_TAIL = re.compile(r"[%|{}]")
+
+
+def id_tail(value: str) -> str:
+    """An id that ends a conversation id and keeps its ``:`` (an external event's subject key,
+    ``pr:owner/repo#2``): as :func:`id_part` otherwise. A key built on such a conversation still
+    reads back one way only: a key's argument never holds ``:`` nor a part's name."""
+    return _ENCODE_TAIL.sub(lambda m: _ENCODED[m.group()], value)
+
+
+# The parts of a conversation's keys (``<conversation>:<part>``); those that take an argument
+# (``<conversation>:<part>:<argument>``) are marked. An argument is an id part that never equals
+# a part's name (:func:`_arg`), so a key reads back one way only even where a conversation id
+# has one ``:``-field more than another (an external event's thread is ``<source>:<key>``).
+_PARTS = frozenset(
+    (
+        "dedup", "burst", "burstmeta", "turn", "lease", "binding", "cancel", "evcard", "watch",
+        "bturns", "bsender", "btokens", "brefused",
+    )
+)  # fmt: skip
+
+
+def _arg(value: str) -> str:
+    part = id_part(value)
+    if part in _PARTS:  # never a part's name: its first letter encoded
+        return f"%{ord(part[0]):02X}{part[1:]}"
+    return part
 
 
 def shard_of(name: str, shards: int) -> int:
@@ -120,7 +156,7 @@ class KeyBuilder:
         known = self._of(conv)
         base = known.base
         return [
-            base + "dedup" + self.sep + event_id,
+            base + "dedup" + self.sep + _arg(event_id),
             base + "burst",
             base + "burstmeta",
             known.due,
@@ -128,7 +164,7 @@ class KeyBuilder:
         ]
 
     def dedup(self, conv: str, event_id: str) -> str:
-        return self._conv(conv, "dedup") + self.sep + event_id
+        return self._conv(conv, "dedup") + self.sep + _arg(event_id)
 
     def burst(self, conv: str) -> str:
         return self._conv(conv, "burst")
@@ -158,13 +194,13 @@ class KeyBuilder:
         """A watch's cooldown in a chat. ``conv`` is the watch's conversation, which one
         (integration, chat, watch) always gives, so this is one key per (integration, watch,
         chat), in the conversation's slot: the script that checks it also dedups and appends."""
-        return self._conv(conv, "watch") + self.sep + _tag_safe(watch_id)
+        return self._conv(conv, "watch") + self.sep + _arg(watch_id)
 
     def watches(self, integration_id: str) -> str:
         """An integration's runtime watches and enabled overrides: one hash, no TTL (it is
         configuration, changed only through the admin API). Safe on a cluster: every command on
         it names this key alone (HGETALL, HSET, HDEL, a MULTI on it only)."""
-        return self._k("watches", _tag_safe(integration_id))
+        return self._k("watches", id_part(integration_id))
 
     # --- budgets (gateway/budgets.py, sessions/budgets.py) -----------------------------------
     # A conversation's counters carry its hash tag: budget_intake.lua checks them, dedups and
@@ -177,15 +213,15 @@ class KeyBuilder:
 
     def budget_sender_turns(self, conv: str, sender_id: str) -> str:
         """The turns one sender started in the conversation in the last hour."""
-        return self._conv(conv, "bsender") + self.sep + _tag_safe(sender_id)
+        return self._conv(conv, "bsender") + self.sep + _arg(sender_id)
 
     def budget_tokens(self, conv: str, day: str) -> str:
         """Tokens the conversation's turns reported on ``day`` (YYYY-MM-DD, local)."""
-        return self._conv(conv, "btokens") + self.sep + day
+        return self._conv(conv, "btokens") + self.sep + _arg(day)
 
     def budget_refused(self, conv: str, day: str) -> str:
         """Messages refused over a budget on ``day``."""
-        return self._conv(conv, "brefused") + self.sep + day
+        return self._conv(conv, "brefused") + self.sep + _arg(day)
 
     def budget_intake(self, conv: str, sender_id: str, day: str, integration_id: str) -> list[str]:
         """The keys budget_intake.lua adds to intake.lua's, in its order (``budget_turns``,
@@ -195,9 +231,9 @@ class KeyBuilder:
         base = known.base
         return [
             base + "bturns",
-            base + "bsender" + sep + _tag_safe(sender_id),
-            base + "btokens" + sep + day,
-            base + "brefused" + sep + day,
+            base + "bsender" + sep + _arg(sender_id),
+            base + "btokens" + sep + _arg(day),
+            base + "brefused" + sep + _arg(day),
             self._usage(known.tag, integration_id),
         ]
 
@@ -210,7 +246,7 @@ class KeyBuilder:
         return self._usage(self._of(conv).tag, integration_id)
 
     def _usage(self, tag: str, integration_id: str) -> str:
-        return self._k(tag, "usage", _tag_safe(integration_id))
+        return self._k(tag, "usage", id_part(integration_id))
 
     # --- schedules (gateway/triggers/schedules.py, sessions/schedules.py) ----------------------
     # Every command on these names one key alone (no script or transaction mixes two), so each
@@ -226,11 +262,11 @@ class KeyBuilder:
 
     def schedule_claim(self, schedule_id: str, fire_ms: int) -> str:
         """One fire's claim (SET NX PX): whoever sets it starts that fire's turn."""
-        return self._k("schedule-claim", _tag_safe(schedule_id), str(fire_ms))
+        return self._k("schedule-claim", id_part(schedule_id), str(fire_ms))
 
     def routine(self, token: str) -> str:
         """A routine waiting for Confirm / Cancel (with a TTL)."""
-        return self._k("routine", _tag_safe(token))
+        return self._k("routine", id_part(token))
 
     # --- due index: one sorted set per shard -------------------------------------------------
     def due(self, shard: int) -> str:
@@ -269,16 +305,16 @@ class KeyBuilder:
         return self._k("layout")
 
     def session_record(self, session_id: str) -> str:
-        return self._k("session", session_id)
+        return self._k("session", id_part(session_id))
 
     def chat_sessions(self, integration_id: str, chat_id: str) -> str:
-        return self._k("chat-sessions", _tag_safe(f"{integration_id}|{chat_id}"))
+        return self._k("chat-sessions", self._chat(integration_id, chat_id))
 
     def history(self, session_id: str) -> str:
-        return self._k("history", session_id)
+        return self._k("history", id_part(session_id))
 
     def snapshot(self, digest: str) -> str:
-        return self._k("snapshot", digest)
+        return self._k("snapshot", id_part(digest))
 
     def audit(self) -> str:
         """The global event stream: session ends, watch fires (one key for everyone, bounded by
@@ -299,7 +335,7 @@ class KeyBuilder:
     # bounded by audit.maxRecords and audit.retentionDays - while different integrations spread.
     # Every key gets the retention as its TTL on each write; entries are trimmed on write.
     def _audit(self, integration_id: str, *parts: str) -> str:
-        return self._k("audit", "{" + _tag_safe(integration_id) + "}", *parts)
+        return self._k("audit", "{" + id_part(integration_id) + "}", *parts)
 
     def audit_records(self, integration_id: str) -> str:
         """The integration's audit records: record id -> JSON."""
@@ -311,15 +347,15 @@ class KeyBuilder:
 
     def audit_chat(self, integration_id: str, chat_id: str) -> str:
         """The record ids of one chat, scored by end."""
-        return self._audit(integration_id, "chat", chat_id)
+        return self._audit(integration_id, "chat", id_part(chat_id))
 
     def audit_session(self, integration_id: str, session_id: str) -> str:
         """The record ids of one session, scored by end (its turns in order)."""
-        return self._audit(integration_id, "session", session_id)
+        return self._audit(integration_id, "session", id_part(session_id))
 
     def audit_outcome(self, integration_id: str, outcome: str) -> str:
         """The record ids of one outcome (done, error, …), scored by end."""
-        return self._audit(integration_id, "outcome", outcome)
+        return self._audit(integration_id, "outcome", id_part(outcome))
 
     def audit_sessions(self, integration_id: str) -> str:
         """The integration's sessions, scored by their last activity."""
@@ -340,7 +376,7 @@ class KeyBuilder:
 
     def replica(self, replica_id: str) -> str:
         """A replica's heartbeat: one key per replica, written alone every 5 s."""
-        return self._k("replica", replica_id)
+        return self._k("replica", id_part(replica_id))
 
     def spool_sync(self) -> str:
         """The marker a replica writes before ``WAITAOF`` once its spool went into intake
@@ -351,7 +387,7 @@ class KeyBuilder:
     # A chat's transcript lives in its shard (by integration and chat id), with that shard's
     # channel, so the script that writes a record can publish the change in the same slot.
     def _chat(self, integration_id: str, chat_id: str) -> str:
-        return f"{integration_id}|{chat_id}"
+        return f"{id_part(integration_id)}|{id_part(chat_id)}"
 
     def _chat_key(self, integration_id: str, chat_id: str, *parts: str) -> str:
         """``<prefix>:{<the chat's shard tag>}:<parts>``: a key on the chat's slot."""
@@ -376,16 +412,16 @@ class KeyBuilder:
     # ``<prefix>:session:<id>:vars``, ``<prefix>:group-history:<integ|chat>``).
     def memory(self, integration_id: str, chat_id: str) -> str:
         """The chat's memory (/remember): outlives its sessions."""
-        chat = _tag_safe(self._chat(integration_id, chat_id))
+        chat = self._chat(integration_id, chat_id)
         return self._chat_key(integration_id, chat_id, "memory", chat)
 
     def session_variables(self, integration_id: str, chat_id: str, session_id: str) -> str:
         """The variables of a session of the chat (the session record names its chat)."""
-        return self._chat_key(integration_id, chat_id, "vars", session_id)
+        return self._chat_key(integration_id, chat_id, "vars", id_part(session_id))
 
     def group_history(self, integration_id: str, chat_id: str) -> str:
         """Recent group messages the bot was not asked about."""
-        chat = _tag_safe(self._chat(integration_id, chat_id))
+        chat = self._chat(integration_id, chat_id)
         return self._chat_key(integration_id, chat_id, "group-history", chat)
 
     def timeline_channels(self, sharded: bool) -> list[str]:

@@ -29,9 +29,26 @@ def audit_fields(record: dict[str, Any]) -> dict[Any, Any]:
 
 @dataclass(frozen=True, slots=True)
 class IntakeResult:
-    status: Literal["queued", "dup", "busy"]
+    """``full``: over the conversation's buffer cap (``BufferCap``), nothing stored but the dedup
+    record; ``told``: the first such refusal since the burst was last under its cap (the chat
+    is told once)."""
+
+    status: Literal["queued", "dup", "busy", "full"]
     due_ms: int
     busy: bool
+    told: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BufferCap:
+    """The most a conversation's burst (its messages waiting for a turn) may hold: messages and
+    bytes of their stored JSON (0: no cap). The intake step refuses a message past either."""
+
+    messages: int = 0
+    bytes: int = 0
+
+
+NO_CAP = BufferCap()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.layout import ensure_layout
 from sessions.pubsub import PubSubHub
+from sessions.results import NO_CAP, BufferCap
 from sessions.results import Binding as Binding
 from sessions.results import Claim as Claim
 from sessions.results import ClaimRequest as ClaimRequest
@@ -101,19 +102,23 @@ class SessionStore:
         window_ms: int,
         max_window_ms: int,
         mode: Literal["collect", "reject", "urgent"] = "collect",
+        cap: BufferCap = NO_CAP,
     ) -> IntakeResult:
-        """Dedup and append in ONE round trip; returns once the envelope is durable in Redis."""
+        """Dedup and append in ONE round trip; returns once the envelope is durable in Redis
+        (or refused past ``cap``: status ``full``)."""
         try:
-            status, due, busy = await self.pipe.evalsha(
+            status, due, busy, told = await self.pipe.evalsha(
                 self._intake,
                 self.intake_keys(conversation, event_id),
                 self.intake_args(
-                    conversation, envelope_json, now_ms, window_ms, max_window_ms, mode
+                    conversation, envelope_json, now_ms, window_ms, max_window_ms, mode, cap
                 ),
             )
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
-        return IntakeResult(status=status, due_ms=int(due), busy=bool(int(busy)))
+        return IntakeResult(
+            status=status, due_ms=int(due), busy=bool(int(busy)), told=str(told) == "1"
+        )
 
     def intake_keys(self, conversation: str, event_id: str) -> list[str]:
         """KEYS of intake.lua; the scripts that wrap it (group watch, budgets) append theirs."""
@@ -127,6 +132,7 @@ class SessionStore:
         window_ms: int,
         max_window_ms: int,
         mode: str,
+        cap: BufferCap = NO_CAP,
     ) -> list[Any]:
         """ARGV of intake.lua (the wrapping scripts append theirs)."""
         burst_ttl = max(self.dedup_ttl_ms, 3 * max_window_ms)
@@ -139,6 +145,8 @@ class SessionStore:
             burst_ttl,
             conversation,
             mode,
+            cap.messages,
+            cap.bytes,
         ]
 
     async def mark_seen(self, conversation: str, event_id: str, now_ms: int) -> bool:

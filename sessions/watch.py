@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
+from sessions.results import NO_CAP, BufferCap
 from sessions.store import SessionStore, StoreUnavailable
 
 
@@ -33,7 +34,7 @@ def _load(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WatchIntakeResult:
-    status: Literal["fired", "merged", "cool", "dup"]
+    status: Literal["fired", "merged", "cool", "dup", "full"]
     due_ms: int
     busy: bool
 
@@ -71,12 +72,13 @@ class WatchStore:
         now_ms: int,
         window_ms: int,
         max_window_ms: int,
+        cap: BufferCap = NO_CAP,
     ) -> WatchIntakeResult:
         """Store a matched message unless it is a duplicate or the watch is cooling down (and
         the burst its last match opened has been claimed); returns once it is durable."""
         store = self.store
         try:
-            status, due, busy = await store.pipe.evalsha(
+            reply = await store.pipe.evalsha(
                 self._intake,
                 [
                     *store.intake_keys(conversation, event_id),
@@ -84,13 +86,20 @@ class WatchStore:
                 ],
                 [
                     *store.intake_args(
-                        conversation, envelope_json, now_ms, window_ms, max_window_ms, "collect"
+                        conversation,
+                        envelope_json,
+                        now_ms,
+                        window_ms,
+                        max_window_ms,
+                        "collect",
+                        cap,
                     ),
                     watch_id,
                     cooldown_ms,
                     cooldown_value,
                 ],
             )
+            status, due, busy = reply[:3]
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
         return WatchIntakeResult(status=status, due_ms=int(due), busy=bool(int(busy)))

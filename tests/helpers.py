@@ -123,11 +123,13 @@ class ConsoleClient:
         )
 
 
-def brace_safe(value: str) -> str:
-    """The documented rule for ids in Redis keys and conversation ids (braces would end a hash
-    tag early): ``{`` and ``}`` become ``(`` and ``)`` - spelled out here, apart from the code the
-    tests check."""
-    return value.replace("{", "(").replace("}", ")")
+def id_encoded(value: str) -> str:
+    """The documented rule for an id in Redis keys and conversation ids (issue 25): ``%``, ``:``,
+    ``|``, ``{`` and ``}`` percent-encoded (``%25 %3A %7C %7B %7D``), every other character kept -
+    spelled out here, apart from the code the tests check."""
+    return "".join(
+        {"%": "%25", ":": "%3A", "|": "%7C", "{": "%7B", "}": "%7D"}.get(c, c) for c in value
+    )
 
 
 def raw_post(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.conversation import ConversationId
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender, Subject
-from tests.helpers import brace_safe
+from tests.helpers import id_encoded
 
 IDS = st.text(min_size=1, max_size=30)
 SCOPES = st.sampled_from(["chat", "chat_sender", "thread"])
@@ -58,17 +58,25 @@ def test_text_of_is_the_ids_text_for_every_scope(
         reply_to=ReplyTo(message_id=reply_to) if reply_to is not None else None,
         subject=Subject(source=subject[0], key=subject[1]) if subject else None,
     )
-    head = f"{integration}|{chat_type}:{chat_id}"
+    enc = id_encoded
+    head = f"{enc(integration)}|{chat_type}:{enc(chat_id)}"
     if subject:
-        expected = f"{head}:t:{subject[0]}:{subject[1]}"
+        key = subject[1]  # the last part: it keeps its ":"
+        expected = f"{head}:t:{enc(subject[0])}:{':'.join(enc(k) for k in key.split(':'))}"
     elif scope == "chat_sender":
-        expected = f"{head}:u:{sender}"
+        expected = f"{head}:u:{enc(sender)}"
     elif scope == "thread":
-        expected = f"{head}:t:{thread_id or reply_to or '-'}"
+        expected = f"{head}:t:{enc(thread_id or reply_to or '-')}"
     else:
         expected = head
     text = ConversationId.text_of(integ, env)  # type: ignore[arg-type]
-    assert text == str(ConversationId.of(integ, env)) == brace_safe(expected)  # type: ignore[arg-type]
-    if "|" not in integration and "{" not in expected and "}" not in expected:
-        parsed = ConversationId.parse(text)
-        assert parsed is not None and parsed.integration_id == integration
+    assert text == str(ConversationId.of(integ, env)) == expected  # type: ignore[arg-type]
+    parsed = ConversationId.parse(text)
+    assert parsed is not None and str(parsed) == text
+    assert (parsed.integration_id, parsed.chat_type, parsed.chat_id) == (
+        integration,
+        chat_type,
+        chat_id,
+    )
+    if not subject and scope == "chat_sender":
+        assert parsed.sender_id == sender

@@ -2,18 +2,29 @@
 ``<prefix>:{<shard tag>}:<conversation>:<part>``, its shard's due index
 ``<prefix>:{<shard tag>}:due``, and the builders that make a message's keys from one look-up
 (``intake``, ``budget_intake``) give exactly the keys of the one-key builders, in the scripts'
-order, however many conversations the bounded cache has seen."""
+order, however many conversations the bounded cache has seen; and no two conversations (or two
+of a conversation's keys) share a key, whatever their ids hold (issue 25)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.conversation import ConversationId
 from sessions import keys as keys_module
 from sessions.keys import KeyBuilder, shard_of, shard_tag
-from tests.helpers import brace_safe
+from tests.helpers import id_encoded
 
 IDS = st.text(min_size=1, max_size=40)
+PARTS = ("dedup", "burst", "burstmeta", "turn", "lease", "binding", "cancel", "evcard", "watch")
+PARTS += ("bturns", "bsender", "btokens", "brefused")
+
+
+def arg(value: str) -> str:
+    """A key's argument (event, sender, watch id, day): an encoded id part that is never a
+    part's name (its first letter then encoded too)."""
+    part = id_encoded(value)
+    return f"%{ord(part[0]):02X}{part[1:]}" if part in PARTS else part
 
 
 def spelled(prefix: str, shards: int, conv: str, part: str) -> str:
@@ -36,7 +47,7 @@ def test_a_messages_keys_are_the_layouts(
     k = KeyBuilder(prefix="xgw", shards=shards)
     tag = "{" + shard_tag(shard_of(conv, shards), shards) + "}"
     expected_intake = [
-        spelled("xgw", shards, conv, f"dedup:{event_id}"),
+        spelled("xgw", shards, conv, f"dedup:{arg(event_id)}"),
         spelled("xgw", shards, conv, "burst"),
         spelled("xgw", shards, conv, "burstmeta"),
         f"xgw:{tag}:due",
@@ -44,10 +55,10 @@ def test_a_messages_keys_are_the_layouts(
     ]
     expected_budget = [
         spelled("xgw", shards, conv, "bturns"),
-        spelled("xgw", shards, conv, f"bsender:{brace_safe(sender)}"),
+        spelled("xgw", shards, conv, f"bsender:{arg(sender)}"),
         spelled("xgw", shards, conv, f"btokens:{day}"),
         spelled("xgw", shards, conv, f"brefused:{day}"),
-        f"xgw:{tag}:usage:{brace_safe(integration)}",
+        f"xgw:{tag}:usage:{id_encoded(integration)}",
     ]
     for _ in range(2):  # built, then from the cache
         assert k.intake(conv, event_id) == expected_intake
@@ -80,3 +91,70 @@ def test_the_cache_is_bounded_and_stays_right_when_cleared() -> None:
         assert k.burst(conv) == spelled("p", 16, conv, "burst")
     assert len(k._convs) <= keys_module._CONVS_KEPT
     assert k.intake(first, "e") == before  # built again after the clear: the same keys
+
+
+# Ids made of the characters that matter (separators, escapes, part names) so they meet often.
+PIECES = st.sampled_from([":", "|", "%", "%3A", "{", "a", "dedup", "turn", "t", "u"])
+HOSTILE = st.lists(PIECES, min_size=1, max_size=3).map("".join)
+CONVS = st.builds(
+    lambda integ, chat, kind, extra, key: str(
+        ConversationId(
+            integ, "p2p", chat, extra if kind == "u" else None, thread_of(kind, extra, key)
+        )
+    ),
+    st.sampled_from(["i", "i:t", "i|p2p"]),
+    HOSTILE,
+    st.sampled_from(["chat", "u", "thread", "subject"]),
+    HOSTILE,
+    HOSTILE,
+)
+
+
+def thread_of(kind: str, extra: str, key: str) -> str | None:
+    if kind == "thread":
+        return id_encoded(extra)
+    if kind == "subject":
+        return f"{id_encoded(extra)}:{':'.join(id_encoded(k) for k in key.split(':'))}"
+    return None
+
+
+def every_key(k: KeyBuilder, conv: str, argument: str) -> dict[str, tuple[str, str, str]]:
+    """Each of a conversation's keys -> what it is (conversation, part, argument)."""
+    plain = {
+        "burst": k.burst,
+        "burstmeta": k.burst_meta,
+        "turn": k.turn,
+        "lease": k.lease,
+        "binding": k.binding,
+        "cancel": k.cancel,
+        "evcard": k.event_card,
+        "bturns": k.budget_turns,
+    }
+    with_arg = {
+        "dedup": k.dedup,
+        "watch": k.watch_cooldown,
+        "bsender": k.budget_sender_turns,
+        "btokens": k.budget_tokens,
+        "brefused": k.budget_refused,
+    }
+    keys = {build(conv): (conv, part, "") for part, build in plain.items()}
+    keys |= {build(conv, argument): (conv, p, argument) for p, build in with_arg.items()}
+    return keys
+
+
+@settings(max_examples=1500, deadline=None)
+@given(first=CONVS, second=CONVS, a=HOSTILE, b=HOSTILE)
+def test_no_two_conversations_or_keys_share_a_key(first: str, second: str, a: str, b: str) -> None:
+    k = KeyBuilder(prefix="xgw", shards=1)  # one hash tag: every key could meet every other
+    mine, theirs = every_key(k, first, a), every_key(k, second, b)
+    assert len(mine) == 13 and len(theirs) == 13
+    for key in mine.keys() & theirs.keys():
+        assert mine[key] == theirs[key]
+
+
+def test_the_issues_ids_have_keys_of_their_own() -> None:
+    k = KeyBuilder(prefix="xgw", shards=1)
+    assert k.dedup("lark|p2p:team2", "y34:turn") != k.turn("lark|p2p:team2:dedup:y34")
+    assert k.dedup("lark|p2p:team2", "turn") == "xgw:{0.0}:lark|p2p:team2:dedup:%74urn"
+    assert k.dedup("lark|p2p:team2", "y34:turn") == "xgw:{0.0}:lark|p2p:team2:dedup:y34%3Aturn"
+    assert k.dedup("lark|p2p:oc_1", "om_1") == "xgw:{0.0}:lark|p2p:oc_1:dedup:om_1"  # as before

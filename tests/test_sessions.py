@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from sessions import KeyBuilder, LayoutMismatch, SessionStore
+from sessions import BufferCap, IntakeResult, KeyBuilder, LayoutMismatch, SessionStore
 from sessions.layout import upgrade_layout_1
 from tests.conftest import BOTH_REDIS, eventually
 from tests.helpers import command_calls
@@ -121,7 +121,8 @@ async def test_intake_is_one_round_trip_and_deduplicates(
     sent = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     sent.pop("info")
     assert sent.pop("evalsha") == 1
-    assert set(sent) <= {"set", "exists", "rpush", "hget", "hset", "pexpire", "zadd"}
+    # One HMGET reads the burst's meta (its first time, urgency, count and bytes: issue 25).
+    assert set(sent) <= {"set", "exists", "rpush", "hmget", "hset", "pexpire", "zadd"}
     assert store.pipe.stats.writes == writes + 1
     again = await intake(store, "ev1", 1100)
     assert again.status == "dup"
@@ -405,3 +406,41 @@ async def test_keys_of_the_previous_layout_are_moved_once(
         assert await upgrade_layout_1(redis_client, store.keys) == 0  # nothing left to move
     finally:
         await store.close()
+
+
+async def test_a_burst_past_its_cap_refuses_told_once_and_counts_what_takes_from_it(
+    store: SessionStore,
+) -> None:
+    """Issue 25: the intake step refuses a message past the burst's cap (messages or bytes),
+    keeping its dedup record; the first refusal since the burst was under its cap is 'told';
+    a claim or a steer's take lowers the count (kept in burstmeta, never read off the burst)."""
+    cap = BufferCap(messages=3, bytes=10_000)
+
+    async def add(event_id: str, text: str = "hi") -> IntakeResult:
+        return await store.intake(
+            conversation=CONV,
+            event_id=event_id,
+            envelope_json=env(event_id, text),
+            now_ms=0,
+            window_ms=0,
+            max_window_ms=5000,
+            cap=cap,
+        )
+
+    assert [(await add(f"e{i}")).status for i in range(3)] == ["queued"] * 3
+    fourth, fifth = await add("e3"), await add("e4")
+    assert (fourth.status, fourth.told, fifth.status, fifth.told) == ("full", True, "full", False)
+    assert (await add("e3")).status == "dup"  # a redelivery of a refused message
+    assert await store.burst_length(CONV) == 3
+    first = await claim(store, 0)
+    assert first is not None and len(first.items) == 3  # a whole burst: both keys go
+    assert (await add("e5")).status == "queued"
+    assert (await add("e6", "x" * 10_000)).status == "full"  # bytes: past the cap
+    assert (await add("e7")).status == "queued"
+    assert await store.burst_take(conversation=CONV, owner=first.owner, count=1)  # a steer
+    assert [i["eventId"] for i in await store.burst_items(CONV)] == ["e7"]
+    assert (await add("e8")).status == "queued" and (await add("e9")).status == "queued"
+    again = await add("e10")
+    assert (again.status, again.told) == ("full", True)  # told anew: the take made room
+    meta = await store.redis.hgetall(store.keys.burst_meta(CONV))
+    assert meta["n"] == "3" and int(meta["bytes"]) == sum(len(env(e)) for e in ("e7", "e8", "e9"))

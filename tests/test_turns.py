@@ -51,7 +51,7 @@ def test_a_conversation_id_is_built_from_the_scope_and_parsed_back(
 
 
 def test_a_brace_in_a_chat_id_cannot_leave_the_redis_hash_tag() -> None:
-    text = str(ConversationId("i", "group", "a}b{c"))
+    text = str(ConversationId("i", "group", "a}b{c"))  # percent-encoded (issue 25)
     assert "{" not in text and "}" not in text
     key = KeyBuilder().binding(text)
     assert key.count("{") == 1 and key.count("}") == 1

@@ -35,7 +35,8 @@ from gateway.conversation import ConversationId
 from gateway.envelope import Envelope, Trigger
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.watch import Watch
-from sessions import SessionStore
+from sessions import BufferCap, SessionStore
+from sessions.keys import id_part
 from sessions.watch import WatchStore
 
 log = structlog.get_logger("gateway.watch")
@@ -58,7 +59,7 @@ class _Runtime:
 
 
 def watch_conversation(integ: IntegrationBase, chat_id: str, watch: Watch) -> str:
-    thread = f"watch:{watch.id}" if watch.xpert_id else None
+    thread = f"watch:{id_part(watch.id)}" if watch.xpert_id else None
     return str(ConversationId(integ.id, "group", chat_id, None, thread))
 
 
@@ -181,11 +182,15 @@ class GroupWatch:
             now_ms=now,
             window_ms=int(integ.summary_window_seconds * 1000),
             max_window_ms=int(integ.max_window_seconds * 1000),
+            cap=BufferCap(integ.max_buffered_messages, integ.max_buffered_bytes),
         )
         if result.status == "dup":
             return IngestOutcome("duplicate")
         if result.status == "cool":
             log.debug("watch matched while cooling down", watch=watch.id)
+            return None
+        if result.status == "full":  # the watch's burst is full (issue 25): chatter, as cool
+            log.warning("watch matched with its buffer full: not taken", watch=watch.id)
             return None
         if not result.busy:
             self.wake(result.due_ms, conv)

@@ -50,17 +50,25 @@ if meta[5] ~= '1' and meta[1] then
 end
 
 -- A click (kind action) is a turn of its own; messages up to the next click merge into one turn.
-local items = redis.call('LRANGE', KEYS[3], 0, -1)
+-- Bounded work (issue 25): at most TAKE items are read (the rest wait for the next turn, due at
+-- once), and an item's kind is read off its JSON text, not decoded: an Envelope's "kind" is its
+-- fifth field, after four strings (in which a quote is always escaped), so the first
+-- '"kind":"' is the envelope's own; an item without one is decoded.
+local TAKE = 1000
+local items = redis.call('LRANGE', KEYS[3], 0, TAKE - 1)
 local take = 0
+local taken_bytes = 0
 local plain = true  -- every item taken is a message (no click, no trigger)
 for i = 1, #items do
-  local kind = cjson.decode(items[i])['kind']
+  local kind = string.match(items[i], '"kind":"(%a+)"')
+  if kind == nil then kind = cjson.decode(items[i])['kind'] end
   if kind == 'action' then
-    if i == 1 then take = 1; plain = false end
+    if i == 1 then take = 1; plain = false; taken_bytes = string.len(items[1]) end
     break
   end
   if kind ~= nil and kind ~= 'message' then plain = false end
   take = i
+  taken_bytes = taken_bytes + string.len(items[i])
 end
 local taken = {}
 for i = 1, take do taken[i] = items[i] end
@@ -68,7 +76,12 @@ if take == n then
   redis.call('DEL', KEYS[3], KEYS[4])
 else
   redis.call('LTRIM', KEYS[3], take, -1)
-  redis.call('HSET', KEYS[4], 'first', now, 'last', now, 'urgent', 1)
+  -- What is left is counted (a burst stored before the count gets it now) and may be told again.
+  local left_bytes = tonumber(redis.call('HGET', KEYS[4], 'bytes') or '0') - taken_bytes
+  if left_bytes < 0 then left_bytes = 0 end
+  redis.call('HSET', KEYS[4], 'first', now, 'last', now, 'urgent', 1, 'n', n - take,
+    'bytes', left_bytes)
+  redis.call('HDEL', KEYS[4], 'told')
 end
 redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[5], 'id', ARGV[5], 'items', '[' .. table.concat(taken, ',') .. ']',
