@@ -21,6 +21,7 @@ from gateway.admin import AdminApi
 from gateway.audit_api import AuditApi
 from gateway.control import Control
 from gateway.flusher import Flusher
+from gateway.health import Health
 from gateway.http_guard import guard
 from gateway.live_settings import LiveSettings
 from gateway.metrics import Metrics
@@ -271,10 +272,8 @@ class Gateway:
             },
         )
         app[APP_KEY] = self
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
+        Health(self).setup(app)  # GET /, /healthz, /readyz
         app.router.add_get("/metrics", self.metrics.handler)
-        app.router.add_get("/", self._root)
         admin = AdminApi(settings=self.live, store=self.store, records=self.records)
         admin.setup(app)
         AuditApi(settings=self.live, records=self.records).setup(app, admin.guarded)
@@ -305,41 +304,13 @@ class Gateway:
                 async with asyncio.timeout(5):
                     await self._stop_event.wait()
 
-    # --- HTTP ------------------------------------------------------------------------------
-    async def _root(self, request: web.Request) -> web.StreamResponse:
-        if any(a.settings.platform == "console" for a in self.adapters.values()):
-            raise web.HTTPFound("/console/")
-        return web.json_response({"name": "xpert-gateway", "version": __version__})
+    # --- what /readyz reads (gateway.health) -----------------------------------------------
+    async def ping_redis(self) -> None:
+        assert self.redis is not None
+        await self.redis.client.ping()
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {"status": "ok", "replica": self.replica_id, "pid": os.getpid()}
-        if self.worker is not None:
-            body["worker"] = self.worker
-        return web.json_response(body)
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        checks: dict[str, Any] = {}
-        ready = not self.stopping
-        try:
-            assert self.redis is not None
-            async with asyncio.timeout(2):
-                await self.redis.client.ping()
-            checks["redis"] = {"ready": True}
-        except Exception as exc:
-            checks["redis"] = {"ready": False, "error": type(exc).__name__}
-            ready = False
-        for integ_id, adapter in self.adapters.items():
-            state = adapter.readiness()
-            checks[integ_id] = state
-            ready = ready and bool(state.get("ready", True))
-        body = {
-            "ready": ready,
-            "stopping": self.stopping,
-            "checks": checks,
-            "activeRuns": len(self.runner.active),
-            "spool": self.spooler.state(),
-        }
-        return web.json_response(body, status=200 if ready else 503)
+    def probe_state(self) -> dict[str, Any]:
+        return {"activeRuns": len(self.runner.active), "spool": self.spooler.state()}
 
     # --- shutdown --------------------------------------------------------------------------
     def force_stop(self) -> None:
