@@ -2,7 +2,7 @@
 
 Its text form ``<integrationId>|<p2p|group>:<chatId>[:u:<senderId> | :t:<thread>]`` names Redis
 keys and is carried by card buttons, so it never changes for the same scope. Each id in it is
-one part (``sessions.keys.id_part``: ``%``, ``:``, ``|`` and braces percent-encoded), so two
+one part (``sessions.key_ids.id_part``: ``%``, ``:``, ``|`` and braces percent-encoded), so two
 conversations never share a text or a key (issue 25: a chat ``team2:dedup:y34`` was another
 chat's dedup key); an external event's thread is ``<source>:<key>``, the key last and keeping
 its ``:`` (``id_tail``). Ids without those characters - every id the platforms issue - read as
@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from gateway.envelope import Envelope
 from gateway.settings import IntegrationBase
-from sessions.keys import id_part, id_tail
+from sessions.key_ids import id_part, id_tail
 
 _TEXT = re.compile(
     r"^(?P<integ>[^|:]+)\|(?P<type>p2p|group):(?P<chat>[^:|]+)"

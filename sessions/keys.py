@@ -21,55 +21,16 @@ transaction), or noted below where one key is shared by everyone.
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass, field
 from functools import cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from sessions.key_ids import arg as _arg
+from sessions.key_ids import id_part
+
 MAX_SHARDS = 1024
-
-
-_ENCODED = {"%": "%25", ":": "%3A", "|": "%7C", "{": "%7B", "}": "%7D"}
-_ENCODE = re.compile(r"[%:|{}]")
-
-
-def id_part(value: str) -> str:
-    """An id as one part of a key (or of a conversation id): ``%``, the separator ``:``, ``|``
-    and the braces of a hash tag percent-encoded, so no part spills into the next and no two
-    ids give one key (issue 25); an id without those characters - every id the platforms
-    issue - is itself, so its keys are the ones earlier versions wrote."""
-    return _ENCODE.sub(lambda m: _ENCODED[m.group()], value) if _ENCODE.search(value) else value
-
-
-_ENCODE_TAIL = re.compile(r"[%|{}]")
-
-
-def id_tail(value: str) -> str:
-    """An id that ends a conversation id and keeps its ``:`` (an external event's subject key,
-    ``pr:owner/repo#2``): as :func:`id_part` otherwise. A key built on such a conversation still
-    reads back one way only: a key's argument never holds ``:`` nor a part's name."""
-    return _ENCODE_TAIL.sub(lambda m: _ENCODED[m.group()], value)
-
-
-# The parts of a conversation's keys (``<conversation>:<part>``); those that take an argument
-# (``<conversation>:<part>:<argument>``) are marked. An argument is an id part that never equals
-# a part's name (:func:`_arg`), so a key reads back one way only even where a conversation id
-# has one ``:``-field more than another (an external event's thread is ``<source>:<key>``).
-_PARTS = frozenset(
-    (
-        "dedup", "burst", "burstmeta", "turn", "lease", "binding", "cancel", "evcard", "watch",
-        "bturns", "bsender", "btokens", "brefused",
-    )
-)  # fmt: skip
-
-
-def _arg(value: str) -> str:
-    part = id_part(value)
-    if part in _PARTS:  # never a part's name: its first letter encoded
-        return f"%{ord(part[0]):02X}{part[1:]}"
-    return part
 
 
 def shard_of(name: str, shards: int) -> int:

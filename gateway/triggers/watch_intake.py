@@ -36,7 +36,7 @@ from gateway.envelope import Envelope, Trigger
 from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.watch import Watch
 from sessions import BufferCap, SessionStore
-from sessions.keys import id_part
+from sessions.key_ids import id_part
 from sessions.watch import WatchStore
 
 log = structlog.get_logger("gateway.watch")
