@@ -16,12 +16,12 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from importlib import resources
 from typing import Any, Literal, cast
 
 from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
+from sessions.scripts import lua
 
 DAY_MS = 86_400_000
 PAGE = 200  # index entries read per round trip while a filter skips records
@@ -50,10 +50,6 @@ class AuditEntry:
 IndexKind = Literal["ends", "chat", "session", "outcome"]
 
 
-def _load(name: str) -> str:
-    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
-
-
 class AuditStore:
     def __init__(
         self,
@@ -65,10 +61,10 @@ class AuditStore:
         self.redis = client
         self.keys = keys
         self.limits = limits  # read at each use: a reload changes them
-        self._put = client.register_script(_load("audit_put.lua"))
+        self._put = client.register_script(lua("audit_put.lua"))
         self.pipe: ScriptPipe | None = None  # the store's auto-pipeline, for the writes
-        self._page = client.register_script(_load("audit_page.lua"))
-        self._session_open = client.register_script(_load("audit_session.lua"))
+        self._page = client.register_script(lua("audit_page.lua"))
+        self._session_open = client.register_script(lua("audit_session.lua"))
 
     # --- writes ------------------------------------------------------------------------------
     async def put(

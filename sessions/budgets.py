@@ -10,21 +10,17 @@ again. The caller's clock decides the windows (tests inject one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Literal, cast
 
 from redis.commands.core import AsyncScript
 
 from sessions.keys import KeyBuilder
 from sessions.results import NO_CAP, BufferCap
+from sessions.scripts import lua
 from sessions.store import ClaimRequest, SessionStore
 
 HOUR_MS = 3_600_000
 USAGE_KEEP_MS = 48 * HOUR_MS  # a conversation unused this long leaves the usage index
-
-
-def _load(name: str) -> str:
-    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +72,11 @@ class BudgetStore:
         """budget_intake (intake.lua inside), budget_spend, and intake_claim (budget_intake
         and claim.lua inside)."""
         if self._intake is None or self._spend is None or self._intake_claim is None:
-            text = _load("budget_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
+            text = lua("budget_intake.lua").replace("--INTAKE--", lua("intake.lua"), 1)
             self._intake = self.store.redis.register_script(text)
-            self._spend = self.store.redis.register_script(_load("budget_spend.lua"))
-            both = _load("intake_claim.lua").replace("--BUDGET--", text, 1)
-            both = both.replace("--CLAIM--", _load("claim.lua"), 1)
+            self._spend = self.store.redis.register_script(lua("budget_spend.lua"))
+            both = lua("intake_claim.lua").replace("--BUDGET--", text, 1)
+            both = both.replace("--CLAIM--", lua("claim.lua"), 1)
             self._intake_claim = self.store.redis.register_script(both)
         return self._intake, self._spend, self._intake_claim
 

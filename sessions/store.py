@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
-from importlib import resources
 from typing import Any, Literal, cast
 
 from redis.exceptions import RedisError
@@ -28,12 +27,9 @@ from sessions.results import ClaimRequest as ClaimRequest
 from sessions.results import IntakeResult as IntakeResult
 from sessions.results import StoreUnavailable as StoreUnavailable
 from sessions.results import audit_fields as audit_fields
+from sessions.scripts import lua
 
 HOUR_MS = 3_600_000
-
-
-def _load(name: str) -> str:
-    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
 
 
 class SessionStore:
@@ -56,15 +52,15 @@ class SessionStore:
         self.turn_ttl_ms = turn_ttl_ms
         self.snapshot_ttl_ms = snapshot_ttl_ms
         self.audit_maxlen = audit_maxlen
-        self._intake = client.register_script(_load("intake.lua"))
-        self._claim = client.register_script(_load("claim.lua"))
-        self._renew = client.register_script(_load("renew.lua"))
-        self._turnset = client.register_script(_load("turnset.lua"))
-        self._finish = client.register_script(_load("finish.lua"))
-        self._binding = client.register_script(_load("binding.lua"))
-        self._binding_set = client.register_script(_load("binding_set.lua"))
-        self._burst_take = client.register_script(_load("burst_take.lua"))
-        self._due_peek = client.register_script(_load("due_peek.lua"))
+        self._intake = client.register_script(lua("intake.lua"))
+        self._claim = client.register_script(lua("claim.lua"))
+        self._renew = client.register_script(lua("renew.lua"))
+        self._turnset = client.register_script(lua("turnset.lua"))
+        self._finish = client.register_script(lua("finish.lua"))
+        self._binding = client.register_script(lua("binding.lua"))
+        self._binding_set = client.register_script(lua("binding_set.lua"))
+        self._burst_take = client.register_script(lua("burst_take.lua"))
+        self._due_peek = client.register_script(lua("due_peek.lua"))
         # Every script call goes through the auto-pipeline: intake (one per inbound event) and
         # the turn's claim, renewals, bindings and finish, batched across conversations.
         self.pipe = ScriptPipe(client, name=f"{keys.prefix}-scripts")

@@ -10,7 +10,6 @@ it goes through the session store's auto-pipeline (which waits out a migration o
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from importlib import resources
 from typing import Any, Literal, cast
 
 import orjson
@@ -20,6 +19,7 @@ from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.pubsub import PubSubHub
 from sessions.records import unavailable
+from sessions.scripts import lua
 
 
 class TimelineStore:
@@ -39,9 +39,7 @@ class TimelineStore:
         self.max_records = max_records
         self.pubsub = pubsub or PubSubHub(client, sharded=False)
         self.pipe = pipe
-        self._put = client.register_script(
-            resources.files("sessions").joinpath("lua", "timeline_put.lua").read_text("utf-8")
-        )
+        self._put = client.register_script(lua("timeline_put.lua"))
 
     async def put(
         self,

@@ -16,7 +16,6 @@ the cooldown again. The gateway's clock decides when a cooldown ends (tests inje
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Literal, cast
 
 from redis.commands.core import AsyncScript
@@ -25,11 +24,8 @@ from redis.exceptions import RedisError
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
 from sessions.results import NO_CAP, BufferCap
+from sessions.scripts import lua
 from sessions.store import SessionStore, StoreUnavailable
-
-
-def _load(name: str) -> str:
-    return resources.files("sessions").joinpath("lua", name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +51,7 @@ class WatchStore:
     @property
     def _intake(self) -> AsyncScript:
         if self._script is None:
-            text = _load("watch_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
+            text = lua("watch_intake.lua").replace("--INTAKE--", lua("intake.lua"), 1)
             self._script = self.redis.register_script(text)
         return self._script
 
