@@ -154,8 +154,9 @@ async def test_a_refused_direct_message_is_said_in_the_group(
     prefix: str, redis_client: Any
 ) -> None:
     async with running(prefix, approvers=["u2"]) as (fake, h):
-        code = "Forbidden.AccessDenied.AccessTokenPermissionDenied"
-        fake.fail(BATCH, status=403, code=code, times=1)  # alice's
+        # DingTalk's answer for a staff id it does not know (developer.aliyun.com/ask/588455)
+        code = "staffId.notExisted"
+        fake.fail(BATCH, status=400, code=code, times=1)  # alice's
         fake.invalid_staff.add("u2")  # not a member of the organisation
         with capture_logs() as logs:
             waiting = await asked_in_group(fake, h)
@@ -167,6 +168,7 @@ async def test_a_refused_direct_message_is_said_in_the_group(
         assert privately(fake) == {}
         refused = [e for e in logs if e["event"] == "direct message refused"]
         assert [e["code"] for e in refused] == [code, "invalidStaffIdList"]
+        assert [e["user"] for e in refused] == ["alice", "u2"]
         assert all(e["log_level"] == "warning" for e in refused)
         noisy = [e for e in logs if e.get("exc_info") or e["log_level"] in ("error", "critical")]
         assert noisy == []

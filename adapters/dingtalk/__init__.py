@@ -208,7 +208,8 @@ class DingTalkAdapter(Adapter):
         failed = (
             f"*{answer} could not be sent privately to {', '.join(missed)}: DingTalk refused "
             "the direct message. To answer, open a direct chat with this bot (so it may write "
-            "to you), then ask again here.*"
+            "to you), then ask again here; if that does not help, its admin may check the "
+            "bot's permission to send direct messages.*"
         )
         if not reached:
             return failed

@@ -180,7 +180,9 @@ class Sender:
             await self.records.delete(SENT_NS, claim)
             raise
         if not reached:
-            log.warning("direct message refused", integration_id=self.integration_id, **fields)
+            log.warning(
+                "direct message refused", integration_id=self.integration_id, user=staff, **fields
+            )
         outcome = "sent" if reached else "refused"
         await self.records.put(SENT_NS, claim, outcome, ttl_ms=SENT_TTL_MS)
         return reached
