@@ -207,3 +207,23 @@ async def test_a_routines_confirm_goes_privately_too(prefix: str, redis_client: 
         assert status == 200 and "Scheduled" in page
         await eventually(lambda: any(m["title"] == "Scheduled" for m in group_sent(fake)))
         no_answer_links(fake)
+
+
+async def test_in_stream_mode_markdown_the_group_gets_no_answer_link(
+    prefix: str, redis_client: Any
+) -> None:
+    """Stream mode without a card template replies in markdown too: the same links, the same
+    rule."""
+    async with running(prefix, connectionMode="stream") as (fake, h):
+        await eventually(lambda: fake.stream.connects == 1)
+        message = robot_message(fake, "[confirm] drop it", group=True, sender="alice")
+        await fake.push("CALLBACK", "/v1.0/im/bot/messages/get", message)
+        waiting = await eventually(
+            lambda: next((m for m in group_sent(fake) if m["title"] == PROMPT), None), timeout=30
+        )
+        assert waiting["urls"] == [] and "sent to them privately" in waiting["text"]
+        sent = await eventually(lambda: privately(fake).get("alice"))
+        status, page = await h.click(sent["urls"]["reject"])
+        assert status == 200 and "Rejected" in page
+        await eventually(lambda: any(m["title"] == "Rejected" for m in group_sent(fake)))
+        no_answer_links(fake)
