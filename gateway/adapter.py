@@ -18,7 +18,8 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import aiohttp
 from aiohttp import web
 
-from gateway.envelope import Attachment, Envelope
+from gateway.bundles import route_of
+from gateway.envelope import Attachment, Envelope, asker_of
 from gateway.leases import LeasedConnection, OwnerLease, holder_token
 from gateway.progress import Progress
 from gateway.settings import IntegrationBase
@@ -44,6 +45,8 @@ __all__ = [
     "ShuttingDown",
     "StoreUnavailable",
     "TimelineStore",
+    "answerers",
+    "approvers_for",
     "body_type",
     "discover_adapters",
     "holder_token",
@@ -209,6 +212,26 @@ class AdapterContext:
     connection_lease_ms: int = 15_000
     # (integrationId, platform) -> the hook its API clients report each call to (metrics).
     api_calls: Callable[[str, str], ApiCalls] = _uncounted
+
+
+def approvers_for(integ: IntegrationBase, asked: Envelope) -> list[str]:
+    """The approvers of the chat a question was asked in: those of the first route that holds
+    for the interrupted turn's message (when it sets them), else the integration's."""
+    matched = route_of(integ.routes, asked)
+    if matched is not None and matched[1].approvers is not None:
+        return matched[1].approvers
+    return integ.approvers
+
+
+def answerers(integ: IntegrationBase, asked: Envelope, *, routine: bool = False) -> list[str]:
+    """Who may answer the Confirm / Reject of the turn ``asked`` started: its asker
+    (``asker_of``), then the chat's approvers (gateway/turns/approval.py); with ``routine``, a
+    routine's Confirm / Cancel: its asker, then the schedule admins (triggers/routines.py).
+    Adapters that hand such buttons to each person privately (DingTalk's group links) send
+    them to these."""
+    asker = asked.sender.id if routine else asker_of(asked)
+    others = integ.schedule_admins if routine else approvers_for(integ, asked)
+    return list(dict.fromkeys([*([asker] if asker is not None else []), *others]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,3 +120,12 @@ class Envelope(_Frozen):
         if isinstance(data, dict):
             return cls.model_validate(data)
         return cls.model_validate_json(data)
+
+
+def asker_of(asked: Envelope) -> str | None:
+    """The person whose question a turn's Confirm / Reject is: a message's sender; for a
+    schedule made in a chat, the member who made it; None for a turn no person asked for (a
+    config or admin schedule, an external event). See gateway/turns/approval.py."""
+    if asked.kind in ("schedule", "event"):
+        return asked.trigger.asker if asked.trigger is not None else None
+    return asked.sender.id

@@ -167,8 +167,16 @@ def as_messages(title: str, text: str, buttons: tuple[tuple[str, str], ...] = ()
     ]
 
 
-def render_messages(progress: Progress, link: Callable[[str], str] | None) -> list[Message]:
-    """The message(s) for one state; buttons (as signed links) go on the last one."""
+def render_messages(
+    progress: Progress,
+    link: Callable[[str], str] | None,
+    *,
+    withheld: frozenset[str] = frozenset(),
+    note: str = "",
+) -> list[Message]:
+    """The message(s) for one state; buttons (as signed links) go on the last one, except the
+    ``withheld`` ones (sent to each person who may answer privately: ``private_message``), and
+    ``note`` ends the text."""
     title = progress.title
     if progress.status == "running":
         body = f"**{title}**"
@@ -182,8 +190,23 @@ def render_messages(progress: Progress, link: Callable[[str], str] | None) -> li
         body = f"{progress.answer}\n\n---\n*{title}*" if progress.answer else f"*{title}*"
     else:
         body = progress.answer or f"*{title}*"
-    buttons = tuple((b.label, link(b.action_id)) for b in progress.buttons) if link else ()
+    if note:
+        body = f"{body}\n\n{note}"
+    shown = [b for b in progress.buttons if b.action_id not in withheld]
+    buttons = tuple((b.label, link(b.action_id)) for b in shown) if link else ()
     return as_messages(title, body, buttons)
+
+
+def private_message(
+    progress: Progress, link: Callable[[str], str], *, actions: frozenset[str], asked_in: str
+) -> Message:
+    """A group chat's question, sent to one person who may answer it, with buttons (links
+    signed for them) for ``actions`` only."""
+    title = fit(progress.title, 200)
+    text = f"**{progress.title}**\n\nAsked in {asked_in}; your answer goes to that chat."
+    mine = [b for b in progress.buttons if b.action_id in actions]
+    buttons = tuple((b.label, link(b.action_id)) for b in mine)
+    return Message(title=title, text=fit(text, MAX_PARAM_BYTES // 2), buttons=buttons)
 
 
 def steps_markdown(progress: Progress) -> str:

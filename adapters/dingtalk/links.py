@@ -58,12 +58,16 @@ _ASK = {
     "confirm": ("Confirm?", "Confirm"),
     "reject": ("Reject?", "Reject"),
     "retry": ("Try again?", "Retry"),
+    "routine_confirm": ("Schedule this routine?", "Confirm"),
+    "routine_cancel": ("Cancel this routine?", "Cancel"),
 }
 _DONE = {
     "stop": "Stop requested",
     "new": "New conversation started",
     "confirm": "Confirmed",
     "reject": "Rejected",
+    "routine_confirm": "Scheduled",
+    "routine_cancel": "Cancelled",
 }
 
 

@@ -7,7 +7,8 @@ createAndDeliver answers HTTP 200 even when the card reached no chat: each targe
 its own ``result.deliverResults[{spaceType, spaceId, success, errorMsg, carrierId}]``
 (https://open.dingtalk.com/document/development/create-and-deliver-cards; SDK model
 ``CreateAndDeliverResponseBody`` in aliyun/dingtalk-sdk card_1_0). A card delivered nowhere,
-or refused outright (a 4xx other than throttling), makes the turn fall back to markdown."""
+or refused outright (a 4xx other than throttling), makes the turn fall back to markdown.
+(Over 300 lines: the robot messages and the AI card share the send-once claims; one module.)"""
 
 from __future__ import annotations
 
@@ -119,8 +120,8 @@ class Sender:
             except WebhookGone as exc:
                 log.info("sessionWebhook unusable; using the robot OpenAPI", reason=str(exc))
         group, conversation, staff = target(reply_to)
-        msg_key, msg_param = message.openapi_param()
         if group:
+            msg_key, msg_param = message.openapi_param()
             await self.api.call(
                 "POST",
                 "/v1.0/robot/groupMessages/send",
@@ -132,6 +133,13 @@ class Sender:
                 },
             )
             return
+        await self.to_user(staff, message)
+
+    async def to_user(self, staff: str, message: Message) -> bool:
+        """A 1:1 robot message to ``staff`` (``oToMessages/batchSend``); False when DingTalk
+        lists the id in ``invalidStaffIdList`` (nothing was sent: DOC:chatbots-send-one-on-one-
+        chat-messages-in-batches). Raises ``DingTalkApiError`` when refused."""
+        msg_key, msg_param = message.openapi_param()
         users = [staff]
         for attempt in range(BATCH_ATTEMPTS):
             result = await self.api.call(
@@ -144,12 +152,40 @@ class Sender:
                     "msgParam": msg_param,
                 },
             )
+            if staff in [str(u) for u in result.get("invalidStaffIdList") or []]:
+                return False
             users = [str(u) for u in result.get("flowControlledStaffIdList") or []]
             if not users:
-                return
+                return True
             log.warning("recipient flow-controlled; retrying", attempt=attempt)
             await asyncio.sleep(min(0.25 * 2**attempt, 4.0))
         raise DingTalkApiError(403, "FlowControlled", "recipient still throttled")
+
+    async def to_user_once(self, key: str, staff: str, message: Message) -> bool:
+        """``to_user`` at most once for ``key``; whether it reached them. The outcome is kept
+        with the claim, so a retry (any replica) tells the chat the same; a refusal is logged
+        as one line with DingTalk's code."""
+        claim = f"{self.integration_id}:{key}"
+        if not await self.records.put_new(SENT_NS, claim, "pending", ttl_ms=SENT_TTL_MS):
+            return await self.records.get(SENT_NS, claim) != "refused"
+        try:
+            reached = await self.to_user(staff, message)
+            fields: dict[str, Any] = {"code": "invalidStaffIdList"}
+        except DingTalkApiError as exc:
+            if not exc.refused:
+                await self.records.delete(SENT_NS, claim)
+                raise
+            reached, fields = False, exc.log_fields()
+        except BaseException:
+            await self.records.delete(SENT_NS, claim)
+            raise
+        if not reached:
+            log.warning(
+                "direct message refused", integration_id=self.integration_id, user=staff, **fields
+            )
+        outcome = "sent" if reached else "refused"
+        await self.records.put(SENT_NS, claim, outcome, ttl_ms=SENT_TTL_MS)
+        return reached
 
 
 class CardOutbound:

@@ -4,7 +4,8 @@ bot's encrypted attachment links.
 
 wechatpy's client is synchronous and hardcodes the gettoken URL (§3.7), so this is a small
 aiohttp client against ``apiBase``. Every HTTP exchange is reported to ``observe`` under the
-API's short name (``/metrics``).
+API's short name (``/metrics``). (Over 300 lines: the app's API client and the AI bot's
+download links share the rule that no redirect leaves the origins allowed; kept together.)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ RATE_LIMITED = 45009
 # The metrics' name of each server API the gateway calls.
 ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "card_update"}
 NO_ANSWER = (aiohttp.ClientError, TimeoutError)
+MAX_REDIRECTS = 3
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class WeComApiError(PlatformApiError):
@@ -141,26 +144,48 @@ class WeComApi:
 
     async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
         """``GET /cgi-bin/media/get``: a received image or file (data, mime type); None when it
-        is larger than ``max_bytes``. An expired token is refreshed and the call retried once;
-        other errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
+        is larger than ``max_bytes``, or redirected off ``apiBase``'s origin (scheme, host and
+        port: the request carries the access token, and a redirect must not take the gateway
+        to another address of the operator's network; followed by hand, at most
+        ``MAX_REDIRECTS``). An expired token is refreshed and the call retried once; other
+        errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
         refreshed = False
+        home = _origin(URL(self.base))
         while True:
             token = await self.token()
             params = {"access_token": token, "media_id": media_id}
+            url: URL | None = URL(f"{self.base}/cgi-bin/media/get").with_query(params)
             began = time.perf_counter()
             try:
-                async with self._session().get(
-                    f"{self.base}/cgi-bin/media/get", params=params
-                ) as r:
-                    if r.status >= 500:
-                        self._count("media", began, f"http_{r.status}")
-                        raise WeComApiError(-r.status, "server error")
-                    mime = body_type(r)
-                    if mime not in ("application/json", "text/plain"):
-                        self._count("media", began, 0)
-                        data = await read_body(r, max_bytes)
-                        return (data, mime) if data is not None else None
-                    error: dict[str, Any] = await r.json(content_type=None)
+                for _ in range(MAX_REDIRECTS + 1):
+                    if url is None or not url.is_absolute() or _origin(url) != home:
+                        self._count("media", began, "redirect_refused")
+                        log.warning(
+                            "media download redirected off apiBase; not followed",
+                            host=url.host if url is not None else None,
+                        )
+                        return None
+                    async with self._session().get(url, allow_redirects=False) as r:
+                        if r.status in REDIRECTS:
+                            try:
+                                url = url.join(URL(r.headers.get("Location", "")))
+                            except ValueError:
+                                url = None
+                            continue
+                        if r.status >= 500:
+                            self._count("media", began, f"http_{r.status}")
+                            raise WeComApiError(-r.status, "server error")
+                        mime = body_type(r)
+                        if mime not in ("application/json", "text/plain"):
+                            self._count("media", began, 0)
+                            data = await read_body(r, max_bytes)
+                            return (data, mime) if data is not None else None
+                        error: dict[str, Any] = await r.json(content_type=None)
+                        break
+                else:
+                    self._count("media", began, "redirect_refused")
+                    log.warning("media download redirected too often")
+                    return None
             except NO_ANSWER as exc:
                 self._count("media", began, type(exc).__name__)
                 raise
@@ -197,7 +222,6 @@ def sniff_mime(data: bytes) -> str:
 # fetched, so a message cannot make the gateway request an address of the operator's network.
 MEDIA_HOST = re.compile(r"^ww-aibot-img-1258476243\.cos\.[a-z0-9-]{1,40}\.myqcloud\.com$")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-MAX_REDIRECTS = 3
 
 
 def _origin(url: URL) -> tuple[str, str, int | None]:
@@ -244,7 +268,7 @@ class LinkDownloads:
                 )
                 return None
             async with self._http.get(url, allow_redirects=False) as resp:
-                if resp.status in (301, 302, 303, 307, 308):
+                if resp.status in REDIRECTS:
                     location = resp.headers.get("Location", "")
                     try:
                         url = url.join(URL(location))

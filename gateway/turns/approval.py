@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import structlog
 
-from gateway.adapter import IngestOutcome
-from gateway.bundles import route_of
-from gateway.envelope import Envelope
+from gateway.adapter import IngestOutcome, approvers_for
+from gateway.envelope import Envelope, asker_of
 from gateway.settings import IntegrationBase
 from gateway.turns.records import PendingInterrupt
 from sessions import SessionStore
@@ -21,24 +20,6 @@ from sessions import SessionStore
 log = structlog.get_logger("gateway.turns")
 
 APPROVER_REFUSED = "not an approver"
-
-
-def approvers_for(integ: IntegrationBase, asked: Envelope) -> list[str]:
-    """The approvers of the chat the question was asked in: those of the first route that holds
-    for the interrupted turn's message (when it sets them), else the integration's."""
-    matched = route_of(integ.routes, asked)
-    if matched is not None and matched[1].approvers is not None:
-        return matched[1].approvers
-    return integ.approvers
-
-
-def asker_of(asked: Envelope) -> str | None:
-    """The person whose question it is: a message's sender; for a schedule made in a chat, the
-    member who made it; None for a turn no person asked for (a config or admin schedule, an
-    external event)."""
-    if asked.kind in ("schedule", "event"):
-        return asked.trigger.asker if asked.trigger is not None else None
-    return asked.sender.id
 
 
 def may_answer(integ: IntegrationBase, asked: Envelope, clicker_id: str) -> bool:

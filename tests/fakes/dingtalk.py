@@ -18,7 +18,8 @@ OpenAPI (api.dingtalk.com), each refusal as ``{"code", "message", "requestid"}``
   robot sends also 400 ``send.too.fast`` [DOC:the-robot-sends-a-group-message].
 - ``POST /v1.0/robot/groupMessages/send`` -> ``{processQueryKey}``; ``POST /v1.0/robot/
   oToMessages/batchSend`` -> ``{processQueryKey, invalidStaffIdList,
-  flowControlledStaffIdList}`` (listed recipients got nothing). robotCode must be the app's
+  flowControlledStaffIdList}`` (listed recipients got nothing; ``invalid_staff`` ids come back
+  in ``invalidStaffIdList``). robotCode must be the app's
   robot (else 400 ``invalidParameter.robotCode.notExsit``), msgKey a documented template (else
   ``invalidParameter.msgKey.invalid``), msgParam JSON (else ``invalidParameter.msgParam.
   invalid``) of at most 15000 UTF-8 bytes (else ``invalidParameter.msgParam.tooLong``)
@@ -133,6 +134,7 @@ class FakeDingTalk:
         self.file_redirects: dict[str, str] = {}
         self.faults: dict[str, list[Fault]] = {}
         self.flow_controlled = 0  # batchSend lists the recipients as throttled this many times
+        self.invalid_staff: set[str] = set()  # staff ids batchSend answers as invalid
         self.failed_deliveries: list[str] = []  # errorMsg of the next refused card deliveries
         self.lost_answers: dict[str, int] = {}
         self.expired_webhooks: set[str] = set()
@@ -312,13 +314,15 @@ class FakeDingTalk:
             return self._refuse(400, "invalidParameter.userIds.empty", "用户userId列表为空")
         if (refused := self._message_refused(body)) is not None:
             return refused
-        throttled = list(body["userIds"]) if self.flow_controlled > 0 else []
+        invalid = [u for u in body["userIds"] if u in self.invalid_staff]
+        valid = [u for u in body["userIds"] if u not in self.invalid_staff]
+        throttled = valid if self.flow_controlled > 0 else []
         self.flow_controlled -= 1
-        self.calls[-1].delivered = not throttled
+        self.calls[-1].delivered = bool(valid) and not throttled
         return web.json_response(
             {
                 "processQueryKey": uuid.uuid4().hex,
-                "invalidStaffIdList": [],
+                "invalidStaffIdList": invalid,
                 "flowControlledStaffIdList": throttled,
             }
         )

@@ -91,6 +91,9 @@ class FakeWeCom:
         self.files: dict[str, bytes] = {}  # AI-bot download links: name -> ciphertext
         self.downloads: list[str] = []  # what was fetched: media ids and file names
         self.redirects: dict[str, str] = {}  # link name -> Location (redirect_link)
+        # media_id -> where media/get redirects: an absolute URL, or another media_id (then a
+        # relative Location on this server, the query kept): as a server taken over would.
+        self.media_redirects: dict[str, str] = {}
         self._names: dict[str, str] = {}  # download link -> file name
         self.minute_s = 60.0
         self.limits: dict[str, int] = {}
@@ -269,6 +272,11 @@ class FakeWeCom:
         refused = self._check(request, "media/get")
         if refused is not None:
             return refused
+        target = self.media_redirects.get(media_id)
+        if target is not None:
+            if "://" in target:
+                raise web.HTTPFound(target)
+            raise web.HTTPFound(str(request.rel_url.update_query(media_id=target)))
         if media_id not in self.media:
             return self._error(40007, "invalid media_id")
         data, content_type = self.media[media_id]

@@ -246,6 +246,40 @@ async def test_a_redirect_off_the_media_host_is_not_followed(
     assert image_parts(vision) == [{"type": "image_url", "image_url": {"url": data_url(PNG)}}]
 
 
+async def test_an_app_media_redirect_off_the_api_base_is_not_followed(
+    gateways: list[InProcessGateway],
+    prefix: str,
+    fake: FakeWeCom,
+    model: tuple[FakeOpenAI, dict[str, Any]],
+    elsewhere: tuple[list[str], str],
+) -> None:
+    """Issue 25 item 9: media/get carries the access token; a redirect from it is followed by
+    hand, and only within apiBase's origin, never to another address of the network."""
+    vision, expert = model
+    hits, other = elsewhere
+    gw = await start_gateway(prefix, fake, "app", expert=expert)
+    gateways.append(gw)
+    fake.media["m-1"] = (PNG, "image/png")
+    fake.media_redirects["m-away"] = other + "/admin/secret"
+    fake.media_redirects["m-in"] = "m-1"  # a relative redirect on apiBase's origin: followed
+    async with aiohttp.ClientSession() as http:
+        for n, media_id in enumerate(("m-away", "m-in")):
+            xml = app_message("alice", "x", f"910{n}").replace(
+                "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[x]]></Content>",
+                "<MsgType><![CDATA[image]]></MsgType><PicUrl><![CDATA[http://p/1]]></PicUrl>"
+                f"<MediaId><![CDATA[{media_id}]]></MediaId>",
+            )
+            query, body = encrypt_xml(xml)
+            status, _ = await post(http, url(gw), query, body)
+            assert status == 200
+            await eventually(lambda n=n: len(vision.requests) > n, timeout=15)  # type: ignore[misc]
+    assert hits == []  # the other server was never asked
+    assert image_parts(vision) == []  # the first turn ran without its image
+    content = vision.requests[1]["messages"][-1]["content"]
+    assert {"type": "image_url", "image_url": {"url": data_url(PNG)}} in content
+    assert fake.downloads == ["m-away", "m-in", "m-1"]
+
+
 async def test_attachments_past_the_caps_are_left_out_and_the_card_says_so(
     gateways: list[InProcessGateway],
     prefix: str,
