@@ -23,6 +23,8 @@ from gateway.app import Gateway
 from gateway.cli import settings_model
 from gateway.config_file import load_settings
 from gateway.daemon import listen_sockets
+from gateway.settings import Settings
+from gateway.triggers.schedules import Scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -293,3 +295,21 @@ async def kill_named(client: Any, name: str) -> int:
     for where, client_id in found:
         await client.client_kill_filter(_id=client_id, **where)
     return len(found)
+
+
+def clocked_scheduler(
+    gw: InProcessGateway, config: dict[str, Any] | Settings, clock: list[int]
+) -> Scheduler:
+    """A scheduler of ``gw``'s pipeline that reads ``config``'s schedules and fires on the test's
+    clock (``clock[0]``, epoch ms): a test's fires without waiting for their real times."""
+    settings = (
+        config if isinstance(config, Settings) else load_settings(config, model=settings_model())
+    )
+    return Scheduler(
+        store=gw.gateway.pipeline.schedules.book.store,
+        settings=lambda: settings,
+        ingest=gw.gateway.pipeline.ingest,
+        adapters=gw.gateway.adapters,
+        owner="test-replica",
+        clock=lambda: clock[0],
+    )

@@ -10,11 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
-from gateway.triggers.schedules import Scheduler
 from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
 from tests.test_admin_memory import TOKEN, admin
 
 
@@ -108,18 +105,6 @@ async def test_a_route_sets_its_own_approvers(
     assert (resumed["senderId"], resumed["approver"]) == ("alice", "carol")
 
 
-def scheduler_of(gw: InProcessGateway, cfg: dict[str, Any], clock: list[int]) -> Scheduler:
-    settings = load_settings(cfg, model=settings_model())
-    return Scheduler(
-        store=gw.gateway.pipeline.schedules.book.store,
-        settings=lambda: settings,
-        ingest=gw.gateway.pipeline.ingest,
-        adapters=gw.gateway.adapters,
-        owner="test-replica",
-        clock=lambda: clock[0],
-    )
-
-
 async def test_a_chat_schedule_asks_the_member_who_made_it_and_a_config_one_its_approvers(
     gateways: Callable[..., Any], prefix: str
 ) -> None:
@@ -144,7 +129,7 @@ async def test_a_chat_schedule_asks_the_member_who_made_it_and_a_config_one_its_
     assert made.cron is not None and made.schedule.created_by == "alice"
     at = made.cron.next_after(made.schedule.created_at)  # its next 04:00
     clock = [at - 1_000]
-    scheduler = scheduler_of(gw, cfg, clock)
+    scheduler = clocked_scheduler(gw, cfg, clock)
     await scheduler.tick()  # first sight: fires from now on
     clock[0] = at + 50
     await scheduler.tick()

@@ -13,16 +13,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
 from gateway.metrics import MAX_CODES, Metrics
-from gateway.triggers.schedules import Scheduler
 from sessions import KeyBuilder
 from sessions.backlog import due_backlog
 from tests.conftest import BOTH_REDIS, base_config, eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
 from tests.lark_support import INTEGRATION, LarkHarness, final_card, lark_config, message_event
 from tests.metrics_support import Scrape, scrape
 from tests.test_experts import serve
@@ -328,17 +325,9 @@ async def test_schedule_fires_and_misfires_are_counted(
     assert await metric(gw, "xgw_schedule_misfires_total", integration="console") == 0
     sched = {"id": "minutely", "integrationId": "console", "chatId": "team", "chatType": "group",
              "cron": "0 * * * * *", "text": "tick", "misfireGraceSeconds": 10}  # fmt: skip
-    settings = load_settings({**base_config(prefix), "schedules": [sched]}, model=settings_model())
     minute = (int(time.time()) // 60 - 10) * 60_000
     clock = [minute + 1_000]
-    scheduler = Scheduler(
-        store=gw.gateway.pipeline.schedules.book.store,
-        settings=lambda: settings,
-        ingest=gw.gateway.pipeline.ingest,
-        adapters=gw.gateway.adapters,
-        owner="test",
-        clock=lambda: clock[0],
-    )
+    scheduler = clocked_scheduler(gw, {**base_config(prefix), "schedules": [sched]}, clock)
     gw.gateway.scheduler.stop()
     gw.gateway.scheduler = scheduler  # the replica's scheduler, on a clock the test moves
     await scheduler.tick()

@@ -13,12 +13,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
 from gateway.triggers.cron import Cron, min_gap_seconds
 from gateway.triggers.schedules import Scheduler
 from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
 from tests.test_admin_memory import TOKEN, admin
 
 
@@ -116,17 +114,9 @@ async def test_schedule_fires_count_against_the_chats_budget(
         "cron": "*/5 * * * * *",
         "text": "tick",
     }
-    settings = load_settings(config(prefix, every5, limits=limits), model=settings_model())
     base = (int(datetime.now(UTC).timestamp() * 1000) // 60_000 - 10) * 60_000
     clock = [base + 1_000]
-    scheduler = Scheduler(
-        store=gw.gateway.pipeline.schedules.book.store,
-        settings=lambda: settings,
-        ingest=gw.gateway.pipeline.ingest,
-        adapters=gw.gateway.adapters,
-        owner="test-replica",
-        clock=lambda: clock[0],
-    )
+    scheduler = clocked_scheduler(gw, config(prefix, every5, limits=limits), clock)
     await scheduler.tick()  # first sight: fires from now on
     for n in (1, 2):  # within the budget: each fire is a turn
         clock[0] = base + n * 5_000 + 50
@@ -172,17 +162,7 @@ async def test_a_chat_schedule_made_under_a_lower_minimum_is_held_not_fired(
     assert entry.cron is not None
 
     def scheduler(minimum: int) -> Scheduler:
-        settings = load_settings(
-            config(prefix, scheduleMinIntervalSeconds=minimum), model=settings_model()
-        )
-        return Scheduler(
-            store=book.store,
-            settings=lambda: settings,
-            ingest=gw.gateway.pipeline.ingest,
-            adapters=gw.gateway.adapters,
-            owner="test-replica",
-            clock=lambda: clock[0],
-        )
+        return clocked_scheduler(gw, config(prefix, scheduleMinIntervalSeconds=minimum), clock)
 
     fire = entry.cron.next_after(entry.schedule.created_at) + 2_000
     clock = [fire + 50]
