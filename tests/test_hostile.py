@@ -72,18 +72,23 @@ def aibot(**fields: Any) -> str:
 
 
 @pytest.mark.parametrize(
-    ("target", "headers"),
+    ("target", "signed"),
     [
-        (CONSOLE, JSON),
-        (LARK, JSON),  # Lark parsed the body before checking its signature
-        (DINGTALK, {**JSON, **dingtalk_headers()}),
-        (WECOM_BOT + UNSIGNED_QUERY, JSON),  # parsed before verification
-        (WECOM_APP + UNSIGNED_QUERY, {}),
+        (CONSOLE, False),
+        (LARK, False),  # Lark parsed the body before checking its signature
+        (DINGTALK, True),
+        (WECOM_BOT + UNSIGNED_QUERY, False),  # parsed before verification
+        (WECOM_APP + UNSIGNED_QUERY, False),
     ],
 )
 def test_deeply_nested_json_is_a_400_before_any_parser_recurses(
-    gw: Hostile, target: str, headers: dict[str, str]
+    gw: Hostile, target: str, signed: bool
 ) -> None:
+    # DingTalk's sign is made as the test runs, not when it is collected: a suite can take longer
+    # than the 5-minute sign window (signWindowSeconds).
+    headers = {} if target.startswith(WECOM_APP) else dict(JSON)
+    if signed:
+        headers |= dingtalk_headers()
     refused(gw, request(gw.port, "POST", target, headers=headers, body=DEEP), 400)
 
 
