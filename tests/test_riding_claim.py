@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from gateway.flusher import Flusher
 from sessions import KeyBuilder
-from sessions.budgets import _load
+from sessions.scripts import lua
 from tests.conftest import BOTH_REDIS, RedisTarget, base_config, eventually
 from tests.helpers import InProcessGateway
 
@@ -30,10 +30,10 @@ def _sha(text: str) -> str:
 def _shas() -> tuple[str, str]:
     """The SHA1s of claim.lua and of the intake-with-claim script, as sessions/budgets.py
     builds it."""
-    budget = _load("budget_intake.lua").replace("--INTAKE--", _load("intake.lua"), 1)
-    both = _load("intake_claim.lua").replace("--BUDGET--", budget, 1)
-    both = both.replace("--CLAIM--", _load("claim.lua"), 1)
-    return _sha(_load("claim.lua")), _sha(both)
+    budget = lua("budget_intake.lua").replace("--INTAKE--", lua("intake.lua"), 1)
+    both = lua("intake_claim.lua").replace("--BUDGET--", budget, 1)
+    both = both.replace("--CLAIM--", lua("claim.lua"), 1)
+    return _sha(lua("claim.lua")), _sha(both)
 
 
 async def _monitored(
