@@ -19,6 +19,15 @@ import aiohttp
 from aiohttp import web
 
 from gateway.bundles import route_of
+
+# Downloads of URLs a platform hands out (redirects followed by hand, each checked): part of the
+# adapter kit, kept in their own module.
+from gateway.downloads import LOCAL_HOSTS as LOCAL_HOSTS
+from gateway.downloads import Origin as Origin
+from gateway.downloads import RedirectRefused as RedirectRefused
+from gateway.downloads import get_checked as get_checked
+from gateway.downloads import local_origin as local_origin
+from gateway.downloads import origin as origin
 from gateway.envelope import Attachment, Envelope, asker_of
 from gateway.leases import LeasedConnection, OwnerLease, holder_token
 from gateway.progress import Progress

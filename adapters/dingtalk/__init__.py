@@ -30,9 +30,14 @@ from gateway.adapter import (
     AdapterContext,
     FetchedFile,
     LiveAdapters,
+    Origin,
     OwnerLease,
+    RedirectRefused,
     answerers,
     body_type,
+    get_checked,
+    local_origin,
+    origin,
     read_body,
 )
 from gateway.envelope import Attachment, Envelope
@@ -247,23 +252,18 @@ class DingTalkAdapter(Adapter):
         await self.sender.once(f"text:{idempotency_key}", as_messages(title, text), reply_to)
 
 
-MAX_REDIRECTS = 3
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def _download_allowed(url: URL, api_base: str) -> bool:
+def _download_allowed(fake: Origin | None) -> Callable[[URL], bool]:
     """A download URL the robot file API handed out: https (port 443, no user info), or the
     origin of ``apiBase`` when that is a local fake. The URL comes from DingTalk's answer, but a
     redirect from it must not take the gateway to plain http or a port of the operator's
     network."""
-    base = URL(api_base)
-    if base.host in LOCAL_HOSTS and (url.scheme, url.host, url.port) == (
-        base.scheme,
-        base.host,
-        base.port,
-    ):
-        return True
-    return url.scheme == "https" and url.port == 443 and url.user is None and bool(url.host)
+
+    def allowed(url: URL) -> bool:
+        if fake is not None and origin(url) == fake:
+            return True
+        return url.scheme == "https" and url.port == 443 and url.user is None and bool(url.host)
+
+    return allowed
 
 
 async def _fetch(
@@ -279,30 +279,20 @@ async def _fetch(
     link = result.get("downloadUrl")
     if not link:
         return None
+    allowed = _download_allowed(local_origin(adapter.api.base))
     try:
-        url: URL | None = URL(str(link))
-    except ValueError:
-        url = None
-    for _ in range(MAX_REDIRECTS + 1):
-        if url is None or not url.is_absolute() or not _download_allowed(url, adapter.api.base):
-            log.warning(
-                "attachment download refused: not an https URL",
-                integration_id=adapter.integration_id,
-                host=url.host if url is not None else None,
-            )
-            return None
-        async with adapter.api.http.get(url, allow_redirects=False) as resp:
-            if resp.status in (301, 302, 303, 307, 308):
-                try:
-                    url = url.join(URL(resp.headers.get("Location", "")))
-                except ValueError:
-                    url = None
-                continue
+        async with get_checked(adapter.api.http, str(link), allowed) as resp:
             data = await read_body(resp, max_bytes) if resp.status == 200 else None
             mime = body_type(resp)
-        return FetchedFile(data=data, mime=mime, name=attachment.name) if data is not None else None
-    log.warning("attachment download redirected too often", integration_id=adapter.integration_id)
-    return None
+    except RedirectRefused as exc:
+        log.warning(
+            "attachment download refused: not an https URL",
+            integration_id=adapter.integration_id,
+            host=exc.host,
+            reason=exc.reason,
+        )
+        return None
+    return FetchedFile(data=data, mime=mime, name=attachment.name) if data is not None else None
 
 
 class DingTalkAdapterFactory:

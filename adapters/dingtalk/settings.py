@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
+from gateway.adapter import LOCAL_HOSTS
 from gateway.settings import IntegrationBase
 
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
@@ -83,7 +84,7 @@ SESSION_WEBHOOK_ORIGIN = "https://oapi.dingtalk.com"
 
 
 def _local(url: str) -> bool:
-    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+    return urlparse(url).hostname in LOCAL_HOSTS
 
 
 def origin_of(url: str) -> str | None:

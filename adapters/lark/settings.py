@@ -7,9 +7,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from gateway.adapter import LOCAL_HOSTS
 from gateway.settings import IntegrationBase
-
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class LarkIntegration(IntegrationBase):

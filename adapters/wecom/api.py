@@ -24,7 +24,17 @@ from yarl import URL
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
-from gateway.adapter import ApiCalls, FetchedFile, PlatformApiError, body_type, read_body
+from gateway.adapter import (
+    ApiCalls,
+    FetchedFile,
+    PlatformApiError,
+    RedirectRefused,
+    body_type,
+    get_checked,
+    local_origin,
+    origin,
+    read_body,
+)
 from gateway.envelope import Attachment
 
 log = structlog.get_logger("adapters.wecom")
@@ -34,8 +44,6 @@ RATE_LIMITED = 45009
 # The metrics' name of each server API the gateway calls.
 ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "card_update"}
 NO_ANSWER = (aiohttp.ClientError, TimeoutError)
-MAX_REDIRECTS = 3
-REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class WeComApiError(PlatformApiError):
@@ -147,45 +155,34 @@ class WeComApi:
         is larger than ``max_bytes``, or redirected off ``apiBase``'s origin (scheme, host and
         port: the request carries the access token, and a redirect must not take the gateway
         to another address of the operator's network; followed by hand, at most
-        ``MAX_REDIRECTS``). An expired token is refreshed and the call retried once; other
+        three). An expired token is refreshed and the call retried once; other
         errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
         refreshed = False
-        home = _origin(URL(self.base))
+        home = origin(URL(self.base))
         while True:
             token = await self.token()
             params = {"access_token": token, "media_id": media_id}
-            url: URL | None = URL(f"{self.base}/cgi-bin/media/get").with_query(params)
+            url = URL(f"{self.base}/cgi-bin/media/get").with_query(params)
             began = time.perf_counter()
             try:
-                for _ in range(MAX_REDIRECTS + 1):
-                    if url is None or not url.is_absolute() or _origin(url) != home:
-                        self._count("media", began, "redirect_refused")
-                        log.warning(
-                            "media download redirected off apiBase; not followed",
-                            host=url.host if url is not None else None,
-                        )
-                        return None
-                    async with self._session().get(url, allow_redirects=False) as r:
-                        if r.status in REDIRECTS:
-                            try:
-                                url = url.join(URL(r.headers.get("Location", "")))
-                            except ValueError:
-                                url = None
-                            continue
-                        if r.status >= 500:
-                            self._count("media", began, f"http_{r.status}")
-                            raise WeComApiError(-r.status, "server error")
-                        mime = body_type(r)
-                        if mime not in ("application/json", "text/plain"):
-                            self._count("media", began, 0)
-                            data = await read_body(r, max_bytes)
-                            return (data, mime) if data is not None else None
-                        error: dict[str, Any] = await r.json(content_type=None)
-                        break
-                else:
-                    self._count("media", began, "redirect_refused")
-                    log.warning("media download redirected too often")
-                    return None
+                async with get_checked(self._session(), url, lambda u: origin(u) == home) as r:
+                    if r.status >= 500:
+                        self._count("media", began, f"http_{r.status}")
+                        raise WeComApiError(-r.status, "server error")
+                    mime = body_type(r)
+                    if mime not in ("application/json", "text/plain"):
+                        self._count("media", began, 0)
+                        data = await read_body(r, max_bytes)
+                        return (data, mime) if data is not None else None
+                    error: dict[str, Any] = await r.json(content_type=None)
+            except RedirectRefused as exc:
+                self._count("media", began, "redirect_refused")
+                log.warning(
+                    "media download redirected off apiBase; not followed",
+                    host=exc.host,
+                    reason=exc.reason,
+                )
+                return None
             except NO_ANSWER as exc:
                 self._count("media", began, type(exc).__name__)
                 raise
@@ -221,11 +218,6 @@ def sniff_mime(data: bytes) -> str:
 # ap-guangzhou.myqcloud.com/…?sign=…"), in whatever COS region. Only https; nothing else is
 # fetched, so a message cannot make the gateway request an address of the operator's network.
 MEDIA_HOST = re.compile(r"^ww-aibot-img-1258476243\.cos\.[a-z0-9-]{1,40}\.myqcloud\.com$")
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def _origin(url: URL) -> tuple[str, str, int | None]:
-    return (url.scheme, url.host or "", url.port)
 
 
 class LinkDownloads:
@@ -238,12 +230,11 @@ class LinkDownloads:
     def __init__(self, *, integration_id: str, bot_key: bytes | None, api_base: str) -> None:
         self.integration_id = integration_id
         self.bot_key = bot_key
-        base = URL(api_base)
-        self._fake = _origin(base) if base.host in LOCAL_HOSTS else None
+        self._fake = local_origin(api_base)
         self._http: aiohttp.ClientSession | None = None
 
     def allowed(self, url: URL) -> bool:
-        if self._fake is not None and _origin(url) == self._fake:
+        if self._fake is not None and origin(url) == self._fake:
             return True
         return (
             url.scheme == "https"
@@ -253,31 +244,19 @@ class LinkDownloads:
         )
 
     async def _get(self, link: str, limit: int) -> bytes | None:
-        """The body of ``link``, following at most ``MAX_REDIRECTS`` redirects, each checked."""
-        try:
-            url = URL(link)
-        except ValueError:
-            url = None
+        """The body of ``link``, following at most three redirects, each checked."""
         assert self._http is not None
-        for _ in range(MAX_REDIRECTS + 1):
-            if url is None or not url.is_absolute() or not self.allowed(url):
-                log.warning(
-                    "attachment link refused: not WeCom's media host",
-                    integration_id=self.integration_id,
-                    host=url.host if url is not None else None,
-                )
-                return None
-            async with self._http.get(url, allow_redirects=False) as resp:
-                if resp.status in REDIRECTS:
-                    location = resp.headers.get("Location", "")
-                    try:
-                        url = url.join(URL(location))
-                    except ValueError:
-                        url = None
-                    continue
+        try:
+            async with get_checked(self._http, link, self.allowed) as resp:
                 return await read_body(resp, limit) if resp.status == 200 else None
-        log.warning("attachment link redirected too often", integration_id=self.integration_id)
-        return None
+        except RedirectRefused as exc:
+            log.warning(
+                "attachment link refused: not WeCom's media host",
+                integration_id=self.integration_id,
+                host=exc.host,
+                reason=exc.reason,
+            )
+            return None
 
     async def close(self) -> None:
         if self._http is not None:
