@@ -9,7 +9,9 @@ stopped at its end. ``base_config`` names the current target."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -24,8 +26,24 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 
 from tests.cluster_support import LocalCluster
 from tests.helpers import ConsoleClient, InProcessGateway
+from tests.support.redis_server import RedisServer
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _worker_redis() -> str:
+    """The Redis of this test process. Under pytest-xdist every worker starts its own server
+    (stopped when the worker exits) and exports it as ``REDIS_URL``, so subprocess daemons and
+    support modules use it too; a plain ``pytest`` run uses ``$REDIS_URL`` (the shared one)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker or os.environ.get("XGW_TEST_SHARED_REDIS"):
+        return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    server = RedisServer(Path(tempfile.mkdtemp(prefix=f"xgw-redis-{worker}-"))).start()
+    atexit.register(server.stop)
+    os.environ["REDIS_URL"] = server.url
+    return server.url
+
+
+REDIS_URL = _worker_redis()
 
 
 @dataclass(frozen=True)

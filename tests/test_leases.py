@@ -182,8 +182,14 @@ async def test_two_replicas_hold_one_connection_per_bot_and_readyz_tells_who(
             await eventually(lambda: fakes.connections() == ONE_EACH)
             await b.start()
             try:
+                # Each bot's first lease attempt runs in its own task: wait for all three (the
+                # WeCom connection keeps its own state), not for one and then read the others.
                 ready_b = await eventually(
-                    lambda: _when(readyz(b.port), lambda r: roles(r)["dt"] == "standby")
+                    lambda: _when(
+                        readyz(b.port),
+                        lambda r: roles(r) == {"lark-main": "standby", "dt": "standby"}
+                        and r["checks"]["wc"]["state"] == "standby",
+                    )
                 )
                 ready_a = await readyz(a.port)
                 assert roles(ready_a) == {"lark-main": "owner", "dt": "owner"}

@@ -1,0 +1,1 @@
+"""What the tests share: servers they start, platform harnesses, clients and waits."""
