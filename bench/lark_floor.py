@@ -86,7 +86,7 @@ def install(prepared: list[Envelope]) -> Floor:
 
 def main() -> int:
     install(envelopes(int(os.environ.get("XGW_FLOOR_EVENTS", FLOOR_EVENTS))))
-    from gateway.cli import main as gateway_main
+    from gateway.runtime.cli import main as gateway_main
 
     return gateway_main(sys.argv[1:])
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
+from gateway.config.settings import IntegrationBase
 from gateway.envelope import Envelope
-from gateway.settings import IntegrationBase
 from sessions.key_ids import id_part, id_tail
 
 _TEXT = re.compile(

@@ -14,10 +14,10 @@ from typing import IO, Any, TextIO, cast
 
 import structlog
 
-# The ids of what the code running now is about - the event being ingested (gateway.pipeline),
-# the turn being run (gateway.turns.runner) - merged into every line it logs: one context
-# variable set per message or turn, where structlog's ``bind_contextvars`` sets one per key and
-# builds a token map (issue 15). Tasks started meanwhile inherit it, as they inherit
+# The ids of what the code running now is about - the event being ingested
+# (gateway.intake.pipeline), the turn being run (gateway.turns.runner) - merged into every line it
+# logs: one context variable set per message or turn, where structlog's ``bind_contextvars`` sets
+# one per key and builds a token map (issue 15). Tasks started meanwhile inherit it, as they inherit
 # structlog's; a key bound by structlog, or passed to the log call, wins. An inner ``set``
 # replaces the pairs, so it names every id it wants on its lines.
 LOG_IDS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("xgw_log_ids", default=())

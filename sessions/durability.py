@@ -1,5 +1,5 @@
-"""Whether Redis has what a replica wrote on disk: the spool (``gateway.spooler``) empties its
-file only once the events it replayed into intake are durable in Redis.
+"""Whether Redis has what a replica wrote on disk: the spool (``gateway.intake.spooler``) empties
+its file only once the events it replayed into intake are durable in Redis.
 
 ``WAITAOF numlocal numreplicas timeout`` (Redis 7.2 and later, https://redis.io/docs/latest/
 commands/waitaof/) "blocks the current client until all the previous write commands by that

@@ -163,11 +163,12 @@ class KeyBuilder:
         it names this key alone (HGETALL, HSET, HDEL, a MULTI on it only)."""
         return self._k("watches", id_part(integration_id))
 
-    # --- budgets (gateway/budgets.py, sessions/budgets.py) -----------------------------------
-    # A conversation's counters carry its hash tag: budget_intake.lua checks them, dedups and
-    # appends in one step on one slot. Each has a TTL: the turn windows an hour (PEXPIRE on each
-    # write), the day counters an hour after their day, the usage index two days; all relative to
-    # the gateway's clock (PEXPIRE), which decides the windows.
+    # --- budgets (gateway/policy/budgets.py, sessions/budgets.py)
+    # ----------------------------------- A conversation's counters carry its hash tag:
+    # budget_intake.lua checks them, dedups and appends in one step on one slot. Each has a TTL:
+    # the turn windows an hour (PEXPIRE on each write), the day counters an hour after their day,
+    # the usage index two days; all relative to the gateway's clock (PEXPIRE), which decides the
+    # windows.
     def budget_turns(self, conv: str) -> str:
         """The turns the conversation started in the last hour: event id -> start ms."""
         return self._conv(conv, "bturns")
@@ -252,7 +253,7 @@ class KeyBuilder:
     # slot's shard only, so every shard has its own channel and a listener subscribes to all of
     # them; classic pub/sub is broadcast to every node of a cluster anyway: one channel.
     def control_channels(self, sharded: bool) -> list[str]:
-        """Stop and steer requests (gateway.control)."""
+        """Stop and steer requests (gateway.turns.control)."""
         if not sharded:
             return [self._k("ctl")]
         return [self._k(self._tag(shard), "ctl") for shard in range(self.shards)]

@@ -20,7 +20,7 @@ reads the slot map again and subscribes on the new owner. A lost connection is s
 at once; anything else that breaks a subscription (a connection lost again within 10 s, an
 error reply) ends :meth:`PubSubHub.listen` with the error; its callers subscribe again. A
 message published meanwhile is not seen, as with any pub/sub: a Stop is still found by the
-lease renewal and a steer stays in the burst (``gateway.control``); a console page shows a
+lease renewal and a steer stays in the burst (``gateway.turns.control``); a console page shows a
 card's state at its next change or when reloaded.
 """
 

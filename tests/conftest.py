@@ -29,7 +29,6 @@ from tests.helpers import ConsoleClient, InProcessGateway
 from tests.support.redis_server import RedisServer
 
 
-
 def _worker_redis() -> str:
     """The Redis of this test process. Under pytest-xdist every worker starts its own server
     (stopped when the worker exits) and exports it as ``REDIS_URL``, so subprocess daemons and

@@ -19,11 +19,11 @@ import yaml
 from aiohttp import web
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.app import Gateway
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
-from gateway.daemon import listen_sockets
-from gateway.settings import Settings
+from gateway.config.file import load_settings
+from gateway.config.settings import Settings
+from gateway.runtime.app import Gateway
+from gateway.runtime.cli import settings_model
+from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -149,9 +149,9 @@ async def test_conversation_variables_defaults_reducers_and_write_back(
 
 
 def test_reducers_must_fit_the_type() -> None:
-    from gateway.cli import settings_model
-    from gateway.config_file import load_settings
-    from gateway.settings import ConfigError
+    from gateway.config.file import load_settings
+    from gateway.config.settings import ConfigError
+    from gateway.runtime.cli import settings_model
 
     cfg = config("x")
     cfg["integrations"][0]["variables"] = [{"name": "n", "type": "string", "reducer": "append"}]

@@ -17,14 +17,14 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.adapter import IngestOutcome
-from gateway.budgets import Budgets, day_of, limits_for
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.config.settings import Settings
+from gateway.edge.adapter import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.pipeline import Pipeline
-from gateway.settings import Settings
-from gateway.usage_api import usage_of
+from gateway.intake.pipeline import Pipeline
+from gateway.ops.usage_api import usage_of
+from gateway.policy.budgets import Budgets, day_of, limits_for
+from gateway.runtime.cli import settings_model
 from sessions import KeyBuilder, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult
 from tests.conftest import BOTH_REDIS, RedisTarget, base_config

@@ -20,13 +20,13 @@ import yaml
 from aiohttp import web
 from pydantic import Field
 
-from gateway.bundles import Route, budget_warnings, bundled
-from gateway.cli import main as cli_main
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.config.settings import ConfigError
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.experts.registry import ExpertKindError, checked_kind
-from gateway.settings import ConfigError
+from gateway.policy.bundles import Route, budget_warnings, bundled
+from gateway.runtime.cli import main as cli_main
+from gateway.runtime.cli import settings_model
 from tests.conftest import Gateways, base_config, eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.throwaway_expert import ShoutExpert, ShoutSettings

@@ -35,7 +35,7 @@ from adapters.lark import cards as lark_cards
 from adapters.lark.events import message_envelope as lark_envelope
 from adapters.wecom import cards as wecom_cards
 from adapters.wecom.events import aibot_envelope, app_envelope, parse_app_xml
-from gateway.adapter import IngestOutcome
+from gateway.edge.adapter import IngestOutcome
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from gateway.events import Interrupt
 from gateway.progress import Progress, Status

@@ -112,7 +112,7 @@ async def test_links_live_at_most_8_hours(dt: Harness) -> None:
 def test_a_link_lifetime_past_the_dedup_window_is_a_config_error(
     prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gateway.cli import main as cli_main
+    from gateway.runtime.cli import main as cli_main
 
     config = dingtalk_config(prefix, FakeDingTalk(), 8080, actionTokenTtlSeconds=86_400)
     path = tmp_path / "gw.yaml"
@@ -130,7 +130,7 @@ def test_the_link_bound_is_within_the_least_dedup_window() -> None:
     from annotated_types import Ge
 
     from adapters.dingtalk.settings import LINK_TTL_MAX_S
-    from gateway.settings import RuntimeSettings
+    from gateway.config.settings import RuntimeSettings
 
     field = RuntimeSettings.model_fields["dedup_ttl_hours"]
     [least] = [m.ge for m in field.metadata if isinstance(m, Ge)]

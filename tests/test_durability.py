@@ -1,5 +1,5 @@
 """``sessions.confirm_durable`` on real servers: what each Redis can say of its disk, which the
-spool waits for before it empties its file (``gateway.spooler``; issue 25).
+spool waits for before it empties its file (``gateway.intake.spooler``; issue 25).
 
 ``WAITAOF`` is in Redis 7.2 and later (https://redis.io/docs/latest/commands/waitaof/); the
 machine's redis-server may be older (7.0 here), so a newer one is looked for: the

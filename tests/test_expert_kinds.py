@@ -19,11 +19,11 @@ import redis.asyncio as aioredis
 import yaml
 from structlog.testing import capture_logs
 
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.config.settings import ConfigError, Settings
 from gateway.experts import Expert, discover_experts
 from gateway.experts.registry import ExpertKindError, checked_kind
-from gateway.settings import ConfigError, Settings
+from gateway.runtime.cli import settings_model
 from gateway.turns.snapshot import snapshot_of
 from tests.conftest import base_config, eventually
 from tests.fakes.throwaway_expert import STEP, ShoutExpert, ShoutSettings

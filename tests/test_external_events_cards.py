@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from gateway.adapter import Adapter
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.edge.adapter import Adapter
 from gateway.envelope import Chat, Envelope, Sender, Subject
 from gateway.progress import Progress
-from gateway.render import CardRenderer
+from gateway.runtime.cli import settings_model
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.kinds import TurnKinds
+from gateway.turns.render import CardRenderer
 from sessions import EventCardStore, KeyBuilder
 from tests.conftest import base_config
 

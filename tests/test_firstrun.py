@@ -24,11 +24,11 @@ import pytest
 import yaml
 
 import gateway
-from gateway.app import Gateway
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
-from gateway.config_hints import config_warnings, is_placeholder, redis_location
-from gateway.settings import ConfigFileError
+from gateway.config.file import load_settings
+from gateway.config.hints import config_warnings, is_placeholder, redis_location
+from gateway.config.settings import ConfigFileError
+from gateway.runtime.app import Gateway
+from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis
 from tests.conftest import base_config, eventually
 from tests.helpers import ROOT, ConsoleClient, free_port

@@ -1,5 +1,5 @@
 """One long connection per bot across workers and replicas (issue 12): the owner lease of
-``gateway.leases`` and the three long-connection transports using it (Lark's long connection,
+``gateway.edge.leases`` and the three long-connection transports using it (Lark's long connection,
 DingTalk's stream, WeCom's ``aibot_ws``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.adapter import StoreUnavailable
-from gateway.leases import LeasedConnection, OwnerLease
+from gateway.edge.adapter import StoreUnavailable
+from gateway.edge.leases import LeasedConnection, OwnerLease
 from sessions import KeyBuilder, RecordStore
 from tests.conftest import base_config, eventually
 from tests.helpers import DaemonProcess, InProcessGateway
@@ -187,8 +187,10 @@ async def test_two_replicas_hold_one_connection_per_bot_and_readyz_tells_who(
                 ready_b = await eventually(
                     lambda: _when(
                         readyz(b.port),
-                        lambda r: roles(r) == {"lark-main": "standby", "dt": "standby"}
-                        and r["checks"]["wc"]["state"] == "standby",
+                        lambda r: (
+                            roles(r) == {"lark-main": "standby", "dt": "standby"}
+                            and r["checks"]["wc"]["state"] == "standby"
+                        ),
                     )
                 )
                 ready_a = await readyz(a.port)

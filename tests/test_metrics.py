@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.metrics import MAX_CODES, Metrics
+from gateway.ops.metrics import MAX_CODES, Metrics
 from sessions import KeyBuilder
 from sessions.backlog import due_backlog
 from tests.conftest import BOTH_REDIS, base_config, eventually
@@ -381,12 +381,12 @@ async def test_no_label_names_a_chat_a_user_or_a_session(
 
 # --- the series' own bookkeeping ----------------------------------------------------------------
 def test_counters_and_histograms_render_as_prometheus_client_s_own() -> None:
-    """``gateway.metrics`` keeps its counters and histograms in plain floats: what a scrape
+    """``gateway.ops.metrics`` keeps its counters and histograms in plain floats: what a scrape
     shows is what prometheus_client's Counter and Histogram show for the same calls (a value
     on a bucket's bound counts in that bucket; series without labels are there at zero)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-    from gateway.metrics import _Family
+    from gateway.ops.metrics import _Family
 
     Metrics()  # switches off prometheus_client's *_created series, as the gateway runs
     ours, theirs = CollectorRegistry(), CollectorRegistry()

@@ -232,8 +232,8 @@ def test_cmd_config_file_exists(final: Stage) -> None:
 
 # --- the container config ---------------------------------------------------------------------
 def test_docker_config_validates() -> None:
-    from gateway.cli import settings_model
-    from gateway.config_file import load_settings
+    from gateway.config.file import load_settings
+    from gateway.runtime.cli import settings_model
 
     settings = load_settings(DOCKER_CONFIG, model=settings_model(), env={})
     assert settings.server.host == "0.0.0.0"

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.flusher import Flusher
+from gateway.turns.flusher import Flusher
 from sessions import KeyBuilder
 from sessions.scripts import lua
 from tests.conftest import BOTH_REDIS, RedisTarget, base_config, eventually

@@ -13,10 +13,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.config.settings import Settings
 from gateway.envelope import Envelope
-from gateway.settings import Settings
+from gateway.runtime.cli import settings_model
 from gateway.triggers.schedules import Scheduler
 from tests.conftest import BOTH_REDIS, base_config, eventually
 from tests.helpers import ConsoleClient, InProcessGateway

@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
-from gateway.settings import ConfigError
+from gateway.config.file import load_settings
+from gateway.config.settings import ConfigError
+from gateway.runtime.cli import settings_model
 from gateway.triggers.cron import Cron, CronError, split_command
 
 

@@ -12,9 +12,9 @@ from structlog.testing import capture_logs
 from adapters.dingtalk import DingTalkAdapter, DingTalkIntegration
 from adapters.dingtalk.outbound import target
 from adapters.wecom import WeComAdapter, WeComIntegration
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
+from gateway.runtime.cli import settings_model
 from gateway.triggers.schedules import Scheduler
 from tests.conftest import base_config
 from tests.helpers import InProcessGateway
@@ -29,7 +29,7 @@ def wecom_fields(mode: str) -> dict[str, Any]:
     return fields
 
 
-# What these adapters read of their context (gateway.adapter.AdapterContext) at construction.
+# What these adapters read of their context (gateway.edge.adapter.AdapterContext) at construction.
 CONTEXT = {"records": None, "connection_lease_ms": 15_000, "api_calls": lambda *_: None}
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.adapter import IngestOutcome, ShuttingDown
+from gateway.edge.adapter import IngestOutcome, ShuttingDown
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.spool import (
+from gateway.intake.spool import (
     HEADER,
     MAGIC,
     MAX_RECORD,
@@ -25,7 +25,7 @@ from gateway.spool import (
     open_slots,
     store_identity,
 )
-from gateway.spooler import Spooler
+from gateway.intake.spooler import Spooler
 from sessions import StoreUnavailable
 from tests.conftest import eventually
 

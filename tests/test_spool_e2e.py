@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.spool import HEADER, MAGIC
+from gateway.intake.spool import HEADER, MAGIC
 from tests.conftest import eventually
 from tests.dingtalk_support import dingtalk_config, robot_message
 from tests.fakes.dingtalk import FakeDingTalk

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.config.settings import IntegrationBase
 from gateway.conversation import ConversationId
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
-from gateway.settings import IntegrationBase
 from sessions import KeyBuilder
 from tests.conftest import base_config, eventually
 from tests.helpers import ConsoleClient

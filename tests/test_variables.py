@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from gateway.variables import system_variables
+from gateway.turns.variables import system_variables
 
 
 def _sys(timezone: str | None, now: datetime) -> dict[str, str]:

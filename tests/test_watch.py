@@ -10,12 +10,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.adapter import IngestUnavailable
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.config.settings import ConfigError
+from gateway.edge.adapter import IngestUnavailable
 from gateway.envelope import Attachment, Chat, Envelope, Sender, Trigger
-from gateway.pipeline import Pipeline
-from gateway.settings import ConfigError
+from gateway.intake.pipeline import Pipeline
+from gateway.runtime.cli import settings_model
 from gateway.triggers.watch import Watch
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore

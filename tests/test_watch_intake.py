@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.adapter import IngestOutcome
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.config.settings import Settings
+from gateway.edge.adapter import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.pipeline import Pipeline
-from gateway.routing import route
-from gateway.settings import Settings
+from gateway.intake.pipeline import Pipeline
+from gateway.policy.routing import route
+from gateway.runtime.cli import settings_model
 from gateway.triggers.watch_intake import GroupWatch
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore

@@ -22,11 +22,11 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from gateway.app import Gateway
-from gateway.cli import main, settings_model
-from gateway.config_file import load_settings
-from gateway.settings import cpu_count
-from gateway.spool import store_identity
+from gateway.config.file import load_settings
+from gateway.config.settings import cpu_count
+from gateway.intake.spool import store_identity
+from gateway.runtime.app import Gateway
+from gateway.runtime.cli import main, settings_model
 from sessions import KeyBuilder
 from tests.conftest import REDIS_URL, base_config, eventually
 from tests.helpers import ROOT, ConsoleClient, InProcessGateway, free_port

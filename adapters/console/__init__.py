@@ -9,10 +9,10 @@ from aiohttp import web
 from adapters.console.inbound import setup_routes
 from adapters.console.outbound import ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
-from gateway.adapter import Adapter, AdapterContext, LiveAdapters
+from gateway.config.settings import IntegrationBase
+from gateway.edge.adapter import Adapter, AdapterContext, LiveAdapters
 from gateway.envelope import Envelope
 from gateway.progress import Progress
-from gateway.settings import IntegrationBase
 
 
 class ConsoleAdapter(Adapter):

@@ -1,6 +1,6 @@
 """The console's HTTP API (a contract other tests and tools use) and its page.
 
-Requests are read with the core's bounded readers (``gateway.webhook``: size, charset, JSON
+Requests are read with the core's bounded readers (``gateway.edge.webhook``: size, charset, JSON
 depth) and validated before anything is stored; the user's message is written to the chat
 timeline and handed to intake, and only then is 202 returned. A refusal is a short JSON error
 and one log line.
@@ -33,8 +33,8 @@ from adapters.console.events import (
     message_record,
     validation_message,
 )
-from gateway.adapter import IngestUnavailable, StoreUnavailable, TimelineStore
-from gateway.webhook import HttpRequest, Rejected, body_text, json_object, read_body
+from gateway.edge.adapter import IngestUnavailable, StoreUnavailable, TimelineStore
+from gateway.edge.webhook import HttpRequest, Rejected, body_text, json_object, read_body
 
 if TYPE_CHECKING:
     from adapters.console import ConsoleAdapter

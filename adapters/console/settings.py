@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gateway.settings import GatewayModel, IntegrationBase
+from gateway.config.settings import GatewayModel, IntegrationBase
 
 
 class DemoUser(GatewayModel):

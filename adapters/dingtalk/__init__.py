@@ -25,7 +25,8 @@ from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.inbound import StreamInbound, setup_routes
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras, target
 from adapters.dingtalk.settings import DingTalkIntegration
-from gateway.adapter import (
+from gateway.config.settings import IntegrationBase
+from gateway.edge.adapter import (
     Adapter,
     AdapterContext,
     FetchedFile,
@@ -48,7 +49,6 @@ from gateway.progress import (
     ACTION_ROUTINE_CONFIRM,
     Progress,
 )
-from gateway.settings import IntegrationBase
 
 log = structlog.get_logger("adapters.dingtalk")
 

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.adapter import ApiCalls, PlatformApiError
+from gateway.edge.adapter import ApiCalls, PlatformApiError
 
 log = structlog.get_logger("adapters.dingtalk")
 

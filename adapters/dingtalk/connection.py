@@ -7,9 +7,9 @@ A frame is acked only after its handler returned, and the handlers return only a
 stored the event (DESIGN.md §8.1).
 
 One process of all (workers and replicas) holds the robot's stream: the one holding its owner
-lease (``gateway.leases``); the others stand by (ready: their replies go out over HTTP) and take
-over when the lease runs out. DingTalk would accept several connections and push each event to
-one of them, but N workers times M replicas would be N x M sockets for one robot."""
+lease (``gateway.edge.leases``); the others stand by (ready: their replies go out over
+HTTP) and take over when the lease runs out. DingTalk would accept several connections and push
+each event to one of them, but N workers times M replicas would be N x M sockets for one robot."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from dingtalk_stream import (
 )
 from websockets.asyncio.client import connect
 
-from gateway.adapter import LeasedConnection, OwnerLease
+from gateway.edge.adapter import LeasedConnection, OwnerLease
 
 log = structlog.get_logger("adapters.dingtalk")
 

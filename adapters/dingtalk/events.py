@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from gateway.conversation import ConversationId
+from gateway.edge.webhook import Rejected, json_value
 from gateway.envelope import Action, Attachment, Chat, Envelope, Mention, ReplyTo, Sender
-from gateway.webhook import Rejected, json_value
 
 PLATFORM = "dingtalk"
 _LEADING_AT = re.compile(r"^(?:\s*@\S+)+\s*")

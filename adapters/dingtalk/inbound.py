@@ -1,4 +1,4 @@
-"""DingTalk's hooks into the core's webhook skeleton (``gateway.webhook``): the HTTP-mode robot
+"""DingTalk's hooks into the core's webhook skeleton (``gateway.edge.webhook``): the HTTP-mode robot
 webhook (platforms.md §2.3) and the signed button links (``links.py``); and the stream-mode
 frame handlers (§2.1, §2.6). Every path acks only after intake returned: the event is durable."""
 
@@ -21,9 +21,8 @@ from adapters.dingtalk.events import (
     where_from_params,
 )
 from adapters.dingtalk.outbound import reply_extras, webhook_allowed
-from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
-from gateway.envelope import Envelope
-from gateway.webhook import (
+from gateway.edge.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
+from gateway.edge.webhook import (
     HttpRequest,
     Rejected,
     Webhook,
@@ -32,6 +31,7 @@ from gateway.webhook import (
     json_object,
     utf8_safe,
 )
+from gateway.envelope import Envelope
 
 if TYPE_CHECKING:
     from adapters.dingtalk import DingTalkAdapter

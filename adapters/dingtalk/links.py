@@ -23,9 +23,9 @@ from aiohttp import web
 from adapters.dingtalk.crypto import BadSignature, verify_action
 from adapters.dingtalk.events import action_envelope, link_event_id
 from adapters.dingtalk.settings import origin_of
-from gateway.adapter import IngestOutcome
+from gateway.edge.adapter import IngestOutcome
+from gateway.edge.webhook import HttpRequest, Rejected, Webhook, ascii_text, utf8
 from gateway.envelope import Envelope
-from gateway.webhook import HttpRequest, Rejected, Webhook, ascii_text, utf8
 
 if TYPE_CHECKING:
     from adapters.dingtalk import DingTalkAdapter

@@ -24,7 +24,7 @@ import structlog
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError, WebhookGone
 from adapters.dingtalk.cards import Message, card_content, card_params, fit
 from adapters.dingtalk.settings import SESSION_WEBHOOK_ORIGIN, origin_of
-from gateway.adapter import RecordStore
+from gateway.edge.adapter import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 

@@ -14,10 +14,10 @@ from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.inbound import LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
-from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.config.settings import IntegrationBase
+from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
-from gateway.settings import IntegrationBase
 
 log = structlog.get_logger("adapters.lark")
 

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.adapter import ApiCalls, PlatformApiError, body_type, read_body
+from gateway.edge.adapter import ApiCalls, PlatformApiError, body_type, read_body
 
 log = structlog.get_logger("adapters.lark")
 

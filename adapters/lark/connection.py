@@ -9,9 +9,9 @@ that fails (storage down, shutting down) makes the SDK answer 500 and Lark re-pu
 The SDK reconnects by itself with the interval and jitter the server configures.
 
 One process of all (workers and replicas) holds the app's connection: the one holding its owner
-lease (``gateway.leases``); the others stand by and take over when the lease runs out. Lark would
-accept several connections and push each event to one of them, but N workers times M replicas
-would be N x M sockets for one bot.
+lease (``gateway.edge.leases``); the others stand by and take over when the lease runs out.
+Lark would accept several connections and push each event to one of them, but N workers times M
+replicas would be N x M sockets for one bot.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import structlog
 
 from adapters.lark.inbound import LarkInbound, Rejected
 from adapters.lark.settings import LarkIntegration
-from gateway.adapter import AdapterContext, LeasedConnection, OwnerLease
-from gateway.webhook import json_object
+from gateway.edge.adapter import AdapterContext, LeasedConnection, OwnerLease
+from gateway.edge.webhook import json_object
 
 log = structlog.get_logger("adapters.lark")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from gateway.edge.webhook import Rejected, json_value
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
 from gateway.progress import (
     ACTION_CONFIRM,
@@ -20,7 +21,6 @@ from gateway.progress import (
     ACTION_ROUTINE_CONFIRM,
     ACTION_STOP,
 )
-from gateway.webhook import Rejected, json_value
 
 PLATFORM = "lark"
 # Every button Progress can carry: a click Lark gets a 4xx for shows the user an error.

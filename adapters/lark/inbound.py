@@ -1,4 +1,4 @@
-"""The Lark adapter's hooks into the core's webhook skeleton (``gateway.webhook``), for
+"""The Lark adapter's hooks into the core's webhook skeleton (``gateway.edge.webhook``), for
 ``POST /api/lark/webhook/{integrationId}``, and the same event handling for the long connection.
 
 Order (STYLE: verify before parsing): the timestamp window (a signed request must carry its
@@ -23,9 +23,8 @@ from adapters.lark.cards import toast
 from adapters.lark.crypto import CryptoError, EventCipher, same_secret
 from adapters.lark.events import BadEvent, action_envelope, event_type, message_envelope, sub
 from adapters.lark.settings import LarkIntegration
-from gateway.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
-from gateway.envelope import Envelope
-from gateway.webhook import (
+from gateway.edge.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
+from gateway.edge.webhook import (
     HttpRequest,
     Rejected,
     Webhook,
@@ -33,6 +32,7 @@ from gateway.webhook import (
     json_object,
     utf8_charset,
 )
+from gateway.envelope import Envelope
 
 if TYPE_CHECKING:
     from adapters.lark import LarkAdapter

@@ -17,10 +17,10 @@ from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import AibotCallbacks, AppCallbacks, Callbacks, Opener, setup_routes
 from adapters.wecom.outbound import AppOutbound, Outbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.config.settings import IntegrationBase
+from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
-from gateway.settings import IntegrationBase
 
 
 def _secret(value: Any) -> str:

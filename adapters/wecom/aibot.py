@@ -18,7 +18,7 @@ import structlog
 
 from adapters.wecom import cards
 from adapters.wecom.api import LinkDownloads
-from gateway.adapter import FetchedFile, RecordStore
+from gateway.edge.adapter import FetchedFile, RecordStore
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 

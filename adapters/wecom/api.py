@@ -24,7 +24,7 @@ from yarl import URL
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
-from gateway.adapter import (
+from gateway.edge.adapter import (
     ApiCalls,
     FetchedFile,
     PlatformApiError,

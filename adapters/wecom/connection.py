@@ -32,7 +32,7 @@ from adapters.wecom.ws_link import ReplyQueues
 from adapters.wecom.ws_replies import WsReplies
 from adapters.wecom.ws_session import SubscribeRefused, WsSession
 from adapters.wecom.ws_shared import BotShare
-from gateway.adapter import (
+from gateway.edge.adapter import (
     AdapterContext,
     FetchedFile,
     IngestOutcome,

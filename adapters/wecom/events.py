@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from wechatpy.enterprise import parse_message
 
 from adapters.wecom.cards import parse_button_key
+from gateway.edge.webhook import Rejected, xml_text
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
-from gateway.webhook import Rejected, xml_text
 
 LEADING_MENTION = re.compile(r"^\s*@\S+\s*")
 

@@ -1,4 +1,4 @@
-"""WeCom's hooks into the core's webhook skeleton (``gateway.webhook``):
+"""WeCom's hooks into the core's webhook skeleton (``gateway.edge.webhook``):
 ``GET,POST /api/wecom/webhook/{integrationId}``, URL verification and callbacks.
 
 Every request is verified first (signature in constant time, timestamp window, decryption with
@@ -31,9 +31,8 @@ from adapters.wecom.events import (
     parse_app_xml,
 )
 from adapters.wecom.outbound import AppOutbound
-from gateway.adapter import IngestOutcome
-from gateway.envelope import Envelope
-from gateway.webhook import (
+from gateway.edge.adapter import IngestOutcome
+from gateway.edge.webhook import (
     HttpRequest,
     Rejected,
     Webhook,
@@ -42,6 +41,7 @@ from gateway.webhook import (
     json_object,
     xml_text,
 )
+from gateway.envelope import Envelope
 
 if TYPE_CHECKING:
     from adapters.wecom import WeComAdapter

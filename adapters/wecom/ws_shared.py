@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.adapter import OwnerLease, RecordStore
+from gateway.edge.adapter import OwnerLease, RecordStore
 
 NS = "wecom-ws"
 OUTBOX_TTL_MS = 120_000
@@ -33,7 +33,7 @@ class BotShare:
         self.bot_id = bot_id
         self.me = me
         self.lease_ms = lease_ms
-        # The owner lease is the one every long connection uses (gateway.leases), under the
+        # The owner lease is the one every long connection uses (gateway.edge.leases), under the
         # key it always had here.
         self.lease = OwnerLease(
             records, namespace=NS, key=self._key("owner"), ttl_ms=lease_ms, me=me

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from gateway.config.settings import ExpertBase
 from gateway.events import RunEvent
-from gateway.settings import ExpertBase
 
 if TYPE_CHECKING:
     from sessions import HistoryStore
@@ -79,7 +79,7 @@ class Expert(abc.ABC):
     # Whether a running run takes follow-up messages (``steer``): busyPolicy steer needs it.
     supports_steer: ClassVar[bool] = False
     accepts_images = False  # the runner fetches image attachments through the adapter for it
-    # What a route's access bundle may set on this kind (gateway/bundles.py): "model" and/or
+    # What a route's access bundle may set on this kind (gateway/policy/bundles.py): "model" and/or
     # "tools", each a field of ``settings_model`` that the route's value replaces.
     bundle_options: ClassVar[frozenset[str]] = frozenset()
     # Whether only declared conversation variables reach the backend (route variables that are

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from gateway.config.settings import ExpertBase
 from gateway.events import (
     Finished,
     Interrupt,
@@ -23,7 +24,6 @@ from gateway.events import (
     VariablesEvent,
 )
 from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
-from gateway.settings import ExpertBase
 
 CONFIRM_MARKER = "[confirm]"
 SET_MARKER = re.compile(r"\[set ([A-Za-z_]\w*)=([^\]]*)\]")

@@ -11,12 +11,12 @@ import aiohttp
 import structlog
 from pydantic import Field, SecretStr, field_validator
 
+from gateway.config.settings import ExpertBase, VariableDecl, http_url
 from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
 from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import read_sse
-from gateway.settings import ExpertBase, VariableDecl, http_url
-from gateway.variables import render_template
+from gateway.turns.variables import render_template
 from sessions import HistoryStore
 
 log = structlog.get_logger("gateway.experts.openai")

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Literal, get_args, get_origin
 
-from gateway.bundles import option_problems
+from gateway.config.settings import ExpertBase
 from gateway.experts.base import Expert, ExpertContext
-from gateway.settings import ExpertBase
+from gateway.policy.bundles import option_problems
 from sessions import HistoryStore
 
 ENTRY_POINT_GROUP = "xpert_gateway.experts"
@@ -49,7 +49,9 @@ def checked_kind(name: str, target: object, *, where: str = "") -> type[Expert]:
         raise ExpertKindError(f"{label}: its class says kind {getattr(target, 'kind', None)!r}")
     model = getattr(target, "settings_model", None)
     if not (isinstance(model, type) and issubclass(model, ExpertBase)):
-        raise ExpertKindError(f"{label}: settings_model must subclass gateway.settings.ExpertBase")
+        raise ExpertKindError(
+            f"{label}: settings_model must subclass gateway.config.settings.ExpertBase"
+        )
     tag = model.model_fields["kind"].annotation
     if get_origin(tag) is not Literal or get_args(tag) != (name,):
         raise ExpertKindError(f"{label}: {model.__name__}.kind must be Literal[{name!r}]")

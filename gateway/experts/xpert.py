@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from gateway.config.settings import ExpertBase
 from gateway.events import (
     Finished,
     Interrupt,
@@ -37,7 +38,6 @@ from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_input import changed_state, files_of, with_history
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_stream import XpertStream
-from gateway.settings import ExpertBase
 
 log = structlog.get_logger("gateway.experts.xpert")
 END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.settings import ExpertBase, VariableDecl, http_url
+from gateway.config.settings import ExpertBase, VariableDecl, http_url
 
 
 class XpertExpertSettings(ExpertBase):

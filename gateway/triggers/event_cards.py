@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import structlog
 
+from gateway.config.settings import Settings
 from gateway.envelope import Envelope
-from gateway.settings import Settings
 from sessions import EventCardStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.events")

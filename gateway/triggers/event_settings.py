@@ -1,7 +1,7 @@
 """Settings of external events (``integrations[].events``): the signed webhooks an integration
 takes at ``POST /api/events/{integrationId}/{source}``, the chat each posts into, and with what
-instruction. A module of its own, importing only the settings base, so ``gateway.settings`` can
-use it."""
+instruction. A module of its own, importing only the settings base, so
+``gateway.config.settings`` can use it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.model import GatewayModel
+from gateway.config.model import GatewayModel
 
 EventSourceName = Literal["github", "gitlab", "generic"]
 

@@ -3,7 +3,7 @@ GitHub, GitLab or any sender that signs like the generic source, and makes each 
 an Envelope of kind ``event`` in the source's configured chat, handed to intake like a message:
 dedup, merge, the session, the card and the audit trail are a message's.
 
-The order is the one webhook skeleton's (``gateway.webhook``): the integration (404 unless it
+The order is the one webhook skeleton's (``gateway.edge.webhook``): the integration (404 unless it
 has events), the source in the path (404 unless configured) and its signature header (401)
 before the body is read; the body within ``server.maxBodyBytes`` (413); the signature over the
 raw bytes (401) and only then the JSON (400); an event type not configured is 202 ignored;
@@ -24,13 +24,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from gateway.adapter import Adapter, IngestOutcome
+from gateway.edge.adapter import Adapter, IngestOutcome
+from gateway.edge.webhook import HttpRequest, Rejected, Webhook, body_text, json_object
 from gateway.envelope import Chat, Envelope, Sender, Subject, Trigger
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.github import GitHubSource
 from gateway.triggers.gitlab import GitLabSource
 from gateway.triggers.sources import ExternalEvent, GenericSource, Ignored, Source, body_digest
-from gateway.webhook import HttpRequest, Rejected, Webhook, body_text, json_object
 
 ROUTE = "/api/events/{integrationId}/{source}"
 SOURCES: dict[str, Source] = {s.name: s for s in (GitHubSource(), GitLabSource(), GenericSource())}

@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.edge.webhook import HttpRequest, Rejected
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
@@ -40,7 +41,6 @@ from gateway.triggers.sources import (
     signature,
     text,
 )
-from gateway.webhook import HttpRequest, Rejected
 
 _EVENT = re.compile(r"^[a-z_]{1,64}$")
 _STATES = {

@@ -25,6 +25,7 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.edge.webhook import HttpRequest, Rejected
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
@@ -36,7 +37,6 @@ from gateway.triggers.sources import (
     signature,
     text,
 )
-from gateway.webhook import HttpRequest, Rejected
 
 _MR_STATES = {
     "open": "opened",

@@ -18,10 +18,10 @@ from typing import Any
 
 import structlog
 
-from gateway.adapter import Adapter, IngestOutcome
+from gateway.config.settings import IntegrationBase, Settings
+from gateway.edge.adapter import Adapter, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
-from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.cron import Cron, CronError, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
 from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused, too_often

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from gateway.admin import fail, ok
+from gateway.ops.admin import fail, ok
 from gateway.triggers.schedule_book import ScheduleBook, ScheduleRefused
 
-log = structlog.get_logger("gateway.admin")
+log = structlog.get_logger("gateway.ops.admin")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CODES = {400: "bad_request", 404: "not_found", 409: "conflict"}

@@ -26,10 +26,10 @@ from datetime import UTC, datetime
 
 import structlog
 
-from gateway.adapter import Adapter, IngestOutcome
 from gateway.clock import now_ms
+from gateway.config.settings import Settings
+from gateway.edge.adapter import Adapter, IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender, Trigger
-from gateway.settings import Settings
 from gateway.triggers.cron import CronError, iso
 from gateway.triggers.schedule_book import Entry, entries_of, made_in_chat, too_often
 from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gateway.edge.webhook import HttpRequest, Rejected, ascii_text
 from gateway.triggers.event_settings import EventSource
-from gateway.webhook import HttpRequest, Rejected, ascii_text
 
 _DELIVERY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

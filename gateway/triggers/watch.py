@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.config.model import GatewayModel
 from gateway.envelope import Envelope
-from gateway.model import GatewayModel
 
 WATCH_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MAX_REGEX_CHARS = 500
@@ -144,7 +144,7 @@ def _unique(watches: list[Watch]) -> list[Watch]:
     return watches
 
 
-# The field of IntegrationBase (gateway.settings): ids unique within the integration.
+# The field of IntegrationBase (gateway.config.settings): ids unique within the integration.
 Watches = Annotated[list[Watch], AfterValidator(_unique)]
 
 

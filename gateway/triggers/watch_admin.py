@@ -1,5 +1,5 @@
 """The watches of an integration on the admin API (``/v1.0``, the same bearer token and answers
-as ``gateway.admin``):
+as ``gateway.ops.admin``):
 
 - ``GET /v1.0/integrations/{id}/watches[?chatId=]``: the config's and the runtime watches, each
   with its ``source`` and its ``enabled`` as it applies now; with ``chatId``, each watch's
@@ -21,14 +21,14 @@ import structlog
 from aiohttp import web
 from pydantic import StrictBool, ValidationError
 
-from gateway.admin import Handler, fail, ok
-from gateway.model import GatewayModel
-from gateway.settings import IntegrationBase, Settings
+from gateway.config.model import GatewayModel
+from gateway.config.settings import IntegrationBase, Settings
+from gateway.edge.webhook import Rejected, body_text, json_object, read_body
+from gateway.ops.admin import Handler, fail, ok
 from gateway.triggers.watch import ALL_MESSAGES, WATCH_ID, Watch
 from gateway.triggers.watch_intake import GroupWatch, WatchEntry
-from gateway.webhook import Rejected, body_text, json_object, read_body
 
-log = structlog.get_logger("gateway.admin")
+log = structlog.get_logger("gateway.ops.admin")
 
 
 class EnabledPatch(GatewayModel):

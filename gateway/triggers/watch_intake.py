@@ -30,10 +30,10 @@ from typing import Any, Literal
 import structlog
 from pydantic import ValidationError
 
-from gateway.adapter import IngestOutcome
+from gateway.config.settings import IntegrationBase, Settings
 from gateway.conversation import ConversationId
+from gateway.edge.adapter import IngestOutcome
 from gateway.envelope import Envelope, Trigger
-from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.watch import Watch
 from sessions import BufferCap, SessionStore
 from sessions.key_ids import id_part

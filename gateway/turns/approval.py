@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import structlog
 
-from gateway.adapter import IngestOutcome, approvers_for
+from gateway.config.settings import IntegrationBase
+from gateway.edge.adapter import IngestOutcome, approvers_for
 from gateway.envelope import Envelope, asker_of
-from gateway.settings import IntegrationBase
 from gateway.turns.records import PendingInterrupt
 from sessions import SessionStore
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from sessions import Claim, SessionRecords
 
 log = structlog.get_logger("gateway.turns")
-DATETIME = "sys.datetime"  # "%Y-%m-%d %H:%M:%S %Z" (gateway/variables.py)
+DATETIME = "sys.datetime"  # "%Y-%m-%d %H:%M:%S %Z" (gateway/turns/variables.py)
 
 
 @dataclass

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from gateway.bundles import bundled
+from gateway.config.settings import IntegrationBase, Settings
 from gateway.envelope import Envelope
-from gateway.routing import named_expert, route
-from gateway.settings import IntegrationBase, Settings
+from gateway.policy.bundles import bundled
+from gateway.policy.routing import named_expert, route
 from gateway.turns.snapshot import SessionSnapshot, snapshot_of
 from sessions import Claim, SessionRecords, SessionStore
 

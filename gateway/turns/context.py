@@ -12,12 +12,12 @@ from typing import Any
 
 import structlog
 
-from gateway.adapter import Adapter
+from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.experts import Expert, TurnInput
 from gateway.turns.binding import Session
 from gateway.turns.prefetch import ContextPrefetch
-from gateway.variables import system_variables
+from gateway.turns.variables import system_variables
 from sessions import SessionRecords
 
 log = structlog.get_logger("gateway.turns")

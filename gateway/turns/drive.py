@@ -12,13 +12,13 @@ from typing import Any
 
 import structlog
 
-from gateway.adapter import log_failure
+from gateway.config.settings import VariableDecl
+from gateway.edge.adapter import log_failure
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
 from gateway.experts import Expert, TurnInput
 from gateway.progress import Progress
-from gateway.render import CardRenderer
-from gateway.settings import VariableDecl
 from gateway.turns.audit import TurnTrace
+from gateway.turns.render import CardRenderer
 from sessions import SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.turns")

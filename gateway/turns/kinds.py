@@ -12,19 +12,19 @@ from typing import TypeVar
 
 import structlog
 
-from gateway.adapter import Adapter
+from gateway.config.settings import IntegrationBase, Settings
+from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
 from gateway.experts import Decision, Expert, TurnInput
 from gateway.progress import Progress, Step
-from gateway.render import CardRenderer, RenderObserver
-from gateway.settings import IntegrationBase, Settings
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.approval import clicked_on, may_answer, who_may_answer
 from gateway.turns.binding import Binder, Session
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
 from gateway.turns.records import FailedTurn, PendingInterrupt, TurnOutcome, outcome_of
+from gateway.turns.render import CardRenderer, RenderObserver
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, SessionStore
 

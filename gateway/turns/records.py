@@ -107,6 +107,6 @@ class TurnEnd:
 
 
 class TurnObserver(Protocol):
-    """Told of every turn's end (``gateway.metrics.Metrics`` is one)."""
+    """Told of every turn's end (``gateway.ops.metrics.Metrics`` is one)."""
 
     def turn_ended(self, end: TurnEnd) -> None: ...

@@ -17,15 +17,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from gateway.adapter import Adapter, log_failure
-from gateway.budgets import Budgets
 from gateway.clock import now_ms
+from gateway.config.settings import IntegrationBase, Settings
+from gateway.edge.adapter import Adapter, log_failure
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
 from gateway.experts import Expert, build_expert
 from gateway.logging import LOG_IDS
-from gateway.render import RenderObserver
-from gateway.settings import IntegrationBase, Settings
+from gateway.policy.budgets import Budgets
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.audit import TurnFacts, TurnTrace, audit_writes
 from gateway.turns.binding import Binder
@@ -35,6 +34,7 @@ from gateway.turns.kinds import TurnKinds, TurnResult
 from gateway.turns.lease import LeaseKeeper
 from gateway.turns.prefetch import ContextPrefetch, Prefetched
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
+from gateway.turns.render import RenderObserver
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, ClaimRequest, EventCardStore, HistoryStore, SessionRecords, SessionStore
 
@@ -42,7 +42,7 @@ log = structlog.get_logger("gateway.runner")
 
 
 class _Observer(TurnObserver, RenderObserver, Protocol):
-    """What the runner tells of its turns and their cards (``gateway.metrics.Metrics``)."""
+    """What the runner tells of its turns and their cards (``gateway.ops.metrics.Metrics``)."""
 
 
 class Runner:
@@ -70,7 +70,9 @@ class Runner:
         self.handing_back = False
         self._experts: dict[str, Expert] = {}
         self._background: set[asyncio.Task[None]] = set()
-        self.budgets = Budgets(store=store, clock=clock)  # tokens per day (gateway/budgets.py)
+        self.budgets = Budgets(
+            store=store, clock=clock
+        )  # tokens per day (gateway/policy/budgets.py)
         if records.pipe is None:  # the turn's context reads and audit writes join its batches
             records.use_pipe(store.pipe)
         self.prefetch = ContextPrefetch(records)  # context reads sent with the claim
@@ -350,8 +352,9 @@ class Runner:
             LOG_IDS.reset(token)
 
     async def _spend(self, integ: IntegrationBase, conv: str, trace: TurnTrace) -> None:
-        """The tokens the expert reported, counted against the chat's day (gateway/budgets.py);
-        a failure to count costs only the count (nothing to count: no call)."""
+        """The tokens the expert reported, counted against the chat's day
+        (gateway/policy/budgets.py); a failure to count costs only the count (nothing to count: no
+        call)."""
         try:
             await self.budgets.spend(integ, conv, trace.input_tokens + trace.output_tokens)
         except Exception as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.settings import ExpertBase, IntegrationBase, Settings, VariableDecl
+from gateway.config.settings import ExpertBase, IntegrationBase, Settings, VariableDecl
 
 # The integration options a session keeps (``snapshot_of``), read back by SnapshotOptions.
 KEPT_OPTIONS = {
@@ -40,7 +40,7 @@ def snapshot_of(
     bundle: Mapping[str, Any] | None = None,
 ) -> tuple[str, str]:
     """The config a new session locks in (secrets excluded), as JSON and its hash; ``bundle``:
-    what its route gives it (gateway/bundles.py; absent without one, so that configs without
+    what its route gives it (gateway/policy/bundles.py; absent without one, so that configs without
     routes keep their digests)."""
     data: dict[str, Any] = {
         "xpertId": xpert_id,

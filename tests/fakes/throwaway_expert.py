@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 
+from gateway.config.settings import ExpertBase
 from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta
 from gateway.experts import Decision, Expert, ExpertContext, TurnInput
-from gateway.settings import ExpertBase
 
 STEP = "Taking a deep breath"
 

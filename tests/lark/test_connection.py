@@ -14,8 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.lark.connection import _Bridge
-from gateway.cli import settings_model
-from gateway.config_file import load_settings
+from gateway.config.file import load_settings
+from gateway.runtime.cli import settings_model
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
 from tests.helpers import InProcessGateway

@@ -15,7 +15,7 @@ import pytest
 from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.events import message_envelope
 from gateway.progress import Progress
-from gateway.render import CardRenderer
+from gateway.turns.render import CardRenderer
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
 from tests.lark_support import INTEGRATION, answer, final_card, message_event, reply_to

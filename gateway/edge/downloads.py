@@ -1,0 +1,79 @@
+"""Downloads of what a platform (or a message) names by URL: a bounded body, and redirects
+followed by hand, each target checked by the caller's rule before it is requested, so no
+redirect takes the gateway (or a token it sends) to an origin that is not allowed
+(docs/security.md, "Attachments"). Adapters import these from ``gateway.edge.adapter``, the
+contract, beside its bounded body reader ``read_body``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")  # a local fake's apiBase may be plain http
+MAX_REDIRECTS = 3
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+Origin = tuple[str, str, int | None]
+
+
+def origin(url: URL) -> Origin:
+    """Scheme, host and port (the default port filled in, as yarl does)."""
+    return (url.scheme, url.host or "", url.port)
+
+
+def local_origin(base: str) -> Origin | None:
+    """``base``'s origin when it is a local fake (its host a loopback name), else None."""
+    url = URL(base)
+    return origin(url) if url.host in LOCAL_HOSTS else None
+
+
+class RedirectRefused(Exception):
+    """A URL (the first, or a redirect's target) the caller's rule refused, or one redirect too
+    many (``host`` None then): nothing more was requested."""
+
+    def __init__(self, host: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.host = host
+        self.reason = reason
+
+
+def _url(link: str | URL | None) -> URL | None:
+    if link is None or isinstance(link, URL):
+        return link
+    try:
+        return URL(link)
+    except ValueError:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def get_checked(
+    http: aiohttp.ClientSession,
+    link: str | URL,
+    allowed: Callable[[URL], bool],
+    **request: Any,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """GET ``link``, following at most ``MAX_REDIRECTS`` redirects by hand; every URL must be
+    absolute and pass ``allowed`` before it is requested (:class:`RedirectRefused` otherwise).
+    Yields the first answer that is not a redirect."""
+    url = _url(link)
+    for _ in range(MAX_REDIRECTS + 1):
+        if url is None or not url.is_absolute() or not allowed(url):
+            raise RedirectRefused(url.host if url is not None else None, "origin not allowed")
+        resp = await http.get(url, allow_redirects=False, **request)
+        try:
+            if resp.status in REDIRECTS:
+                try:
+                    url = url.join(URL(resp.headers.get("Location", "")))
+                except ValueError:
+                    url = None
+                continue
+            yield resp
+            return
+        finally:
+            resp.release()
+    raise RedirectRefused(None, "redirected too often")

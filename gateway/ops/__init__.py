@@ -1,0 +1,1 @@
+"""Operations: the admin API, audit and usage APIs, metrics and health probes."""

@@ -1,0 +1,188 @@
+"""What ``/metrics`` reads when scraped: the replica's active runs, each integration's readiness
+and long-connection state, schedules fired and missed, the script pipe's counters, the local
+spool, and the due backlog of all replicas (one bounded Redis read, cached for a second so a
+storm of scrapes costs one read)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.clock import now_ms
+from sessions.backlog import DueBacklog, due_backlog
+
+if TYPE_CHECKING:
+    from gateway.intake.spooler import Spooler
+    from gateway.runtime.app import Gateway
+
+log = structlog.get_logger("gateway.ops.metrics")
+
+# The states the adapters' long connections report in readiness() ("connection" for Lark,
+# "state" for DingTalk stream and WeCom aibot_ws); each gets a 0/1 series.
+CONNECTION_STATES = (
+    "connected",
+    "connecting",
+    "reconnecting",
+    "standby",
+    "starting",
+    "idle",
+    "failed",
+    "refused",
+    "displaced",
+    "stopped",
+    "closed",
+)
+BACKLOG_CACHE_S = 1.0
+BACKLOG_TIMEOUT_S = 1.0
+
+
+class GatewayCollector(Collector):
+    """The replica's state, read when scraped (``refresh`` first, for what needs Redis)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.backlog: DueBacklog | None = None
+        self.backlog_at_ms = 0
+        self.reads = 0  # Redis reads of the backlog (tests: a scrape storm costs one)
+        self._read_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        """Read the due backlog unless read in the last second; concurrent scrapes share one
+        read. A failed read leaves the backlog series out of the scrape (not a stale value)."""
+        if time.monotonic() - self._read_at < BACKLOG_CACHE_S:
+            return
+        async with self._lock:
+            if time.monotonic() - self._read_at < BACKLOG_CACHE_S:
+                return  # another scrape read it while this one waited
+            store = self.gateway.store
+            at = now_ms()
+            try:
+                async with asyncio.timeout(BACKLOG_TIMEOUT_S):
+                    self.reads += 1
+                    self.backlog = await due_backlog(store.redis, store.keys, at)
+                self.backlog_at_ms = at
+            except Exception as exc:
+                self.backlog = None
+                log.debug("due backlog not read", error=str(exc) or type(exc).__name__)
+            self._read_at = time.monotonic()
+
+    def collect(self) -> Iterator[Metric]:
+        gw = self.gateway
+        yield GaugeMetricFamily(
+            "xgw_active_runs", "Turns this replica runs now", value=len(gw.runner.active)
+        )
+        yield GaugeMetricFamily(
+            "xgw_max_runs",
+            "Turns this replica runs at most at once (runtime.maxConcurrentRuns)",
+            value=gw.settings.runtime.max_concurrent_runs,
+        )
+        if self.backlog is not None:
+            yield GaugeMetricFamily(
+                "xgw_due_conversations",
+                "Conversations due now and not running, all replicas (the same on each)",
+                value=self.backlog.due,
+            )
+            oldest = self.backlog.oldest_ms
+            age = 0.0 if oldest is None else max(0, self.backlog_at_ms - oldest) / 1000
+            yield GaugeMetricFamily(
+                "xgw_due_oldest_age_seconds",
+                "How long the longest-due conversation has waited to be claimed (0: none)",
+                value=age,
+            )
+        yield from self._integrations()
+        yield from self._schedules()
+        stats = gw.store.pipe.stats
+        for name, doc, count in (
+            ("xgw_redis_script_calls", "Script calls sent through the auto-pipeline", stats.calls),
+            (
+                "xgw_redis_script_writes",
+                "Writes (batches per server) of script calls",
+                stats.writes,
+            ),
+            ("xgw_redis_reconnects", "Script pipe connections opened again", stats.reconnects),
+        ):
+            yield CounterMetricFamily(name, doc, value=count)
+
+    def _integrations(self) -> Iterator[Metric]:
+        ready = GaugeMetricFamily(
+            "xgw_integration_ready",
+            "1 while the integration is ready (/readyz: its long connection up or on standby)",
+            labels=["integration", "platform"],
+        )
+        states = GaugeMetricFamily(
+            "xgw_connection_state",
+            "1 for a long connection's current state on this replica, 0 for the others",
+            labels=["integration", "platform", "state"],
+        )
+        for integ_id, adapter in list(self.gateway.adapters.items()):
+            platform = adapter.settings.platform
+            try:
+                info = adapter.readiness()
+            except Exception:
+                info = {"ready": False}
+            ready.add_metric([integ_id, platform], 1.0 if info.get("ready", True) else 0.0)
+            current = info.get("connection", info.get("state"))
+            if not isinstance(current, str):
+                continue  # no long connection (webhooks, the console)
+            current = current if current in CONNECTION_STATES else "other"
+            for state in (*CONNECTION_STATES, "other"):
+                if state != "other" or current == "other":
+                    states.add_metric([integ_id, platform, state], 1.0 if state == current else 0.0)
+        yield ready
+        yield states
+
+    def _schedules(self) -> Iterator[Metric]:
+        sched = self.gateway.scheduler
+        fired = CounterMetricFamily(
+            "xgw_schedule_fires", "Schedule fires this replica started", labels=["integration"]
+        )
+        missed = CounterMetricFamily(
+            "xgw_schedule_misfires",
+            "Schedule fires skipped: older than misfireGraceSeconds when a replica got to them",
+            labels=["integration"],
+        )
+        integrations = {i.id for i in self.gateway.settings.integrations}
+        for integ_id in sorted(integrations | set(sched.fired_by) | set(sched.missed_by)):
+            fired.add_metric([integ_id], sched.fired_by.get(integ_id, 0))
+            missed.add_metric([integ_id], sched.missed_by.get(integ_id, 0))
+        yield fired
+        yield missed
+
+
+class SpoolCollector(Collector):
+    """The local spool's depth and bound, read when scraped."""
+
+    def __init__(self, spooler: Spooler) -> None:
+        self.spooler = spooler
+
+    def collect(self) -> Iterator[Metric]:
+        sp = self.spooler
+        for name, doc, value in (
+            ("xgw_spool_records", "Long-connection events waiting in the local spool", sp.records),
+            ("xgw_spool_bytes", "Bytes of the local spool", sp.size),
+            (
+                "xgw_spool_max_bytes",
+                "Bound of the local spool (runtime.spoolMaxBytes)",
+                sp.max_bytes,
+            ),
+            ("xgw_spool_full", "1 while the local spool refuses events for lack of room", sp.full),
+        ):
+            yield GaugeMetricFamily(name, doc, value=float(value))
+        for name, doc, count in (
+            (
+                "xgw_spooled",
+                "Events kept in the local spool while Redis was unreachable",
+                sp.spooled,
+            ),
+            ("xgw_spool_refused", "Events the full local spool refused", sp.refused),
+            ("xgw_spool_replayed", "Spooled events fed into intake", sp.replayed),
+            ("xgw_spool_dropped", "Spooled events intake failed on (logged), skipped", sp.dropped),
+        ):
+            yield CounterMetricFamily(name, doc, value=count)

@@ -1,0 +1,219 @@
+"""Command line: ``xpert-gateway run|check|schema`` (also ``python -m gateway``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gateway import __version__
+from gateway.config.file import load_settings
+from gateway.config.hints import config_warnings, redis_summary
+from gateway.config.settings import (
+    ConfigError,
+    ConfigFileError,
+    Settings,
+    build_settings_model,
+    cpu_count,
+)
+from gateway.edge.adapter import discover_adapters
+from gateway.experts import discover_experts
+from gateway.logging import configure_logging, silence
+from gateway.policy.bundles import Limits
+from gateway.triggers.schedule_book import entries_of
+
+
+def settings_model() -> type[Settings]:
+    return build_settings_model(
+        {p: f.settings_model for p, f in discover_adapters().items()}, discover_experts()
+    )
+
+
+def json_schema() -> dict[str, object]:
+    schema = settings_model().model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "xpert-gateway configuration"
+    return schema
+
+
+def _load(path: str) -> Settings:
+    return load_settings(Path(path), model=settings_model())
+
+
+def _load_or_report(path: str) -> Settings | None:
+    """The settings, or None after printing every problem as ``key.path: reason``."""
+    try:
+        return _load(path)
+    except ConfigFileError as exc:  # missing, empty, not YAML: the problem names the file
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return None
+    except ConfigError as exc:
+        print(f"{path}: invalid configuration", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def _print_schedules(settings: Settings) -> None:
+    """The config's schedules with their next fire time (runtime ones live in Redis)."""
+    entries = entries_of(settings, {})
+    if entries:
+        print("schedules:")
+    now = int(time.time() * 1000)
+    for entry in entries:
+        s = entry.schedule
+        nxt = entry.next_fire(now)
+        when = "never" if nxt is None else datetime.fromtimestamp(nxt / 1000, UTC).isoformat()
+        print(f"  {s.id}: {s.cron!r} {entry.zone} in {s.integration_id}/{s.chat_id}, next {when}")
+
+
+def _limits(limits: Limits) -> str:
+    """A budget as ``check`` shows it: `` [limits: 10 turns/h per chat, …]`` or nothing."""
+    parts = [
+        f"{value} {unit}"
+        for value, unit in (
+            (limits.turns_per_hour_per_chat, "turns/h per chat"),
+            (limits.turns_per_hour_per_sender, "turns/h per sender"),
+            (limits.tokens_per_day_per_chat, "tokens/day per chat"),
+        )
+        if value is not None
+    ]
+    return f" [limits: {', '.join(parts)}]" if parts else ""
+
+
+def _check(args: argparse.Namespace) -> int:
+    settings = _load_or_report(args.config)
+    if settings is None:
+        return 1
+    print(f"{args.config}: OK")
+    print(f"redis: {redis_summary(settings)}")
+    workers = settings.server.worker_count()
+    processes = f" ({workers} worker processes)" if workers > 1 else ""
+    print(f"server: http://{settings.server.host}:{settings.server.port}{processes}")
+    print("experts:")
+    for expert in settings.experts:
+        print(f"  {expert.id} ({expert.kind})")
+    print("integrations:")
+    for integ in settings.integrations:
+        state = "" if integ.enabled else " [disabled]"
+        print(f"  {integ.id} ({integ.platform}){state} -> {integ.xpert_id}{_limits(integ.limits)}")
+        for route in integ.routes:
+            extra = [f"model {route.model}"] if route.model else []
+            extra += [f"tools {', '.join(route.tools)}"] if route.tools is not None else []
+            extra += [f"variables {', '.join(route.variables)}"] if route.variables else []
+            shown = f" ({'; '.join(extra)})" if extra else ""
+            limits = _limits(integ.limits.over(route.limits)) if route.limits else ""
+            print(
+                f"    route {route.describe()} -> {route.xpert_id or integ.xpert_id}{shown}{limits}"
+            )
+        for watch in integ.watches:
+            print(f"    watch {watch.id}" + ("" if watch.enabled else " [disabled]"))
+        for source in integ.events:
+            print(f"    events {source.source} -> chat {source.chat_id}")
+    _print_schedules(settings)
+    if args.verbose:
+        print(json.dumps(json.loads(settings.model_dump_json(by_alias=True)), indent=2))
+    for warning in config_warnings(settings):
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = _load_or_report(args.config)
+    if settings is None:
+        return 1
+    configure_logging(settings.logging.level, settings.logging.format)
+    log = structlog.get_logger("gateway.runtime.cli")
+    from gateway.runtime.daemon import StartupError, Worker, serve
+    from sessions.connection import RedisStartupError
+
+    worker: Worker | None = None
+    if args.worker_index is not None:  # started by a supervisor (hidden options)
+        structlog.contextvars.bind_contextvars(worker=args.worker_index)
+        link = socket.socket(fileno=args.supervisor_fd) if args.supervisor_fd is not None else None
+        worker = Worker(
+            index=args.worker_index, link=link, embedded_redis_url=args.embedded_redis_url
+        )
+    else:
+        for warning in config_warnings(settings):
+            log.warning(warning)
+    try:
+        workers = settings.server.worker_count() if args.workers is None else args.workers
+        if worker is None and workers > 1:
+            from gateway.runtime.supervisor import Supervisor
+
+            return Supervisor(settings, config=args.config, workers=workers, port=args.port).run()
+
+        _event_loop_runner()(
+            serve(settings, port=args.port, reload=lambda: _load(args.config), worker=worker)
+        )
+    except (StartupError, RedisStartupError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _workers(value: str) -> int:
+    """``--workers``: a number, or ``auto`` for one per core."""
+    if value == "auto":
+        return cpu_count()
+    if value.isdigit() and 1 <= int(value) <= 256:
+        return int(value)
+    raise argparse.ArgumentTypeError("a number of processes from 1 to 256, or auto")
+
+
+def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop where installed (a large share of the per-message CPU is the event loop)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        return asyncio.run
+    return uvloop.run
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="xpert-gateway", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the daemon")
+    run.add_argument("--config", required=True, help="YAML config file")
+    run.add_argument("--port", type=int, default=None, help="override server.port")
+    run.add_argument(
+        "--workers", type=_workers, default=None, help="override server.workers (N or auto)"
+    )
+    # Set by a supervisor for its workers, not by users.
+    run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--embedded-redis-url", default=None, help=argparse.SUPPRESS)
+    run.set_defaults(func=_run)
+    check = sub.add_parser("check", help="validate a config and print what it sets up")
+    check.add_argument("--config", required=True)
+    check.add_argument("-v", "--verbose", action="store_true", help="print the resolved config")
+    check.set_defaults(func=_check)
+    schema = sub.add_parser("schema", help="print the config JSON Schema")
+    schema.set_defaults(func=_schema)
+    try:
+        args = parser.parse_args(argv)
+        result: int = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is handled below
+    except BrokenPipeError:
+        # The reader of our output left before the end, as `head` does: end quietly, with the
+        # status of a command ended by SIGPIPE (128 + 13, what `cat` gives in its place).
+        silence(sys.stdout)
+        return 141
+    return result

@@ -1,0 +1,200 @@
+"""The throttled render loop: one serial writer per card, at most every ``updateIntervalMs``,
+and the final state always delivered (pitfalls.md #4, #6).
+
+No task waits per card: a pushed state arms one timer for when the card may next be updated,
+which starts the update; a turn that ends before then costs no task at all."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
+
+import structlog
+
+from gateway.clock import now_ms
+from gateway.edge.adapter import Adapter
+from gateway.envelope import Envelope
+from gateway.progress import Progress
+
+log = structlog.get_logger("gateway.turns.render")
+
+
+class RenderObserver(Protocol):
+    """Told of each card sent or updated and of each state a newer one replaced before it was
+    shown (``/metrics``: ``xgw_card_updates_total``, ``xgw_card_updates_coalesced_total``)."""
+
+    def card_rendered(
+        self, integration_id: str, kind: Literal["send", "update"], ok: bool
+    ) -> None: ...
+
+    def card_coalesced(self, integration_id: str) -> None: ...
+
+
+class CardRenderer:
+    """Owns one card. ``push`` hands it a new Progress; ``close`` delivers the last one."""
+
+    def __init__(
+        self,
+        *,
+        adapter: Adapter,
+        reply_to: Envelope,
+        interval_ms: int,
+        idempotency_key: str,
+        handle: str | None = None,
+        on_handle: Callable[[str], Awaitable[None]] | None = None,
+        final_attempts: int = 6,
+        observer: RenderObserver | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.adapter = adapter
+        self.reply_to = reply_to
+        self.interval = interval_ms / 1000
+        self.idempotency_key = idempotency_key
+        self.handle = handle
+        self.on_handle = on_handle
+        self.final_attempts = final_attempts
+        self.observer = observer
+        self.clock = clock
+        self.renders = 0
+        self.coalesced = 0  # states pushed that a newer one replaced before they were shown
+        self.first_shown_ms: int | None = None  # when the card first showed (epoch ms)
+        self._unshown: Progress | None = None  # the newest pushed state not yet shown
+        self._latest: Progress | None = None
+        self._rendered_version = -1
+        self._last_at = 0.0
+        self._closing = False
+        self._started = False
+        self._timer: asyncio.TimerHandle | None = None  # when the next update may go
+        self._task: asyncio.Task[None] | None = None  # the update on its way (one at a time)
+
+    @property
+    def started(self) -> bool:
+        """Whether the card has been shown (``start``)."""
+        return self._started
+
+    async def start(self, progress: Progress) -> None:
+        """Show the card at once (send it, or update the card a crashed replica left)."""
+        self._latest = progress
+        await self._render(progress)
+        self._started = True
+        self._schedule()  # a state pushed while the first card was on its way
+
+    def push(self, progress: Progress) -> None:
+        if self._unshown is not None and self._unshown.version < progress.version:
+            self._coalesced()  # replaced within the interval: never shown
+        self._unshown = progress
+        self._latest = progress
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Arm the timer of the next update, unless one is armed or on its way, or nothing new
+        is to be shown."""
+        if self._closing or not self._started or self._task is not None or self._timer:
+            return
+        latest = self._latest
+        if latest is None or latest.version == self._rendered_version:
+            return
+        wait = max(0.0, self._last_at + self.interval - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(wait, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if not self._closing and self._task is None:
+            self._task = asyncio.create_task(self._update(), name=f"render:{self.idempotency_key}")
+
+    async def _update(self) -> None:
+        # Ends cooperatively: close() waits for it rather than cancelling it mid-update, which
+        # could cut a platform or Redis call in half (and some libraries lose such a cancel on
+        # 3.11).
+        try:
+            progress = self._latest
+            if progress is not None and progress.version != self._rendered_version:
+                try:
+                    await self._render(progress)
+                except Exception as exc:  # an intermediate update may fail; the final retries
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        # A cancel that a library turned into another error (asyncio.timeout in
+                        # 3.11 can) is still a cancel.
+                        raise asyncio.CancelledError() from exc
+                    log.warning("card update failed", key=self.idempotency_key, error=str(exc))
+                    self._last_at = time.monotonic()
+        finally:
+            self._task = None
+        self._schedule()  # a newer state came while this one was on its way
+
+    def _coalesced(self) -> None:
+        self.coalesced += 1
+        if self.observer is not None:
+            self.observer.card_coalesced(self.adapter.integration_id)
+
+    async def _render(self, progress: Progress) -> None:
+        kind: Literal["send", "update"] = "send" if self.handle is None else "update"
+        try:
+            if self.handle is None:
+                self.handle = await self.adapter.send_card(
+                    self.reply_to, progress, idempotency_key=self.idempotency_key
+                )
+            else:
+                await self.adapter.update_card(self.reply_to, self.handle, progress)
+        except Exception:
+            if self.observer is not None:
+                self.observer.card_rendered(self.adapter.integration_id, kind, False)
+            raise
+        if self.observer is not None:
+            self.observer.card_rendered(self.adapter.integration_id, kind, True)
+        if kind == "send" and self.on_handle is not None:
+            assert self.handle is not None
+            await self.on_handle(self.handle)
+        if self.first_shown_ms is None:
+            self.first_shown_ms = self.clock()
+        shown = self._unshown
+        if shown is not None and shown.version <= progress.version:
+            if shown.version < progress.version:
+                self._coalesced()
+            self._unshown = None
+        self.renders += 1
+        self._rendered_version = progress.version
+        self._last_at = time.monotonic()
+
+    def abandon(self) -> None:
+        """Let go of the card without a last update (the turn was handed back or its lease
+        lost: another replica goes on with this card). An update on its way completes."""
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def close(self, final: Progress) -> None:
+        """Stop the updates and deliver ``final`` (retrying with backoff); never raises on
+        cancel."""
+        self._latest = final
+        self.abandon()  # no further intermediate update
+        if (task := self._task) is not None:
+            _done, pending = await asyncio.wait([task], timeout=30)
+            if pending:  # an update hung for 30 s: give up on it
+                task.cancel()
+                await asyncio.wait([task], timeout=5)
+        if final.version == self._rendered_version and self.handle is not None:
+            return
+        delay = 0.2
+        for attempt in range(1, self.final_attempts + 1):
+            wait = self._last_at + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                await self._render(final)
+                return
+            except Exception as exc:
+                log.warning(
+                    "final card update failed",
+                    key=self.idempotency_key,
+                    attempt=attempt,
+                    error=str(exc),
+                )
+                if attempt == self.final_attempts:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
