@@ -29,6 +29,7 @@ ADAPTERS = ROOT / "adapters"
 EDGE = "gateway.edge"
 ALLOWED = {
     "gateway.envelope",
+    "gateway.errors",
     "gateway.progress",
     "gateway.config.settings",
     "gateway.conversation",

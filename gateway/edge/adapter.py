@@ -31,6 +31,7 @@ from gateway.edge.downloads import local_origin as local_origin
 from gateway.edge.downloads import origin as origin
 from gateway.edge.leases import LeasedConnection, OwnerLease, holder_token
 from gateway.envelope import Attachment, Envelope, asker_of
+from gateway.errors import PlatformApiError as PlatformApiError
 from gateway.policy.bundles import route_of
 from gateway.progress import Progress
 from sessions import StoreUnavailable
@@ -80,15 +81,6 @@ class IngestUnavailable(StoreUnavailable):
 
 class ShuttingDown(IngestUnavailable):
     """The replica stopped taking new work; the platform retries, against another replica."""
-
-
-class PlatformApiError(RuntimeError):
-    """A platform API that refused a call or gave no answer (each adapter's API client raises a
-    subclass). It is the platform's answer, not a bug in the gateway: the core logs it as one
-    line with ``log_fields()`` (status, the platform's code), never with a traceback."""
-
-    def log_fields(self) -> dict[str, Any]:
-        return {}
 
 
 def platform_refusal(exc: BaseException) -> dict[str, Any] | None:
