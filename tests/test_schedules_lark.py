@@ -107,7 +107,11 @@ async def test_a_routine_on_lark_is_confirmed_with_its_card_button(
         await eventually(lambda: outbound.records.get(f"{outbound.ns}:card", card_id))
         status, body = await lark.post(card_click(values["routine_confirm"], message_id=card_id))
         assert status == 200 and body["toast"]["content"] == "Scheduling…"
-        fake.apply_callback(card_id, body)
+        # Intake schedules the routine before the click is answered, and its PATCH to
+        # "Scheduled" runs beside the answer: when it stored its card first, the click no longer
+        # changes the card and the answer is the toast alone (the root of a suite-run flake).
+        if "card" in body:
+            fake.apply_callback(card_id, body)
 
         def scheduled() -> Any:
             card = fake.card_of(card_id)
