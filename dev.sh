@@ -71,7 +71,9 @@ case "${1:-}" in
     "$VENV/bin/ruff" format --check gateway sessions adapters tests bench
     "$VENV/bin/mypy"
     set +e
-    "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+    # Tests mostly wait on sockets and clocks: four workers keep two cores busy. Each worker
+    # runs against a Redis server of its own (tests/conftest.py).
+    "$VENV/bin/python" -m pytest -p no:cacheprovider -n "${XGW_TEST_WORKERS:-4}" "$@"
     rc=$?
     set -e
     # pytest exits 5 when no test ran: that must fail, not pass silently.

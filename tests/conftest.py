@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -36,8 +37,14 @@ def _worker_redis() -> str:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker or os.environ.get("XGW_TEST_SHARED_REDIS"):
         return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    server = RedisServer(Path(tempfile.mkdtemp(prefix=f"xgw-redis-{worker}-"))).start()
-    atexit.register(server.stop)
+    directory = Path(tempfile.mkdtemp(prefix=f"xgw-redis-{worker}-"))
+    server = RedisServer(directory).start()
+
+    def stop() -> None:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(stop)
     os.environ["REDIS_URL"] = server.url
     return server.url
 
