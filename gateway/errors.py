@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["GatewayError", "PlatformApiError", "Refused", "first_problem"]
+__all__ = ["GatewayError", "PlatformApiError", "Refused", "each_problem", "first_problem"]
 
 
 class GatewayError(Exception):
@@ -74,11 +74,22 @@ class PlatformApiError(GatewayError):
         return {}
 
 
-def first_problem(exc: ValidationError) -> str:
-    """The first problem of a pydantic ``ValidationError`` in one line: ``where: what``, with
-    ``unknown key`` for a key the model does not take."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    msg = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"])
-    msg = msg.removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
+def each_problem(
+    exc: ValidationError, *, unknown: str = "unknown key", nowhere: str = ""
+) -> list[str]:
+    """Each problem of a pydantic ``ValidationError`` in one line: ``where: what``, with
+    ``unknown`` (``unknown key``; the schedule and console APIs say ``unknown field``) for a key
+    the model does not take, and ``nowhere`` as the ``where`` of a problem of the whole input
+    (``""``: the problem alone)."""
+    out = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or nowhere
+        msg = unknown if err["type"] == "extra_forbidden" else str(err["msg"])
+        msg = msg.removeprefix("Value error, ")
+        out.append(f"{where}: {msg}" if where else msg)
+    return out
+
+
+def first_problem(exc: ValidationError, *, unknown: str = "unknown key", nowhere: str = "") -> str:
+    """The first of :func:`each_problem` (what an API answers a bad body with)."""
+    return each_problem(exc, unknown=unknown, nowhere=nowhere)[0]

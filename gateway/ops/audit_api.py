@@ -26,6 +26,7 @@ import structlog
 from aiohttp import web
 
 from gateway.config.settings import ID_PATTERN, Settings
+from gateway.errors import Refused
 from gateway.ops.admin import Handler, fail, ok
 from gateway.turns.records import TURN_OUTCOMES
 from sessions import SessionRecords
@@ -35,10 +36,6 @@ log = structlog.get_logger("gateway.ops.admin")
 
 MAX_LIMIT = 1000
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-
-
-class BadQuery(ValueError):
-    """A query parameter the route does not take: a 400 saying which and why."""
 
 
 class Query:
@@ -52,7 +49,7 @@ class Query:
         if value is None or value == "":
             return None
         if not re.fullmatch(pattern, value):
-            raise BadQuery(f"{name}: not a valid id")
+            raise Refused(400, f"{name}: not a valid id")
         return value
 
     def integration(self) -> str | None:
@@ -63,7 +60,7 @@ class Query:
         # Any printable text (a platform's chat id); undecodable bytes arrive as surrogates,
         # which are not printable.
         if value is not None and not (len(value) <= 256 and value.isprintable()):
-            raise BadQuery("chatId: not a valid id")
+            raise Refused(400, "chatId: not a valid id")
         return value
 
     def session(self) -> str | None:
@@ -72,13 +69,13 @@ class Query:
     def outcome(self) -> str | None:
         value = self.q.get("outcome") or None
         if value is not None and value not in TURN_OUTCOMES:
-            raise BadQuery(f"outcome: one of {', '.join(TURN_OUTCOMES)}")
+            raise Refused(400, f"outcome: one of {', '.join(TURN_OUTCOMES)}")
         return value
 
     def status(self) -> str | None:
         value = self.q.get("status") or None
         if value not in (None, "live", "recent"):
-            raise BadQuery("status: live or recent")
+            raise Refused(400, "status: live or recent")
         return value
 
     def since(self) -> int:
@@ -94,7 +91,7 @@ class Query:
                 return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
         except (ValueError, OverflowError):
             pass
-        raise BadQuery("since: epoch milliseconds or an ISO 8601 time")
+        raise Refused(400, "since: epoch milliseconds or an ISO 8601 time")
 
     def limit(self, default: int, names: tuple[str, ...] = ("limit", "count")) -> int:
         """A whole number from 1; above the maximum it is the maximum."""
@@ -103,7 +100,7 @@ class Query:
             if raw is None:
                 continue
             if not (raw.isascii() and raw.isdigit() and int(raw) >= 1):
-                raise BadQuery(f"{name} must be a whole number from 1")
+                raise Refused(400, f"{name} must be a whole number from 1")
             return min(int(raw), MAX_LIMIT)
         return default
 
@@ -127,9 +124,9 @@ class AuditApi:
         async def checked(request: web.Request) -> web.Response:
             try:
                 return cast(web.Response, await handler(request))
-            except BadQuery as exc:
-                log.info("admin request refused", path=request.path, reason=str(exc))
-                return fail(400, "bad_request", str(exc))
+            except Refused as exc:  # a query parameter the route does not take
+                log.info("admin request refused", path=request.path, reason=exc.reason)
+                return fail(exc.status, exc.code, exc.public)
 
         return checked
 
@@ -183,7 +180,7 @@ class AuditApi:
     async def session_audit(self, request: web.Request) -> web.Response:
         session_id = request.match_info["sessionId"]
         if not SESSION_ID.fullmatch(session_id):
-            raise BadQuery("sessionId: not a valid id")
+            raise Refused(400, "sessionId: not a valid id")
         q = Query(request)
         limit = q.limit(MAX_LIMIT)
         integration = await self._integration_of(session_id)
@@ -204,7 +201,7 @@ class AuditApi:
         limit = q.limit(100)
         event = q.q.get("event") or None
         if event is not None and not re.fullmatch(r"[a-z][a-z.]{0,40}", event):
-            raise BadQuery("event: a name such as session.end, watch.fire or turn")
+            raise Refused(400, "event: a name such as session.end, watch.fire or turn")
         # Turn rows are in each integration's stream (and, from older versions, the global
         # one); every other event only in the global stream.
         integrations = self._integrations(None) if event in (None, "turn") else []

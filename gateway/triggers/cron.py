@@ -24,11 +24,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from gateway.errors import GatewayError
+
 # A day-of-week field of the 6-field form: digits and cron punctuation, or day names.
 _FIELD = re.compile(r"^(?:[0-9*?/,\-LW#]+|(?:(?:MON|TUE|WED|THU|FRI|SAT|SUN)[,\-]?)+)$", re.I)
 
 
-class CronError(ValueError):
+class CronError(GatewayError, ValueError):
     """A cron expression or time zone that cannot be used; the message says why."""
 
 

@@ -21,10 +21,11 @@ import structlog
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.edge.adapter import Adapter, IngestOutcome
 from gateway.envelope import Envelope
+from gateway.errors import Refused
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
 from gateway.triggers.cron import Cron, CronError, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
-from gateway.triggers.schedule_book import Entry, ScheduleBook, ScheduleRefused, too_often
+from gateway.triggers.schedule_book import Entry, ScheduleBook, too_often
 from sessions import ScheduleStore, SessionStore
 
 log = structlog.get_logger("gateway.schedules")
@@ -153,7 +154,7 @@ class ChatSchedules:
         }
         try:
             schedule = await self.book.create(data)
-        except ScheduleRefused as exc:
+        except Refused as exc:
             self.reply(env, f"Not scheduled: {exc.reason}")
             return None
         self.on_change()
@@ -174,7 +175,7 @@ class ChatSchedules:
         entry = entries[int(rest) - 1]
         try:
             await self.book.delete(entry.schedule.id)
-        except ScheduleRefused as exc:
+        except Refused as exc:
             self.reply(env, f"Not removed: {exc.reason}")
             return
         self.reply(env, f"Removed schedule {rest}: {entry.schedule.cron} {entry.schedule.text}")

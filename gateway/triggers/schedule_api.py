@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from gateway.errors import Refused
 from gateway.ops.admin import fail, ok
-from gateway.triggers.schedule_book import ScheduleBook, ScheduleRefused
+from gateway.triggers.schedule_book import ScheduleBook
 
 log = structlog.get_logger("gateway.ops.admin")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CODES = {400: "bad_request", 404: "not_found", 409: "conflict"}
 
 
 class ScheduleApi:
@@ -37,15 +37,15 @@ class ScheduleApi:
         try:
             body = json.loads(await request.text())
         except (ValueError, UnicodeDecodeError):
-            return self._refused(ScheduleRefused(400, "the body must be a JSON object"))
+            return self._refused(Refused(400, "the body must be a JSON object"))
         if not isinstance(body, dict):
-            return self._refused(ScheduleRefused(400, "the body must be a JSON object"))
+            return self._refused(Refused(400, "the body must be a JSON object"))
         for field in ("source", "createdAt"):
             if field in body:
-                return self._refused(ScheduleRefused(400, f"{field}: set by the gateway"))
+                return self._refused(Refused(400, f"{field}: set by the gateway"))
         try:
             schedule = await self.book.create({**body, "source": "admin"})
-        except ScheduleRefused as exc:
+        except Refused as exc:
             return self._refused(exc)
         self.on_change()
         entries = await self.book.entries(schedule.integration_id, schedule.chat_id)
@@ -55,16 +55,16 @@ class ScheduleApi:
     async def delete(self, request: web.Request) -> web.Response:
         schedule_id = request.match_info.get("scheduleId") or request.query.get("id", "")
         if not schedule_id:
-            return self._refused(ScheduleRefused(400, "name the schedule: /v1.0/schedules/{id}"))
+            return self._refused(Refused(400, "name the schedule: /v1.0/schedules/{id}"))
         try:
             await self.book.delete(schedule_id)
-        except ScheduleRefused as exc:
+        except Refused as exc:
             return self._refused(exc)
         return ok({"id": schedule_id, "deleted": True})
 
-    def _refused(self, exc: ScheduleRefused) -> web.Response:
+    def _refused(self, exc: Refused) -> web.Response:
         log.info("schedule request refused", status=exc.status, reason=exc.reason)
-        return fail(exc.status, CODES.get(exc.status, "bad_request"), exc.reason)
+        return fail(exc.status, exc.code, exc.public)
 
     def setup(self, app: web.Application, guarded: Callable[[Handler], Handler]) -> None:
         r = app.router

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from gateway.clock import now_ms
 from gateway.config.settings import IntegrationBase, Settings
+from gateway.errors import Refused, first_problem
 from gateway.triggers.cron import Cron, CronError, iso, min_gap_seconds
 from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig, problems_of
 from sessions import ScheduleStore
@@ -55,15 +56,6 @@ def too_often(integ: IntegrationBase, cron: Cron) -> str | None:
 
 def made_in_chat(schedule: ScheduleConfig) -> bool:
     return isinstance(schedule, RuntimeSchedule) and schedule.source in ("chat", "routine")
-
-
-class ScheduleRefused(Exception):
-    """A change that cannot be made: ``status`` as HTTP would say it, ``reason`` for people."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -148,45 +140,35 @@ class ScheduleBook:
 
     async def create(self, data: Mapping[str, Any]) -> RuntimeSchedule:
         """Validate and store a runtime schedule (an id is made up when none is given);
-        ScheduleRefused 400 for what is wrong with it, 409 for an id in use."""
+        Refused 400 for what is wrong with it, 409 for an id in use."""
         body = dict(data)
         body.setdefault("id", "s-" + secrets.token_hex(4))
         body["createdAt"] = self.clock()
         try:
             schedule = RuntimeSchedule.model_validate(body)
         except ValidationError as exc:
-            raise ScheduleRefused(400, _first_problem(exc)) from None
+            raise Refused(400, first_problem(exc, unknown="unknown field")) from None
         settings = self.settings()
         problems = problems_of(schedule, settings.integrations, settings.experts)
         if problems:
-            raise ScheduleRefused(400, problems[0])
+            raise Refused(400, problems[0])
         if any(s.id == schedule.id for s in settings.schedules):
-            raise ScheduleRefused(409, f"schedule {schedule.id!r} is in the config file")
+            raise Refused(409, f"schedule {schedule.id!r} is in the config file")
         chat = await self.entries(schedule.integration_id, schedule.chat_id)
         if sum(e.source == "runtime" for e in chat) >= MAX_PER_CHAT:
-            raise ScheduleRefused(
+            raise Refused(
                 409, f"this chat has {MAX_PER_CHAT} runtime schedules already; remove one first"
             )
         text = schedule.model_dump_json(by_alias=True, exclude_none=True)
         if not await self.store.add(schedule.id, text, start_ms=schedule.created_at):
-            raise ScheduleRefused(409, f"schedule {schedule.id!r} exists")
+            raise Refused(409, f"schedule {schedule.id!r} exists")
         log.info("schedule created", schedule_id=schedule.id, source=schedule.source)
         return schedule
 
     async def delete(self, schedule_id: str) -> None:
-        """Remove a runtime schedule; 409 for one of the config file, 404 for none."""
+        """Remove a runtime schedule; Refused 409 for one of the config file, 404 for none."""
         if any(s.id == schedule_id for s in self.settings().schedules):
-            raise ScheduleRefused(
-                409, f"schedule {schedule_id!r} is in the config file; change it there"
-            )
+            raise Refused(409, f"schedule {schedule_id!r} is in the config file; change it there")
         if not await self.store.remove(schedule_id):
-            raise ScheduleRefused(404, f"no schedule {schedule_id!r}")
+            raise Refused(404, f"no schedule {schedule_id!r}")
         log.info("schedule deleted", schedule_id=schedule_id)
-
-
-def _first_problem(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-    msg = msg.removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg

@@ -24,6 +24,7 @@ from pydantic import (
 
 from gateway.config.model import GatewayModel
 from gateway.envelope import Envelope
+from gateway.errors import each_problem
 
 WATCH_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MAX_REGEX_CHARS = 500
@@ -85,13 +86,8 @@ class Watch(GatewayModel):
         except ValidationError as exc:
             if not isinstance(watch_id, str):
                 raise
-            problems = []
-            for err in exc.errors():
-                where = ".".join(str(p) for p in err["loc"])
-                msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-                msg = msg.removeprefix("Value error, ")
-                problems.append(f"{where}: {msg}" if where else msg)
-            raise ValueError(f"watch {watch_id!r}: " + "; ".join(problems)) from None
+            said = "; ".join(each_problem(exc))
+            raise ValueError(f"watch {watch_id!r}: {said}") from None
         problem = watch._compile()
         if problem:
             raise ValueError(f"watch {watch.id!r}: {problem}")

@@ -24,6 +24,7 @@ from pydantic import StrictBool, ValidationError
 from gateway.config.model import GatewayModel
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.edge.webhook import Rejected, body_text, json_object, read_body
+from gateway.errors import Refused, first_problem
 from gateway.ops.admin import Handler, fail, ok
 from gateway.triggers.watch import ALL_MESSAGES, WATCH_ID, Watch
 from gateway.triggers.watch_intake import GroupWatch, WatchEntry
@@ -33,22 +34,6 @@ log = structlog.get_logger("gateway.ops.admin")
 
 class EnabledPatch(GatewayModel):
     enabled: StrictBool
-
-
-class BadRequest(Exception):
-    """A 4xx answer to give (``status``, ``code``, ``msg``)."""
-
-    def __init__(self, status: int, code: str, msg: str) -> None:
-        super().__init__(msg)
-        self.status, self.code, self.msg = status, code, msg
-
-
-def _first_problem(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-    msg = msg.removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
 
 
 def _shown(entry: WatchEntry) -> dict[str, Any]:
@@ -72,9 +57,9 @@ class WatchAdmin:
         async def answer(request: web.Request) -> web.StreamResponse:
             try:
                 result = await handler(request)
-            except BadRequest as exc:
+            except Refused as exc:
                 log.info("watch request refused", path=request.path, status=exc.status)
-                return fail(exc.status, exc.code, exc.msg)
+                return fail(exc.status, exc.code, exc.public)
             except Rejected as exc:
                 log.info("watch request refused", path=request.path, status=exc.status)
                 return fail(exc.status, "bad_request", exc.public)
@@ -86,13 +71,13 @@ class WatchAdmin:
     def _integration(self, request: web.Request) -> IntegrationBase:
         integ = self.settings().integration(request.match_info["integrationId"])
         if integ is None:
-            raise BadRequest(404, "not_found", "no such integration")
+            raise Refused(404, "no such integration")
         return integ
 
     def _watch_id(self, request: web.Request) -> str:
         watch_id = request.match_info["watchId"]
         if not re.fullmatch(WATCH_ID, watch_id):
-            raise BadRequest(400, "bad_request", "watchId: letters, digits and _.- (at most 64)")
+            raise Refused(400, "watchId: letters, digits and _.- (at most 64)")
         return watch_id
 
     async def _entry(self, integ: IntegrationBase, watch_id: str) -> WatchEntry | None:
@@ -111,7 +96,7 @@ class WatchAdmin:
         if chat_id is None:
             return [_shown(e) for e in entries]
         if not chat_id or len(chat_id) > 256:
-            raise BadRequest(400, "bad_request", "chatId: a chat id (1 to 256 characters)")
+            raise Refused(400, "chatId: a chat id (1 to 256 characters)")
         watched = [e for e in entries if e.watch.chat_id in (None, chat_id)]
         states = await self.watch.cooldowns(integ, chat_id, [e.watch for e in watched])
         cooling = {e.watch.id: s for e, s in zip(watched, states, strict=True)}
@@ -120,20 +105,18 @@ class WatchAdmin:
     async def put(self, request: web.Request) -> dict[str, Any]:
         integ, watch_id = self._integration(request), self._watch_id(request)
         if self._configured(integ, watch_id):
-            raise BadRequest(
-                409, "conflict", f"watch {watch_id!r} is defined in the config: PATCH its enabled"
-            )
+            raise Refused(409, f"watch {watch_id!r} is defined in the config: PATCH its enabled")
         body = json_object(body_text(request, await read_body(request)))
         if body.get("id", watch_id) != watch_id:
-            raise BadRequest(400, "bad_request", "id: differs from the watchId in the path")
+            raise Refused(400, "id: differs from the watchId in the path")
         try:
             watch = Watch.model_validate({**body, "id": watch_id})
         except ValidationError as exc:
-            raise BadRequest(400, "bad_request", _first_problem(exc)) from None
+            raise Refused(400, first_problem(exc)) from None
         if integ.group_reply_strategy != "mention_only":
-            raise BadRequest(400, "bad_request", ALL_MESSAGES)
+            raise Refused(400, ALL_MESSAGES)
         if watch.xpert_id is not None and self.settings().expert(watch.xpert_id) is None:
-            raise BadRequest(400, "bad_request", f"xpertId: {watch.xpert_id!r} names no expert")
+            raise Refused(400, f"xpertId: {watch.xpert_id!r} names no expert")
         stored = watch.model_dump_json(by_alias=True, exclude_none=True)
         await self.watch.watches.put(integ.id, watch_id, stored)
         self.watch.invalidate(integ.id)
@@ -146,25 +129,23 @@ class WatchAdmin:
         try:
             change = EnabledPatch.model_validate(body)
         except ValidationError as exc:
-            raise BadRequest(400, "bad_request", _first_problem(exc)) from None
+            raise Refused(400, first_problem(exc)) from None
         if await self._entry(integ, watch_id) is None:
-            raise BadRequest(404, "not_found", f"no watch {watch_id!r}")
+            raise Refused(404, f"no watch {watch_id!r}")
         await self.watch.watches.set_enabled(integ.id, watch_id, change.enabled)
         self.watch.invalidate(integ.id)
         log.info("watch toggled", integration_id=integ.id, watch=watch_id, enabled=change.enabled)
         entry = await self._entry(integ, watch_id)
         if entry is None:  # deleted meanwhile by another request
-            raise BadRequest(404, "not_found", f"no watch {watch_id!r}")
+            raise Refused(404, f"no watch {watch_id!r}")
         return _shown(entry)
 
     async def delete(self, request: web.Request) -> dict[str, Any]:
         integ, watch_id = self._integration(request), self._watch_id(request)
         if self._configured(integ, watch_id):
-            raise BadRequest(
-                409, "conflict", f"watch {watch_id!r} is defined in the config: PATCH its enabled"
-            )
+            raise Refused(409, f"watch {watch_id!r} is defined in the config: PATCH its enabled")
         if not await self.watch.watches.delete(integ.id, watch_id):
-            raise BadRequest(404, "not_found", f"no watch {watch_id!r}")
+            raise Refused(404, f"no watch {watch_id!r}")
         self.watch.invalidate(integ.id)
         log.info("runtime watch deleted", integration_id=integ.id, watch=watch_id)
         return {"id": watch_id, "deleted": True}
