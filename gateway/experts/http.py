@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import aiohttp
 
+from gateway.errors import GatewayError
+
 STATUS_TEXT = {
     400: "the request was refused as invalid",
     401: "the API key was rejected",
@@ -15,7 +17,7 @@ STATUS_TEXT = {
 }
 
 
-class ExpertHttpError(Exception):
+class ExpertHttpError(GatewayError):
     """A failed call, with a message fit for the user's card."""
 
     def __init__(self, message: str, *, retryable: bool = False, retry_after: float = 0) -> None:

@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 from typing import Literal, get_args, get_origin
 
 from gateway.config.settings import ExpertBase
+from gateway.errors import GatewayError
 from gateway.experts.base import Expert, ExpertContext
 from gateway.policy.bundles import option_problems
 from sessions import HistoryStore
@@ -21,7 +22,7 @@ from sessions import HistoryStore
 ENTRY_POINT_GROUP = "xpert_gateway.experts"
 
 
-class ExpertKindError(RuntimeError):
+class ExpertKindError(GatewayError):
     """An installed expert kind that cannot be used (a packaging mistake, not a config one)."""
 
 

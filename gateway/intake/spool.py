@@ -32,6 +32,8 @@ from pathlib import Path
 
 import structlog
 
+from gateway.errors import GatewayError
+
 log = structlog.get_logger("gateway.intake.spool")
 
 MAGIC = b"XGWSPL01"
@@ -42,7 +44,7 @@ MAX_SLOTS = 256
 _SLOT = re.compile(r"^(?P<store>[0-9a-f]{12})-(?P<n>\d{1,4})\.spool$")
 
 
-class SpoolDamaged(Exception):
+class SpoolDamaged(GatewayError):
     """The file is not a spool file (its magic is wrong)."""
 
 

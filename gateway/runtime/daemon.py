@@ -19,12 +19,13 @@ import structlog
 from aiohttp import web
 
 from gateway.config.settings import ConfigError, Settings
+from gateway.errors import GatewayError
 from gateway.runtime.app import Gateway
 
 log = structlog.get_logger("gateway.runtime.daemon")
 
 
-class StartupError(RuntimeError):
+class StartupError(GatewayError):
     """The daemon cannot start (e.g. its port is in use); the message says why, for the user."""
 
 

@@ -14,6 +14,7 @@ import structlog
 
 from gateway.config.settings import VariableDecl
 from gateway.edge.adapter import log_failure
+from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
 from gateway.experts import Expert, TurnInput
 from gateway.progress import Progress
@@ -24,7 +25,7 @@ from sessions import SessionRecords, SessionStore
 log = structlog.get_logger("gateway.turns")
 
 
-class Handback(Exception):
+class Handback(GatewayError):
     """The replica is shutting down and gives the turn back for another replica to resume."""
 
 
