@@ -6,6 +6,7 @@ interpret (DESIGN.md §2).
 
 from sessions.connection import RedisClient, RedisHandle, connect_redis
 from sessions.durability import confirm_durable
+from sessions.errors import STORE_DOWN, STORE_FAILED, StoreUnavailable
 from sessions.external import EventCardStore
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
@@ -21,11 +22,12 @@ from sessions.store import (
     ClaimRequest,
     IntakeResult,
     SessionStore,
-    StoreUnavailable,
 )
 from sessions.timeline import TimelineStore
 
 __all__ = [
+    "STORE_DOWN",
+    "STORE_FAILED",
     "Binding",
     "BufferCap",
     "Claim",

@@ -1,4 +1,4 @@
-"""What the session store answers (``sessions.store``), and the one error every store raises."""
+"""What the session store answers (``sessions.store``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
-
-
-class StoreUnavailable(RuntimeError):
-    """Redis did not accept a write (unreachable, out of memory, read-only)."""
 
 
 def _loads(text: str) -> Any:

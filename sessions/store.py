@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
+from sessions.errors import StoreUnavailable as StoreUnavailable
 from sessions.keys import KeyBuilder
 from sessions.layout import ensure_layout
 from sessions.pubsub import PubSubHub
@@ -25,7 +26,6 @@ from sessions.results import Binding as Binding
 from sessions.results import Claim as Claim
 from sessions.results import ClaimRequest as ClaimRequest
 from sessions.results import IntakeResult as IntakeResult
-from sessions.results import StoreUnavailable as StoreUnavailable
 from sessions.results import audit_fields as audit_fields
 from sessions.scripts import lua
 

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import structlog
-from redis.exceptions import RedisError
 
 from gateway.clock import now_ms
 from gateway.config.settings import IntegrationBase, Settings
@@ -38,12 +37,12 @@ from gateway.triggers.watch_intake import GroupWatch
 from gateway.turns import approval
 from gateway.turns.control import Control
 from sessions import (
+    STORE_FAILED,
     BufferCap,
     ClaimRequest,
     IntakeResult,
     SessionRecords,
     SessionStore,
-    StoreUnavailable,
 )
 from sessions.budgets import BudgetIntakeResult
 
@@ -129,7 +128,7 @@ class Pipeline:
             log.debug("ingested", status=outcome.status, reason=outcome.reason)
         except IngestUnavailable:
             raise
-        except (StoreUnavailable, RedisError, OSError) as exc:  # one exception for them all
+        except STORE_FAILED as exc:  # one exception for them all
             raise IngestUnavailable(str(exc)) from exc
         finally:
             LOG_IDS.reset(token)

@@ -11,26 +11,12 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ReadOnlyError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.settings import Settings
 from gateway.edge.webhook import BodyTimeout
-from sessions import SessionRecords, SessionStore, StoreUnavailable
+from sessions import STORE_DOWN, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.ops.admin")
-
-# Redis could not serve the request (unreachable, timed out, loading, read-only, out of memory):
-# a 503. Anything else the client raises is a bug of ours, and a bad parameter is a 400 first.
-UNAVAILABLE = (
-    StoreUnavailable,
-    RedisConnectionError,
-    RedisTimeoutError,
-    ReadOnlyError,
-    OutOfMemoryError,
-    OSError,
-)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -81,7 +67,7 @@ class AdminApi:
             response: web.StreamResponse = await handler(request)
         except BodyTimeout:  # a TimeoutError, so an OSError: the body's, not Redis's (a 408)
             raise
-        except UNAVAILABLE as exc:
+        except STORE_DOWN as exc:  # Redis could not serve it; anything else is a bug of ours
             log.warning("admin request failed: storage unavailable", error=type(exc).__name__)
             return fail(503, "storage_unavailable", "Redis did not answer")
         return response
