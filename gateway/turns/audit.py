@@ -35,12 +35,12 @@ from gateway.turns.audit_record import (
 )
 from gateway.turns.context import merge_input
 from gateway.turns.records import TurnOutcome, TurnTimings
+from gateway.turns.result import TurnResult
 from sessions.audit import AuditEntry
 
 if TYPE_CHECKING:
     from gateway.experts import TurnInput
     from gateway.progress import Progress
-    from gateway.turns.kinds import TurnResult
     from gateway.turns.snapshot import SessionSnapshot
     from sessions import Claim, SessionRecords
 

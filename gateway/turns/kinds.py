@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TypeVar
 
 import structlog
@@ -16,38 +16,21 @@ from gateway.config.settings import IntegrationBase, Settings
 from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
-from gateway.experts import Decision, Expert, TurnInput
+from gateway.experts import Decision, Expert
 from gateway.progress import Progress, Step
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.approval import clicked_on, may_answer, who_may_answer
 from gateway.turns.binding import Binder, Session
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
-from gateway.turns.records import FailedTurn, PendingInterrupt, TurnOutcome, outcome_of
+from gateway.turns.records import FailedTurn, PendingInterrupt, outcome_of
 from gateway.turns.render import CardRenderer, RenderObserver
+from gateway.turns.result import TurnResult
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, SessionStore
 
 log = structlog.get_logger("gateway.turns")
 R = TypeVar("R", FailedTurn, PendingInterrupt)
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    session_id: str
-    variables: dict[str, str]  # what the turn saw (kept for the admin API)
-    outcome: TurnOutcome = "done"
-    expert: str = ""  # the xpertId that ran it ("": none did)
-    first_card: int | None = None  # when its card first showed (epoch ms)
-    # For the audit record (gateway/turns/audit.py): the context handed to the expert, the
-    # card's last state, the session's snapshot, or what the turn said instead of running.
-    turn: TurnInput | None = None
-    final: Progress | None = None
-    snapshot: SessionSnapshot | None = None
-    said: str = ""
-    # A Confirm / Reject runs as the sender of the interrupted turn; the clicker approved it.
-    sender_id: str = ""  # "": the last item's sender
-    approver: str = ""
 
 
 class TurnKinds:

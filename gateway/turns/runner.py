@@ -30,11 +30,12 @@ from gateway.turns.audit import TurnFacts, TurnTrace, audit_writes
 from gateway.turns.binding import Binder
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
-from gateway.turns.kinds import TurnKinds, TurnResult
+from gateway.turns.kinds import TurnKinds
 from gateway.turns.lease import LeaseKeeper
 from gateway.turns.prefetch import ContextPrefetch, Prefetched
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
 from gateway.turns.render import RenderObserver
+from gateway.turns.result import TurnResult
 from gateway.turns.snapshot import SessionSnapshot
 from sessions import Claim, ClaimRequest, EventCardStore, HistoryStore, SessionRecords, SessionStore
 
