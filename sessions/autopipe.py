@@ -85,6 +85,7 @@ class ScriptPipe:
         name: str = "",
         max_batch: int = 512,
         retry_budget_s: float = 10.0,
+        on_exchange: Callable[[float, int], None] | None = None,
     ) -> None:
         # CLIENT SETNAME of the pipe's connections (no spaces allowed), so CLIENT LIST shows them.
         self.name = "".join(c if c.isprintable() and not c.isspace() else "_" for c in name)
@@ -93,7 +94,7 @@ class ScriptPipe:
         self.stats = PipeStats()
         # Told the time of each exchange (one write per server and its replies) and how many
         # calls it carried: the gateway's Redis latency histogram. Must not raise or block.
-        self.on_exchange: Callable[[float, int], None] | None = None
+        self.on_exchange = on_exchange
         self._links = Links(client, self.name)
         self._queue: deque[Call] = deque()
         self._careful: set[int] = set()  # slots whose calls go one at a time (see above)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast
 
 from redis.exceptions import RedisError
@@ -45,6 +45,7 @@ class SessionStore:
         turn_ttl_ms: int = 24 * HOUR_MS,
         snapshot_ttl_ms: int = 30 * 24 * HOUR_MS,
         audit_maxlen: int = 10_000,
+        on_exchange: Callable[[float, int], None] | None = None,
     ) -> None:
         self.redis = client
         self.keys = keys
@@ -63,7 +64,8 @@ class SessionStore:
         self._due_peek = client.register_script(lua("due_peek.lua"))
         # Every script call goes through the auto-pipeline: intake (one per inbound event) and
         # the turn's claim, renewals, bindings and finish, batched across conversations.
-        self.pipe = ScriptPipe(client, name=f"{keys.prefix}-scripts")
+        # ``on_exchange``: told of each exchange of the pipe (the gateway's latency histogram).
+        self.pipe = ScriptPipe(client, name=f"{keys.prefix}-scripts", on_exchange=on_exchange)
         self.pubsub = PubSubHub(client, sharded=sharded_pubsub)
 
     async def close(self) -> None:

@@ -32,6 +32,7 @@ from structlog.testing import LogCapture
 from wechatpy.crypto import PrpCrypto, _get_signature
 
 from adapters.dingtalk.crypto import robot_sign
+from gateway.runtime.app import Gateway
 from sessions.connection import EmbeddedRedis
 from tests.conftest import base_config
 from tests.helpers import InProcessGateway, free_port
@@ -185,10 +186,9 @@ def hostile_gateway() -> Iterator[Hostile]:
         cfg = config(f"redis://127.0.0.1:{port}/0")
         gw = asyncio.run_coroutine_threadsafe(_make(cfg), loop).result(30)
         hostile = Hostile(gw.port, client, gw, loop, capture, stdlib)
-        # No heartbeat: then every write to this Redis is one a request made.
-        gw.gateway._heartbeat_loop = gw.gateway._stop_event.wait  # type: ignore[method-assign]
         try:
             hostile.run(gw.start())
+            hostile.run(_no_heartbeat(gw.gateway))
             gw.gateway.flusher.stop()  # no turns: stored events stay stored
             gw.gateway.pipeline.spawn = _drop  # no replies (commands, busy notices)
             hostile.keys, hostile.written = hostile.snapshot(), hostile.writes()
@@ -203,6 +203,14 @@ def hostile_gateway() -> Iterator[Hostile]:
             client.close()
             proc.terminate()
             proc.wait(10)
+
+
+async def _no_heartbeat(gateway: Gateway) -> None:
+    """No heartbeat: then every write to this Redis is one a request made (and the replica key
+    of the beats made while starting, gone, will not expire while the tests run)."""
+    gateway.heartbeat.stop()
+    await asyncio.wait([t for t in gateway._loops if t.get_name() == "heartbeat"])
+    await gateway.store.redis.delete(gateway.store.keys.replica(gateway.replica_id))
 
 
 async def _make(cfg: dict[str, Any]) -> InProcessGateway:

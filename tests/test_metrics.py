@@ -329,7 +329,9 @@ async def test_schedule_fires_and_misfires_are_counted(
     clock = [minute + 1_000]
     scheduler = clocked_scheduler(gw, {**base_config(prefix), "schedules": [sched]}, clock)
     gw.gateway.scheduler.stop()
-    gw.gateway.scheduler = scheduler  # the replica's scheduler, on a clock the test moves
+    collector = gw.gateway.metrics.collector
+    assert collector is not None
+    collector.schedules = scheduler  # what /metrics reads: a scheduler on the test's clock
     await scheduler.tick()
     clock[0] = minute + 184_000  # three fires passed: the newest runs, two are skipped
     await scheduler.tick()

@@ -89,6 +89,8 @@ class Pipeline:
         control: Control | None = None,
         clock: Callable[[], int] = now_ms,
         claims: RidingClaims | None = None,
+        budgets: Budgets | None = None,
+        on_schedule_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.claims = claims  # claims sent with a message's intake (gateway.turns.flusher)
@@ -100,14 +102,15 @@ class Pipeline:
         self.spawn = spawn
         self.clock = clock
         self.accepting = True
-        # Limits per integration and route (gateway/policy/budgets.py), checked in the intake step.
-        self.budgets = Budgets(store=store, clock=clock)
+        # Limits per integration and route (gateway/policy/budgets.py), checked in the intake step
+        # (the app hands in the one the runner spends on too).
+        self.budgets = budgets or Budgets(store=store, clock=clock)
         # Group watch: unaddressed group messages that match a watch (gateway/triggers).
         self.watch = GroupWatch(store=store, settings=settings, wake=wake, spawn=spawn, clock=clock)
         # /schedule, /schedules, /unschedule and routines said in plain words (gateway/triggers).
         self.schedules = routines.ChatSchedules.of(
             store=store, settings=settings, adapters=adapters, reply=self._reply, spawn=spawn,
-            clock=clock,
+            clock=clock, on_change=on_schedule_change,
         )  # fmt: skip
 
     @property

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.clock import now_ms
+from gateway.config.settings import Settings
+from gateway.edge.adapter import Adapter
+from sessions import SessionStore
 from sessions.backlog import DueBacklog, due_backlog
 
 if TYPE_CHECKING:
     from gateway.intake.spooler import Spooler
-    from gateway.runtime.app import Gateway
 
 log = structlog.get_logger("gateway.ops.metrics")
 
@@ -42,11 +44,35 @@ BACKLOG_CACHE_S = 1.0
 BACKLOG_TIMEOUT_S = 1.0
 
 
-class GatewayCollector(Collector):
-    """The replica's state, read when scraped (``refresh`` first, for what needs Redis)."""
+class FireCounts(Protocol):
+    """What is read of the scheduler (``gateway.triggers.schedules.Scheduler``): per
+    integration, the fires it started and the fires it skipped as too old."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    @property
+    def fired_by(self) -> Mapping[str, int]: ...
+
+    @property
+    def missed_by(self) -> Mapping[str, int]: ...
+
+
+class GatewayCollector(Collector):
+    """The replica's state, read when scraped (``refresh`` first, for what needs Redis): handed
+    what it reads, the replica's parts, when the replica is assembled."""
+
+    def __init__(
+        self,
+        *,
+        settings: Callable[[], Settings],
+        store: SessionStore,
+        active_runs: Callable[[], int],
+        adapters: Mapping[str, Adapter],
+        schedules: FireCounts,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.active_runs = active_runs
+        self.adapters = adapters
+        self.schedules = schedules
         self.backlog: DueBacklog | None = None
         self.backlog_at_ms = 0
         self.reads = 0  # Redis reads of the backlog (tests: a scrape storm costs one)
@@ -61,7 +87,7 @@ class GatewayCollector(Collector):
         async with self._lock:
             if time.monotonic() - self._read_at < BACKLOG_CACHE_S:
                 return  # another scrape read it while this one waited
-            store = self.gateway.store
+            store = self.store
             at = now_ms()
             try:
                 async with asyncio.timeout(BACKLOG_TIMEOUT_S):
@@ -74,14 +100,13 @@ class GatewayCollector(Collector):
             self._read_at = time.monotonic()
 
     def collect(self) -> Iterator[Metric]:
-        gw = self.gateway
         yield GaugeMetricFamily(
-            "xgw_active_runs", "Turns this replica runs now", value=len(gw.runner.active)
+            "xgw_active_runs", "Turns this replica runs now", value=self.active_runs()
         )
         yield GaugeMetricFamily(
             "xgw_max_runs",
             "Turns this replica runs at most at once (runtime.maxConcurrentRuns)",
-            value=gw.settings.runtime.max_concurrent_runs,
+            value=self.settings().runtime.max_concurrent_runs,
         )
         if self.backlog is not None:
             yield GaugeMetricFamily(
@@ -98,7 +123,7 @@ class GatewayCollector(Collector):
             )
         yield from self._integrations()
         yield from self._schedules()
-        stats = gw.store.pipe.stats
+        stats = self.store.pipe.stats
         for name, doc, count in (
             ("xgw_redis_script_calls", "Script calls sent through the auto-pipeline", stats.calls),
             (
@@ -121,7 +146,7 @@ class GatewayCollector(Collector):
             "1 for a long connection's current state on this replica, 0 for the others",
             labels=["integration", "platform", "state"],
         )
-        for integ_id, adapter in list(self.gateway.adapters.items()):
+        for integ_id, adapter in list(self.adapters.items()):
             platform = adapter.settings.platform
             try:
                 info = adapter.readiness()
@@ -139,7 +164,7 @@ class GatewayCollector(Collector):
         yield states
 
     def _schedules(self) -> Iterator[Metric]:
-        sched = self.gateway.scheduler
+        sched = self.schedules
         fired = CounterMetricFamily(
             "xgw_schedule_fires", "Schedule fires this replica started", labels=["integration"]
         )
@@ -148,7 +173,7 @@ class GatewayCollector(Collector):
             "Schedule fires skipped: older than misfireGraceSeconds when a replica got to them",
             labels=["integration"],
         )
-        integrations = {i.id for i in self.gateway.settings.integrations}
+        integrations = {i.id for i in self.settings().integrations}
         for integ_id in sorted(integrations | set(sched.fired_by) | set(sched.missed_by)):
             fired.add_metric([integ_id], sched.fired_by.get(integ_id, 0))
             missed.add_metric([integ_id], sched.missed_by.get(integ_id, 0))

@@ -38,7 +38,6 @@ from gateway.turns.records import TURN_OUTCOMES, TurnEnd
 if TYPE_CHECKING:
     from gateway.config.settings import Settings
     from gateway.intake.spooler import Spooler
-    from gateway.runtime.app import Gateway
 
 MAX_CODES = 40  # distinct result codes kept per platform; later ones count as "other"
 MAX_ENDPOINTS = 40  # distinct endpoint names kept per platform
@@ -224,12 +223,11 @@ class Metrics:
     def track_spool(self, spooler: Spooler) -> None:
         self.registry.register(SpoolCollector(spooler))
 
-    def track(self, gateway: Gateway) -> None:
-        """Read the replica's state when scraped, and time its Redis script exchanges."""
-        self.collector = GatewayCollector(gateway)
-        self.registry.register(self.collector)
-        self.track_spool(gateway.spooler)
-        gateway.store.pipe.on_exchange = self.redis_exchange
+    def track(self, collector: GatewayCollector) -> None:
+        """Read the replica's state when scraped (its Redis script exchanges are timed by
+        ``redis_exchange``, the session store's ``on_exchange``)."""
+        self.collector = collector
+        self.registry.register(collector)
 
     def prepare(self, settings: Settings) -> None:
         """Make every series of each configured integration, at zero, so queries and alerts
@@ -329,7 +327,7 @@ class Metrics:
     # --- /metrics --------------------------------------------------------------------------
     async def handler(self, request: web.Request) -> web.Response:
         if self.collector is not None:
-            self.prepare(self.collector.gateway.settings)
+            self.prepare(self.collector.settings())
             await self.collector.refresh()
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}

@@ -1,6 +1,7 @@
-"""One replica: assembles Redis, adapters, pipeline, flusher and runner into one aiohttp app, and
-owns health and graceful shutdown (the process around it, sockets and signals:
-gateway.runtime.daemon)."""
+"""One replica: assembles Redis, adapters, pipeline, flusher, runner and scheduler, each part
+built once and handed what it needs, and takes them down gracefully. What it serves over HTTP:
+gateway.runtime.http; its heartbeat: gateway.runtime.heartbeat; the process around it, sockets
+and signals: gateway.runtime.daemon."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from gateway import __version__
 from gateway.config.live import LiveSettings
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.edge.adapter import (
@@ -26,20 +26,15 @@ from gateway.edge.adapter import (
     discover_adapters,
     log_failure,
 )
-from gateway.edge.webhook import ServerLog
 from gateway.intake.pipeline import Pipeline
 from gateway.intake.spool import store_identity
 from gateway.intake.spooler import Spooler
-from gateway.ops.admin import AdminApi
-from gateway.ops.audit_api import AuditApi
-from gateway.ops.health import Health
+from gateway.ops.collectors import GatewayCollector
 from gateway.ops.metrics import Metrics
-from gateway.ops.usage_api import UsageApi
-from gateway.runtime.http_guard import guard
-from gateway.triggers import external
-from gateway.triggers.schedule_api import ScheduleApi
+from gateway.policy.budgets import Budgets
+from gateway.runtime import http
+from gateway.runtime.heartbeat import Heartbeat
 from gateway.triggers.schedules import Scheduler
-from gateway.triggers.watch_admin import WatchAdmin
 from gateway.turns import Runner
 from gateway.turns.control import Control
 from gateway.turns.flusher import Flusher
@@ -56,8 +51,6 @@ from sessions import (
 )
 
 log = structlog.get_logger("gateway.runtime.app")
-
-APP_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 
 
 class Gateway:
@@ -151,6 +144,7 @@ class Gateway:
             keys=keys,
             sharded_pubsub=self.redis.sharded_pubsub,
             dedup_ttl_ms=int(s.runtime.dedup_ttl_hours * 3_600_000),
+            on_exchange=self.metrics.redis_exchange,  # xgw_redis_script_seconds
         )
         await self.store.prepare()  # LayoutMismatch (a RedisStartupError): another dueShards
         self.records = SessionRecords(
@@ -159,6 +153,9 @@ class Gateway:
         self.timeline = TimelineStore(
             client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
         )
+        # One set of budgets: intake checks them, the runner spends tokens; refusals are counted
+        # in xgw_budget_refusals_total.
+        self.budgets = Budgets(store=self.store, observer=self.metrics)
         self.runner = Runner(
             store=self.store,
             settings=self.live,
@@ -167,6 +164,7 @@ class Gateway:
             history=HistoryStore(client=client, keys=keys),
             records=self.records,
             observer=self.metrics,
+            budgets=self.budgets,
         )
         self.flusher = Flusher(
             store=self.store,
@@ -175,6 +173,9 @@ class Gateway:
             max_runs=s.runtime.max_concurrent_runs,
         )
         self.control = Control(store=self.store)
+        # A schedule made in a chat (intake) wakes the scheduler, which is built after intake
+        # (it fires into it): both are handed this one event.
+        self._schedules_changed = asyncio.Event()
         self.pipeline = Pipeline(
             store=self.store,
             records=self.records,
@@ -184,8 +185,9 @@ class Gateway:
             spawn=self.spawn,
             control=self.control,
             claims=self.flusher,
+            budgets=self.budgets,
+            on_schedule_change=self._schedules_changed.set,
         )
-        self.pipeline.budgets.observer = self.metrics  # refusals: xgw_budget_refusals_total
         ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
         self.scheduler = Scheduler(
             store=self.pipeline.schedules.book.store,
@@ -193,8 +195,8 @@ class Gateway:
             ingest=ingest,
             adapters=self.adapters,
             owner=self.replica_id,
+            wake=self._schedules_changed,
         )
-        self.pipeline.schedules.on_change = self.scheduler.wake
         # Long connections whose platform never delivers an event again spool it while Redis
         # is unreachable; opened before the adapters start, so their events queue up behind
         # what a previous run left spooled, and replayed once they are up (replies need them).
@@ -211,7 +213,23 @@ class Gateway:
             durable=lambda: confirm_durable(client, keys.spool_sync()),
         )
         await self.spooler.open()
-        self.metrics.track(self)  # scrape-time reads of this replica, Redis script latency
+        # What /metrics reads of this replica when scraped.
+        self.metrics.track(
+            GatewayCollector(
+                settings=self.live,
+                store=self.store,
+                active_runs=lambda: len(self.runner.active),
+                adapters=self.adapters,
+                schedules=self.scheduler,
+            )
+        )
+        self.metrics.track_spool(self.spooler)
+        self.heartbeat = Heartbeat(
+            store=self.store,
+            replica_id=self.replica_id,
+            started_at=self.started_at,
+            active_runs=lambda: len(self.runner.active),
+        )
         context = AdapterContext(
             ingest=ingest,
             ingest_or_spool=self.spooler.ingest,
@@ -230,7 +248,7 @@ class Gateway:
         self._loops = [
             asyncio.create_task(self.flusher.run(), name="flusher"),
             asyncio.create_task(self.control.listen(self.runner, self._stop_event), name="control"),
-            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self.heartbeat.run(), name="heartbeat"),
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
         ]
         log.info(
@@ -266,50 +284,20 @@ class Gateway:
         log.info("configuration reloaded", integrations=sorted(self.adapters))
 
     def web_app(self) -> web.Application:
-        server = self.settings.server
-        app = web.Application(
-            client_max_size=server.max_body_bytes,
-            # Body deadline; Host, cross-site and JSON checks of the console and admin API.
-            middlewares=[guard(lambda: self.settings.server)],
-            handler_args={
-                # aiohttp's own 400s (bad URL bytes, duplicate headers) as one line, no traceback
-                "logger": ServerLog(),
-                # an idle connection, or one whose request head is slow to come, is closed
-                "keepalive_timeout": server.keep_alive_seconds,
-            },
+        """What this replica serves (gateway.runtime.http); after :meth:`start`."""
+        return http.web_app(
+            settings=self.live,
+            replica=self,
+            metrics=self.metrics,
+            store=self.store,
+            records=self.records,
+            watch=self.pipeline.watch,
+            book=self.pipeline.schedules.book,
+            schedules_changed=self.scheduler.wake,
+            budgets=self.budgets,
+            factories=self.factories,
+            adapters=self.adapters,
         )
-        app[APP_KEY] = self
-        Health(self).setup(app)  # GET /, /healthz, /readyz
-        app.router.add_get("/metrics", self.metrics.handler)
-        admin = AdminApi(settings=self.live, store=self.store, records=self.records)
-        admin.setup(app)
-        AuditApi(settings=self.live, records=self.records).setup(app, admin.guarded)
-        WatchAdmin(settings=self.live, watch=self.pipeline.watch).setup(app, admin.guarded)
-        book = self.pipeline.schedules.book
-        ScheduleApi(book=book, on_change=self.scheduler.wake).setup(app, admin.guarded)
-        UsageApi(settings=self.live, budgets=self.pipeline.budgets).setup(app, admin.guarded)
-        for factory in self.factories.values():
-            factory.setup_routes(app, self.adapters)
-        external.setup_routes(app, self.adapters)  # POST /api/events/{integrationId}/{source}
-        return app
-
-    # --- loops -----------------------------------------------------------------------------
-    async def _heartbeat_loop(self) -> None:
-        while not self.stopping:
-            with contextlib.suppress(Exception):
-                await self.store.heartbeat(
-                    self.replica_id,
-                    {
-                        "pid": os.getpid(),
-                        "started": self.started_at,
-                        "active": len(self.runner.active),
-                        "version": __version__,
-                    },
-                    ttl_ms=15_000,
-                )
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await self._stop_event.wait()
 
     # --- what /readyz reads (gateway.ops.health) -----------------------------------------------
     async def ping_redis(self) -> None:
@@ -342,6 +330,7 @@ class Gateway:
         # inside a Redis call drops its connection unclosed).
         self.flusher.stop()
         self.scheduler.stop()
+        self.heartbeat.stop()
         self._stop_event.set()
         flusher, _control, heartbeat, scheduler = self._loops
         await asyncio.wait([flusher, heartbeat, scheduler], timeout=3)

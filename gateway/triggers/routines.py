@@ -51,6 +51,7 @@ class ChatSchedules:
         reply: Callable[[Envelope, str], None],
         spawn: Callable[[Any], None],
         clock: Callable[[], int],
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._book = book
         self.sessions = sessions
@@ -58,7 +59,7 @@ class ChatSchedules:
         self.reply = reply
         self.spawn = spawn
         self.clock = clock
-        self.on_change: Callable[[], None] = lambda: None  # the scheduler's wake, set by the app
+        self.on_change = on_change  # a schedule was made or removed: the scheduler's wake
 
     @classmethod
     def of(
@@ -70,6 +71,7 @@ class ChatSchedules:
         reply: Callable[[Envelope, str], None],
         spawn: Callable[[Any], None],
         clock: Callable[[], int],
+        on_change: Callable[[], None] = lambda: None,
     ) -> ChatSchedules:
         """The pipeline's: schedules in the same Redis as the sessions."""
 
@@ -78,7 +80,13 @@ class ChatSchedules:
             return ScheduleBook(store=schedules, settings=settings, clock=clock)
 
         return cls(
-            book=book, sessions=store, adapters=adapters, reply=reply, spawn=spawn, clock=clock
+            book=book,
+            sessions=store,
+            adapters=adapters,
+            reply=reply,
+            spawn=spawn,
+            clock=clock,
+            on_change=on_change,
         )
 
     @functools.cached_property

@@ -76,6 +76,7 @@ class Scheduler:
         owner: str,
         clock: Callable[[], int] = now_ms,
         tick_ms: int = 1000,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self.store = store
         self.settings = settings  # read each tick: a reload changes the schedules at once
@@ -90,7 +91,9 @@ class Scheduler:
         self.missed_by: Counter[str] = Counter()
         self._next: dict[tuple[str, str, str, int], int] = {}  # (id, cron, zone, last) -> next
         self._warned: set[str] = set()
-        self._event = asyncio.Event()
+        # Set to look again now: by wake() and stop(), and by whoever was handed it (a schedule
+        # made in a chat, which intake handles and which is built before the scheduler).
+        self._event = wake or asyncio.Event()
         self._stopping = False
 
     def stop(self) -> None:

@@ -58,6 +58,7 @@ class Runner:
         history: HistoryStore | None = None,
         clock: Callable[[], int] = now_ms,
         observer: _Observer | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.store = store
         self.observer = observer
@@ -71,9 +72,8 @@ class Runner:
         self.handing_back = False
         self._experts: dict[str, Expert] = {}
         self._background: set[asyncio.Task[None]] = set()
-        self.budgets = Budgets(
-            store=store, clock=clock
-        )  # tokens per day (gateway/policy/budgets.py)
+        # Tokens per day (gateway/policy/budgets.py): the app hands in the one intake checks.
+        self.budgets = budgets or Budgets(store=store, clock=clock)
         if records.pipe is None:  # the turn's context reads and audit writes join its batches
             records.use_pipe(store.pipe)
         self.prefetch = ContextPrefetch(records)  # context reads sent with the claim

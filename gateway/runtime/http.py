@@ -1,0 +1,68 @@
+"""The replica's one aiohttp application: the guard middleware, the probes (``gateway.ops.health``),
+``/metrics``, the admin API and its parts (audit, watches, schedules, usage), each platform's
+webhook routes and the external events; everything it serves, handed in built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from aiohttp import web
+
+from gateway.config.settings import Settings
+from gateway.edge.adapter import Adapter, AdapterFactory
+from gateway.edge.webhook import ServerLog
+from gateway.ops.admin import AdminApi
+from gateway.ops.audit_api import AuditApi
+from gateway.ops.health import Health, Replica
+from gateway.ops.metrics import Metrics
+from gateway.ops.usage_api import UsageApi
+from gateway.policy.budgets import Budgets
+from gateway.runtime.http_guard import guard
+from gateway.triggers import external
+from gateway.triggers.schedule_api import ScheduleApi
+from gateway.triggers.schedule_book import ScheduleBook
+from gateway.triggers.watch_admin import WatchAdmin
+from gateway.triggers.watch_intake import GroupWatch
+from sessions import SessionRecords, SessionStore
+
+
+def web_app(
+    *,
+    settings: Callable[[], Settings],
+    replica: Replica,
+    metrics: Metrics,
+    store: SessionStore,
+    records: SessionRecords,
+    watch: GroupWatch,
+    book: ScheduleBook,
+    schedules_changed: Callable[[], None],
+    budgets: Budgets,
+    factories: Mapping[str, AdapterFactory],
+    adapters: dict[str, Adapter],
+) -> web.Application:
+    """``settings`` is read per request where a reload may change the answer (the admin token,
+    the integrations); the server's limits are those of the start (a restart changes them)."""
+    server = settings().server
+    app = web.Application(
+        client_max_size=server.max_body_bytes,
+        # Body deadline; Host, cross-site and JSON checks of the console and admin API.
+        middlewares=[guard(lambda: settings().server)],
+        handler_args={
+            # aiohttp's own 400s (bad URL bytes, duplicate headers) as one line, no traceback
+            "logger": ServerLog(),
+            # an idle connection, or one whose request head is slow to come, is closed
+            "keepalive_timeout": server.keep_alive_seconds,
+        },
+    )
+    Health(replica).setup(app)  # GET /, /healthz, /readyz
+    app.router.add_get("/metrics", metrics.handler)
+    admin = AdminApi(settings=settings, store=store, records=records)
+    admin.setup(app)
+    AuditApi(settings=settings, records=records).setup(app, admin.guarded)
+    WatchAdmin(settings=settings, watch=watch).setup(app, admin.guarded)
+    ScheduleApi(book=book, on_change=schedules_changed).setup(app, admin.guarded)
+    UsageApi(settings=settings, budgets=budgets).setup(app, admin.guarded)
+    for factory in factories.values():
+        factory.setup_routes(app, adapters)
+    external.setup_routes(app, adapters)  # POST /api/events/{integrationId}/{source}
+    return app
