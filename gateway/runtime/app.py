@@ -41,6 +41,7 @@ from gateway.triggers.schedule_api import ScheduleApi
 from gateway.triggers.schedules import Scheduler
 from gateway.triggers.watch_admin import WatchAdmin
 from gateway.turns import Runner
+from gateway.turns.claims import Claims
 from gateway.turns.control import Control
 from gateway.turns.flusher import Flusher
 from sessions import (
@@ -159,6 +160,13 @@ class Gateway:
         self.timeline = TimelineStore(
             client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
         )
+        self.claims = Claims(
+            store=self.store,
+            settings=self.live,
+            replica_id=self.replica_id,
+            records=self.records,
+            max_runs=s.runtime.max_concurrent_runs,
+        )
         self.runner = Runner(
             store=self.store,
             settings=self.live,
@@ -166,13 +174,14 @@ class Gateway:
             replica_id=self.replica_id,
             history=HistoryStore(client=client, keys=keys),
             records=self.records,
+            claims=self.claims,
             observer=self.metrics,
         )
         self.flusher = Flusher(
             store=self.store,
             runner=self.runner,
+            claims=self.claims,
             poll_ms=s.runtime.poll_interval_ms,
-            max_runs=s.runtime.max_concurrent_runs,
         )
         self.control = Control(store=self.store)
         self.pipeline = Pipeline(
@@ -183,7 +192,7 @@ class Gateway:
             wake=self.flusher.wake,
             spawn=self.spawn,
             control=self.control,
-            claims=self.flusher,
+            claims=self.claims,
         )
         self.pipeline.budgets.observer = self.metrics  # refusals: xgw_budget_refusals_total
         ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
