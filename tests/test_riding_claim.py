@@ -12,8 +12,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.turns.flusher import Flusher
-from sessions import KeyBuilder
+from gateway.turns.claims import Claims
+from sessions import ClaimRequest, KeyBuilder
 from sessions.scripts import lua
 from tests.conftest import BOTH_REDIS, RedisTarget, base_config, eventually
 from tests.helpers import InProcessGateway
@@ -71,8 +71,8 @@ async def test_a_message_due_at_once_is_claimed_by_its_intake(
     redis_target: RedisTarget,
 ) -> None:
     gw = await gateways(base_config(prefix))
-    flusher = gw.gateway.flusher
-    before = flusher.claims
+    flusher, claims = gw.gateway.flusher, gw.gateway.claims
+    before = claims.made
 
     async def one_turn() -> None:
         await gw.client.send("hello")
@@ -86,27 +86,38 @@ async def test_a_message_due_at_once_is_claimed_by_its_intake(
         shas = [parts[1].strip('"') for parts in calls]
         assert shas.count(both_sha) == 1
         assert claim_sha not in shas  # no second call to claim the turn
-    assert flusher.claims == before + 1
-    assert not flusher._riding and not flusher._direct
+    assert claims.made == before + 1
+    assert not claims.riding and not flusher._direct
     [card] = await gw.client.cards()
     assert card["card"]["answer"] == "You said:\n> hello"
 
 
-async def test_no_ticket_without_room_or_while_the_conversation_runs_here(
+class _NotDue:
+    claimed = None  # the intake's answer: the message was not due at once
+
+
+async def test_no_claim_rides_without_room_or_while_the_conversation_runs_here(
     gateways: Callable[[dict[str, Any]], Awaitable[InProcessGateway]], prefix: str
 ) -> None:
     config = base_config(prefix)
     config["runtime"]["maxConcurrentRuns"] = 1
     gw = await gateways(config)
-    flusher: Flusher = gw.gateway.flusher
-    ticket = flusher.ticket(CONV)
-    assert ticket is not None
-    # One claim on its way fills the only slot; the same conversation gets no second one.
-    assert flusher.ticket(CONV) is None
-    assert flusher.ticket("console|p2p:dm-bob") is None
-    assert flusher.settle(ticket, None) is False  # not tried: the caller wakes as before
-    assert not flusher._riding
-    assert flusher.ticket("console|p2p:dm-bob") is not None
+    claims: Claims = gw.gateway.claims
+    sent: list[ClaimRequest | None] = []
+
+    async def intake(claim: ClaimRequest | None) -> _NotDue:
+        sent.append(claim)
+        # One claim on its way fills the only slot; the same conversation gets no second one.
+        assert not claims.rides(CONV)
+        assert not claims.rides("console|p2p:dm-bob")
+        return _NotDue()
+
+    assert claims.rides(CONV)
+    _, tried = await claims.ride(CONV, intake)
+    assert sent[0] is not None
+    assert tried is False  # not tried: the caller wakes as before
+    assert not claims.riding
+    assert claims.rides("console|p2p:dm-bob")
 
 
 async def test_messages_beyond_the_room_still_run_once_each(
@@ -123,7 +134,7 @@ async def test_messages_beyond_the_room_still_run_once_each(
     for chat in chats:
         [card] = await gw.client.wait_cards(chat=chat)
         assert card["card"]["answer"] == f"You said:\n> hi {chat}"
-    assert gw.gateway.flusher.claims == 3
+    assert gw.gateway.claims.made == 3
 
 
 async def test_another_replicas_lease_defers_the_turn_until_it_ends(

@@ -1,10 +1,17 @@
-"""Chat commands typed into the conversation: /new [text], /stop, /help, group memory and
-schedules."""
+"""Chat commands typed into the conversation - /new [text], /stop, /help, group memory and
+schedules - as text: which command a message is, and the help listing them
+(``gateway.intake.chat_commands`` does what each says).
+
+The rule: a command is ``/`` followed by a word of ASCII letters (then letters, digits or ``_``)
+and then whitespace or the end of the text, e.g. ``/help`` or ``/new tell me more``. Anything
+else is a message: ``/ something``, ``/usr/bin is slow``, ``/天气``. A command that is none of
+the known ones is answered "unknown command, try /help" (it does not go to the expert).
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Literal
 
 HELP_TEXT = (
     "Commands:\n"
@@ -21,31 +28,30 @@ HELP_TEXT = (
     "/help - this list"
 )
 
+KNOWN = (
+    "new", "stop", "help", "remember", "memory", "forget", "schedule", "schedules", "unschedule",
+)  # fmt: skip
+NO_REST = ("stop", "help")  # what follows these is dropped
+
+_COMMAND = re.compile(r"/([A-Za-z][A-Za-z0-9_]*)(?=\s|$)")
+
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    name: Literal[
-        "new", "stop", "help", "remember", "memory", "forget", "schedule", "schedules", "unschedule"
-    ]
+    name: str  # lower case; one of KNOWN, or an unknown command's word
     rest: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.name in KNOWN
 
 
 def parse_command(text: str) -> Command | None:
-    """Recognise a command at the start of the (mention-stripped) text; else None."""
+    """The command at the start of the (mention-stripped) text, known or not; else None."""
     stripped = text.strip()
-    if not stripped.startswith("/"):
+    found = _COMMAND.match(stripped)
+    if found is None:
         return None
-    head, _, rest = stripped.partition(" ")
-    if "\n" in head:
-        head, _, more = head.partition("\n")
-        rest = (more + " " + rest).strip()
-    name = head[1:].lower()
-    if name == "new":
-        return Command("new", rest.strip())
-    if name == "stop":
-        return Command("stop")
-    if name == "help":
-        return Command("help")
-    if name in ("remember", "memory", "forget", "schedule", "schedules", "unschedule"):
-        return Command(name, rest.strip())  # type: ignore[arg-type]
-    return None
+    name = found.group(1).lower()
+    rest = "" if name in NO_REST else stripped[found.end() :].strip()
+    return Command(name, rest)

@@ -36,6 +36,7 @@ from gateway.runtime import http
 from gateway.runtime.heartbeat import Heartbeat
 from gateway.triggers.schedules import Scheduler
 from gateway.turns import Runner
+from gateway.turns.claims import Claims
 from gateway.turns.control import Control
 from gateway.turns.flusher import Flusher
 from sessions import (
@@ -156,6 +157,13 @@ class Gateway:
         # One set of budgets: intake checks them, the runner spends tokens; refusals are counted
         # in xgw_budget_refusals_total.
         self.budgets = Budgets(store=self.store, observer=self.metrics)
+        self.claims = Claims(
+            store=self.store,
+            settings=self.live,
+            replica_id=self.replica_id,
+            records=self.records,
+            max_runs=s.runtime.max_concurrent_runs,
+        )
         self.runner = Runner(
             store=self.store,
             settings=self.live,
@@ -163,14 +171,15 @@ class Gateway:
             replica_id=self.replica_id,
             history=HistoryStore(client=client, keys=keys),
             records=self.records,
+            claims=self.claims,
             observer=self.metrics,
             budgets=self.budgets,
         )
         self.flusher = Flusher(
             store=self.store,
             runner=self.runner,
+            claims=self.claims,
             poll_ms=s.runtime.poll_interval_ms,
-            max_runs=s.runtime.max_concurrent_runs,
         )
         self.control = Control(store=self.store)
         # A schedule made in a chat (intake) wakes the scheduler, which is built after intake
@@ -184,7 +193,7 @@ class Gateway:
             wake=self.flusher.wake,
             spawn=self.spawn,
             control=self.control,
-            claims=self.flusher,
+            claims=self.claims,
             budgets=self.budgets,
             on_schedule_change=self._schedules_changed.set,
         )

@@ -6,6 +6,10 @@ Who may: in a direct chat the user; in a group everyone, unless the integration 
 is for the person who asked or a schedule admin. The pending routine lives in Redis for an hour
 under a token its buttons carry (as the card's turn id); the first click takes it, so a second
 click changes nothing.
+
+``RoutinePhrases`` is the intake chain's handler of a routine said in plain words; the commands
+and the Confirm / Cancel clicks come through the chat commands and buttons handlers
+(``gateway.intake``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from gateway.config.settings import IntegrationBase, Settings
 from gateway.edge.adapter import Adapter, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.errors import Refused
+from gateway.intake.router import Incoming
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
 from gateway.triggers.cron import Cron, CronError, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
@@ -317,3 +322,17 @@ class ChatSchedules:
             version=1,
         )
         self.spawn(adapter.update_card(asked, str(handle), final))
+
+
+class RoutinePhrases:
+    """The handler of a message (not a command) addressed to the bot that may ask for a
+    routine: a confirmation card instead of a turn; None when it asks for none."""
+
+    def __init__(self, schedules: ChatSchedules) -> None:
+        self.schedules = schedules
+
+    def matches(self, incoming: Incoming) -> bool:
+        return incoming.env.kind == "message" and incoming.command is None
+
+    async def handle(self, incoming: Incoming) -> IngestOutcome | None:
+        return await self.schedules.offer(incoming.integ, incoming.env, incoming.conversation)

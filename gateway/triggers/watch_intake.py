@@ -1,5 +1,6 @@
-"""The pipeline's group watch hook: a group message nobody addressed to the bot is offered to the
-integration's watches (the config's, then the runtime ones by id).
+"""The group watch handler of the intake chain (``gateway.intake.router``): a group message
+nobody addressed to the bot is offered to the integration's watches (the config's, then the
+runtime ones by id).
 
 The first enabled watch the message matches decides, so that a redelivered event meets the same
 watch: its match becomes an Envelope of kind ``watch`` (the message itself, carrying the watch's
@@ -7,7 +8,7 @@ id, instruction and expert in ``trigger``) stored by one script with the watch's
 (``sessions.watch``). ``fired``: the cooldown began and the message opens (or joins) its
 conversation's burst like any message; ``merged``: the watch is cooling down but the burst its
 match opened is still unclaimed, so the message joins it; ``cool``: the message is the chat's
-chatter as before (``None``: the pipeline goes on with it).
+chatter as before (``None``: the chain goes on with it).
 
 The watch's conversation depends only on (integration, chat, watch): the chat's own under
 ``sessionScope: chat`` (a watch turn shares the chat's session), a chat-wide one under the other
@@ -34,6 +35,7 @@ from gateway.config.settings import IntegrationBase, Settings
 from gateway.conversation import ConversationId
 from gateway.edge.adapter import IngestOutcome
 from gateway.envelope import Envelope, Trigger
+from gateway.intake.router import Incoming
 from gateway.triggers.watch import Watch
 from sessions import BufferCap, SessionStore
 from sessions.key_ids import id_part
@@ -153,6 +155,13 @@ class GroupWatch:
                 else None
             )
         return out
+
+    # --- the handler --------------------------------------------------------------------------
+    def matches(self, incoming: Incoming) -> bool:
+        return incoming.unaddressed and incoming.env.kind == "message"
+
+    async def handle(self, incoming: Incoming) -> IngestOutcome | None:
+        return await self.offer(incoming.integ, incoming.env)
 
     async def offer(self, integ: IntegrationBase, env: Envelope) -> IngestOutcome | None:
         """Start (or join) a watch turn for an unaddressed group message; None when no watch

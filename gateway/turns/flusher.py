@@ -2,9 +2,10 @@
 claim and start them.
 
 A local message due at once (window 0) has its turn claimed by its own intake call when there is
-room here (``ticket`` / ``settle``: one round trip from the webhook to the turn); any other local
-intake wakes the flusher at once; otherwise it sleeps until the next due time or
-``pollIntervalMs``, whichever is sooner, to pick up work other replicas scheduled.
+room here (``gateway.turns.claims.Claims.ride``; the flusher serves the answers: it starts the
+turn, or reads the conversation's shard); any other local intake wakes the flusher at once;
+otherwise it sleeps until the next due time or ``pollIntervalMs``, whichever is sooner, to pick
+up work other replicas scheduled.
 A look at every due shard (``runtime.dueShards``) is one pipelined round trip per Redis server;
 between those, a conversation a local intake made due now is claimed at once (the claim script
 checks the due index itself), and one due later has only its shard read when it is due.
@@ -15,26 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from gateway.clock import now_ms
-from gateway.turns import Runner
-from gateway.turns.prefetch import Prefetched
-from sessions import ClaimRequest, SessionStore
+from gateway.turns.claims import Claims
+from gateway.turns.runner import Runner
+from sessions import SessionStore
 
 log = structlog.get_logger("gateway.turns.flusher")
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimTicket:
-    """A claim sent along with a message's intake (``Flusher.ticket``)."""
-
-    conversation: str
-    request: ClaimRequest
-    prefetched: Prefetched | None
 
 
 class Flusher:
@@ -43,14 +33,14 @@ class Flusher:
         *,
         store: SessionStore,
         runner: Runner,
+        claims: Claims,
         poll_ms: int,
-        max_runs: int,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.runner = runner
+        self.claims = claims  # shared with the runner and intake; its room bounds the runs here
         self.poll_ms = poll_ms
-        self.max_runs = max_runs
         self.clock = clock
         self._event = asyncio.Event()
         # Per due shard, the soonest time known to be due there (from the last read of it, or a
@@ -58,10 +48,9 @@ class Flusher:
         self._next: dict[int, int] = {}
         self._woken: set[int] = set()
         self._direct: dict[str, None] = {}  # due now by a local intake: claimed without a read
-        self._riding: dict[str, ClaimTicket] = {}  # claims sent with an intake, not yet answered
         self._read_all_at: int | None = None
         self._stopping = False
-        self.claims = 0
+        claims.serve(start=runner.start, missed=self._missed)
 
     def wake(self, due_ms: int, conversation: str | None = None) -> None:
         """A local intake scheduled ``conversation`` at ``due_ms`` (without it: look everywhere)."""
@@ -77,43 +66,14 @@ class Flusher:
         if due_ms <= self.clock() + 1:
             self._event.set()
 
-    # --- a claim that rides with a message's intake -------------------------------------------
-    def ticket(self, conversation: str) -> ClaimTicket | None:
-        """A claim to send with a local message's intake (window 0), so a message due at once
-        has its turn claimed in the same call; None when there is no room here or the
-        conversation's turn runs here (or is being claimed): then the intake wakes as before."""
-        active = self.runner.active
-        if (
-            self._stopping
-            or self.runner.handing_back
-            or conversation in active
-            or conversation in self._riding
-            or len(active) + len(self._riding) >= self.max_runs
-        ):
-            return None
-        request, prefetched = self.runner.claim_request(conversation)
-        ticket = self._riding[conversation] = ClaimTicket(conversation, request, prefetched)
-        return ticket
-
-    def settle(self, ticket: ClaimTicket, reply: list[Any] | None) -> bool:
-        """The intake's answer to ``ticket``: start the turn it claimed. True when the claim
-        was tried (started, or left to the next look at its shard), False when it was not
-        (the message was not due at once, or the call failed): the caller wakes as usual."""
-        if self._riding.get(ticket.conversation) is ticket:
-            del self._riding[ticket.conversation]
-        if reply is None:
-            return False
-        claim = self.runner.claimed(ticket.conversation, ticket.request, ticket.prefetched, reply)
-        if claim is None:  # another's lease, or nothing left: its shard is read instead
-            self._woken.add(self.store.keys.shard(ticket.conversation))
-            self._event.set()
-        else:
-            self.runner.start(claim)
-            self.claims += 1
-        return True
+    def _missed(self, conversation: str) -> None:
+        """A claim that rode with an intake took nothing: the conversation's shard is read."""
+        self._woken.add(self.store.keys.shard(conversation))
+        self._event.set()
 
     def stop(self) -> None:
         self._stopping = True
+        self.claims.close()
         self._event.set()
 
     async def run(self) -> None:
@@ -136,12 +96,12 @@ class Flusher:
         those, only the shards a local intake woke or that hold something due by now. A
         conversation a local intake made due now is claimed first, without a read."""
         now = self.clock()
-        room = self.max_runs - len(self.runner.active) - len(self._riding)
+        room = self.claims.room()
         if room <= 0:  # busy: a run ending or the next poll looks again
             return
         if self._direct:
             await self._claim_direct(room)
-            room = self.max_runs - len(self.runner.active) - len(self._riding)
+            room = self.claims.room()
             if room <= 0:
                 return
         every = self._read_all_at is None or now - self._read_all_at >= self.poll_ms
@@ -159,12 +119,12 @@ class Flusher:
             else:
                 self._next[shard] = at
         for conv in due:
-            if self._stopping or len(self.runner.active) >= self.max_runs:
+            if self._stopping or len(self.runner.active) >= self.claims.max_runs:
                 return
             if conv in self.runner.active:
                 continue
             if await self.runner.claim(conv) is not None:
-                self.claims += 1
+                self.claims.made += 1
 
     async def _claim_direct(self, room: int) -> None:
         """Claim the conversations local intakes made due now, at once (one claim each, sent
@@ -187,7 +147,7 @@ class Flusher:
             if run is None:
                 self._woken.add(self.store.keys.shard(conv))
             else:
-                self.claims += 1
+                self.claims.made += 1
 
     async def _sleep(self) -> None:
         now = self.clock()
@@ -195,7 +155,7 @@ class Flusher:
         timeout = max(0.0, (min([read_all, *self._next.values()]) - now) / 1000)
         if timeout <= 0:
             # Due again already (a burst's window just closed): yield briefly, then look.
-            timeout = 0.005 if len(self.runner.active) < self.max_runs else 0.05
+            timeout = 0.005 if len(self.runner.active) < self.claims.max_runs else 0.05
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._event.wait()

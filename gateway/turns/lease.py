@@ -1,15 +1,15 @@
-"""A turn's lease, renewed while the turn runs (``Runner`` starts one keeper per turn)."""
+"""A turn's lease, renewed while the turn runs (``Runner`` starts one keeper per turn; the keeper
+is given what it uses: the store, the lease's time and how to stop the local run)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import structlog
 
-if TYPE_CHECKING:
-    from gateway.turns.runner import Runner
+from sessions import SessionStore
 
 log = structlog.get_logger("gateway.runner")
 
@@ -20,9 +20,21 @@ class LeaseKeeper:
     stops rather than run alongside the one that resumes it. A timer waits between renewals (a
     turn shorter than a third of the lease costs no task)."""
 
-    def __init__(self, runner: Runner, conv: str, owner: str, turn_id: str) -> None:
-        self.runner, self.conv, self.owner, self.turn_id = runner, conv, owner, turn_id
-        self.interval = runner.settings.runtime.lease_seconds / 3
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        clock: Callable[[], int],
+        lease_ms: int,
+        conversation: str,
+        owner: str,
+        turn_id: str,
+        stop: Callable[[str, str, str], object],
+    ) -> None:
+        self.store, self.clock, self.lease_ms = store, clock, lease_ms
+        self.conv, self.owner, self.turn_id = conversation, owner, turn_id
+        self.stop_local = stop  # (conversation, turn id, reason): the runner's stop_local
+        self.interval = lease_ms / 3000
         self.loop = asyncio.get_running_loop()
         self.renewed = self.loop.time()
         self.task: asyncio.Task[None] | None = None
@@ -42,34 +54,34 @@ class LeaseKeeper:
                 await task
 
     async def _renew(self) -> None:
-        runner, conv = self.runner, self.conv
+        conv = self.conv
         try:
             # Bounded: a stalled Redis must not hold the renewal past the lease's time. Not
             # asyncio.wait_for: on Python 3.11 a cancel arriving as the renewal completes is
             # swallowed by it, and this keeper would then renew the lease of a finished turn
             # forever (its conversation stuck; seen in bench/chaos.py).
             async with asyncio.timeout(self.interval):
-                held, cancel = await runner.store.renew(
+                held, cancel = await self.store.renew(
                     conversation=conv,
                     owner=self.owner,
-                    now_ms=runner.clock(),
-                    lease_ms=runner.lease_ms,
+                    now_ms=self.clock(),
+                    lease_ms=self.lease_ms,
                 )
         except Exception as exc:
             log.warning("lease renewal failed", error=str(exc) or type(exc).__name__)
-            if self.loop.time() - self.renewed >= runner.lease_ms / 1000:
+            if self.loop.time() - self.renewed >= self.lease_ms / 1000:
                 log.warning("lease not renewed for its whole time; stopping the local run")
-                runner.stop_local(conv, self.turn_id, reason="lost")
+                self.stop_local(conv, self.turn_id, "lost")
                 return
             self._again()
             return
         self.renewed = self.loop.time()
         if not held:
             log.warning("lease lost; stopping the local run")
-            runner.stop_local(conv, self.turn_id, reason="lost")
+            self.stop_local(conv, self.turn_id, "lost")
             return
         if cancel == self.turn_id:
-            runner.stop_local(conv, self.turn_id, reason="stop")
+            self.stop_local(conv, self.turn_id, "stop")
         self._again()
 
     def _again(self) -> None:

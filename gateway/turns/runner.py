@@ -1,5 +1,5 @@
-"""The runner: claims conversations, runs their turns one at a time per conversation (the lease,
-renewed while the turn runs), and stops, steers or hands back the runs of this replica.
+"""The runner: runs the turns this replica claims (``gateway.turns.claims``) one at a time per
+conversation (the lease, renewed while the turn runs), and stops, steers or hands back its runs.
 
 Order of one turn: claim (claim.lua) -> bind the session -> first card -> the expert's events
 through Progress into the renderer -> final card -> release the lease (finish.lua), which
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
@@ -28,16 +27,16 @@ from gateway.policy.budgets import Budgets
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.audit import TurnFacts, TurnTrace, audit_writes
 from gateway.turns.binding import Binder
+from gateway.turns.claims import Claims
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
 from gateway.turns.kinds import TurnKinds
 from gateway.turns.lease import LeaseKeeper
-from gateway.turns.prefetch import ContextPrefetch, Prefetched
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings
 from gateway.turns.render import RenderObserver
 from gateway.turns.result import TurnResult
 from gateway.turns.snapshot import SessionSnapshot
-from sessions import Claim, ClaimRequest, EventCardStore, HistoryStore, SessionRecords, SessionStore
+from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.runner")
 
@@ -55,6 +54,7 @@ class Runner:
         adapters: Mapping[str, Adapter],
         replica_id: str,
         records: SessionRecords,
+        claims: Claims,
         history: HistoryStore | None = None,
         clock: Callable[[], int] = now_ms,
         observer: _Observer | None = None,
@@ -68,7 +68,8 @@ class Runner:
         self.adapters = adapters
         self.replica_id = replica_id
         self.clock = clock
-        self.active: dict[str, ActiveRun] = {}
+        self.claims = claims  # its claims, and the turns it runs (claims.active)
+        self.active: dict[str, ActiveRun] = claims.active
         self.handing_back = False
         self._experts: dict[str, Expert] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -76,7 +77,7 @@ class Runner:
         self.budgets = budgets or Budgets(store=store, clock=clock)
         if records.pipe is None:  # the turn's context reads and audit writes join its batches
             records.use_pipe(store.pipe)
-        self.prefetch = ContextPrefetch(records)  # context reads sent with the claim
+        self.prefetch = claims.prefetch  # context reads sent with the claim
         self.kinds = TurnKinds(
             store=store,
             binder=Binder(store=store, records=records, settings=settings, clock=clock),
@@ -105,47 +106,8 @@ class Runner:
     async def claim(self, conversation: str) -> ActiveRun | None:
         """Take the conversation's due turn (or a crashed replica's) and start it here; the one
         place a turn is claimed."""
-        claim = await self._claim(conversation)
+        claim = await self.claims.claim(conversation)
         return self.start(claim) if claim is not None else None
-
-    async def _claim(self, conversation: str) -> Claim | None:
-        request, prefetched = self.claim_request(conversation)
-        reply = await self.store.claim_reply(conversation, request)
-        return self.claimed(conversation, request, prefetched, reply)
-
-    def claim_request(self, conversation: str) -> tuple[ClaimRequest, Prefetched | None]:
-        """What a claim of ``conversation`` sends, and its context reads when they can go along
-        (started now: call it in the tick that sends the claim, just before it)."""
-        # The conversation's integration (its id leads the conversation id) gives the session's
-        # idle timeout, so the claim can continue the session in the same call.
-        settings = self.settings
-        integ_id, _, scope = conversation.partition("|")
-        integ = settings.integration(integ_id)
-        token = os.urandom(22).hex()  # as random as two uuid4s, at a fifth of their cost
-        request = ClaimRequest(
-            owner=f"{self.replica_id}:{token[:12]}",
-            turn_id=token[12:],
-            now_ms=self.clock(),
-            lease_ms=int(settings.runtime.lease_seconds * 1000),
-            session_timeout_ms=integ.session_timeout_seconds * 1000 if integ else 0,
-        )
-        # Its context reads go along when its last turn ran here (not where the turn also reads
-        # the group's recent messages): the claim is queued first, the reads right after it.
-        grouped = integ is not None and integ.history_context_limit and scope[:6] == "group:"
-        return request, None if grouped else self.prefetch.start(conversation)
-
-    def claimed(
-        self,
-        conversation: str,
-        request: ClaimRequest,
-        prefetched: Prefetched | None,
-        reply: list[Any],
-    ) -> Claim | None:
-        """The claim ``reply`` (claim.lua's) to ``request``: the turn now owned, or None."""
-        claim = Claim.of_reply(conversation, request.owner, reply)
-        if claim is not None and prefetched is not None:
-            self.prefetch.hold(claim.turn_id, prefetched)
-        return claim
 
     def start(self, claim: Claim) -> ActiveRun:
         run = ActiveRun(claim.conversation, claim.turn_id, claim.owner)
@@ -162,7 +124,7 @@ class Runner:
                 status, due = await self._run_claim(current)
                 current = None
                 if status == "more" and due <= self.clock() and not self.handing_back:
-                    current = await self._claim(claim.conversation)
+                    current = await self.claims.claim(claim.conversation)
         except Exception as exc:
             log_failure(log, "turn crashed", exc, conversation=claim.conversation)
         finally:
@@ -225,6 +187,7 @@ class Runner:
     async def hand_back_all(self) -> None:
         """Shutdown: interrupt every local run and give its turn back for another replica."""
         self.handing_back = True
+        self.claims.close()
         for run in list(self.active.values()):
             if run.consume is not None:
                 run.stop_reason = "handback"
@@ -277,7 +240,15 @@ class Runner:
         try:
             integ = self.settings.integration(last.integration_id)
             adapter = self.adapters.get(last.integration_id)
-            keeper = LeaseKeeper(self, conv, owner, claim.turn_id)
+            keeper = LeaseKeeper(
+                store=self.store,
+                clock=self.clock,
+                lease_ms=self.lease_ms,
+                conversation=conv,
+                owner=owner,
+                turn_id=claim.turn_id,
+                stop=self.stop_local,
+            )
             try:
                 if integ is None or adapter is None:
                     log.error("turn for an integration that is no longer configured")

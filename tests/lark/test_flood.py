@@ -12,7 +12,7 @@ import json
 
 import redis.asyncio as aioredis
 
-from gateway.intake.pipeline import FULL_TEXT
+from gateway.intake.burst import FULL_TEXT
 from sessions.keys import KeyBuilder
 from tests.conftest import eventually
 from tests.fakes.lark import FakeLark

@@ -1,0 +1,162 @@
+"""This replica's claims of turns: what one claim sends and what claim.lua's reply means, the
+turns this replica runs (``active``), and the claim that rides along with a message's intake.
+
+One object, shared by the runner (its claims and follow-up claims), the flusher (its room, and it
+serves the claims that ride: starting the turn, or reading the shard) and intake (``ride``). A
+local message due at once (window 0) has its turn claimed by its own intake call when there is
+room here: one round trip from the webhook to the turn (issue 15).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from gateway.clock import now_ms
+from gateway.config.settings import Settings
+from gateway.turns.drive import ActiveRun
+from gateway.turns.prefetch import ContextPrefetch, Prefetched
+from sessions import Claim, ClaimRequest, SessionRecords, SessionStore
+
+
+class _Answered(Protocol):
+    """An intake's result: claim.lua's reply when the claim that rode with it was tried."""
+
+    @property
+    def claimed(self) -> list[Any] | None: ...
+
+
+R = TypeVar("R", bound=_Answered)
+
+
+class Claims:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        settings: Callable[[], Settings],
+        replica_id: str,
+        records: SessionRecords,
+        max_runs: int,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self._settings = settings  # read at each use: a reload replaces what it answers
+        self.replica_id = replica_id
+        self.max_runs = max_runs
+        self.clock = clock
+        self.prefetch = ContextPrefetch(records)  # context reads sent with the claim
+        self.active: dict[str, ActiveRun] = {}  # the turns this replica runs now
+        self.riding: dict[str, ClaimRequest] = {}  # claims sent with an intake, not yet answered
+        self.made = 0  # claims that started a turn here (the flusher's and those that rode)
+        self.closed = False  # shutting down (the flusher stopped, or the runner hands back)
+        self._start: Callable[[Claim], object] | None = None
+        self._missed: Callable[[str], None] | None = None
+
+    # --- one claim ---------------------------------------------------------------------------
+    def request(self, conversation: str) -> tuple[ClaimRequest, Prefetched | None]:
+        """What a claim of ``conversation`` sends, and its context reads when they can go along
+        (started now: call it in the tick that sends the claim, just before it)."""
+        # The conversation's integration (its id leads the conversation id) gives the session's
+        # idle timeout, so the claim can continue the session in the same call.
+        settings = self._settings()
+        integ_id, _, scope = conversation.partition("|")
+        integ = settings.integration(integ_id)
+        token = os.urandom(22).hex()  # as random as two uuid4s, at a fifth of their cost
+        request = ClaimRequest(
+            owner=f"{self.replica_id}:{token[:12]}",
+            turn_id=token[12:],
+            now_ms=self.clock(),
+            lease_ms=int(settings.runtime.lease_seconds * 1000),
+            session_timeout_ms=integ.session_timeout_seconds * 1000 if integ else 0,
+        )
+        # Its context reads go along when its last turn ran here (not where the turn also reads
+        # the group's recent messages): the claim is queued first, the reads right after it.
+        grouped = integ is not None and integ.history_context_limit and scope[:6] == "group:"
+        return request, None if grouped else self.prefetch.start(conversation)
+
+    def read(
+        self,
+        conversation: str,
+        request: ClaimRequest,
+        prefetched: Prefetched | None,
+        reply: list[Any],
+    ) -> Claim | None:
+        """The claim ``reply`` (claim.lua's) to ``request``: the turn now owned, or None."""
+        claim = Claim.of_reply(conversation, request.owner, reply)
+        if claim is not None and prefetched is not None:
+            self.prefetch.hold(claim.turn_id, prefetched)
+        return claim
+
+    async def claim(self, conversation: str) -> Claim | None:
+        """Take the conversation's due turn (or a crashed replica's): one claim round trip."""
+        request, prefetched = self.request(conversation)
+        reply = await self.store.claim_reply(conversation, request)
+        return self.read(conversation, request, prefetched, reply)
+
+    # --- room --------------------------------------------------------------------------------
+    def room(self) -> int:
+        """How many more turns may start here (those running and those on their way count)."""
+        return self.max_runs - len(self.active) - len(self.riding)
+
+    def close(self) -> None:
+        """No claim rides with an intake any more (shutdown)."""
+        self.closed = True
+
+    # --- the claim that rides with an intake -------------------------------------------------
+    def serve(self, *, start: Callable[[Claim], object], missed: Callable[[str], None]) -> None:
+        """Who takes the answers of riding claims (the flusher): ``start`` a claimed turn;
+        ``missed``: the claim was tried and took nothing (another's lease, nothing left), so
+        the conversation's shard is read instead. Until then no claim rides."""
+        self._start, self._missed = start, missed
+
+    def rides(self, conversation: str) -> bool:
+        """Whether a claim would ride with an intake of ``conversation`` now: not when there is
+        no room here, the conversation's turn runs here (or is being claimed), or no one
+        serves the answers."""
+        return (
+            self._start is not None
+            and not self.closed
+            and conversation not in self.active
+            and conversation not in self.riding
+            and self.room() > 0
+        )
+
+    async def ride(
+        self, conversation: str, intake: Callable[[ClaimRequest | None], Awaitable[R]]
+    ) -> tuple[R, bool]:
+        """Run ``intake`` with a claim of ``conversation`` riding along when there is room
+        (else with None), and act on its answer. The second value: True when the claim was
+        tried (its turn started, or its shard left to the next look), False when it was not
+        (no room, not due at once, or the call failed): then the caller wakes as usual."""
+        if not self.rides(conversation):
+            return await intake(None), False
+        request, prefetched = self.request(conversation)
+        self.riding[conversation] = request
+        reply: list[Any] | None = None
+        try:
+            result = await intake(request)
+            reply = result.claimed
+        finally:
+            if self.riding.get(conversation) is request:
+                del self.riding[conversation]
+            tried = self._answered(conversation, request, prefetched, reply)
+        return result, tried
+
+    def _answered(
+        self,
+        conversation: str,
+        request: ClaimRequest,
+        prefetched: Prefetched | None,
+        reply: list[Any] | None,
+    ) -> bool:
+        if reply is None or self._start is None or self._missed is None:
+            return False
+        claim = self.read(conversation, request, prefetched, reply)
+        if claim is None:  # another's lease, or nothing left: its shard is read instead
+            self._missed(conversation)
+        else:
+            self._start(claim)
+            self.made += 1
+        return True
