@@ -21,7 +21,8 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.edge.adapter import ApiCalls, PlatformApiError
+from gateway.edge.platform_api import ApiCalls
+from gateway.errors import PlatformApiError
 
 log = structlog.get_logger("adapters.dingtalk")
 

@@ -20,7 +20,9 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.edge.adapter import ApiCalls, PlatformApiError, body_type, read_body
+from gateway.edge.downloads import body_type, read_body
+from gateway.edge.platform_api import ApiCalls
+from gateway.errors import PlatformApiError
 
 log = structlog.get_logger("adapters.lark")
 

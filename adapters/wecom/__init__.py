@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
-
-from aiohttp import web
 
 from adapters.wecom.aibot import StreamOutbound
 from adapters.wecom.api import WeComApi
@@ -17,10 +14,11 @@ from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import AibotCallbacks, AppCallbacks, Callbacks, Opener, setup_routes
 from adapters.wecom.outbound import AppOutbound, Outbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.edge.adapter import Adapter
+from gateway.edge.context import AdapterContext
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.factory import Factory
 from gateway.envelope import Attachment, Envelope
-from gateway.progress import Progress
 
 
 def _secret(value: Any) -> str:
@@ -105,34 +103,10 @@ class WeComAdapter(Adapter):
         (valid five minutes)."""
         return await self.outbound.fetch(attachment, max_bytes)
 
-    # The renderer cancels its loop task when the turn ends, possibly mid-update; a cancel that
-    # lands inside a redis-py command can be swallowed, leaving the turn hanging until shutdown
-    # (seen in tests). Card calls therefore run shielded: the cancel lands on the shield, and the
-    # update it interrupted still completes (each is idempotent).
-    async def send_card(
-        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
-    ) -> str:
-        return await asyncio.shield(
-            self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
-        )
 
-    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        await asyncio.shield(self.outbound.update_card(reply_to, handle, progress))
-
-    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
-        await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
+factory = Factory(
+    platform="wecom", adapter=WeComAdapter, settings_model=WeComIntegration, routes=setup_routes
+)
 
 
-class WeComAdapterFactory:
-    platform = "wecom"
-    settings_model: type[IntegrationBase] = WeComIntegration
-
-    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter:
-        assert isinstance(settings, WeComIntegration)
-        return WeComAdapter(settings=settings, context=context)
-
-    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
-        setup_routes(app, LiveAdapters(adapters, WeComAdapter))
-
-
-__all__ = ["WeComAdapter", "WeComAdapterFactory", "WeComIntegration"]
+__all__ = ["WeComAdapter", "WeComIntegration", "factory"]

@@ -24,10 +24,8 @@ from yarl import URL
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
-from gateway.edge.adapter import (
-    ApiCalls,
+from gateway.edge.downloads import (
     FetchedFile,
-    PlatformApiError,
     RedirectRefused,
     body_type,
     get_checked,
@@ -35,7 +33,9 @@ from gateway.edge.adapter import (
     origin,
     read_body,
 )
+from gateway.edge.platform_api import ApiCalls
 from gateway.envelope import Attachment
+from gateway.errors import PlatformApiError
 
 log = structlog.get_logger("adapters.wecom")
 

@@ -32,13 +32,10 @@ from adapters.wecom.ws_link import ReplyQueues
 from adapters.wecom.ws_replies import WsReplies
 from adapters.wecom.ws_session import SubscribeRefused, WsSession
 from adapters.wecom.ws_shared import BotShare
-from gateway.edge.adapter import (
-    AdapterContext,
-    FetchedFile,
-    IngestOutcome,
-    IngestUnavailable,
-    holder_token,
-)
+from gateway.edge.context import AdapterContext
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable
+from gateway.edge.leases import holder_token
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 

@@ -31,17 +31,11 @@ from adapters.wecom.events import (
     parse_app_xml,
 )
 from adapters.wecom.outbound import AppOutbound
-from gateway.edge.adapter import IngestOutcome
-from gateway.edge.webhook import (
-    HttpRequest,
-    Rejected,
-    Webhook,
-    ascii_text,
-    body_text,
-    json_object,
-    xml_text,
-)
+from gateway.edge.body import HttpRequest, ascii_text, body_text, json_object, xml_text
+from gateway.edge.ingest import IngestOutcome
+from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
+from gateway.errors import Refused
 
 if TYPE_CHECKING:
     from adapters.wecom import WeComAdapter
@@ -62,7 +56,7 @@ class Callback:
 def _query(request: HttpRequest, *names: str) -> list[str]:
     values = [ascii_text(request.query.get(n), n, status=400) for n in names]
     if not all(values):
-        raise Rejected(400, f"missing query parameters: {', '.join(names)}")
+        raise Refused(400, f"missing query parameters: {', '.join(names)}")
     return values
 
 
@@ -78,11 +72,11 @@ class Opener:
         try:
             self.crypto.verify(sig, ts, nonce, encrypted, window_s=self.window_s, now=self.clock())
         except CryptoError as exc:
-            raise Rejected(401, str(exc), public="signature check failed") from None
+            raise Refused(401, str(exc), public="signature check failed") from None
         try:
             return self.crypto.decrypt(encrypted)
         except CryptoError as exc:
-            raise Rejected(400, str(exc), public="cannot decrypt") from None
+            raise Refused(400, str(exc), public="cannot decrypt") from None
 
 
 class Callbacks(Protocol):
@@ -114,22 +108,22 @@ class AppCallbacks:
     def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
         try:
             encrypted = str(xmltodict.parse(xml_text(body))["xml"]["Encrypt"])
-        except Rejected:
+        except Refused:
             raise
         except Exception:  # expat errors, no <xml>, no <Encrypt>
-            raise Rejected(400, "body is not callback XML") from None
+            raise Refused(400, "body is not callback XML") from None
         plain = self.opener.open(sig, ts, nonce, encrypted)
         try:
             return Callback(parse_app_xml(plain), nonce)
         except BadPayload as exc:
-            raise Rejected(400, str(exc), public="unreadable message") from None
+            raise Refused(400, str(exc), public="unreadable message") from None
 
     async def parse(self, callback: Callback) -> Answer:
         data = callback.data
         try:
             envelope = app_envelope(self.integration_id, data)
         except BadPayload as exc:
-            raise Rejected(400, str(exc), public="unreadable message") from None
+            raise Refused(400, str(exc), public="unreadable message") from None
         if envelope is None:
             log.debug("event skipped", integration_id=self.integration_id, type=data["MsgType"])
             return None
@@ -158,7 +152,7 @@ class AibotCallbacks:
     def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
         encrypted = json_object(body).get("encrypt")
         if not isinstance(encrypted, str):
-            raise Rejected(400, "body is not callback JSON")
+            raise Refused(400, "body is not callback JSON")
         plain = self.opener.open(sig, ts, nonce, encrypted)
         return Callback(json_object(plain, "message"), nonce)
 
@@ -181,7 +175,7 @@ class AibotCallbacks:
                 )
             return aibot_envelope(self.integration_id, m)
         except BadPayload as exc:
-            raise Rejected(400, str(exc), public="unreadable message") from None
+            raise Refused(400, str(exc), public="unreadable message") from None
 
     async def answer(
         self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
@@ -214,7 +208,7 @@ class _WeComRoute(Webhook["WeComAdapter", Any]):
     def serves(self, adapter: WeComAdapter) -> bool:
         return adapter.callbacks is not None
 
-    def refusal(self, rejected: Rejected) -> web.StreamResponse:
+    def refusal(self, rejected: Refused) -> web.StreamResponse:
         return web.Response(status=rejected.status, text=rejected.public)
 
 

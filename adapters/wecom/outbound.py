@@ -17,7 +17,8 @@ import structlog
 
 from adapters.wecom import cards
 from adapters.wecom.api import RATE_LIMITED, WeComApi, WeComApiError
-from gateway.edge.adapter import FetchedFile, RecordStore
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 

@@ -34,7 +34,7 @@ from adapters.wecom import cards
 from adapters.wecom.aibot import CUT_NOTE, STREAM_TTL_MS
 from adapters.wecom.settings import WeComIntegration
 from adapters.wecom.ws_link import STREAM_EXPIRED, WsRefused
-from gateway.edge.adapter import RecordStore
+from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 

@@ -27,7 +27,7 @@ from adapters.wecom.ws_link import (
     new_req_id,
     req_id_of,
 )
-from gateway.edge.adapter import StoreUnavailable
+from gateway.edge.stores import StoreUnavailable
 
 if TYPE_CHECKING:
     from adapters.wecom.connection import AibotConnection

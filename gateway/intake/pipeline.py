@@ -20,7 +20,8 @@ from redis.exceptions import RedisError
 from gateway.clock import now_ms
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.conversation import ConversationId
-from gateway.edge.adapter import Adapter, IngestOutcome, IngestUnavailable, ShuttingDown
+from gateway.edge.adapter import Adapter
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable, ShuttingDown
 from gateway.envelope import Envelope
 from gateway.intake.commands import HELP_TEXT, parse_command
 from gateway.logging import LOG_IDS

@@ -16,7 +16,7 @@ from redis.exceptions import OutOfMemoryError, ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config.settings import Settings
-from gateway.edge.webhook import BodyTimeout
+from gateway.edge.body import BodyTimeout
 from sessions import SessionRecords, SessionStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.ops.admin")

@@ -19,14 +19,11 @@ from aiohttp import web
 from gateway import __version__
 from gateway.config.live import LiveSettings
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.adapter import (
-    Adapter,
-    AdapterContext,
-    AdapterFactory,
-    discover_adapters,
-    log_failure,
-)
-from gateway.edge.webhook import ServerLog
+from gateway.edge.adapter import Adapter
+from gateway.edge.context import AdapterContext
+from gateway.edge.factory import AdapterFactory, discover_adapters
+from gateway.edge.platform_api import log_failure
+from gateway.edge.server_log import ServerLog
 from gateway.intake.pipeline import Pipeline
 from gateway.intake.spool import store_identity
 from gateway.intake.spooler import Spooler

@@ -19,7 +19,8 @@ from typing import Any
 import structlog
 
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.adapter import Adapter, IngestOutcome
+from gateway.edge.adapter import Adapter
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
 from gateway.triggers.cron import Cron, CronError, split_command

@@ -23,7 +23,8 @@ from pydantic import StrictBool, ValidationError
 
 from gateway.config.model import GatewayModel
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.webhook import Rejected, body_text, json_object, read_body
+from gateway.edge.body import body_text, json_object, read_body
+from gateway.errors import Refused
 from gateway.ops.admin import Handler, fail, ok
 from gateway.triggers.watch import ALL_MESSAGES, WATCH_ID, Watch
 from gateway.triggers.watch_intake import GroupWatch, WatchEntry
@@ -75,7 +76,7 @@ class WatchAdmin:
             except BadRequest as exc:
                 log.info("watch request refused", path=request.path, status=exc.status)
                 return fail(exc.status, exc.code, exc.msg)
-            except Rejected as exc:
+            except Refused as exc:
                 log.info("watch request refused", path=request.path, status=exc.status)
                 return fail(exc.status, "bad_request", exc.public)
             return ok(result)
