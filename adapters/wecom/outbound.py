@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import structlog
 
 from adapters.wecom import cards
-from adapters.wecom.api import RATE_LIMITED, WeComApi, WeComApiError
+from adapters.wecom.api import WeComApi, WeComApiError
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
@@ -139,7 +139,7 @@ class AppOutbound:
         try:
             await self.api.call("message/update_template_card", body)
         except WeComApiError as exc:
-            if exc.errcode == RATE_LIMITED or exc.errcode < 0:
+            if exc.rate_limited or exc.errcode < 0:
                 raise  # worth the renderer's retry
             # A spent or expired code will not work on retry; the answer still goes out.
             log.warning("card update refused", task_id=task_id, errcode=exc.errcode)

@@ -1,7 +1,7 @@
 """The base of every platform API client: one pooled HTTP session, the access token cached
 under a lock, each HTTP exchange counted (:class:`ApiCalls`, ``/metrics``), and the retry of
-rate limits, server errors and a refused token - all in :meth:`PlatformApi.call`, the one place
-a platform call is made. A platform's client says, through its hooks, how a token is fetched,
+rate limits, server errors and a refused token - all in :meth:`PlatformApi.exchange`, the one
+place a platform call is made. A platform's client says, through its hooks, how a token is fetched,
 how its answers name an error and which errors are retried after how long; its errors subclass
 ``gateway.errors.PlatformApiError`` and say ``rate_limited`` / ``retry_after`` themselves.
 Also: how a failure that came from a platform API is logged (one line, no traceback)."""
@@ -37,15 +37,15 @@ class ApiCalls(Protocol):
     def __call__(self, endpoint: str, code: str, seconds: float) -> None: ...
 
 
-Exchange = Callable[[str | None], Awaitable[T]]
+Send = Callable[[str | None], Awaitable[T]]
 
 
 class PlatformApi(abc.ABC):
     """One integration's client of one platform's API.
 
-    ``call(endpoint, exchange)`` runs ``exchange(token)`` - one HTTP request and the reading of
-    its answer, which returns the result or raises the platform's ``PlatformApiError`` - with
-    the token, the counting and the retries around it. ``attempts``: exchanges per call at most
+    ``exchange(endpoint, send)`` runs ``send(token)`` - one HTTP request and the reading of its
+    answer, which returns the result or raises the platform's ``PlatformApiError`` - with the
+    token, the counting and the retries around it (a platform's budget plugs in there too). ``attempts``: exchanges per call at most
     (a token refreshed once does not count); ``retries``: how many were made (tests, metrics).
     """
 
@@ -120,15 +120,15 @@ class PlatformApi(abc.ABC):
         if self.observe is not None:
             self.observe(endpoint, code, time.perf_counter() - began)
 
-    async def call(
+    async def exchange(
         self,
         endpoint: str,
-        exchange: Exchange[T],
+        send: Send[T],
         *,
         auth: bool = True,
         attempts: int | None = None,
     ) -> T:
-        """``exchange(token)`` (``None`` without ``auth``) until it answers, is refused for
+        """``send(token)`` (``None`` without ``auth``) until it answers, is refused for
         good or ``attempts`` ran out; each exchange is counted under ``endpoint``. A request
         that got no answer, or a redirect refused, is counted and raised: not retried."""
         tries = attempts or self.attempts
@@ -138,7 +138,7 @@ class PlatformApi(abc.ABC):
             token = await self.token() if auth else None
             began = time.perf_counter()
             try:
-                result = await exchange(token)
+                result = await send(token)
             except PlatformApiError as error:
                 self.count(endpoint, self.label(error), began)
                 if auth and not refreshed and self.token_refused(error):
