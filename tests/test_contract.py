@@ -20,6 +20,7 @@ from gateway.edge.factory import Factory
 from gateway.edge.ingest import IngestUnavailable, ShuttingDown
 from gateway.edge.stores import StoreUnavailable
 from gateway.envelope import Chat, Envelope, Sender
+from gateway.errors import GatewayError
 from gateway.intake.pipeline import Pipeline
 from gateway.runtime.cli import settings_model
 from sessions import KeyBuilder, SessionStore
@@ -246,3 +247,22 @@ def test_a_wecom_mode_picks_its_outbound_strategy_once(
     module, _, name = strategy.rpartition(".")
     assert type(adapter.outbound) is getattr(importlib.import_module(module), name)
     assert type(adapter.callbacks).__name__ == (callbacks or "NoneType")
+
+
+def test_every_exception_of_the_edge_and_the_adapters_is_a_gateway_error() -> None:
+    """One error tree (gateway/errors.py): what ``gateway.edge`` and the adapters raise on
+    purpose derives from ``GatewayError`` (and from a builtin where callers need one)."""
+    outside = []
+    for folder in (ROOT / "gateway" / "edge", ADAPTERS):
+        for path in sorted(folder.rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            module = importlib.import_module(name)
+            for value in vars(module).values():
+                if (
+                    isinstance(value, type)
+                    and issubclass(value, BaseException)
+                    and value.__module__ == name
+                    and not issubclass(value, GatewayError)
+                ):
+                    outside.append(f"{name}.{value.__name__}")
+    assert outside == []

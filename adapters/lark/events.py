@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from gateway.edge.body import json_value
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
-from gateway.errors import Refused
+from gateway.errors import GatewayError, Refused
 from gateway.progress import (
     ACTION_CONFIRM,
     ACTION_NEW,
@@ -49,7 +49,7 @@ STICKER_TEXT = "[sticker]"
 _SPACES = re.compile(r"[ \t]{2,}")
 
 
-class BadEvent(ValueError):
+class BadEvent(GatewayError, ValueError):
     """A verified payload whose shape is not what Lark sends; answered 400."""
 
 

@@ -15,12 +15,12 @@ from wechatpy.enterprise import parse_message
 from adapters.wecom.cards import parse_button_key
 from gateway.edge.body import xml_text
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
-from gateway.errors import Refused
+from gateway.errors import GatewayError, Refused
 
 LEADING_MENTION = re.compile(r"^\s*@\S+\s*")
 
 
-class BadPayload(ValueError):
+class BadPayload(GatewayError, ValueError):
     pass
 
 

@@ -28,6 +28,7 @@ from adapters.wecom.ws_link import (
     req_id_of,
 )
 from gateway.edge.stores import StoreUnavailable
+from gateway.errors import GatewayError
 
 if TYPE_CHECKING:
     from adapters.wecom.connection import AibotConnection
@@ -40,7 +41,7 @@ CLOSE_TIMEOUT_S = 2.0  # a dead peer does not answer the close handshake
 STORAGE_RETRY_S = 1.0  # Redis unreachable: the outbox is read again after this
 
 
-class SubscribeRefused(RuntimeError):
+class SubscribeRefused(GatewayError, RuntimeError):
     pass
 
 
