@@ -227,7 +227,7 @@ async def test_intake_raises_ingest_unavailable_for_any_storage_failure(
     ("mode", "strategy", "callbacks"),
     [
         ("app", "adapters.wecom.outbound.AppOutbound", "AppCallbacks"),
-        ("aibot", "adapters.wecom.aibot.StreamOutbound", "AibotCallbacks"),
+        ("aibot", "adapters.wecom.outbound.stream.StreamOutbound", "AibotCallbacks"),
         ("aibot_ws", "adapters.wecom.connection.AibotConnection", None),
     ],
 )

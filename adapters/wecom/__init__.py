@@ -7,14 +7,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from adapters.wecom.aibot import StreamOutbound
 from adapters.wecom.api import WeComApi
 from adapters.wecom.connection import AibotConnection
 from adapters.wecom.crypto import WeComCrypto
-from adapters.wecom.inbound import AibotCallbacks, AppCallbacks, Callbacks, Opener, setup_routes
+from adapters.wecom.inbound import (
+    AibotCallbacks,
+    AppCallbacks,
+    CallbackAdapter,
+    Opener,
+    setup_routes,
+)
 from adapters.wecom.outbound import AppOutbound, Outbound
+from adapters.wecom.outbound.stream import StreamOutbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.edge.adapter import Adapter
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.factory import Factory
@@ -25,7 +30,7 @@ def _secret(value: Any) -> str:
     return str(value.get_secret_value()) if value is not None else ""
 
 
-class WeComAdapter(Adapter):
+class WeComAdapter(CallbackAdapter):
     """One WeCom integration. Its connection mode picks, once, how it answers (``outbound``:
     app messages, AI-bot stream replies or long-connection frames) and, for the two callback
     modes, how its callbacks are read (``callbacks``)."""
@@ -35,7 +40,7 @@ class WeComAdapter(Adapter):
     def __init__(self, *, settings: WeComIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)
         self.clock: Callable[[], float] = time.time  # tests move it to the sample vectors' time
-        self.callbacks: Callbacks | None = None
+        self.callbacks = None
         self.outbound: Outbound
         mode = settings.connection_mode
         if mode == "aibot_ws":

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 import xmltodict  # type: ignore[import-untyped]
 from aiohttp import web
 
-from adapters.wecom import cards
-from adapters.wecom.aibot import StreamOutbound
+import adapters.wecom.cards as cards
 from adapters.wecom.crypto import CryptoError, WeComCrypto
 from adapters.wecom.events import (
     BadPayload,
@@ -31,14 +30,13 @@ from adapters.wecom.events import (
     parse_app_xml,
 )
 from adapters.wecom.outbound import AppOutbound
+from adapters.wecom.outbound.stream import StreamOutbound
+from gateway.edge.adapter import Adapter
 from gateway.edge.body import HttpRequest, ascii_text, body_text, json_object, xml_text
 from gateway.edge.ingest import IngestOutcome
 from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
 from gateway.errors import Refused
-
-if TYPE_CHECKING:
-    from adapters.wecom import WeComAdapter
 
 log = structlog.get_logger("adapters.wecom")
 
@@ -202,10 +200,17 @@ class AibotCallbacks:
         )
 
 
-class _WeComRoute(Webhook["WeComAdapter", Any]):
+class CallbackAdapter(Adapter):
+    """A WeCom adapter as its callback routes see it (``WeComAdapter``): ``callbacks`` reads
+    its callbacks, None in a mode without them (``aibot_ws``)."""
+
+    callbacks: Callbacks | None
+
+
+class _WeComRoute(Webhook[CallbackAdapter, Any]):
     platform = "wecom"
 
-    def serves(self, adapter: WeComAdapter) -> bool:
+    def serves(self, adapter: CallbackAdapter) -> bool:
         return adapter.callbacks is not None
 
     def refusal(self, rejected: Refused) -> web.StreamResponse:
@@ -215,12 +220,12 @@ class _WeComRoute(Webhook["WeComAdapter", Any]):
 class UrlCheck(_WeComRoute):
     """GET: WeCom checks the callback URL with a signed, encrypted ``echostr``."""
 
-    def verify(self, adapter: WeComAdapter, request: HttpRequest, body: bytes) -> str:
+    def verify(self, adapter: CallbackAdapter, request: HttpRequest, body: bytes) -> str:
         assert adapter.callbacks is not None
         sig, ts, nonce, echo = _query(request, "msg_signature", "timestamp", "nonce", "echostr")
         return adapter.callbacks.opener.open(sig, ts, nonce, echo)
 
-    async def parse(self, adapter: WeComAdapter, payload: str) -> Answer:
+    async def parse(self, adapter: CallbackAdapter, payload: str) -> Answer:
         log.info("URL verified", integration_id=adapter.integration_id)
         return web.Response(text=payload, content_type="text/plain")
 
@@ -228,28 +233,32 @@ class UrlCheck(_WeComRoute):
 class CallbackWebhook(_WeComRoute):
     """POST: a callback, verified by its query and decrypted from its body."""
 
-    def check(self, adapter: WeComAdapter, request: HttpRequest) -> None:
+    def check(self, adapter: CallbackAdapter, request: HttpRequest) -> None:
         _query(request, "msg_signature", "timestamp", "nonce")
 
-    def verify(self, adapter: WeComAdapter, request: HttpRequest, body: bytes) -> Callback:
+    def verify(self, adapter: CallbackAdapter, request: HttpRequest, body: bytes) -> Callback:
         assert adapter.callbacks is not None
         sig, ts, nonce = _query(request, "msg_signature", "timestamp", "nonce")
         return adapter.callbacks.payload(body_text(request, body), sig, ts, nonce)
 
-    async def parse(self, adapter: WeComAdapter, payload: Callback) -> Answer:
+    async def parse(self, adapter: CallbackAdapter, payload: Callback) -> Answer:
         assert adapter.callbacks is not None
         return await adapter.callbacks.parse(payload)
 
-    def ignored(self, adapter: WeComAdapter, payload: Callback) -> web.StreamResponse:
+    def ignored(self, adapter: CallbackAdapter, payload: Callback) -> web.StreamResponse:
         return _empty()
 
     async def answer(
-        self, adapter: WeComAdapter, payload: Callback, envelope: Envelope, outcome: IngestOutcome
+        self,
+        adapter: CallbackAdapter,
+        payload: Callback,
+        envelope: Envelope,
+        outcome: IngestOutcome,
     ) -> web.StreamResponse:
         assert adapter.callbacks is not None
         return await adapter.callbacks.answer(payload, envelope, outcome)
 
 
-def setup_routes(app: web.Application, adapters: Mapping[str, WeComAdapter]) -> None:
+def setup_routes(app: web.Application, adapters: Mapping[str, CallbackAdapter]) -> None:
     app.router.add_get("/api/wecom/webhook/{integrationId}", UrlCheck(adapters).handle)
     app.router.add_post("/api/wecom/webhook/{integrationId}", CallbackWebhook(adapters).handle)

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from adapters.wecom import cards
+import adapters.wecom.cards as cards
 from adapters.wecom.api import LinkDownloads
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.stores import RecordStore

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from adapters.wecom import cards
+import adapters.wecom.cards as cards
 from adapters.wecom.api import WeComApi, WeComApiError
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.stores import RecordStore
