@@ -37,8 +37,9 @@ class AdapterFactory(Protocol):
 
 
 class Factory(Generic[A]):
-    """The one :class:`AdapterFactory`: makes one platform's adapters (``adapter``, from settings of ``settings_model``) and adds
-    its HTTP routes (``routes``, handed the live map of that platform's adapters)."""
+    """The one :class:`AdapterFactory`: makes one platform's adapters (``adapter``, from
+    settings of ``settings_model``) and adds its HTTP routes (``routes``, handed the live map
+    of that platform's adapters)."""
 
     def __init__(
         self,

@@ -45,8 +45,9 @@ class PlatformApi(abc.ABC):
 
     ``exchange(endpoint, send)`` runs ``send(token)`` - one HTTP request and the reading of its
     answer, which returns the result or raises the platform's ``PlatformApiError`` - with the
-    token, the counting and the retries around it (a platform's budget plugs in there too). ``attempts``: exchanges per call at most
-    (a token refreshed once does not count); ``retries``: how many were made (tests, metrics).
+    token, the counting and the retries around it (a platform's budget plugs in there too).
+    ``attempts``: exchanges per call at most (a token refreshed once does not count);
+    ``retries``: how many were made (tests, metrics).
     """
 
     platform: ClassVar[str]
