@@ -145,9 +145,7 @@ class CardRenderer:
                     )
                 )
             else:
-                await asyncio.shield(
-                    self.adapter.update_card(self.reply_to, self.handle, progress)
-                )
+                await asyncio.shield(self.adapter.update_card(self.reply_to, self.handle, progress))
         except Exception:
             if self.observer is not None:
                 self.observer.card_rendered(self.adapter.integration_id, kind, False)
