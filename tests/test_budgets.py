@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from gateway.config.file import load_settings
 from gateway.config.settings import Settings
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.intake.pipeline import Pipeline
 from gateway.ops.usage_api import usage_of

@@ -35,7 +35,7 @@ from adapters.lark import cards as lark_cards
 from adapters.lark.events import message_envelope as lark_envelope
 from adapters.wecom import cards as wecom_cards
 from adapters.wecom.events import aibot_envelope, app_envelope, parse_app_xml
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from gateway.events import Interrupt
 from gateway.progress import Progress, Status
@@ -209,7 +209,7 @@ class DingTalkLinks(Platform):
         self.env = dingtalk_envelope(robot_message(self.fake, "buttons"), integration_id="dt")
 
     async def buttons(self, progress: Progress, key: str) -> list[Button]:
-        link = self.adapter._links(self.env, progress, f"md:{key}")
+        link = self.adapter.outbound._links(self.env, progress, f"md:{key}")
         messages = dingtalk_cards.render_messages(progress, link)
         return [Button(label, href) for m in messages for label, href in m.buttons]
 

@@ -28,7 +28,7 @@ from adapters.dingtalk.crypto import (
     verify_robot_sign,
 )
 from adapters.dingtalk.events import card_callback_params, robot_message
-from adapters.dingtalk.outbound import delivered
+from adapters.dingtalk.outbound.ai_card import delivered
 from gateway.progress import Progress
 
 SECRET = "dt-app-secret"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.config.file import load_settings
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.intake.commands import Command, parse_command
 from gateway.intake.drops import FromBots, Unaddressed

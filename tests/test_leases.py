@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.edge.adapter import StoreUnavailable
 from gateway.edge.leases import LeasedConnection, OwnerLease
+from gateway.edge.stores import StoreUnavailable
 from sessions import KeyBuilder, RecordStore
 from tests.conftest import base_config, eventually
 from tests.helpers import DaemonProcess, InProcessGateway

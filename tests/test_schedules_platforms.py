@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from adapters.dingtalk import DingTalkAdapter, DingTalkIntegration
-from adapters.dingtalk.outbound import target
+from adapters.dingtalk.outbound.robot import target
 from adapters.wecom import WeComAdapter, WeComIntegration
 from gateway.config.file import load_settings
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender

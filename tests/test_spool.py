@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.edge.adapter import IngestOutcome, ShuttingDown
+from gateway.edge.ingest import IngestOutcome, ShuttingDown
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.intake.spool import (
     HEADER,

@@ -12,7 +12,7 @@ from redis.backoff import NoBackoff
 
 from gateway.config.file import load_settings
 from gateway.config.settings import ConfigError
-from gateway.edge.adapter import IngestUnavailable
+from gateway.edge.ingest import IngestUnavailable
 from gateway.envelope import Attachment, Chat, Envelope, Sender, Trigger
 from gateway.intake.pipeline import Pipeline
 from gateway.runtime.cli import settings_model

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from gateway.config.file import load_settings
 from gateway.config.settings import Settings
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.intake.pipeline import Pipeline
 from gateway.policy.routing import route

@@ -33,8 +33,10 @@ from adapters.console.events import (
     message_record,
     validation_message,
 )
-from gateway.edge.adapter import IngestUnavailable, StoreUnavailable, TimelineStore
-from gateway.edge.webhook import HttpRequest, Rejected, body_text, json_object, read_body
+from gateway.edge.body import HttpRequest, body_text, json_object, read_body
+from gateway.edge.ingest import IngestUnavailable
+from gateway.edge.stores import StoreUnavailable, TimelineStore
+from gateway.errors import Refused
 
 if TYPE_CHECKING:
     from adapters.console import ConsoleAdapter
@@ -67,7 +69,7 @@ def _guarded(
     async def guarded(request: R) -> web.StreamResponse:
         try:
             return await handler(request)
-        except Rejected as exc:
+        except Refused as exc:
             level = log.warning if exc.status >= 500 else log.info
             level("console request refused", status=exc.status, reason=exc.reason)
             return _error(exc.status, exc.public)
@@ -204,12 +206,12 @@ class ConsoleApi:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            raise Rejected(400, validation_message(exc)) from None
+            raise Refused(400, validation_message(exc)) from None
 
     def _adapter(self, integration_id: str) -> ConsoleAdapter:
         adapter = self.adapters.get(integration_id)
         if adapter is None:
-            raise Rejected(404, f"integrationId: unknown integration {integration_id!r}")
+            raise Refused(404, f"integrationId: unknown integration {integration_id!r}")
         return adapter
 
     async def config(self, request: web.Request) -> web.Response:
@@ -257,7 +259,7 @@ class ConsoleApi:
             finally:
                 outcome = await ingesting
         except StoreUnavailable as exc:  # IngestUnavailable and ShuttingDown included
-            raise Rejected(
+            raise Refused(
                 503, f"not stored: {exc}", public="storage unavailable; the message was not stored"
             ) from None
         return _json({"eventId": event_id, "status": outcome.status}, status=202)
@@ -270,12 +272,12 @@ class ConsoleApi:
                 adapter.integration_id, body.chatId, body.messageId
             )
         except StoreUnavailable as exc:
-            raise Rejected(503, f"card unreadable: {exc}", public="storage unavailable") from None
+            raise Refused(503, f"card unreadable: {exc}", public="storage unavailable") from None
         if card is None or card.get("type") != "card":
-            raise Rejected(404, f"messageId: no card {body.messageId!r} in chat {body.chatId!r}")
+            raise Refused(404, f"messageId: no card {body.messageId!r} in chat {body.chatId!r}")
         offered = {b["actionId"] for b in card["card"]["buttons"]}
         if body.actionId not in offered:
-            raise Rejected(
+            raise Refused(
                 400,
                 f"actionId: {body.actionId!r} is not a button of this card "
                 f"(offered: {', '.join(sorted(offered)) or 'none'})",
@@ -292,7 +294,7 @@ class ConsoleApi:
         try:
             outcome = await adapter.context.ingest(envelope)
         except IngestUnavailable as exc:
-            raise Rejected(
+            raise Refused(
                 503, f"not stored: {exc}", public="storage unavailable; the click was not stored"
             ) from None
         answer = {"eventId": event_id, "status": outcome.status}
@@ -303,13 +305,13 @@ class ConsoleApi:
     async def list_messages(self, request: web.Request) -> web.Response:
         integration_id = request.query.get("integrationId", "")
         if not integration_id:
-            raise Rejected(400, "integrationId: query parameter required")
+            raise Refused(400, "integrationId: query parameter required")
         adapter = self._adapter(integration_id)
         chat_id = request.match_info["chatId"]
         try:
             records = await adapter.context.timeline.list(adapter.integration_id, chat_id)
         except StoreUnavailable as exc:
-            raise Rejected(
+            raise Refused(
                 503, f"timeline unreadable: {exc}", public="storage unavailable"
             ) from None
         return _json({"integrationId": integration_id, "chatId": chat_id, "messages": records})
@@ -321,7 +323,7 @@ class ConsoleApi:
         if wanted:
             self._adapter(wanted)
         if not self.adapters:
-            raise Rejected(404, "no console integration configured")
+            raise Refused(404, "no console integration configured")
         timeline = next(iter(self.adapters.values())).context.timeline
         response = web.StreamResponse(
             headers={

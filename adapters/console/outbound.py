@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from adapters.console.cards import render_card
-from gateway.edge.adapter import TimelineStore
+from gateway.edge.stores import TimelineStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 

@@ -1,63 +1,39 @@
-"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies (§2).
-(Over 300 lines: the markdown path's private Confirm / Reject links sit with the links they
-withhold from the group, and the attachment download with the adapter that owns its client.)"""
+"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies (§2);
+the attachment download sits with the adapter that owns its client."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
-from aiohttp import web
 from yarl import URL
 
 from adapters.dingtalk.api import DingTalkApi
-from adapters.dingtalk.cards import (
-    Message,
-    as_messages,
-    phase,
-    private_message,
-    render_messages,
-)
 from adapters.dingtalk.connection import StreamConnection
-from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.inbound import StreamInbound, setup_routes
-from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras, target
+from adapters.dingtalk.outbound import DingTalkOutbound
+from adapters.dingtalk.outbound.ai_card import CardOutbound
+from adapters.dingtalk.outbound.robot import Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
-from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import (
-    Adapter,
-    AdapterContext,
+from gateway.edge.adapter import Adapter
+from gateway.edge.context import AdapterContext
+from gateway.edge.downloads import (
     FetchedFile,
-    LiveAdapters,
     Origin,
-    OwnerLease,
     RedirectRefused,
-    answerers,
     body_type,
     get_checked,
     local_origin,
     origin,
     read_body,
 )
+from gateway.edge.factory import Factory
+from gateway.edge.leases import OwnerLease
 from gateway.envelope import Attachment, Envelope
-from gateway.progress import (
-    ACTION_CONFIRM,
-    ACTION_REJECT,
-    ACTION_ROUTINE_CANCEL,
-    ACTION_ROUTINE_CONFIRM,
-    Progress,
-)
 
 log = structlog.get_logger("adapters.dingtalk")
-
-# Buttons only certain people may answer (gateway/turns/approval.py, triggers/routines.py). A
-# link acts as the person its token names, so in a group these links never go into the chat:
-# each person who may answer gets their own, signed for them, in a 1:1 robot message.
-ANSWERS = frozenset({ACTION_CONFIRM, ACTION_REJECT})
-ROUTINE_ANSWERS = frozenset({ACTION_ROUTINE_CONFIRM, ACTION_ROUTINE_CANCEL})
-PRIVATE = ANSWERS | ROUTINE_ANSWERS
 
 
 class DingTalkAdapter(Adapter):
@@ -84,7 +60,7 @@ class DingTalkAdapter(Adapter):
             client_secret=secret,
             observe=self.api_calls(),
         )
-        self.sender = Sender(
+        sender = Sender(
             integration_id=settings.id,
             robot_code=settings.robot,
             api=self.api,
@@ -92,7 +68,7 @@ class DingTalkAdapter(Adapter):
             clock_ms=lambda: int(self.clock() * 1000),
             webhook_origins=settings.webhook_origins,
         )
-        self.cards = (
+        cards = (
             CardOutbound(
                 integration_id=settings.id,
                 robot_code=settings.robot,
@@ -103,6 +79,13 @@ class DingTalkAdapter(Adapter):
             )
             if settings.card_template_id
             else None
+        )
+        self.outbound: DingTalkOutbound = DingTalkOutbound(
+            settings=settings,
+            sender=sender,
+            cards=cards,
+            context=context,
+            clock=lambda: self.clock(),
         )
         stream = StreamInbound(self)
         self.connection = (
@@ -144,112 +127,6 @@ class DingTalkAdapter(Adapter):
         if self.connection is None:
             return {"ready": True, "mode": "http"}
         return self.connection.readiness()
-
-    # --- outbound ------------------------------------------------------------------------
-    def _links(
-        self, reply_to: Envelope, progress: Progress, handle: str, user: str | None = None
-    ) -> Callable[[str], str] | None:
-        """Button links to ``/api/dingtalk/action/…`` with a signed token (needs publicUrl),
-        acting as the asker, or as ``user`` (the person a private link is sent to)."""
-        base = self.context.public_url
-        if not base:
-            return None
-        extras = reply_extras(reply_to)
-        claims = {
-            "c": progress.conversation,
-            "tu": progress.turn_id,
-            "ch": str(extras.get("conversationId") or reply_to.chat.id),
-            "g": 1 if reply_to.chat.type == "group" else 0,
-            "u": user or str(extras.get("senderStaffId") or reply_to.sender.id),
-            "m": handle,
-        }
-        secret = self.settings.client_secret.get_secret_value()
-        expires = int(self.clock()) + self.settings.action_token_ttl_seconds
-        url = f"{base.rstrip('/')}/api/dingtalk/action/{self.integration_id}?t="
-        return lambda action: url + sign_action(secret, {**claims, "a": action}, expires_at=expires)
-
-    async def _messages(
-        self, reply_to: Envelope, progress: Progress, handle: str, key: str
-    ) -> list[Message]:
-        """The markdown message(s) of one state, sent under ``key``. In a group, Confirm /
-        Reject go privately to each person who may answer (``_ask_privately``), and the group
-        is told who was asked; Stop, Retry and New stay, as anyone there may /stop or /new."""
-        links = self._links(reply_to, progress, handle)
-        private = PRIVATE & {b.action_id for b in progress.buttons}
-        if links is None or not private or not target(reply_to)[0]:
-            return render_messages(progress, links)
-        note = await self._ask_privately(reply_to, progress, handle, key, frozenset(private))
-        return render_messages(progress, links, withheld=PRIVATE, note=note)
-
-    async def _ask_privately(
-        self,
-        reply_to: Envelope,
-        progress: Progress,
-        handle: str,
-        key: str,
-        actions: frozenset[str],
-    ) -> str:
-        """Send ``actions``' links to each person who may answer, each signed for them; the
-        group's note saying who was asked, or that it could not be delivered."""
-        people = answerers(self.settings, reply_to, routine=not actions & ANSWERS)
-        if not people:
-            return "*Nobody in this chat may answer this: approvers are set in the config.*"
-        asker = reply_to.sender.id if reply_to.kind not in ("schedule", "event") else None
-        name = {asker: reply_to.sender.name or asker} if asker else {}
-        chat = reply_to.chat.name
-        asked_in = f"the group chat “{chat}”" if chat else "a group chat"
-        reached: list[str] = []
-        missed: list[str] = []
-        for person in people:
-            links = self._links(reply_to, progress, handle, user=person)
-            assert links is not None
-            message = private_message(progress, links, actions=actions, asked_in=asked_in)
-            ok = await self.sender.to_user_once(f"{key}:dm:{person}", person, message)
-            (reached if ok else missed).append(name.get(person, person))
-        answer = "Confirm or Reject" if actions & ANSWERS else "Confirm or Cancel"
-        if reached and not missed:
-            who = " or ".join(reached)
-            return f"*Waiting for {who} to {answer} (sent to them privately).*"
-        failed = (
-            f"*{answer} could not be sent privately to {', '.join(missed)}: DingTalk refused "
-            "the direct message. To answer, open a direct chat with this bot (so it may write "
-            "to you), then ask again here; if that does not help, its admin may check the "
-            "bot's permission to send direct messages.*"
-        )
-        if not reached:
-            return failed
-        return f"*Waiting for {' or '.join(reached)} to {answer} (sent privately).* {failed}"
-
-    async def send_card(
-        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
-    ) -> str:
-        if self.cards is not None:
-            card = await self.cards.create(reply_to, progress, idempotency_key)
-            if card is not None:
-                return card
-            # The card reached no chat: this turn is told in markdown messages instead.
-        handle = f"md:{idempotency_key}"
-        # A first state that is already final (a turn given up) is claimed as "final", so the
-        # update with the same state that follows sends nothing more.
-        key = f"{idempotency_key}:{phase(progress) or 'start'}"
-        messages = await self._messages(reply_to, progress, handle, key)
-        await self.sender.once(key, messages, reply_to)
-        return handle
-
-    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        if handle.startswith("card:") and self.cards is not None:
-            await self.cards.update(handle, progress)
-            return
-        step = phase(progress)
-        if step is None:  # messages can't be edited: intermediate states are not sent
-            return
-        key = f"{handle.removeprefix('md:')}:{step}"
-        messages = await self._messages(reply_to, progress, handle, key)
-        await self.sender.once(key, messages, reply_to)
-
-    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
-        title = text.splitlines()[0][:30] if text else "Xpert"
-        await self.sender.once(f"text:{idempotency_key}", as_messages(title, text), reply_to)
 
 
 def _download_allowed(fake: Origin | None) -> Callable[[URL], bool]:
@@ -295,16 +172,12 @@ async def _fetch(
     return FetchedFile(data=data, mime=mime, name=attachment.name) if data is not None else None
 
 
-class DingTalkAdapterFactory:
-    platform = "dingtalk"
-    settings_model: type[IntegrationBase] = DingTalkIntegration
-
-    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter:
-        assert isinstance(settings, DingTalkIntegration)
-        return DingTalkAdapter(settings=settings, context=context)
-
-    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
-        setup_routes(app, LiveAdapters(adapters, DingTalkAdapter))
+factory = Factory(
+    platform="dingtalk",
+    adapter=DingTalkAdapter,
+    settings_model=DingTalkIntegration,
+    routes=setup_routes,
+)
 
 
-__all__ = ["DingTalkAdapter", "DingTalkAdapterFactory", "DingTalkIntegration"]
+__all__ = ["DingTalkAdapter", "DingTalkIntegration", "factory"]

@@ -1,5 +1,6 @@
-"""The DingTalk OpenAPI client: access token (cached until shortly before expiry), robot and
-card calls, sessionWebhook posts; flow-control answers and 5xx back off and retry (§2.4-2.6).
+"""The DingTalk OpenAPI client (a ``PlatformApi``): access token (cached until shortly before
+expiry), robot and card calls, sessionWebhook posts; flow-control answers, 5xx and calls that
+got no answer back off and retry (§2.4-2.6).
 
 Error answers of ``api.dingtalk.com`` are ``{"code", "message", "requestid"}`` with an HTTP 4xx
 (https://open.dingtalk.com/document/development/server-api-error-codes-1): an expired or
@@ -14,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import structlog
 
-from gateway.edge.adapter import ApiCalls, PlatformApiError
+from gateway.edge.platform_api import ApiCalls, PlatformApi
+from gateway.errors import PlatformApiError
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -31,7 +32,8 @@ ROBOT_THROTTLED = {"send.too.fast", "send.byToken.tooFast", "too.many.group", "t
 TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fetch a new one
 # sessionWebhook answers are HTTP 200 with errcode: -1 "系统繁忙" and 410100 "发送速度太快而限流"
 # (…/custom-robots-send-group-messages); 130101/130102 are the older "send too fast" codes.
-WEBHOOK_RETRY = {-1, 410100, 130101, 130102}
+WEBHOOK_THROTTLED = {410100, 130101, 130102}
+WEBHOOK_RETRY = {-1, *WEBHOOK_THROTTLED}
 JSON_UTF8 = {"Content-Type": "application/json; charset=utf-8"}
 # The metrics' name of each OpenAPI path the gateway calls (none carries an id).
 ENDPOINTS = {
@@ -46,6 +48,9 @@ ENDPOINTS = {
 
 
 class DingTalkApiError(PlatformApiError):
+    """An OpenAPI call refused (``status`` its HTTP status, ``code`` DingTalk's), or one that
+    got no answer (``status`` 0, ``code`` the exception's name)."""
+
     def __init__(self, status: int, code: str, message: str, request_id: str = "") -> None:
         super().__init__(f"DingTalk API {status} {code}: {message}")
         self.status = status
@@ -56,21 +61,48 @@ class DingTalkApiError(PlatformApiError):
         return {"status": self.status, "code": self.code, "request_id": self.request_id}
 
     @property
+    def rate_limited(self) -> bool:
+        """HTTP 429, 403 ``…QpsLimit…`` / ``…QpmLimit…``, or a robot send's 400 throttle."""
+        if self.status == 429:
+            return True
+        if self.status == 400 and self.code in ROBOT_THROTTLED:
+            return True
+        code = self.code.lower()
+        return self.status == 403 and any(c.lower() in code for c in FLOW_CONTROL_CODES)
+
+    @property
+    def retryable(self) -> bool:
+        """Throttled, a server error, or no answer at all: worth another try."""
+        return self.status == 0 or self.status >= 500 or self.rate_limited
+
+    @property
     def refused(self) -> bool:
         """A definite answer that the call was not carried out (not retried, not a timeout)."""
-        return 400 <= self.status < 500 and not _retryable(self.status, self.code)
+        return 400 <= self.status < 500 and not self.retryable
 
 
 class WebhookGone(PlatformApiError):
-    """The sessionWebhook expired or was refused; fall back to the robot OpenAPI."""
+    """The sessionWebhook expired or was refused (``status``, ``errcode``), or did not answer
+    (``status`` 0, ``reason`` the exception's name): fall back to the robot OpenAPI."""
 
+    def __init__(
+        self, message: str, *, status: int = 0, errcode: int = 0, reason: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errcode = errcode
+        self.reason = reason
 
-def _retryable(status: int, code: str) -> bool:
-    if status == 429 or status >= 500:
-        return True
-    if status == 400 and code in ROBOT_THROTTLED:
-        return True
-    return status == 403 and any(c.lower() in code.lower() for c in FLOW_CONTROL_CODES)
+    def log_fields(self) -> dict[str, Any]:
+        return {"status": self.status, "code": self.errcode}
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.status == 429 or self.errcode in WEBHOOK_THROTTLED
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == 0 or self.status >= 500 or self.errcode in WEBHOOK_RETRY
 
 
 def dumps(body: dict[str, Any]) -> bytes:
@@ -78,7 +110,9 @@ def dumps(body: dict[str, Any]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-class DingTalkApi:
+class DingTalkApi(PlatformApi):
+    platform = "dingtalk"
+
     def __init__(
         self,
         *,
@@ -90,49 +124,48 @@ class DingTalkApi:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         observe: ApiCalls | None = None,
     ) -> None:
-        self.base = base.rstrip("/")
-        self.observe = observe
+        super().__init__(
+            base_url=base, observe=observe, timeout_s=15, attempts=attempts, sleep=sleep
+        )
         self.client_id = client_id
         self._secret = client_secret
-        self.attempts = attempts
         self.backoff_s = backoff_s
-        self.sleep = sleep
-        self._session: aiohttp.ClientSession | None = None
-        self._token: tuple[str, float] | None = None
-        self._token_lock = asyncio.Lock()
 
-    @property
-    def http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
-        return self._session
+    # --- PlatformApi hooks ---------------------------------------------------------------------
+    async def fetch_token(self) -> tuple[str, float]:
+        data = await self._call(
+            "POST",
+            "/v1.0/oauth2/accessToken",
+            {"appKey": self.client_id, "appSecret": self._secret},
+            auth=False,
+        )
+        ttl = int(data.get("expireIn", 7200))
+        return str(data["accessToken"]), max(ttl - TOKEN_MARGIN_S, ttl / 2)
 
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+    def label(self, error: PlatformApiError) -> str:
+        if isinstance(error, WebhookGone):
+            if error.status == 0:
+                return error.reason
+            return str(error.errcode) if error.errcode not in (0, -2) else f"http_{error.status}"
+        assert isinstance(error, DingTalkApiError)
+        return error.code or f"http_{error.status}"
 
-    def _count(self, endpoint: str, began: float, code: str) -> None:
-        if self.observe is not None:
-            self.observe(endpoint, code, time.perf_counter() - began)
+    def token_refused(self, error: PlatformApiError) -> bool:
+        return isinstance(error, DingTalkApiError) and (
+            error.status == 401 or error.code in TOKEN_REFUSED
+        )
 
-    async def _pause(self, attempt: int) -> None:
-        delay = min(self.backoff_s * 2**attempt, 8.0)
-        await self.sleep(delay * (0.75 + random.random() / 2))
+    def retryable(self, error: PlatformApiError) -> bool:
+        return isinstance(error, DingTalkApiError | WebhookGone) and error.retryable
 
+    def backoff(self, retry: int, error: PlatformApiError) -> float:
+        """``backoff_s`` doubling up to 8 s, jittered by ±25 %."""
+        delay = min(self.backoff_s * 2.0**retry, 8.0)
+        return delay * (0.75 + random.random() / 2)
+
+    # --- the calls ---------------------------------------------------------------------------
     async def access_token(self) -> str:
-        async with self._token_lock:
-            if self._token and time.monotonic() < self._token[1]:
-                return self._token[0]
-            data = await self._call(
-                "POST",
-                "/v1.0/oauth2/accessToken",
-                {"appKey": self.client_id, "appSecret": self._secret},
-                auth=False,
-            )
-            token = str(data["accessToken"])
-            ttl = int(data.get("expireIn", 7200))
-            self._token = (token, time.monotonic() + max(ttl - TOKEN_MARGIN_S, ttl / 2))
-            return token
+        return await self.token()
 
     async def call(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """An authenticated OpenAPI call, retried on throttling and server errors."""
@@ -141,13 +174,10 @@ class DingTalkApi:
     async def _call(
         self, method: str, path: str, body: dict[str, Any], *, auth: bool
     ) -> dict[str, Any]:
-        last: DingTalkApiError | None = None
-        endpoint = ENDPOINTS.get(path, "other")
-        for attempt in range(self.attempts):
+        async def send(token: str | None) -> dict[str, Any]:
             headers = dict(JSON_UTF8)
-            if auth:
-                headers["x-acs-dingtalk-access-token"] = await self.access_token()
-            began = time.perf_counter()
+            if token is not None:
+                headers["x-acs-dingtalk-access-token"] = token
             try:
                 async with self.http.request(
                     method,
@@ -159,40 +189,24 @@ class DingTalkApi:
                     data = await resp.json(content_type=None) if resp.content_length != 0 else {}
                     data = data if isinstance(data, dict) else {}
                     if resp.status < 300:
-                        self._count(endpoint, began, "ok")
                         return data
-                    err = DingTalkApiError(
+                    raise DingTalkApiError(
                         resp.status,
                         str(data.get("code", "")),
                         str(data.get("message", "")),
                         str(data.get("requestid") or resp.headers.get("x-acs-request-id", "")),
                     )
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                err = DingTalkApiError(0, type(exc).__name__, str(exc))
-            self._count(endpoint, began, err.code or f"http_{err.status}")
-            last = err
-            if auth and attempt == 0 and (err.status == 401 or err.code in TOKEN_REFUSED):
-                self._token = None  # revoked or rotated: fetch a fresh one once
-                continue
-            if err.status and not _retryable(err.status, err.code):
-                raise err
-            log.warning(
-                "dingtalk api retry",
-                path=path,
-                status=err.status,
-                code=err.code,
-                request_id=err.request_id,
-            )
-            await self._pause(attempt)
-        assert last is not None
-        raise last
+                raise DingTalkApiError(0, type(exc).__name__, str(exc)) from exc
+
+        return await self.exchange(ENDPOINTS.get(path, "other"), send, auth=auth)
 
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works. A
         redirect is not followed (it is an answer that the webhook does not work): the URL's
         origin was checked, the redirect's target was not."""
-        for attempt in range(self.attempts):
-            began = time.perf_counter()
+
+        async def send(_: str | None) -> None:
             try:
                 async with self.http.post(
                     url, data=dumps(body), headers=JSON_UTF8, allow_redirects=False
@@ -203,22 +217,18 @@ class DingTalkApi:
                     except ValueError:  # an error page: the status tells
                         data = None
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                self._count("session_webhook", began, type(exc).__name__)
-                log.warning("sessionWebhook retry", error=type(exc).__name__)
-                await self._pause(attempt)
-                continue
+                name = type(exc).__name__
+                raise WebhookGone(f"sessionWebhook: {name}", reason=name) from exc
             try:
                 errcode = int(data.get("errcode", 0)) if isinstance(data, dict) else -2
             except (TypeError, ValueError):
                 errcode = -2
-            ok = status < 300 and errcode == 0
-            code = "ok" if ok else (str(errcode) if errcode not in (0, -2) else f"http_{status}")
-            self._count("session_webhook", began, code)
-            if ok:
+            if status < 300 and errcode == 0:
                 return
-            if status == 429 or status >= 500 or errcode in WEBHOOK_RETRY:
-                log.warning("sessionWebhook retry", status=status, errcode=errcode)
-                await self._pause(attempt)
-                continue
-            raise WebhookGone(f"sessionWebhook answered {status} errcode {errcode}")
-        raise WebhookGone("sessionWebhook kept failing")
+            raise WebhookGone(
+                f"sessionWebhook answered {status} errcode {errcode}",
+                status=status,
+                errcode=errcode,
+            )
+
+        await self.exchange("session_webhook", send, auth=False)

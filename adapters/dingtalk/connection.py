@@ -34,7 +34,7 @@ from dingtalk_stream import (
 )
 from websockets.asyncio.client import connect
 
-from gateway.edge.adapter import LeasedConnection, OwnerLease
+from gateway.edge.leases import LeasedConnection, OwnerLease
 
 log = structlog.get_logger("adapters.dingtalk")
 

@@ -13,10 +13,12 @@ import hmac
 import json
 from typing import Any
 
+from gateway.errors import GatewayError
+
 SIGN_WINDOW_MS = 3_600_000  # the most DingTalk's doc allows: reject |now - timestamp| > 1 h
 
 
-class BadSignature(ValueError):
+class BadSignature(GatewayError, ValueError):
     """A request or token that did not verify; the message is safe to log."""
 
 

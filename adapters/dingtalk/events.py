@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from gateway.conversation import ConversationId
-from gateway.edge.webhook import Rejected, json_value
+from gateway.edge.body import json_value
 from gateway.envelope import Action, Attachment, Chat, Envelope, Mention, ReplyTo, Sender
+from gateway.errors import Refused
 
 PLATFORM = "dingtalk"
 _LEADING_AT = re.compile(r"^(?:\s*@\S+)+\s*")
@@ -209,7 +210,7 @@ def card_callback_params(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(content, str):
         try:
             content = json_value(content, "content") if content else {}
-        except Rejected:
+        except Refused:
             return {}
     private = content.get("cardPrivateData") if isinstance(content, dict) else None
     params = private.get("params") if isinstance(private, dict) else None

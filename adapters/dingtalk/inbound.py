@@ -20,18 +20,13 @@ from adapters.dingtalk.events import (
     robot_message,
     where_from_params,
 )
-from adapters.dingtalk.outbound import reply_extras, webhook_allowed
-from gateway.edge.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
-from gateway.edge.webhook import (
-    HttpRequest,
-    Rejected,
-    Webhook,
-    ascii_text,
-    body_text,
-    json_object,
-    utf8_safe,
-)
+from adapters.dingtalk.outbound.robot import reply_extras, webhook_allowed
+from gateway.edge.body import HttpRequest, ascii_text, body_text, json_object, utf8_safe
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable
+from gateway.edge.stores import StoreUnavailable
+from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
+from gateway.errors import Refused
 
 if TYPE_CHECKING:
     from adapters.dingtalk import DingTalkAdapter
@@ -68,7 +63,7 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
                 window_ms=adapter.settings.sign_window_seconds * 1000,
             )
         except BadSignature as exc:
-            raise Rejected(401, str(exc), public="bad signature") from None
+            raise Refused(401, str(exc), public="bad signature") from None
 
     def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> dict[str, Any]:
         return json_object(body_text(request, body))
@@ -77,10 +72,10 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
         try:
             envelope = robot_message(payload, integration_id=adapter.integration_id)
         except ValueError as exc:  # pydantic's ValidationError included
-            raise Rejected(400, f"bad body ({type(exc).__name__})", public="bad body") from None
+            raise Refused(400, f"bad body ({type(exc).__name__})", public="bad body") from None
         webhook = reply_extras(envelope).get("sessionWebhook")
         if webhook and not webhook_allowed(str(webhook), adapter.settings.webhook_origins):
-            raise Rejected(400, "sessionWebhook not on DingTalk's origin", public="bad body")
+            raise Refused(400, "sessionWebhook not on DingTalk's origin", public="bad body")
         return envelope
 
 
@@ -138,7 +133,7 @@ class StreamInbound:
         """A card button (§2.6): its params carry action, conversation and turnId."""
         params = card_callback_params(data)
         track = str(data.get("outTrackId") or "")
-        cards = self.adapter.cards
+        cards = self.adapter.outbound.cards
         try:
             where = await cards.where(track) if cards is not None and track else None
         except StoreUnavailable:

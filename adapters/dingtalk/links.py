@@ -23,9 +23,11 @@ from aiohttp import web
 from adapters.dingtalk.crypto import BadSignature, verify_action
 from adapters.dingtalk.events import action_envelope, link_event_id
 from adapters.dingtalk.settings import origin_of
-from gateway.edge.adapter import IngestOutcome
-from gateway.edge.webhook import HttpRequest, Rejected, Webhook, ascii_text, utf8
+from gateway.edge.body import HttpRequest, ascii_text, utf8
+from gateway.edge.ingest import IngestOutcome
+from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
+from gateway.errors import Refused
 
 if TYPE_CHECKING:
     from adapters.dingtalk import DingTalkAdapter
@@ -81,13 +83,13 @@ def _claims(adapter: DingTalkAdapter, token: str) -> dict[str, Any]:
     try:
         return verify_action(secret, token, now_s=adapter.clock())
     except BadSignature as exc:
-        raise Rejected(403, str(exc)) from None
+        raise Refused(403, str(exc)) from None
 
 
 class _Link(Webhook["DingTalkAdapter", Any]):
     platform = "dingtalk"
 
-    def refusal(self, rejected: Rejected) -> web.StreamResponse:
+    def refusal(self, rejected: Refused) -> web.StreamResponse:
         if rejected.status >= 500:
             return _page(503, "Please try again", "The gateway is busy; reload in a moment.")
         if rejected.status == 404:
@@ -124,24 +126,24 @@ class LinkClick(_Link):
     def check(self, adapter: DingTalkAdapter, request: HttpRequest) -> None:
         site = request.headers.get("Sec-Fetch-Site")
         if site is not None and site not in ("same-origin", "none"):
-            raise Rejected(403, f"posted from another site (Sec-Fetch-Site {site[:20]!r})")
+            raise Refused(403, f"posted from another site (Sec-Fetch-Site {site[:20]!r})")
         origin = request.headers.get("Origin")
         own = origin_of(adapter.context.public_url or "")
         if origin is not None and (own is None or origin != own):
-            raise Rejected(403, "posted from another origin")
+            raise Refused(403, "posted from another origin")
         ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
         if ctype != FORM:
-            raise Rejected(403, "not a form post")
+            raise Refused(403, "not a form post")
 
     def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> Envelope:
         if len(body) > MAX_TOKEN + 16:
-            raise Rejected(403, "form too large")
+            raise Refused(403, "form too large")
         try:
             tokens = parse_qs(utf8(body), max_num_fields=4, strict_parsing=True).get("t", [])
         except ValueError:
-            raise Rejected(403, "malformed form") from None
+            raise Refused(403, "malformed form") from None
         if len(tokens) != 1:
-            raise Rejected(403, "no token, or more than one")
+            raise Refused(403, "no token, or more than one")
         token = ascii_text(tokens[0], "token", status=403)
         claims = _claims(adapter, token)
         try:
@@ -162,7 +164,7 @@ class LinkClick(_Link):
                 },
             )
         except (KeyError, ValueError):
-            raise Rejected(403, "bad claims") from None
+            raise Refused(403, "bad claims") from None
 
     async def parse(self, adapter: DingTalkAdapter, payload: Envelope) -> Envelope:
         return payload

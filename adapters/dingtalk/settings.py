@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
 from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import LOCAL_HOSTS
+from gateway.edge.downloads import LOCAL_HOSTS
 
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
 # lived longer could be clicked again once that record is gone (links.py).

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from aiohttp import web
 
 from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.inbound import LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
-from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.edge.adapter import Adapter
+from gateway.edge.context import AdapterContext
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.factory import Factory
 from gateway.envelope import Attachment, Envelope
-from gateway.progress import Progress
 
 log = structlog.get_logger("adapters.lark")
 
@@ -27,6 +26,7 @@ NO_EMAIL_TTL_MS = 3_600_000  # none (or no permission): asked again after an hou
 
 class LarkAdapter(Adapter):
     settings: LarkIntegration
+    outbound: LarkOutbound
 
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
@@ -141,17 +141,6 @@ class LarkAdapter(Adapter):
             state["ready"] = state["ready"] and state["connection"] in ("connected", "standby")
         return state
 
-    async def send_card(
-        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
-    ) -> str:
-        return await self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
-
-    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        await self.outbound.update_card(reply_to, handle, progress)
-
-    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
-        await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
-
     def reuses_card(self, handle: str) -> bool:
         # A card message is PATCHed in place by any turn. A CardKit card ("ck:") closed its
         # streaming mode and its write sequence lapses after a day; a card that fell back to
@@ -159,16 +148,9 @@ class LarkAdapter(Adapter):
         return not handle.startswith(("tx:", "ck:"))
 
 
-class LarkAdapterFactory:
-    platform = "lark"
-    settings_model: type[IntegrationBase] = LarkIntegration
-
-    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter:
-        assert isinstance(settings, LarkIntegration)
-        return LarkAdapter(settings=settings, context=context)
-
-    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
-        setup_routes(app, LiveAdapters(adapters, LarkAdapter))
+factory = Factory(
+    platform="lark", adapter=LarkAdapter, settings_model=LarkIntegration, routes=setup_routes
+)
 
 
-__all__ = ["LarkAdapter", "LarkAdapterFactory", "LarkIntegration"]
+__all__ = ["LarkAdapter", "LarkIntegration", "factory"]

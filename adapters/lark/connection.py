@@ -25,10 +25,12 @@ from typing import Any, Literal
 
 import structlog
 
-from adapters.lark.inbound import LarkInbound, Rejected
+from adapters.lark.inbound import LarkInbound
 from adapters.lark.settings import LarkIntegration
-from gateway.edge.adapter import AdapterContext, LeasedConnection, OwnerLease
-from gateway.edge.webhook import json_object
+from gateway.edge.body import json_object
+from gateway.edge.context import AdapterContext
+from gateway.edge.leases import LeasedConnection, OwnerLease
+from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.lark")
 
@@ -73,7 +75,7 @@ class _Bridge:
     def _do_without_validation(self, payload: bytes) -> dict[str, Any] | None:
         try:
             data = json_object(payload, "event")
-        except Rejected as exc:
+        except Refused as exc:
             log.info("lark event rejected", reason=exc.reason)  # re-pushing would not help
             return None
         future = asyncio.run_coroutine_threadsafe(
@@ -84,7 +86,7 @@ class _Bridge:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
-        except Rejected as exc:
+        except Refused as exc:
             if exc.status >= 500:
                 raise
             log.info("lark event rejected", reason=exc.reason)  # re-pushing would not help

@@ -12,8 +12,10 @@ import os
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from gateway.errors import GatewayError
 
-class CryptoError(ValueError):
+
+class CryptoError(GatewayError, ValueError):
     """A body that does not decrypt (bad base64, bad length, bad padding)."""
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from gateway.edge.webhook import Rejected, json_value
+from gateway.edge.body import json_value
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
+from gateway.errors import GatewayError, Refused
 from gateway.progress import (
     ACTION_CONFIRM,
     ACTION_NEW,
@@ -48,7 +49,7 @@ STICKER_TEXT = "[sticker]"
 _SPACES = re.compile(r"[ \t]{2,}")
 
 
-class BadEvent(ValueError):
+class BadEvent(GatewayError, ValueError):
     """A verified payload whose shape is not what Lark sends; answered 400."""
 
 
@@ -169,7 +170,7 @@ def _content(message: dict[str, Any]) -> dict[str, Any]:
         raise BadEvent("event.message.content: expected a JSON string")
     try:
         content = json_value(raw, "event.message.content")
-    except Rejected as exc:
+    except Refused as exc:
         raise BadEvent(exc.reason) from None
     return _dict(content, "event.message.content")
 

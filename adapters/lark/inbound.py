@@ -23,23 +23,19 @@ from adapters.lark.cards import toast
 from adapters.lark.crypto import CryptoError, EventCipher, same_secret
 from adapters.lark.events import BadEvent, action_envelope, event_type, message_envelope, sub
 from adapters.lark.settings import LarkIntegration
-from gateway.edge.adapter import IngestOutcome, IngestUnavailable, StoreUnavailable
-from gateway.edge.webhook import (
-    HttpRequest,
-    Rejected,
-    Webhook,
-    ascii_text,
-    json_object,
-    utf8_charset,
-)
+from gateway.edge.body import HttpRequest, ascii_text, json_object, utf8_charset
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable
+from gateway.edge.stores import StoreUnavailable
+from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
+from gateway.errors import Refused
 
 if TYPE_CHECKING:
     from adapters.lark import LarkAdapter
 
 log = structlog.get_logger("adapters.lark")
 
-__all__ = ["LarkInbound", "LarkWebhook", "Rejected", "setup_routes"]
+__all__ = ["LarkInbound", "LarkWebhook", "setup_routes"]
 
 EMPTY: dict[str, Any] = {}  # the usual answer; never mutated
 EMPTY_RESPONSE = b"{}"
@@ -66,11 +62,11 @@ class LarkInbound:
         # Seconds since the epoch: ten digits until 2286; a longer run of digits is no time
         # (and int() of thousands of them raises).
         if not timestamp:
-            raise Rejected(401, "missing request timestamp")
+            raise Refused(401, "missing request timestamp")
         if not timestamp.isdigit() or len(timestamp) > 12:
-            raise Rejected(401, "bad request timestamp")
+            raise Refused(401, "bad request timestamp")
         if abs(self.clock() - int(timestamp)) > self.settings.timestamp_tolerance_seconds:
-            raise Rejected(401, "stale request timestamp")
+            raise Refused(401, "stale request timestamp")
 
     def verify(self, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         """The verified, decrypted payload; raises :class:`Rejected` otherwise."""
@@ -82,7 +78,7 @@ class LarkInbound:
                 self._check_timestamp(timestamp)
             payload = json_object(body)
             if "encrypt" in payload:
-                raise Rejected(400, "body: encrypted, but no encryptKey is configured")
+                raise Refused(400, "body: encrypted, but no encryptKey is configured")
             self._check_token(payload)
             return payload
         signed = bool(signature)
@@ -93,36 +89,36 @@ class LarkInbound:
             # that timestamp is always held to the window (issue 25).
             self._check_timestamp(timestamp)
             if not self.cipher.signature_ok(timestamp, nonce, body, signature):
-                raise Rejected(401, "bad signature")
+                raise Refused(401, "bad signature")
         elif timestamp:
             self._check_timestamp(timestamp)
         encrypted = json_object(body).get("encrypt")
         if not isinstance(encrypted, str):
-            raise Rejected(400, "body: expected an encrypted event")
+            raise Refused(400, "body: expected an encrypted event")
         try:
             plain = self.cipher.decrypt(encrypted)
         except CryptoError as exc:
             # Unsigned bodies get one answer whatever fails, so no padding oracle.
             reason = str(exc) if signed else "missing signature"
-            raise Rejected(400 if signed else 401, reason) from None
+            raise Refused(400 if signed else 401, reason) from None
         try:
             payload = json_object(plain, "encrypt")
-        except Rejected:
-            raise Rejected(400 if signed else 401, "encrypt: not a JSON object") from None
+        except Refused:
+            raise Refused(400 if signed else 401, "encrypt: not a JSON object") from None
         # Lark signs events; only the URL check (answered by token alone, as the SDK does) may
         # come unsigned.
         if not signed and payload.get("type") != "url_verification":
-            raise Rejected(401, "missing signature")
+            raise Refused(401, "missing signature")
         self._check_token(payload)
         return payload
 
     def _check_token(self, payload: dict[str, Any]) -> None:
         if self.token is None:  # long-connection integrations: no HTTP events expected
-            raise Rejected(401, "webhooks need a verificationToken")
+            raise Refused(401, "webhooks need a verificationToken")
         header = payload.get("header")
         given = header.get("token") if isinstance(header, dict) else payload.get("token")
         if not same_secret(self.token, given):
-            raise Rejected(401, "bad verification token")
+            raise Refused(401, "bad verification token")
 
     # --- events (webhook and long connection) ---------------------------------------------
     def envelope(self, payload: dict[str, Any]) -> Envelope | None:
@@ -150,7 +146,7 @@ class LarkInbound:
                 event_type=kind,
                 reason=reason,
             )
-            raise Rejected(400, reason) from None
+            raise Refused(400, reason) from None
         log.info("lark event ignored", integration_id=self.settings.id, event_type=kind)
         return None
 
@@ -177,7 +173,7 @@ class LarkInbound:
                 event_id=env.event_id,
                 error=str(exc),
             )
-            raise Rejected(503, "storage unavailable; retry") from None
+            raise Refused(503, "storage unavailable; retry") from None
         return await self.answer(env, outcome)
 
     async def _clicked_card(

@@ -29,7 +29,7 @@ from adapters.lark.cards import (
     render_card,
 )
 from adapters.lark.settings import LarkIntegration
-from gateway.edge.adapter import RecordStore
+from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_NEW, STATUS_TITLES, Progress
 

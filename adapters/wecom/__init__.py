@@ -3,31 +3,34 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-
-from adapters.wecom.aibot import StreamOutbound
 from adapters.wecom.api import WeComApi
 from adapters.wecom.connection import AibotConnection
 from adapters.wecom.crypto import WeComCrypto
-from adapters.wecom.inbound import AibotCallbacks, AppCallbacks, Callbacks, Opener, setup_routes
+from adapters.wecom.inbound import (
+    AibotCallbacks,
+    AppCallbacks,
+    CallbackAdapter,
+    Opener,
+    setup_routes,
+)
 from adapters.wecom.outbound import AppOutbound, Outbound
+from adapters.wecom.outbound.stream import StreamOutbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
+from gateway.edge.context import AdapterContext
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.factory import Factory
 from gateway.envelope import Attachment, Envelope
-from gateway.progress import Progress
 
 
 def _secret(value: Any) -> str:
     return str(value.get_secret_value()) if value is not None else ""
 
 
-class WeComAdapter(Adapter):
+class WeComAdapter(CallbackAdapter):
     """One WeCom integration. Its connection mode picks, once, how it answers (``outbound``:
     app messages, AI-bot stream replies or long-connection frames) and, for the two callback
     modes, how its callbacks are read (``callbacks``)."""
@@ -37,7 +40,7 @@ class WeComAdapter(Adapter):
     def __init__(self, *, settings: WeComIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)
         self.clock: Callable[[], float] = time.time  # tests move it to the sample vectors' time
-        self.callbacks: Callbacks | None = None
+        self.callbacks = None
         self.outbound: Outbound
         mode = settings.connection_mode
         if mode == "aibot_ws":
@@ -105,34 +108,10 @@ class WeComAdapter(Adapter):
         (valid five minutes)."""
         return await self.outbound.fetch(attachment, max_bytes)
 
-    # The renderer cancels its loop task when the turn ends, possibly mid-update; a cancel that
-    # lands inside a redis-py command can be swallowed, leaving the turn hanging until shutdown
-    # (seen in tests). Card calls therefore run shielded: the cancel lands on the shield, and the
-    # update it interrupted still completes (each is idempotent).
-    async def send_card(
-        self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
-    ) -> str:
-        return await asyncio.shield(
-            self.outbound.send_card(reply_to, progress, idempotency_key=idempotency_key)
-        )
 
-    async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        await asyncio.shield(self.outbound.update_card(reply_to, handle, progress))
-
-    async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
-        await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
+factory = Factory(
+    platform="wecom", adapter=WeComAdapter, settings_model=WeComIntegration, routes=setup_routes
+)
 
 
-class WeComAdapterFactory:
-    platform = "wecom"
-    settings_model: type[IntegrationBase] = WeComIntegration
-
-    def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter:
-        assert isinstance(settings, WeComIntegration)
-        return WeComAdapter(settings=settings, context=context)
-
-    def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
-        setup_routes(app, LiveAdapters(adapters, WeComAdapter))
-
-
-__all__ = ["WeComAdapter", "WeComAdapterFactory", "WeComIntegration"]
+__all__ = ["WeComAdapter", "WeComIntegration", "factory"]

@@ -3,14 +3,13 @@ message/send and update_template_card, with the platform's error codes handled; 
 bot's encrypted attachment links.
 
 wechatpy's client is synchronous and hardcodes the gettoken URL (§3.7), so this is a small
-aiohttp client against ``apiBase``. Every HTTP exchange is reported to ``observe`` under the
-API's short name (``/metrics``). (Over 300 lines: the app's API client and the AI bot's
-download links share the rule that no redirect leaves the origins allowed; kept together.)
+aiohttp client (a ``PlatformApi``) against ``apiBase``. Every HTTP exchange is reported to
+``observe`` under the API's short name (``/metrics``). (Over 300 lines: the app's API client
+and the AI bot's download links share the rule that no redirect leaves the origins allowed.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import re
@@ -24,10 +23,8 @@ from yarl import URL
 
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
-from gateway.edge.adapter import (
-    ApiCalls,
+from gateway.edge.downloads import (
     FetchedFile,
-    PlatformApiError,
     RedirectRefused,
     body_type,
     get_checked,
@@ -35,28 +32,42 @@ from gateway.edge.adapter import (
     origin,
     read_body,
 )
+from gateway.edge.platform_api import ApiCalls, PlatformApi
 from gateway.envelope import Attachment
+from gateway.errors import PlatformApiError
 
 log = structlog.get_logger("adapters.wecom")
 
 TOKEN_ERRORS = {40001, 40014, 42001}  # invalid / expired access token: refetch, retry once
-RATE_LIMITED = 45009
+RATE_LIMITS = {45009, 45033}  # API frequency / concurrency limit: back off, retry
 # The metrics' name of each server API the gateway calls.
 ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "card_update"}
-NO_ANSWER = (aiohttp.ClientError, TimeoutError)
 
 
 class WeComApiError(PlatformApiError):
-    def __init__(self, errcode: int, errmsg: str) -> None:
+    """An answer with a non-zero ``errcode`` (a server error: ``-status``, with ``status``)."""
+
+    def __init__(self, errcode: int, errmsg: str, *, status: int = 200) -> None:
         super().__init__(f"WeCom API error {errcode}: {errmsg}")
         self.errcode = errcode
         self.errmsg = errmsg
+        self.status = status
 
     def log_fields(self) -> dict[str, Any]:
         return {"code": self.errcode}
 
+    @property
+    def rate_limited(self) -> bool:
+        return self.errcode in RATE_LIMITS
 
-class WeComApi:
+
+def _errcode(data: Any) -> int:
+    return int(data.get("errcode", 0)) if isinstance(data, dict) else -1
+
+
+class WeComApi(PlatformApi):
+    platform = "wecom"
+
     def __init__(
         self,
         *,
@@ -67,88 +78,62 @@ class WeComApi:
         clock: Callable[[], float] = time.monotonic,
         observe: ApiCalls | None = None,
     ) -> None:
-        self.base = api_base.rstrip("/")
-        self.observe = observe
+        super().__init__(
+            base_url=api_base,
+            observe=observe,
+            timeout_s=10,
+            attempts=len(backoff_s) + 1,
+            clock=clock,
+        )
         self.corp_id = corp_id
         self.corp_secret = corp_secret
         self.backoff_s = backoff_s
-        self.clock = clock
-        self._token: str | None = None
-        self._token_expires = 0.0
-        self._token_lock = asyncio.Lock()
-        self._http: aiohttp.ClientSession | None = None
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-        return self._http
+    # --- PlatformApi hooks ---------------------------------------------------------------------
+    async def fetch_token(self) -> tuple[str, float]:
+        params = {"corpid": self.corp_id, "corpsecret": self.corp_secret}
 
-    async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-
-    def _count(self, endpoint: str, began: float, code: int | str) -> None:
-        """Report one exchange: ``ok`` for errcode 0, else the errcode (or ``http_<status>``)."""
-        if self.observe is not None:
-            label = "ok" if code == 0 else str(code)
-            self.observe(endpoint, label, time.perf_counter() - began)
-
-    async def token(self, *, refresh: bool = False) -> str:
-        async with self._token_lock:
-            if not refresh and self._token and self.clock() < self._token_expires:
-                return self._token
-            params = {"corpid": self.corp_id, "corpsecret": self.corp_secret}
-            began = time.perf_counter()
-            try:
-                async with self._session().get(f"{self.base}/cgi-bin/gettoken", params=params) as r:
-                    data = await r.json(content_type=None)
-            except NO_ANSWER as exc:
-                self._count("token", began, type(exc).__name__)
-                raise
-            self._count("token", began, int(data.get("errcode", 0)))
-            if data.get("errcode", 0) != 0 or "access_token" not in data:
-                raise WeComApiError(int(data.get("errcode", -1)), str(data.get("errmsg", "")))
+        async def send(_: str | None) -> tuple[str, float]:
+            async with self.http.get(f"{self.base}/cgi-bin/gettoken", params=params) as r:
+                data = await r.json(content_type=None)
+            code = _errcode(data)
+            if code != 0 or "access_token" not in data:
+                raise WeComApiError(code or -1, str(data.get("errmsg", "")))
             # Renew five minutes early so a token never expires in flight.
-            self._token = str(data["access_token"])
-            self._token_expires = self.clock() + max(60, int(data.get("expires_in", 7200)) - 300)
-            log.info("access token fetched")
-            return self._token
+            return str(data["access_token"]), max(60, int(data.get("expires_in", 7200)) - 300)
 
+        token = await self.exchange("token", send, auth=False, attempts=1)
+        log.info("access token fetched")
+        return token
+
+    def label(self, error: PlatformApiError) -> str:
+        assert isinstance(error, WeComApiError)
+        return f"http_{error.status}" if error.status >= 500 else str(error.errcode)
+
+    def token_refused(self, error: PlatformApiError) -> bool:
+        return isinstance(error, WeComApiError) and error.errcode in TOKEN_ERRORS
+
+    def backoff(self, retry: int, error: PlatformApiError) -> float:
+        return self.backoff_s[min(retry, len(self.backoff_s) - 1)]
+
+    # --- the calls ---------------------------------------------------------------------------
     async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``/cgi-bin/<path>``; an expired token is refreshed and the call retried once,
-        a frequency limit (45009) backs off and retries a few times."""
-        refreshed = False
-        limited = 0
-        endpoint = ENDPOINTS.get(path, "other")
-        while True:
-            token = await self.token(refresh=False)
-            began = time.perf_counter()
-            try:
-                async with self._session().post(
-                    f"{self.base}/cgi-bin/{path}", params={"access_token": token}, json=body
-                ) as resp:
-                    if resp.status >= 500:
-                        self._count(endpoint, began, f"http_{resp.status}")
-                        raise WeComApiError(-resp.status, "server error")
-                    data: dict[str, Any] = await resp.json(content_type=None)
-            except NO_ANSWER as exc:
-                self._count(endpoint, began, type(exc).__name__)
-                raise
-            code = int(data.get("errcode", 0))
-            self._count(endpoint, began, code)
-            if code == 0:
-                return data
-            if code in TOKEN_ERRORS and not refreshed:
-                refreshed = True
-                log.info("access token rejected; refreshing", errcode=code)
-                await self.token(refresh=True)
-                continue
-            if code == RATE_LIMITED and limited < len(self.backoff_s):
-                log.warning("frequency limit; backing off", path=path, attempt=limited + 1)
-                await asyncio.sleep(self.backoff_s[limited])
-                limited += 1
-                continue
-            raise WeComApiError(code, str(data.get("errmsg", "")))
+        a frequency limit (45009, 45033) backs off and retries a few times."""
+
+        async def send(token: str | None) -> dict[str, Any]:
+            async with self.http.post(
+                f"{self.base}/cgi-bin/{path}", params={"access_token": token or ""}, json=body
+            ) as resp:
+                if resp.status >= 500:
+                    raise WeComApiError(-resp.status, "server error", status=resp.status)
+                data: dict[str, Any] = await resp.json(content_type=None)
+            code = _errcode(data)
+            if code != 0:
+                raise WeComApiError(code, str(data.get("errmsg", "")))
+            return data
+
+        return await self.exchange(ENDPOINTS.get(path, "other"), send)
 
     async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
         """``GET /cgi-bin/media/get``: a received image or file (data, mime type); None when it
@@ -157,42 +142,30 @@ class WeComApi:
         to another address of the operator's network; followed by hand, at most
         three). An expired token is refreshed and the call retried once; other
         errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
-        refreshed = False
         home = origin(URL(self.base))
-        while True:
-            token = await self.token()
-            params = {"access_token": token, "media_id": media_id}
+
+        async def send(token: str | None) -> tuple[bytes, str] | None:
+            params = {"access_token": token or "", "media_id": media_id}
             url = URL(f"{self.base}/cgi-bin/media/get").with_query(params)
-            began = time.perf_counter()
-            try:
-                async with get_checked(self._session(), url, lambda u: origin(u) == home) as r:
-                    if r.status >= 500:
-                        self._count("media", began, f"http_{r.status}")
-                        raise WeComApiError(-r.status, "server error")
-                    mime = body_type(r)
-                    if mime not in ("application/json", "text/plain"):
-                        self._count("media", began, 0)
-                        data = await read_body(r, max_bytes)
-                        return (data, mime) if data is not None else None
-                    error: dict[str, Any] = await r.json(content_type=None)
-            except RedirectRefused as exc:
-                self._count("media", began, "redirect_refused")
-                log.warning(
-                    "media download redirected off apiBase; not followed",
-                    host=exc.host,
-                    reason=exc.reason,
-                )
-                return None
-            except NO_ANSWER as exc:
-                self._count("media", began, type(exc).__name__)
-                raise
-            code = int(error.get("errcode", -1))
-            self._count("media", began, code)
-            if code in TOKEN_ERRORS and not refreshed:
-                refreshed = True
-                await self.token(refresh=True)
-                continue
-            raise WeComApiError(code, str(error.get("errmsg", "")))
+            async with get_checked(self.http, url, lambda u: origin(u) == home) as r:
+                if r.status >= 500:
+                    raise WeComApiError(-r.status, "server error", status=r.status)
+                mime = body_type(r)
+                if mime not in ("application/json", "text/plain"):
+                    data = await read_body(r, max_bytes)
+                    return (data, mime) if data is not None else None
+                error: dict[str, Any] = await r.json(content_type=None)
+            raise WeComApiError(int(error.get("errcode", -1)), str(error.get("errmsg", "")))
+
+        try:
+            return await self.exchange("media", send, attempts=1)
+        except RedirectRefused as exc:
+            log.warning(
+                "media download redirected off apiBase; not followed",
+                host=exc.host,
+                reason=exc.reason,
+            )
+            return None
 
 
 # --- AI-bot attachments: encrypted download links ------------------------------------------------

@@ -20,10 +20,12 @@ from typing import Any
 from wechatpy.crypto.base import BasePrpCrypto
 from wechatpy.crypto.cryptography import WeChatCipher
 
+from gateway.errors import GatewayError
+
 BLOCK = 32
 
 
-class CryptoError(ValueError):
+class CryptoError(GatewayError, ValueError):
     """A callback that fails verification; the reason is for the debug log only."""
 
 

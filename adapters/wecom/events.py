@@ -13,13 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from wechatpy.enterprise import parse_message
 
 from adapters.wecom.cards import parse_button_key
-from gateway.edge.webhook import Rejected, xml_text
+from gateway.edge.body import xml_text
 from gateway.envelope import Action, Attachment, Chat, Envelope, ReplyTo, Sender
+from gateway.errors import GatewayError, Refused
 
 LEADING_MENTION = re.compile(r"^\s*@\S+\s*")
 
 
-class BadPayload(ValueError):
+class BadPayload(GatewayError, ValueError):
     pass
 
 
@@ -121,7 +122,7 @@ def parse_app_xml(xml: str) -> dict[str, Any]:
     try:
         xml_text(xml)
         msg = parse_message(xml)
-    except Rejected as exc:
+    except Refused as exc:
         raise BadPayload(exc.reason) from None
     except Exception as exc:  # expat errors, missing <xml> root, a tag where text belongs
         raise BadPayload("not valid callback XML") from exc

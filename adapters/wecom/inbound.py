@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 import xmltodict  # type: ignore[import-untyped]
 from aiohttp import web
 
-from adapters.wecom import cards
-from adapters.wecom.aibot import StreamOutbound
+import adapters.wecom.cards as cards
 from adapters.wecom.crypto import CryptoError, WeComCrypto
 from adapters.wecom.events import (
     BadPayload,
@@ -31,20 +30,13 @@ from adapters.wecom.events import (
     parse_app_xml,
 )
 from adapters.wecom.outbound import AppOutbound
-from gateway.edge.adapter import IngestOutcome
-from gateway.edge.webhook import (
-    HttpRequest,
-    Rejected,
-    Webhook,
-    ascii_text,
-    body_text,
-    json_object,
-    xml_text,
-)
+from adapters.wecom.outbound.stream import StreamOutbound
+from gateway.edge.adapter import Adapter
+from gateway.edge.body import HttpRequest, ascii_text, body_text, json_object, xml_text
+from gateway.edge.ingest import IngestOutcome
+from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
-
-if TYPE_CHECKING:
-    from adapters.wecom import WeComAdapter
+from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.wecom")
 
@@ -62,7 +54,7 @@ class Callback:
 def _query(request: HttpRequest, *names: str) -> list[str]:
     values = [ascii_text(request.query.get(n), n, status=400) for n in names]
     if not all(values):
-        raise Rejected(400, f"missing query parameters: {', '.join(names)}")
+        raise Refused(400, f"missing query parameters: {', '.join(names)}")
     return values
 
 
@@ -78,11 +70,11 @@ class Opener:
         try:
             self.crypto.verify(sig, ts, nonce, encrypted, window_s=self.window_s, now=self.clock())
         except CryptoError as exc:
-            raise Rejected(401, str(exc), public="signature check failed") from None
+            raise Refused(401, str(exc), public="signature check failed") from None
         try:
             return self.crypto.decrypt(encrypted)
         except CryptoError as exc:
-            raise Rejected(400, str(exc), public="cannot decrypt") from None
+            raise Refused(400, str(exc), public="cannot decrypt") from None
 
 
 class Callbacks(Protocol):
@@ -114,22 +106,22 @@ class AppCallbacks:
     def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
         try:
             encrypted = str(xmltodict.parse(xml_text(body))["xml"]["Encrypt"])
-        except Rejected:
+        except Refused:
             raise
         except Exception:  # expat errors, no <xml>, no <Encrypt>
-            raise Rejected(400, "body is not callback XML") from None
+            raise Refused(400, "body is not callback XML") from None
         plain = self.opener.open(sig, ts, nonce, encrypted)
         try:
             return Callback(parse_app_xml(plain), nonce)
         except BadPayload as exc:
-            raise Rejected(400, str(exc), public="unreadable message") from None
+            raise Refused(400, str(exc), public="unreadable message") from None
 
     async def parse(self, callback: Callback) -> Answer:
         data = callback.data
         try:
             envelope = app_envelope(self.integration_id, data)
         except BadPayload as exc:
-            raise Rejected(400, str(exc), public="unreadable message") from None
+            raise Refused(400, str(exc), public="unreadable message") from None
         if envelope is None:
             log.debug("event skipped", integration_id=self.integration_id, type=data["MsgType"])
             return None
@@ -158,7 +150,7 @@ class AibotCallbacks:
     def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
         encrypted = json_object(body).get("encrypt")
         if not isinstance(encrypted, str):
-            raise Rejected(400, "body is not callback JSON")
+            raise Refused(400, "body is not callback JSON")
         plain = self.opener.open(sig, ts, nonce, encrypted)
         return Callback(json_object(plain, "message"), nonce)
 
@@ -181,7 +173,7 @@ class AibotCallbacks:
                 )
             return aibot_envelope(self.integration_id, m)
         except BadPayload as exc:
-            raise Rejected(400, str(exc), public="unreadable message") from None
+            raise Refused(400, str(exc), public="unreadable message") from None
 
     async def answer(
         self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
@@ -208,25 +200,32 @@ class AibotCallbacks:
         )
 
 
-class _WeComRoute(Webhook["WeComAdapter", Any]):
+class CallbackAdapter(Adapter):
+    """A WeCom adapter as its callback routes see it (``WeComAdapter``): ``callbacks`` reads
+    its callbacks, None in a mode without them (``aibot_ws``)."""
+
+    callbacks: Callbacks | None
+
+
+class _WeComRoute(Webhook[CallbackAdapter, Any]):
     platform = "wecom"
 
-    def serves(self, adapter: WeComAdapter) -> bool:
+    def serves(self, adapter: CallbackAdapter) -> bool:
         return adapter.callbacks is not None
 
-    def refusal(self, rejected: Rejected) -> web.StreamResponse:
+    def refusal(self, rejected: Refused) -> web.StreamResponse:
         return web.Response(status=rejected.status, text=rejected.public)
 
 
 class UrlCheck(_WeComRoute):
     """GET: WeCom checks the callback URL with a signed, encrypted ``echostr``."""
 
-    def verify(self, adapter: WeComAdapter, request: HttpRequest, body: bytes) -> str:
+    def verify(self, adapter: CallbackAdapter, request: HttpRequest, body: bytes) -> str:
         assert adapter.callbacks is not None
         sig, ts, nonce, echo = _query(request, "msg_signature", "timestamp", "nonce", "echostr")
         return adapter.callbacks.opener.open(sig, ts, nonce, echo)
 
-    async def parse(self, adapter: WeComAdapter, payload: str) -> Answer:
+    async def parse(self, adapter: CallbackAdapter, payload: str) -> Answer:
         log.info("URL verified", integration_id=adapter.integration_id)
         return web.Response(text=payload, content_type="text/plain")
 
@@ -234,28 +233,32 @@ class UrlCheck(_WeComRoute):
 class CallbackWebhook(_WeComRoute):
     """POST: a callback, verified by its query and decrypted from its body."""
 
-    def check(self, adapter: WeComAdapter, request: HttpRequest) -> None:
+    def check(self, adapter: CallbackAdapter, request: HttpRequest) -> None:
         _query(request, "msg_signature", "timestamp", "nonce")
 
-    def verify(self, adapter: WeComAdapter, request: HttpRequest, body: bytes) -> Callback:
+    def verify(self, adapter: CallbackAdapter, request: HttpRequest, body: bytes) -> Callback:
         assert adapter.callbacks is not None
         sig, ts, nonce = _query(request, "msg_signature", "timestamp", "nonce")
         return adapter.callbacks.payload(body_text(request, body), sig, ts, nonce)
 
-    async def parse(self, adapter: WeComAdapter, payload: Callback) -> Answer:
+    async def parse(self, adapter: CallbackAdapter, payload: Callback) -> Answer:
         assert adapter.callbacks is not None
         return await adapter.callbacks.parse(payload)
 
-    def ignored(self, adapter: WeComAdapter, payload: Callback) -> web.StreamResponse:
+    def ignored(self, adapter: CallbackAdapter, payload: Callback) -> web.StreamResponse:
         return _empty()
 
     async def answer(
-        self, adapter: WeComAdapter, payload: Callback, envelope: Envelope, outcome: IngestOutcome
+        self,
+        adapter: CallbackAdapter,
+        payload: Callback,
+        envelope: Envelope,
+        outcome: IngestOutcome,
     ) -> web.StreamResponse:
         assert adapter.callbacks is not None
         return await adapter.callbacks.answer(payload, envelope, outcome)
 
 
-def setup_routes(app: web.Application, adapters: Mapping[str, WeComAdapter]) -> None:
+def setup_routes(app: web.Application, adapters: Mapping[str, CallbackAdapter]) -> None:
     app.router.add_get("/api/wecom/webhook/{integrationId}", UrlCheck(adapters).handle)
     app.router.add_post("/api/wecom/webhook/{integrationId}", CallbackWebhook(adapters).handle)

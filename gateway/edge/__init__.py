@@ -1,2 +1,8 @@
-"""The edge: what an adapter may import - the adapter contract, the stores and leases lent to it,
-the webhook skeleton with bounded body parsing, and checked downloads."""
+"""The edge: what an adapter may import, one job per module -
+``adapter`` (the Adapter base and the live view of adapters), ``outbound`` (what it answers
+with), ``factory`` (one factory per platform, found by entry point), ``context`` (what the core
+lends it), ``ingest`` (intake and its errors), ``stores`` (records and timelines), ``approvers``
+(who may answer a button), ``platform_api`` (the API client base; how its failures are logged),
+``leases`` (one owner for a long connection), ``downloads`` (checked downloads), ``webhook``
+(the skeleton of an HTTP intake), ``body`` (bounded reading and parsing), ``server_log``
+(aiohttp's own refusals)."""

@@ -1,17 +1,20 @@
 """Downloads of what a platform (or a message) names by URL: a bounded body, and redirects
 followed by hand, each target checked by the caller's rule before it is requested, so no
 redirect takes the gateway (or a token it sends) to an origin that is not allowed
-(docs/security.md, "Attachments"). Adapters import these from ``gateway.edge.adapter``, the
-contract, beside its bounded body reader ``read_body``."""
+(docs/security.md, "Attachments"); a download's body read within a size limit, and an
+attachment's content as the adapter hands it to the core (:class:`FetchedFile`)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from yarl import URL
+
+from gateway.errors import GatewayError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")  # a local fake's apiBase may be plain http
 MAX_REDIRECTS = 3
@@ -31,7 +34,7 @@ def local_origin(base: str) -> Origin | None:
     return origin(url) if url.host in LOCAL_HOSTS else None
 
 
-class RedirectRefused(Exception):
+class RedirectRefused(GatewayError):
     """A URL (the first, or a redirect's target) the caller's rule refused, or one redirect too
     many (``host`` None then): nothing more was requested."""
 
@@ -77,3 +80,30 @@ async def get_checked(
         finally:
             resp.release()
     raise RedirectRefused(None, "redirected too often")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedFile:
+    """An attachment's content, fetched from the platform on demand."""
+
+    data: bytes
+    mime: str
+    name: str | None = None
+
+
+def body_type(resp: aiohttp.ClientResponse) -> str:
+    """A download's media type, without parameters."""
+    return resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
+
+
+async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """A download's whole body, or None once it is longer than ``max_bytes`` (the rest is not
+    read). ``StreamReader.read(n)`` would return only what has arrived so far."""
+    if (resp.content_length or 0) > max_bytes:
+        return None
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        data += chunk
+        if len(data) > max_bytes:
+            return None
+    return bytes(data)

@@ -18,14 +18,11 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import structlog
 
-from sessions import StoreUnavailable
-
-if TYPE_CHECKING:
-    from gateway.edge.adapter import RecordStore
+from gateway.edge.stores import RecordStore, StoreUnavailable
 
 log = structlog.get_logger("gateway.edge.leases")
 

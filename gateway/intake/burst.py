@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import structlog
 
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.intake.replies import Replies
 from gateway.intake.router import Incoming
 from gateway.policy.budgets import Budgets

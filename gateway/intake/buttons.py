@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.intake.burst import Burst
 from gateway.intake.controls import Controls
 from gateway.intake.replies import Replies

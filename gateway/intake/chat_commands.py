@@ -11,7 +11,7 @@ from collections.abc import Callable
 import structlog
 
 from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
 from gateway.intake.commands import HELP_TEXT
 from gateway.intake.controls import Controls

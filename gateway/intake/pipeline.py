@@ -18,7 +18,8 @@ import structlog
 from gateway.clock import now_ms
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.conversation import ConversationId
-from gateway.edge.adapter import Adapter, IngestOutcome, IngestUnavailable, ShuttingDown
+from gateway.edge.adapter import Adapter
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable, ShuttingDown
 from gateway.envelope import Envelope
 from gateway.intake.burst import Burst, Messages, Stored
 from gateway.intake.buttons import Buttons

@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from gateway.edge.adapter import Ingest, IngestOutcome, IngestUnavailable
+from gateway.edge.ingest import Ingest, IngestOutcome, IngestUnavailable
 from gateway.envelope import Envelope
 from gateway.intake.spool import SpoolFile, frame, open_slots
 from sessions import StoreUnavailable

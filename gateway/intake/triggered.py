@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.intake.burst import Burst
 from gateway.intake.router import Incoming
 

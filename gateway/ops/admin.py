@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from gateway.config.settings import Settings
-from gateway.edge.webhook import BodyTimeout
+from gateway.edge.body import BodyTimeout
 from sessions import STORE_DOWN, SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.ops.admin")

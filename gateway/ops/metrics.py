@@ -30,7 +30,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gateway import __version__
-from gateway.edge.adapter import ApiCalls, Ingest, IngestOutcome, IngestUnavailable, ShuttingDown
+from gateway.edge.ingest import Ingest, IngestOutcome, IngestUnavailable, ShuttingDown
+from gateway.edge.platform_api import ApiCalls
 from gateway.envelope import Envelope
 from gateway.ops.collectors import GatewayCollector, SpoolCollector
 from gateway.turns.records import TURN_OUTCOMES, TurnEnd

@@ -31,7 +31,7 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
 from gateway.policy.bundles import Limits, route_of
 from gateway.policy.routing import route

@@ -19,13 +19,10 @@ from aiohttp import web
 
 from gateway.config.live import LiveSettings
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.adapter import (
-    Adapter,
-    AdapterContext,
-    AdapterFactory,
-    discover_adapters,
-    log_failure,
-)
+from gateway.edge.adapter import Adapter
+from gateway.edge.context import AdapterContext
+from gateway.edge.factory import AdapterFactory, discover_adapters
+from gateway.edge.platform_api import log_failure
 from gateway.intake.pipeline import Pipeline
 from gateway.intake.spool import store_identity
 from gateway.intake.spooler import Spooler

@@ -25,7 +25,7 @@ from gateway.config.settings import (
     build_settings_model,
     cpu_count,
 )
-from gateway.edge.adapter import discover_adapters
+from gateway.edge.factory import discover_adapters
 from gateway.experts import discover_experts
 from gateway.logging import configure_logging, silence
 from gateway.policy.bundles import Limits

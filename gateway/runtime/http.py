@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from gateway.config.settings import Settings
-from gateway.edge.adapter import Adapter, AdapterFactory
-from gateway.edge.webhook import ServerLog
+from gateway.edge.adapter import Adapter
+from gateway.edge.factory import AdapterFactory
+from gateway.edge.server_log import ServerLog
 from gateway.ops.admin import AdminApi
 from gateway.ops.audit_api import AuditApi
 from gateway.ops.health import Health, Replica

@@ -30,7 +30,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from gateway.config.settings import ServerSettings
-from gateway.edge.webhook import BodyTimeout
+from gateway.edge.body import BodyTimeout
 
 log = structlog.get_logger("gateway.http")
 

@@ -24,9 +24,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from gateway.edge.adapter import Adapter, IngestOutcome
-from gateway.edge.webhook import HttpRequest, Rejected, Webhook, body_text, json_object
+from gateway.edge.adapter import Adapter
+from gateway.edge.body import HttpRequest, body_text, json_object
+from gateway.edge.ingest import IngestOutcome
+from gateway.edge.webhook import Webhook
 from gateway.envelope import Chat, Envelope, Sender, Subject, Trigger
+from gateway.errors import Refused
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.github import GitHubSource
 from gateway.triggers.gitlab import GitLabSource
@@ -92,7 +95,7 @@ class EventsWebhook(Webhook[Adapter, Delivery]):
         name = request.match_info.get("source", "")
         config = next((e for e in adapter.settings.events if e.source == name), None)
         if config is None:
-            raise Rejected(404, "event source not configured", public="unknown event source")
+            raise Refused(404, "event source not configured", public="unknown event source")
         return config, SOURCES[config.source]
 
     def check(self, adapter: Adapter, request: HttpRequest) -> None:

@@ -27,7 +27,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.edge.webhook import HttpRequest, Rejected
+from gateway.edge.body import HttpRequest
+from gateway.errors import Refused
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
@@ -57,18 +58,18 @@ class GitHubSource(Source):
 
     def check(self, config: EventSource, request: HttpRequest) -> None:
         if not signature(request, "X-Hub-Signature-256").startswith("sha256="):
-            raise Rejected(401, "X-Hub-Signature-256 is not sha256=<hex>", public="bad signature")
+            raise Refused(401, "X-Hub-Signature-256 is not sha256=<hex>", public="bad signature")
 
     def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         given = signature(request, "X-Hub-Signature-256")
         expected = "sha256=" + hmac_hex(config.secret.get_secret_value(), body)
         if not hmac.compare_digest(given, expected):
-            raise Rejected(401, "X-Hub-Signature-256 does not match", public="bad signature")
+            raise Refused(401, "X-Hub-Signature-256 does not match", public="bad signature")
 
     def delivery(self, headers: Mapping[str, str], body: bytes) -> str | None:
         delivery = delivery_header(headers, "X-GitHub-Delivery")
         if delivery is None:
-            raise Rejected(400, "X-GitHub-Delivery missing")
+            raise Refused(400, "X-GitHub-Delivery missing")
         return delivery
 
     def event(
@@ -76,7 +77,7 @@ class GitHubSource(Source):
     ) -> ExternalEvent | Ignored:
         kind = headers.get("X-GitHub-Event", "")
         if not _EVENT.match(kind):
-            raise Rejected(400, "X-GitHub-Event missing or malformed")
+            raise Refused(400, "X-GitHub-Event missing or malformed")
         if kind == "ping":
             return Ignored("ping")
         action = text(payload, "action", limit=64) or None

@@ -25,7 +25,8 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.edge.webhook import HttpRequest, Rejected
+from gateway.edge.body import HttpRequest
+from gateway.errors import Refused
 from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
@@ -55,7 +56,7 @@ class GitLabSource(Source):
     def check(self, config: EventSource, request: HttpRequest) -> None:
         given = signature(request, "X-Gitlab-Token").encode()
         if not hmac.compare_digest(given, config.secret.get_secret_value().encode()):
-            raise Rejected(401, "X-Gitlab-Token does not match", public="bad token")
+            raise Refused(401, "X-Gitlab-Token does not match", public="bad token")
 
     def verify(self, config: EventSource, request: HttpRequest, body: bytes) -> None:
         """The token was checked before the body was read; GitLab signs nothing else."""

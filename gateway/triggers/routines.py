@@ -23,7 +23,8 @@ from typing import Any
 import structlog
 
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.adapter import Adapter, IngestOutcome
+from gateway.edge.adapter import Adapter
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
 from gateway.errors import Refused
 from gateway.intake.router import Incoming

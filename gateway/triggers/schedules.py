@@ -28,7 +28,8 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.config.settings import Settings
-from gateway.edge.adapter import Adapter, IngestOutcome
+from gateway.edge.adapter import Adapter
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender, Trigger
 from gateway.triggers.cron import CronError, iso
 from gateway.triggers.schedule_book import Entry, entries_of, made_in_chat, too_often

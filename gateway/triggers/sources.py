@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gateway.edge.webhook import HttpRequest, Rejected, ascii_text
+from gateway.edge.body import HttpRequest, ascii_text
+from gateway.errors import Refused
 from gateway.triggers.event_settings import EventSource
 
 _DELIVERY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -99,7 +100,7 @@ def delivery_header(headers: Mapping[str, str], name: str) -> str | None:
     if value is None:
         return None
     if not _DELIVERY.match(value):
-        raise Rejected(400, f"{name}: not a delivery id")
+        raise Refused(400, f"{name}: not a delivery id")
     return value
 
 
@@ -107,7 +108,7 @@ def signature(request: HttpRequest, name: str) -> str:
     """The signature header, 401 when it is missing (a header that is not ASCII too)."""
     value = ascii_text(request.headers.get(name), name).strip()
     if not value:
-        raise Rejected(401, f"{name} missing", public="signature missing")
+        raise Refused(401, f"{name} missing", public="signature missing")
     return value
 
 
@@ -126,10 +127,10 @@ def text(data: Any, *path: str, limit: int = 300, required: bool = False) -> str
     value = field(data, *path)
     if value is None or value == "":
         if required:
-            raise Rejected(400, f"{'.'.join(path)}: missing")
+            raise Refused(400, f"{'.'.join(path)}: missing")
         return ""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise Rejected(400, f"{'.'.join(path)}: not text")
+        raise Refused(400, f"{'.'.join(path)}: not text")
     line = _SPACES.sub(" ", str(value)).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -141,7 +142,7 @@ def first_line(value: str, limit: int = 300) -> str:
 
 def object_key(value: str) -> str:
     if not value or len(value) > MAX_KEY or _CONTROL.search(value):
-        raise Rejected(400, f"object key: 1 to {MAX_KEY} printable characters")
+        raise Refused(400, f"object key: 1 to {MAX_KEY} printable characters")
     return value
 
 
@@ -167,7 +168,7 @@ class GenericSource(Source):
         given = signature(request, "X-Signature-256").removeprefix("sha256=").lower()
         expected = hmac_hex(config.secret.get_secret_value(), body)
         if not hmac.compare_digest(given, expected):
-            raise Rejected(401, "X-Signature-256 does not match", public="bad signature")
+            raise Refused(401, "X-Signature-256 does not match", public="bad signature")
 
     def delivery(self, headers: Mapping[str, str], body: bytes) -> str | None:
         return delivery_header(headers, "X-Delivery-Id")
@@ -178,7 +179,7 @@ class GenericSource(Source):
         _fresh(config, field(payload, "sentAt"))
         key = field(payload, "key")
         if not isinstance(key, str):
-            raise Rejected(400, "key: missing or not text")
+            raise Refused(400, "key: missing or not text")
         status = text(payload, "status", limit=64, required=True)
         chat = field(payload, "chatId")
         return ExternalEvent(
@@ -205,16 +206,16 @@ def _fresh(config: EventSource, sent_at: Any) -> None:
         or not isinstance(sent_at, int | float)
         or not math.isfinite(sent_at)
     ):
-        raise Rejected(400, "sentAt: not unix seconds")
+        raise Refused(400, "sentAt: not unix seconds")
     window = config.replay_window_seconds
     if window and abs(time.time() - sent_at) > window:
-        raise Rejected(401, "sentAt outside the replay window", public="stale event")
+        raise Refused(401, "sentAt outside the replay window", public="stale event")
 
 
 def _detail(value: Any, limit: int = 2000) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise Rejected(400, "text: not text")
+        raise Refused(400, "text: not text")
     detail: str = value.strip()
     return detail if len(detail) <= limit else detail[: limit - 1] + "…"

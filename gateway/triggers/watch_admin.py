@@ -23,7 +23,7 @@ from pydantic import StrictBool, ValidationError
 
 from gateway.config.model import GatewayModel
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.webhook import Rejected, body_text, json_object, read_body
+from gateway.edge.body import body_text, json_object, read_body
 from gateway.errors import Refused, first_problem
 from gateway.ops.admin import Handler, fail, ok
 from gateway.triggers.watch import ALL_MESSAGES, WATCH_ID, Watch
@@ -60,9 +60,6 @@ class WatchAdmin:
             except Refused as exc:
                 log.info("watch request refused", path=request.path, status=exc.status)
                 return fail(exc.status, exc.code, exc.public)
-            except Rejected as exc:
-                log.info("watch request refused", path=request.path, status=exc.status)
-                return fail(exc.status, "bad_request", exc.public)
             return ok(result)
 
         return answer

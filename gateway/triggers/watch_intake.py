@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.conversation import ConversationId
-from gateway.edge.adapter import IngestOutcome
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, Trigger
 from gateway.intake.router import Incoming
 from gateway.triggers.watch import Watch

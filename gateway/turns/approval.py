@@ -12,7 +12,8 @@ from __future__ import annotations
 import structlog
 
 from gateway.config.settings import IntegrationBase
-from gateway.edge.adapter import IngestOutcome, approvers_for
+from gateway.edge.approvers import approvers_for
+from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, asker_of
 from gateway.turns.records import PendingInterrupt
 from sessions import SessionStore

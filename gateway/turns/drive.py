@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 
 from gateway.config.settings import VariableDecl
-from gateway.edge.adapter import log_failure
+from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
 from gateway.experts import Expert, TurnInput

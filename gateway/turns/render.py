@@ -132,13 +132,20 @@ class CardRenderer:
 
     async def _render(self, progress: Progress) -> None:
         kind: Literal["send", "update"] = "send" if self.handle is None else "update"
+        # The loop task may be cancelled while an update is on its way (a turn that ends, a
+        # shutdown); a cancel that lands inside a redis-py command can be swallowed, leaving the
+        # turn hanging until shutdown. Card calls therefore run shielded, on every platform: the
+        # cancel lands on the shield, and the call it interrupted still completes (each is
+        # idempotent: the same key never makes a second card).
         try:
             if self.handle is None:
-                self.handle = await self.adapter.send_card(
-                    self.reply_to, progress, idempotency_key=self.idempotency_key
+                self.handle = await asyncio.shield(
+                    self.adapter.send_card(
+                        self.reply_to, progress, idempotency_key=self.idempotency_key
+                    )
                 )
             else:
-                await self.adapter.update_card(self.reply_to, self.handle, progress)
+                await asyncio.shield(self.adapter.update_card(self.reply_to, self.handle, progress))
         except Exception:
             if self.observer is not None:
                 self.observer.card_rendered(self.adapter.integration_id, kind, False)

@@ -18,7 +18,8 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.config.settings import IntegrationBase, Settings
-from gateway.edge.adapter import Adapter, log_failure
+from gateway.edge.adapter import Adapter
+from gateway.edge.platform_api import log_failure
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
 from gateway.experts import Expert, build_expert

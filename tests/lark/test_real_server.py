@@ -40,8 +40,8 @@ async def refused(coro: Any) -> LarkApiError:
 async def test_the_same_token_while_30_minutes_remain_and_a_new_one_after_expiry(
     api: LarkApi, fake: FakeLark
 ) -> None:
-    first = await api._tenant_token()
-    assert await api._tenant_token(refresh=True) == first  # ≥ 30 min left: the same token
+    first = await api.token()
+    assert await api.token(refresh=True) == first  # ≥ 30 min left: the same token
     await api.bot_info()
     fake.expire_tokens()
     # The cached token is now refused (99991663); the call renews it once and goes through.
@@ -76,7 +76,7 @@ async def test_99991400_comes_as_429_with_the_reset_header_and_the_client_waits_
     assert time.monotonic() - started >= 1.0 and api.retries == 1
     async with aiohttp.ClientSession() as http:
         fake.fail("create", code=99991400, reset=52)
-        token = await api._tenant_token()
+        token = await api.token()
         async with http.post(
             f"{fake.base_url}/open-apis/im/v1/messages",
             params={"receive_id_type": "chat_id"},
@@ -92,7 +92,7 @@ async def test_more_than_five_patches_a_second_on_one_message_get_230020(
     api: LarkApi, fake: FakeLark
 ) -> None:
     mid = await api.create("chat_id", "oc_1", "interactive", json.dumps(CARD), "u-qps")
-    api.max_attempts = 1  # see the refusal itself, not the client's retry
+    api.attempts = 1  # see the refusal itself, not the client's retry
     for _ in range(5):
         await api.patch(mid, json.dumps(CARD))
     error = await refused(api.patch(mid, json.dumps(CARD)))

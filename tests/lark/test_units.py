@@ -23,9 +23,10 @@ from adapters.lark.cards import (
 )
 from adapters.lark.crypto import CryptoError, EventCipher
 from adapters.lark.events import BadEvent, action_envelope, message_envelope
-from adapters.lark.inbound import LarkInbound, Rejected
+from adapters.lark.inbound import LarkInbound
 from adapters.lark.outbound import lark_uuid
 from adapters.lark.settings import LarkIntegration
+from gateway.errors import Refused
 from gateway.progress import Progress, Step
 from tests.lark_support import bot_mention, card_click, message_event, sealed
 
@@ -68,7 +69,7 @@ def test_timestamp_window_uses_the_injected_clock() -> None:
     body, headers = sealed(message_event(), timestamp=1_700_000_000 - 299)
     assert inbound.verify(headers, body)["header"]["event_type"] == "im.message.receive_v1"
     body, headers = sealed(message_event(), timestamp=1_700_000_000 - 301)
-    with pytest.raises(Rejected) as err:
+    with pytest.raises(Refused) as err:
         inbound.verify(headers, body)
     assert err.value.status == 401
 
@@ -84,14 +85,14 @@ def test_the_signature_vector_passes_verify_and_its_timestamp_cannot_move_into_t
         "X-Lark-Request-Nonce": "n0nce",
         "X-Lark-Signature": sign,
     }
-    with pytest.raises(Rejected) as err:
+    with pytest.raises(Refused) as err:
         inbound.verify(headers, body)
     assert (err.value.status, str(err.value)) == (400, "encrypt: not a JSON object")
     for timestamp in (None, ""):
         replay = {"X-Lark-Request-Nonce": "1700000000n0nce", "X-Lark-Signature": sign}
         if timestamp is not None:
             replay["X-Lark-Request-Timestamp"] = timestamp
-        with pytest.raises(Rejected) as err:
+        with pytest.raises(Refused) as err:
             inbound.verify(replay, body)
         assert err.value.status == 401
 

@@ -1,12 +1,12 @@
 """AI bot long connection (``aibot_ws``, platforms.md §3.5).
 
-The replica holding the bot's owner lease (``ws_shared``) connects, subscribes, sends an
+The replica holding the bot's owner lease (``connection.shared``) connects, subscribes, sends an
 application ping every ``pingIntervalSeconds`` and renews the lease; two pings without an ack
 mean the connection is dead, and it reconnects with backoff (the official SDK's rules,
 ``WecomTeam/aibot-node-sdk`` ``src/ws.ts``). Frames are read by one loop and handled, in order,
 by one consumer task, so a handler that waits for an ack never blocks the reading of that ack.
-Replies wait for their acks one req_id at a time (``ws_link``); what is sent is built in
-``ws_replies``; replicas without the connection hand their frames to the owner's relay.
+Replies wait for their acks one req_id at a time (``connection.link``); what is sent is built in
+``connection.replies``; replicas without the connection hand their frames to the owner's relay.
 
 When WeCom hands the connection to another client (``disconnected_event``): if another replica of
 ours now holds the lease, this one stands by; otherwise the bot is marked displaced for
@@ -26,19 +26,16 @@ import aiohttp
 import structlog
 
 from adapters.wecom.api import LinkDownloads
+from adapters.wecom.connection.link import ReplyQueues
+from adapters.wecom.connection.replies import WsReplies
+from adapters.wecom.connection.session import SubscribeRefused, WsSession
+from adapters.wecom.connection.shared import BotShare
 from adapters.wecom.events import BadPayload, aibot_envelope, event_type
 from adapters.wecom.settings import WeComIntegration
-from adapters.wecom.ws_link import ReplyQueues
-from adapters.wecom.ws_replies import WsReplies
-from adapters.wecom.ws_session import SubscribeRefused, WsSession
-from adapters.wecom.ws_shared import BotShare
-from gateway.edge.adapter import (
-    AdapterContext,
-    FetchedFile,
-    IngestOutcome,
-    IngestUnavailable,
-    holder_token,
-)
+from gateway.edge.context import AdapterContext
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable
+from gateway.edge.leases import holder_token
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import structlog
 
+from gateway.errors import GatewayError
+
 log = structlog.get_logger("adapters.wecom")
 
 SUBSCRIBE = "aibot_subscribe"
@@ -59,7 +61,7 @@ def is_disconnected(frame: dict[str, Any]) -> bool:
     return isinstance(event, dict) and event.get("eventtype") == DISCONNECTED
 
 
-class WsRefused(RuntimeError):
+class WsRefused(GatewayError, RuntimeError):
     """WeCom acked a frame with a non-zero errcode."""
 
     def __init__(self, errcode: int, errmsg: str) -> None:

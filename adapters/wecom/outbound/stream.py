@@ -16,9 +16,10 @@ from typing import Any
 import aiohttp
 import structlog
 
-from adapters.wecom import cards
+import adapters.wecom.cards as cards
 from adapters.wecom.api import LinkDownloads
-from gateway.edge.adapter import FetchedFile, RecordStore
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 

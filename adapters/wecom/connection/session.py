@@ -1,7 +1,7 @@
 """One AI-bot long connection, from ``aibot_subscribe`` to its end (platforms.md §3.5).
 
 While it lasts: inbound frames go to the connection's consumer, acks to the reply queues
-(``ws_link``), an application ping goes out every ``pingIntervalSeconds`` together with the
+(``connection.link``), an application ping goes out every ``pingIntervalSeconds`` together with the
 owner lease renewal, and the outbox of other replicas is relayed. It ends ``closed`` (the socket
 was lost, two pings went unacked, or the lease was lost), ``displaced`` or ``handover`` (WeCom
 gave the bot's connection to another client: ``disconnected_event``). The rules are the
@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
 
-from adapters.wecom.ws_link import (
+from adapters.wecom.connection.link import (
     MISSED_PINGS,
     PING,
     SUBSCRIBE,
@@ -27,10 +27,10 @@ from adapters.wecom.ws_link import (
     new_req_id,
     req_id_of,
 )
-from gateway.edge.adapter import StoreUnavailable
-
-if TYPE_CHECKING:
-    from adapters.wecom.connection import AibotConnection
+from adapters.wecom.connection.shared import BotShare
+from adapters.wecom.settings import WeComIntegration
+from gateway.edge.stores import StoreUnavailable
+from gateway.errors import GatewayError
 
 log = structlog.get_logger("adapters.wecom")
 
@@ -40,12 +40,33 @@ CLOSE_TIMEOUT_S = 2.0  # a dead peer does not answer the close handshake
 STORAGE_RETRY_S = 1.0  # Redis unreachable: the outbox is read again after this
 
 
-class SubscribeRefused(RuntimeError):
+class SubscribeRefused(GatewayError, RuntimeError):
     pass
 
 
+class SessionOwner(Protocol):
+    """What a session reports to and reads of the connection that opened it
+    (``connection.AibotConnection``)."""
+
+    settings: WeComIntegration
+    share: BotShare
+    me: str
+    lease_ms: int
+    last_error: str
+
+    def connected(self, ws: aiohttp.ClientWebSocketResponse, queues: ReplyQueues) -> None: ...
+
+    def disconnected(self) -> None: ...
+
+    def inbound(self, frame: dict[str, Any]) -> None: ...
+
+    def displaced(self, until: float) -> None: ...
+
+    async def pause(self, seconds: float, *events: asyncio.Event) -> bool: ...
+
+
 class WsSession:
-    def __init__(self, conn: AibotConnection, http: aiohttp.ClientSession) -> None:
+    def __init__(self, conn: SessionOwner, http: aiohttp.ClientSession) -> None:
         self.conn = conn
         self.http = http
         self.settings = conn.settings

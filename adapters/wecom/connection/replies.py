@@ -10,7 +10,7 @@ A turn with a Stop button in a direct chat also gets a ``button_interaction`` te
 (``aibot_send_msg``; WeCom sends cards only to direct chats); a click on it is answered with
 ``aibot_respond_update_msg`` (``update_template_card``).
 
-Each frame waits for its ack (``ws_link``). A stream WeCom no longer takes (846608, "stream
+Each frame waits for its ack (``connection.link``). A stream WeCom no longer takes (846608, "stream
 message update expired": ``WecomTeam/wecom-openclaw-plugin`` ``src/message-sender.ts``) is
 treated like one cut at the window's end: the answer follows with ``aibot_send_msg``. A click is
 an event, and an event's req_id cannot carry ``aibot_respond_msg`` (846605 "invalid req_id",
@@ -30,11 +30,11 @@ from typing import Any
 
 import structlog
 
-from adapters.wecom import cards
-from adapters.wecom.aibot import CUT_NOTE, STREAM_TTL_MS
+import adapters.wecom.cards as cards
+from adapters.wecom.connection.link import STREAM_EXPIRED, WsRefused
+from adapters.wecom.outbound.stream import CUT_NOTE, STREAM_TTL_MS
 from adapters.wecom.settings import WeComIntegration
-from adapters.wecom.ws_link import STREAM_EXPIRED, WsRefused
-from gateway.edge.adapter import RecordStore
+from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 
-from gateway.edge.adapter import OwnerLease, RecordStore
+from gateway.edge.leases import OwnerLease
+from gateway.edge.stores import RecordStore
 
 NS = "wecom-ws"
 OUTBOX_TTL_MS = 120_000

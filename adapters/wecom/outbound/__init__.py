@@ -15,9 +15,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from adapters.wecom import cards
-from adapters.wecom.api import RATE_LIMITED, WeComApi, WeComApiError
-from gateway.edge.adapter import FetchedFile, RecordStore
+import adapters.wecom.cards as cards
+from adapters.wecom.api import WeComApi, WeComApiError
+from gateway.edge.downloads import FetchedFile
+from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress
 
@@ -138,7 +139,7 @@ class AppOutbound:
         try:
             await self.api.call("message/update_template_card", body)
         except WeComApiError as exc:
-            if exc.errcode == RATE_LIMITED or exc.errcode < 0:
+            if exc.rate_limited or exc.errcode < 0:
                 raise  # worth the renderer's retry
             # A spent or expired code will not work on retry; the answer still goes out.
             log.warning("card update refused", task_id=task_id, errcode=exc.errcode)
