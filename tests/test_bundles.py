@@ -20,11 +20,13 @@ import yaml
 from aiohttp import web
 from pydantic import Field
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
+from gateway.config.hints import budget_warnings
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.experts.registry import ExpertKindError, checked_kind
-from gateway.policy.bundles import Route, budget_warnings, bundled
+from gateway.policy.bundles import bundled
+from gateway.policy.route import Route
 from gateway.runtime.cli import main as cli_main
 from gateway.runtime.cli import settings_model
 from tests.conftest import Gateways, base_config, eventually

@@ -31,7 +31,8 @@ ALLOWED = {
     "gateway.envelope",
     "gateway.errors",
     "gateway.progress",
-    "gateway.config.settings",
+    "gateway.config.bases",
+    "gateway.config.model",
     "gateway.conversation",
 }
 PACKAGES = sorted(p.parent.name for p in ADAPTERS.glob("*/__init__.py"))

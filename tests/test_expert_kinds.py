@@ -19,8 +19,9 @@ import redis.asyncio as aioredis
 import yaml
 from structlog.testing import capture_logs
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError, Settings
+from gateway.config.settings import Settings
 from gateway.experts import Expert, discover_experts
 from gateway.experts.registry import ExpertKindError, checked_kind
 from gateway.runtime.cli import settings_model

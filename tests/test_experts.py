@@ -146,8 +146,8 @@ async def test_recent_group_messages_reach_the_model_as_context(
 
 
 def test_steer_needs_xpert_experts(prefix: str) -> None:
+    from gateway.config.errors import ConfigError
     from gateway.config.file import load_settings
-    from gateway.config.settings import ConfigError
     from gateway.runtime.cli import settings_model
 
     cfg = base_config(prefix, busyPolicy="steer")

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 import gateway
+from gateway.config.errors import ConfigFileError
 from gateway.config.file import load_settings
 from gateway.config.hints import config_warnings, is_placeholder, redis_location
-from gateway.config.settings import ConfigFileError
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis

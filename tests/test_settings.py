@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
 from gateway.runtime.cli import json_schema, settings_model
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
 from gateway.edge.adapter import IngestUnavailable
 from gateway.envelope import Attachment, Chat, Envelope, Sender, Trigger
 from gateway.intake.pipeline import Pipeline

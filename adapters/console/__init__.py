@@ -9,7 +9,7 @@ from aiohttp import web
 from adapters.console.inbound import setup_routes
 from adapters.console.outbound import ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import Adapter, AdapterContext, LiveAdapters
 from gateway.envelope import Envelope
 from gateway.progress import Progress

@@ -25,7 +25,7 @@ from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.inbound import StreamInbound, setup_routes
 from adapters.dingtalk.outbound import CardOutbound, Sender, reply_extras, target
 from adapters.dingtalk.settings import DingTalkIntegration
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import (
     Adapter,
     AdapterContext,

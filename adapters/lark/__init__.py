@@ -14,7 +14,7 @@ from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.inbound import LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress

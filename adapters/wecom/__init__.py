@@ -17,7 +17,7 @@ from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import AibotCallbacks, AppCallbacks, Callbacks, Opener, setup_routes
 from adapters.wecom.outbound import AppOutbound, Outbound
 from adapters.wecom.settings import WeComIntegration
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import Adapter, AdapterContext, FetchedFile, LiveAdapters
 from gateway.envelope import Attachment, Envelope
 from gateway.progress import Progress

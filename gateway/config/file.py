@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.config.settings import ConfigError, ConfigFileError, Settings
+from gateway.config.errors import ConfigError, ConfigFileError
+from gateway.config.settings import Settings
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 

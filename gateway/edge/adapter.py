@@ -19,7 +19,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import aiohttp
 from aiohttp import web
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 
 # Downloads of URLs a platform hands out (redirects followed by hand, each checked): part of the
 # adapter kit, kept in their own module.
@@ -32,7 +32,7 @@ from gateway.edge.downloads import origin as origin
 from gateway.edge.leases import LeasedConnection, OwnerLease, holder_token
 from gateway.envelope import Attachment, Envelope, asker_of
 from gateway.errors import PlatformApiError as PlatformApiError
-from gateway.policy.bundles import route_of
+from gateway.policy.route import route_of
 from gateway.progress import Progress
 from sessions import StoreUnavailable
 

@@ -18,7 +18,8 @@ import structlog
 from redis.exceptions import RedisError
 
 from gateway.clock import now_ms
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.conversation import ConversationId
 from gateway.edge.adapter import Adapter, IngestOutcome, IngestUnavailable, ShuttingDown
 from gateway.envelope import Envelope

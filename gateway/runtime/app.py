@@ -17,8 +17,9 @@ import structlog
 from aiohttp import web
 
 from gateway import __version__
+from gateway.config.bases import IntegrationBase
 from gateway.config.live import LiveSettings
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.settings import Settings
 from gateway.edge.adapter import (
     Adapter,
     AdapterContext,

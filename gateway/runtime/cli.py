@@ -16,19 +16,15 @@ from typing import Any
 import structlog
 
 from gateway import __version__
+from gateway.config.errors import ConfigError, ConfigFileError
 from gateway.config.file import load_settings
 from gateway.config.hints import config_warnings, redis_summary
-from gateway.config.settings import (
-    ConfigError,
-    ConfigFileError,
-    Settings,
-    build_settings_model,
-    cpu_count,
-)
+from gateway.config.server import cpu_count
+from gateway.config.settings import Settings, build_settings_model
 from gateway.edge.adapter import discover_adapters
 from gateway.experts import discover_experts
 from gateway.logging import configure_logging, silence
-from gateway.policy.bundles import Limits
+from gateway.policy.limits import Limits
 from gateway.triggers.schedule_book import entries_of
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import structlog
 
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter, IngestOutcome
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress

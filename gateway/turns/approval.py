@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import IngestOutcome, approvers_for
 from gateway.envelope import Envelope, asker_of
 from gateway.turns.records import PendingInterrupt
