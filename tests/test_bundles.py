@@ -321,9 +321,9 @@ def test_check_warns_about_options_an_expert_kind_cannot_take(
     out = capsys.readouterr()
     shown = "route chatPattern=oc_* -> sales (model gpt-4o; tools search; variables region, team)"
     assert shown in out.out  # (the YAML dump sorted the variables)
-    assert "warning: integrations.0.routes.0.model: expert 'sales'" in out.err
+    assert "warning: integrations[console].routes[0].model: expert 'sales'" in out.err
     cfg["integrations"][0]["routes"] = [{"chatPattern": "oc_*", "xpertId": "ghost"}]
-    with pytest.raises(ConfigError, match=r"routes\.0\.xpertId: 'ghost' names no expert"):
+    with pytest.raises(ConfigError, match=r"routes\[0\]\.xpertId: 'ghost' names no expert"):
         load_settings(cfg, model=settings_model())
     cfg["integrations"][0]["routes"] = [{"model": "m"}]
     with pytest.raises(ConfigError, match="at least one of chatId, chatPattern"):

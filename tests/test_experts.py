@@ -155,7 +155,7 @@ def test_steer_needs_xpert_experts(prefix: str) -> None:
         load_settings(cfg, model=settings_model(), env={})
     except ConfigError as exc:
         assert exc.problems == [
-            "integrations.0.busyPolicy: steer needs an expert of kind xpert "
+            "integrations[console].busyPolicy: steer needs an expert of kind xpert "
             "(this integration uses echo)"
         ]
     else:

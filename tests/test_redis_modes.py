@@ -81,7 +81,7 @@ def test_each_mode_loads_with_its_settings() -> None:
         ),
         (
             {"mode": "sentinel", "sentinels": ["10.0.0.1"], "masterName": "m"},
-            "redis.sentinels.0: expected host:port, not '10.0.0.1'",
+            "redis.sentinels[0]: expected host:port, not '10.0.0.1'",
         ),
         (
             {

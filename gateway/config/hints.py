@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from gateway.config.paths import item_path, rename
 from gateway.config.settings import Settings
 from gateway.policy.checks import bundle_warnings
 from gateway.runtime.http_guard import is_loopback
@@ -70,7 +71,9 @@ def config_warnings(settings: Settings) -> list[str]:
             shown = "" if secret else f" ({value!r})"
             kind = "a placeholder secret" if secret else "a placeholder"
             warnings.append(f"{path}: {kind}{shown}; set the real value (or its variable)")
-    return warnings
+    # Paths as the file has them: integrations[console].routes[0].model, not integrations.0.…
+    data = settings.model_dump(by_alias=True, include={"experts", "integrations", "schedules"})
+    return [rename(w, data) for w in warnings]
 
 
 def budget_warnings(settings: Settings) -> list[str]:
@@ -108,7 +111,7 @@ def exposure_warnings(settings: Settings) -> list[str]:
     shown = host or "all addresses"
     warnings: list[str] = []
     consoles = [
-        f"integrations.{i}"
+        item_path("integrations", settings.integrations, i)
         for i, integ in enumerate(settings.integrations)
         if integ.enabled and integ.platform == "console"
     ]
