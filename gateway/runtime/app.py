@@ -222,6 +222,7 @@ class Gateway:
             public_url=s.server.public_url,
             connection_lease_ms=int(s.runtime.connection_lease_seconds * 1000),
             api_calls=self.metrics.api_calls,
+            admin_api=lambda: self.settings.admin.token is not None,
         )
         self.context = context
         for integ in s.integrations:
