@@ -170,3 +170,20 @@ def test_the_summary_says_whether_the_admin_api_is_on_and_where(
     on = base + "server: {port: 8181}\nadmin: {token: a-long-enough-admin-token-1}\n"
     _, out, _ = check(tmp_path, on, capsys)
     assert "admin API: on at http://127.0.0.1:8181/v1.0 (bearer admin.token)\n" in out
+
+
+def test_event_sources_are_named_by_their_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = """\
+experts: [{id: echo, kind: echo}]
+integrations:
+  - id: c
+    platform: console
+    xpertId: echo
+    events:
+      - {source: github, secret: s3cret-value-1, chatId: t, chatType: group, xpertId: ghost}
+"""
+    code, _, err = check(tmp_path, text, capsys)
+    assert code == 1
+    assert "integrations[c].events[github].xpertId: names no expert (line 7)" in err

@@ -1,7 +1,7 @@
 """Key paths as the file has them, for every message about the configuration: camelCase keys,
-list items named by their ``id`` where they have a unique one and by position otherwise
-(``integrations[lark-main].routes[0].xpertId``), never a pydantic union tag; the line of the
-file a path is on; and the key meant for an unknown one."""
+list items named by their ``id`` (an event source by its ``source``) where it is unique in the
+list and by position otherwise (``integrations[lark-main].routes[0].xpertId``), never a pydantic
+union tag; the line of the file a path is on; and the key meant for an unknown one."""
 
 from __future__ import annotations
 
@@ -53,8 +53,12 @@ def _item_name(items: Any, index: int) -> str:
 
 
 def _id_of(item: Any) -> str | None:
-    value = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
-    return value if isinstance(value, str) and re.fullmatch(ID_PATTERN, value) else None
+    """What names an item: its ``id``, else its ``source`` (an integration's event sources)."""
+    for key in ("id", "source"):
+        value = item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
+        if isinstance(value, str) and re.fullmatch(ID_PATTERN, value):
+            return value
+    return None
 
 
 def item_path(section: str, items: Sequence[Any], index: int) -> str:
