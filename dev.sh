@@ -8,15 +8,23 @@ VENV=${XGW_VENV:-.venv}
 PY=${PYTHON:-python3}
 
 setup() {
+  # $1: "run" installs what running needs; "dev" adds the test tools (pyproject's dev extra).
+  local want=${1:-dev}
   if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
   fi
-  # Reinstall when pyproject.toml changed since the last install.
-  local stamp="$VENV/.xgw-installed"
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # Each kind of install has its stamp; reinstall when pyproject.toml changed since. A dev
+  # install covers running too, so it touches both.
+  local run_stamp="$VENV/.xgw-installed" dev_stamp="$VENV/.xgw-installed-dev"
+  if [ "$want" = dev ]; then
+    if [ -f "$dev_stamp" ] && [ ! pyproject.toml -nt "$dev_stamp" ]; then return 0; fi
     "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
     "$VENV/bin/python" -m pip install -q -e ".[dev]"
-    touch "$stamp"
+    touch "$dev_stamp" "$run_stamp"
+  else
+    if [ -f "$run_stamp" ] && [ ! pyproject.toml -nt "$run_stamp" ]; then return 0; fi
+    "$VENV/bin/python" -m pip install -q -e .
+    touch "$run_stamp"
   fi
 }
 
@@ -57,12 +65,12 @@ PY
 case "${1:-}" in
   run)
     shift
-    setup
+    setup run
     exec "$VENV/bin/xpert-gateway" run --config "${XGW_CONFIG:-config/gateway.yaml}" "$@"
     ;;
   test)
     shift
-    setup
+    setup dev
     ensure_chromium
     TEST_REDIS_PIDFILE=""
     ensure_redis

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.envelope import Envelope
 from sessions.key_ids import id_part, id_tail
 

@@ -149,8 +149,8 @@ async def test_conversation_variables_defaults_reducers_and_write_back(
 
 
 def test_reducers_must_fit_the_type() -> None:
+    from gateway.config.errors import ConfigError
     from gateway.config.file import load_settings
-    from gateway.config.settings import ConfigError
     from gateway.runtime.cli import settings_model
 
     cfg = config("x")

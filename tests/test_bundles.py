@@ -20,11 +20,13 @@ import yaml
 from aiohttp import web
 from pydantic import Field
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
+from gateway.config.hints import budget_warnings
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.experts.registry import ExpertKindError, checked_kind
-from gateway.policy.bundles import Route, budget_warnings, bundled
+from gateway.policy.bundles import bundled
+from gateway.policy.route import Route
 from gateway.runtime.cli import main as cli_main
 from gateway.runtime.cli import settings_model
 from tests.conftest import Gateways, base_config, eventually
@@ -319,9 +321,9 @@ def test_check_warns_about_options_an_expert_kind_cannot_take(
     out = capsys.readouterr()
     shown = "route chatPattern=oc_* -> sales (model gpt-4o; tools search; variables region, team)"
     assert shown in out.out  # (the YAML dump sorted the variables)
-    assert "warning: integrations.0.routes.0.model: expert 'sales'" in out.err
+    assert "warning: integrations[console].routes[0].model: expert 'sales'" in out.err
     cfg["integrations"][0]["routes"] = [{"chatPattern": "oc_*", "xpertId": "ghost"}]
-    with pytest.raises(ConfigError, match=r"routes\.0\.xpertId: 'ghost' names no expert"):
+    with pytest.raises(ConfigError, match=r"routes\[0\]\.xpertId: 'ghost' names no expert"):
         load_settings(cfg, model=settings_model())
     cfg["integrations"][0]["routes"] = [{"model": "m"}]
     with pytest.raises(ConfigError, match="at least one of chatId, chatPattern"):

@@ -130,7 +130,7 @@ def test_the_link_bound_is_within_the_least_dedup_window() -> None:
     from annotated_types import Ge
 
     from adapters.dingtalk.settings import LINK_TTL_MAX_S
-    from gateway.config.settings import RuntimeSettings
+    from gateway.config.runtime import RuntimeSettings
 
     field = RuntimeSettings.model_fields["dedup_ttl_hours"]
     [least] = [m.ge for m in field.metadata if isinstance(m, Ge)]

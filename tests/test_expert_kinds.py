@@ -19,8 +19,9 @@ import redis.asyncio as aioredis
 import yaml
 from structlog.testing import capture_logs
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError, Settings
+from gateway.config.settings import Settings
 from gateway.experts import Expert, discover_experts
 from gateway.experts.registry import ExpertKindError, checked_kind
 from gateway.runtime.cli import settings_model
@@ -72,19 +73,19 @@ def test_the_kind_is_found_only_through_its_entry_point(shout_kind: Path) -> Non
 
 def test_without_the_distribution_the_kind_is_unknown(prefix: str) -> None:
     [problem] = problems(shout_config(prefix))
-    assert problem.startswith("experts.0.kind: unknown kind 'shout' (expected one of: 'echo'")
+    assert problem.startswith("experts[loud].kind: unknown kind 'shout' (expected one of: 'echo'")
 
 
 def test_its_settings_are_validated_with_the_usual_messages(shout_kind: Path, prefix: str) -> None:
     settings = load_settings(shout_config(prefix, volume=3), model=settings_model(), env={})
     assert isinstance(settings.experts[0], ShoutSettings) and settings.experts[0].volume == 3
     assert problems(shout_config(prefix, volume=9)) == [
-        "experts.0.shout.volume: Input should be less than or equal to 5"
+        "experts[loud].volume: Input should be less than or equal to 5"
     ]
-    assert problems(shout_config(prefix, colour="red")) == ["experts.0.shout.colour: unknown key"]
+    assert problems(shout_config(prefix, colour="red")) == ["experts[loud].colour: unknown key"]
     [unknown] = problems(shout_config(prefix, kind="whisper"))
     assert unknown == (
-        "experts.0.kind: unknown kind 'whisper' "
+        "experts[loud].kind: unknown kind 'whisper' "
         "(expected one of: 'echo', 'openai', 'shout', 'xpert')"
     )
 
@@ -95,7 +96,7 @@ def test_steer_support_comes_from_the_kind(shout_kind: Path, prefix: str) -> Non
     load_settings(steer, model=settings_model(), env={})  # no xpert expert, and accepted
     echo = base_config(prefix, busyPolicy="steer")
     assert problems(echo) == [
-        "integrations.0.busyPolicy: steer needs an expert of kind shout or xpert "
+        "integrations[console].busyPolicy: steer needs an expert of kind shout or xpert "
         "(this integration uses echo)"
     ]
 

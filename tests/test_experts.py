@@ -146,8 +146,8 @@ async def test_recent_group_messages_reach_the_model_as_context(
 
 
 def test_steer_needs_xpert_experts(prefix: str) -> None:
+    from gateway.config.errors import ConfigError
     from gateway.config.file import load_settings
-    from gateway.config.settings import ConfigError
     from gateway.runtime.cli import settings_model
 
     cfg = base_config(prefix, busyPolicy="steer")
@@ -155,7 +155,7 @@ def test_steer_needs_xpert_experts(prefix: str) -> None:
         load_settings(cfg, model=settings_model(), env={})
     except ConfigError as exc:
         assert exc.problems == [
-            "integrations.0.busyPolicy: steer needs an expert of kind xpert "
+            "integrations[console].busyPolicy: steer needs an expert of kind xpert "
             "(this integration uses echo)"
         ]
     else:

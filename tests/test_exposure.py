@@ -242,7 +242,8 @@ def test_check_warns_about_a_public_console_and_an_admin_api_without_tls(
 ) -> None:
     result = check(tmp_path, plain(prefix, TOKEN, host="0.0.0.0"))
     assert result.returncode == 0, result.stderr
-    assert "warning: server.host: the console (integrations.0) listens on 0.0.0.0" in result.stderr
+    public = "warning: server.host: the console (integrations[console]) listens on 0.0.0.0"
+    assert public in result.stderr
     assert "warning: admin.token: the admin API listens on 0.0.0.0 with no TLS" in result.stderr
     behind_tls = plain(prefix, TOKEN, host="::", publicUrl="https://gw.example.com")
     result = check(tmp_path, behind_tls)
@@ -262,7 +263,7 @@ async def test_the_daemon_warns_at_start_when_the_console_listens_on_a_public_ad
     await daemon.start()
     try:
         log = daemon.log_path.read_text()
-        assert "the console (integrations.0) listens on 0.0.0.0" in log, log[-2000:]
+        assert "the console (integrations[console]) listens on 0.0.0.0" in log, log[-2000:]
     finally:
         await daemon.stop()
 

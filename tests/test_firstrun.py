@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 import gateway
+from gateway.config.errors import ConfigFileError
 from gateway.config.file import load_settings
 from gateway.config.hints import config_warnings, is_placeholder, redis_location
-from gateway.config.settings import ConfigFileError
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis
@@ -548,11 +548,11 @@ def test_check_warns_about_placeholder_secrets_and_hides_the_redis_password(
     assert "redis: redis://127.0.0.1:6379/0 (password hidden), key prefix 'xgw'" in result.stdout
     assert "s3cret-pw" not in result.stdout + result.stderr
     assert "warning: admin.token: a placeholder secret;" in result.stderr
-    assert "warning: experts.0.apiKey: a placeholder secret;" in result.stderr
+    assert "warning: experts[agent].apiKey: a placeholder secret;" in result.stderr
     # With the variable set, its placeholder default is not what runs: no warning for it.
     result = run_cli("check", "--config", str(path), env={"XGW_TEST_API_KEY": "sk-live-0123"})
     assert result.returncode == 0, result.stderr
-    assert "experts.0.apiKey" not in result.stderr
+    assert "experts[agent].apiKey" not in result.stderr
     assert "warning: admin.token: a placeholder secret;" in result.stderr
 
 
@@ -580,8 +580,9 @@ def test_placeholder_warnings_name_the_key_path_and_not_a_secret_value() -> None
         model=settings_model(),
     )
     warnings = {w.split(":")[0]: w for w in config_warnings(settings)}
-    assert set(warnings) == {"admin.token", "experts.0.replyPrefix"}
-    assert "a placeholder ('replace-me'); set the real value" in warnings["experts.0.replyPrefix"]
+    assert set(warnings) == {"admin.token", "experts[echo].replyPrefix"}
+    prefix = warnings["experts[echo].replyPrefix"]
+    assert "a placeholder ('replace-me'); set the real value" in prefix
     assert warnings["admin.token"].startswith("admin.token: a placeholder secret;")
     assert "<your-admin-token-here>" not in warnings["admin.token"]
 

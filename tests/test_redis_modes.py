@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError, Settings
+from gateway.config.settings import Settings
 from gateway.runtime.cli import main, settings_model
 from sessions.connection import RedisStartupError, connect_redis
 from tests.cluster_support import LocalCluster
@@ -80,7 +81,7 @@ def test_each_mode_loads_with_its_settings() -> None:
         ),
         (
             {"mode": "sentinel", "sentinels": ["10.0.0.1"], "masterName": "m"},
-            "redis.sentinels.0: expected host:port, not '10.0.0.1'",
+            "redis.sentinels[0]: expected host:port, not '10.0.0.1'",
         ),
         (
             {

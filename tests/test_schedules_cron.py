@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
 from gateway.runtime.cli import settings_model
 from gateway.triggers.cron import Cron, CronError, split_command
 
@@ -182,8 +182,8 @@ def config(**schedule: object) -> dict[str, object]:
         ({"timezone": "Mars/Base"}, "schedule 'daily': unknown time zone 'Mars/Base'"),
         ({"integrationId": "nope"}, "schedule 'daily': unknown integration 'nope'"),
         ({"xpertId": "gpt"}, "schedule 'daily': xpertId 'gpt' names no expert"),
-        ({"chatType": "channel"}, "schedules.0.chatType"),
-        ({"misfireGraceSeconds": 0}, "schedules.0.misfireGraceSeconds"),
+        ({"chatType": "channel"}, "schedules[daily].chatType"),
+        ({"misfireGraceSeconds": 0}, "schedules[daily].misfireGraceSeconds"),
     ],
 )
 def test_config_errors_name_the_schedule_and_the_problem(

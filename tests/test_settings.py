@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
 from gateway.runtime.cli import json_schema, settings_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,39 +61,39 @@ def test_good_config_loads_and_masks_secrets() -> None:
     [
         (
             lambda c: c["integrations"][0].update(colour="blue"),
-            "integrations.0.colour: unknown key",
+            "integrations[console].colour: unknown key",
         ),
         (lambda c: c.update(servr={}), "servr: unknown key"),
         (
             lambda c: c["integrations"][0].update(summaryWindowSeconds="soon"),
-            "integrations.0.summaryWindowSeconds",
+            "integrations[console].summaryWindowSeconds",
         ),
         (
             lambda c: c["integrations"][0].update(xpertId="nobody"),
-            "integrations.0.xpertId: 'nobody' names no expert",
+            "integrations[console].xpertId: 'nobody' names no expert",
         ),
         (
             lambda c: c["integrations"][0]["routes"][0].update(xpertId="ghost"),
-            "integrations.0.routes.0.xpertId: 'ghost' names no expert",
+            "integrations[console].routes[0].xpertId: 'ghost' names no expert",
         ),
         (
             lambda c: c["experts"].append({"id": "echo", "kind": "echo"}),
-            "experts.1.id: duplicate id 'echo'",
+            "experts[1].id: duplicate id 'echo'",
         ),
         (
             lambda c: c["integrations"].append(dict(c["integrations"][0])),
-            "integrations.1.id: duplicate id 'console'",
+            "integrations[1].id: duplicate id 'console'",
         ),
         (
             lambda c: c["integrations"][0].update(platform="telegram"),
-            "integrations.0.platform: unknown platform 'telegram'",
+            "integrations[console].platform: unknown platform 'telegram'",
         ),
         (
             lambda c: c["integrations"][0].update(maxWindowSeconds=1, summaryWindowSeconds=2),
             "maxWindowSeconds must be at least summaryWindowSeconds",
         ),
         (lambda c: c["integrations"][0].update(timezone="Mars/Olympus"), "unknown time zone"),
-        (lambda c: c["experts"][0].update(kind="gpt5"), "experts.0.kind: unknown kind 'gpt5'"),
+        (lambda c: c["experts"][0].update(kind="gpt5"), "experts[echo].kind: unknown kind 'gpt5'"),
     ],
 )
 def test_bad_configs_name_the_key(mutate: Any, expected: str) -> None:
@@ -157,7 +157,7 @@ def test_check_exits_1_with_key_path_and_reason(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(config))
     result = run_cli("check", "--config", str(path))
     assert result.returncode == 1
-    assert "integrations.0.xpertId: 'nobody' names no expert" in result.stderr
+    assert "integrations[console].xpertId: 'nobody' names no expert" in result.stderr
     assert "environment variable ADMIN_TOKEN is not set" in result.stderr
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.conversation import ConversationId
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from sessions import KeyBuilder

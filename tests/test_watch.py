@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.settings import ConfigError
 from gateway.edge.ingest import IngestUnavailable
 from gateway.envelope import Attachment, Chat, Envelope, Sender, Trigger
 from gateway.intake.pipeline import Pipeline
@@ -124,64 +124,65 @@ def load(watches: list[dict[str, Any]], **integration: Any) -> Any:
     return load_settings(base_config("x", watches=watches, **integration), model=settings_model())
 
 
+# Where a watch's problems are reported: the integration and the watch by id.
+WATCHES = "integrations[console].watches: "
+INC = "integrations[console].watches[inc]: watch 'inc': "
+
+
 @pytest.mark.parametrize(
     ("watches", "integration", "problem"),
     [
         (
             [{"id": "inc", "match": {"regex": "P0("}}],
             {},
-            "integrations.0.watches.0: watch 'inc': match.regex: not a valid regular expression: "
+            INC + "match.regex: not a valid regular expression: "
             "missing ), unterminated subpattern at position 2",
         ),
         (
             [{"id": "inc", "match": {"regex": "a" * 501}}],
             {},
-            "integrations.0.watches.0: watch 'inc': match.regex: 501 characters long (at most 500)",
+            INC + "match.regex: 501 characters long (at most 500)",
         ),
         (
             [{"id": "inc", "match": {}}],
             {},
-            "integrations.0.watches.0: watch 'inc': match: needs at least one of keywords, "
-            "regex, senders, messageTypes",
+            INC + "match: needs at least one of keywords, regex, senders, messageTypes",
         ),
         (
             [{"id": "inc", "match": {"keywords": []}}],
             {},
-            "integrations.0.watches.0: watch 'inc': match: needs at least one of keywords, "
-            "regex, senders, messageTypes",
+            INC + "match: needs at least one of keywords, regex, senders, messageTypes",
         ),
         (
             [{"id": "inc", "match": {"keywords": ["P0"]}, "cooldownSeconds": -1, "when": 1}],
             {},
-            "integrations.0.watches.0: watch 'inc': cooldownSeconds: Input should be greater "
-            "than or equal to 0; when: unknown key",
+            INC + "cooldownSeconds: Input should be greater than or equal to 0; when: unknown key",
         ),
         (
             [{"id": "inc", "match": {"keywords": [""]}}],
             {},
-            "integrations.0.watches.0: watch 'inc': match.keywords.0: String should have at "
-            "least 1 character",
+            INC + "match.keywords.0: String should have at least 1 character",
         ),
         (
             [{"id": "inc", "match": {"messageTypes": ["sticker"]}}],
             {},
-            "integrations.0.watches.0: watch 'inc': match.messageTypes.0: Input should be "
+            INC + "match.messageTypes.0: Input should be "
             "'text', 'image', 'file', 'audio' or 'video'",
         ),
         (
             [{"id": "inc", "match": {"keywords": ["P0"]}, "xpertId": "nobody"}],
             {},
-            "integrations.0.watches.0.xpertId: watch 'inc': 'nobody' names no expert",
+            "integrations[console].watches[inc].xpertId: watch 'inc': 'nobody' names no expert",
         ),
         (
             [{"id": "inc", "match": {"keywords": ["a"]}}, {"id": "inc", "match": {"regex": "b"}}],
             {},
-            "integrations.0.watches: watch 'inc': duplicate id",
+            WATCHES + "watch 'inc': duplicate id",
         ),
         (
             [{"id": "inc", "match": {"keywords": ["P0"]}}],
             {"groupReplyStrategy": "all_messages"},
-            "integrations.0.watches: watches apply only with groupReplyStrategy mention_only "
+            WATCHES + "watches apply only with groupReplyStrategy mention_only "
             "(with all_messages every group message starts a turn already)",
         ),
     ],

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from gateway.config.file import load_settings
-from gateway.config.settings import cpu_count
+from gateway.config.server import cpu_count
 from gateway.intake.spool import store_identity
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import main, settings_model

@@ -229,7 +229,9 @@ class ConsoleApi:
                         "summaryWindowSeconds": a.settings.summary_window_seconds,
                     }
                     for a in self.adapters.values()
-                ]
+                ],
+                # The Sessions tab says the admin API is off rather than ask for its token.
+                "adminApi": any(a.context.admin_api() for a in self.adapters.values()),
             }
         )
 

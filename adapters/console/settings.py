@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gateway.config.settings import GatewayModel, IntegrationBase
+from gateway.config.bases import IntegrationBase
+from gateway.config.model import GatewayModel
 
 
 class DemoUser(GatewayModel):

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.downloads import LOCAL_HOSTS
 
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.downloads import LOCAL_HOSTS
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 
 
 class WeComIntegration(IntegrationBase):

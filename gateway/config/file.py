@@ -13,7 +13,19 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.config.settings import ConfigError, ConfigFileError, Settings
+from gateway.config.errors import ConfigError, ConfigFileError
+from gateway.config.paths import (
+    Marks,
+    closest,
+    file_parts,
+    line_note,
+    rename,
+    shown,
+    suggestion,
+    yaml_marks,
+)
+from gateway.config.settings import Settings
+from gateway.config.yaml_errors import describe
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -49,36 +61,45 @@ def substitute_env(node: Any, env: Mapping[str, str], path: str = "") -> tuple[A
     return node, problems
 
 
-def _format_errors(exc: ValidationError, raw: Any = None) -> list[str]:
+def _format_errors(
+    exc: ValidationError, raw: Any, model: type[Settings], marks: Marks | None = None
+) -> list[str]:
+    """Each error as ``path: reason (line N)``, its path as the file has it (config.paths)."""
     problems = []
     for err in exc.errors():
-        parts = [p for p in err["loc"] if not str(p).startswith("function-")]
-        # A discriminated union puts the tag into the path (integrations.0.lark.appId); the user
-        # wrote integrations.0.appId with platform: lark, so the tag is dropped.
-        if len(parts) > 2 and parts[0] == "integrations" and isinstance(parts[1], int):
-            items = raw.get("integrations") if isinstance(raw, dict) else None
-            item = items[parts[1]] if isinstance(items, list) and parts[1] < len(items) else None
-            if isinstance(item, dict) and item.get("platform") == parts[2]:
-                del parts[2]
-        loc = ".".join(str(p) for p in parts)
+        parts, holder = file_parts(err["loc"], model)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            key = str(parts[-1]) if parts else ""
+            meant = suggestion(key, holder)
+            msg = f"unknown key; did you mean `{meant}`?" if meant else "unknown key"
+        elif err["type"] == "missing":
+            msg = "missing (this key is required)"
         elif err["type"] == "union_tag_invalid":
             ctx = err.get("ctx", {})
             name = str(ctx.get("discriminator", "")).strip("'")
-            loc = f"{loc}.{name}"
-            msg = f"unknown {name} {ctx.get('tag')!r} (expected one of: {ctx.get('expected_tags')})"
-        if not loc and re.match(r"^[A-Za-z][\w.]*: ", msg):
-            problems += msg.split("; ")  # the cross-checks: already "path: reason" each
+            parts = (*parts, name)
+            tag, expected = str(ctx.get("tag")), str(ctx.get("expected_tags", ""))
+            msg = f"unknown {name} {tag!r} (expected one of: {expected})"
+            meant = closest(tag, [t.strip(" '") for t in expected.split(",")])
+            msg += f"; did you mean `{meant}`?" if meant else ""
+        if not parts and re.match(r"^[A-Za-z][\w.-]*: ", msg):
+            # The cross-checks: already "dotted.path: reason" each.
+            problems += [rename(p, raw, marks) for p in msg.split("; ")]
             continue
-        problems.append(f"{loc or '(top level)'}: {msg}")
+        where = shown(parts, raw) or "(top level)"
+        problems.append(f"{where}: {msg}{line_note(parts, marks)}")
     return problems
 
 
 def read_yaml(path: Path) -> Any:
     """The parsed file; a missing, unreadable, empty or malformed file is a
     :class:`ConfigFileError` naming the file (and the line of a YAML error)."""
+    return read_marked(path)[0]
+
+
+def read_marked(path: Path) -> tuple[Any, Marks]:
+    """The parsed file and the line of each of its keys (see :func:`read_yaml`)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
@@ -93,22 +114,7 @@ def read_yaml(path: Path) -> Any:
     try:
         raw = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        # Where a construct left open began (a quote, a bracket, a key without its colon) is
-        # the line to fix; inside a block mapping or list it is where the parser stopped.
-        context = exc.context or ""
-        block = context.startswith("while parsing a block")
-        first, other = exc.context_mark, exc.problem_mark
-        if block or first is None:
-            first, other = other, first
-        where = f"{path}, line {first.line + 1}, column {first.column + 1}" if first else str(path)
-        what = exc.problem or "syntax error"
-        if first and other and other.line != first.line:
-            what += (
-                f" (in the {context.removeprefix('while parsing a ')} from line {other.line + 1})"
-                if block
-                else f" (found at line {other.line + 1})"
-            )
-        raise ConfigFileError([f"{where}: not valid YAML: {what}"]) from exc
+        raise ConfigFileError([describe(exc, path)]) from exc
     except yaml.YAMLError as exc:
         raise ConfigFileError([f"{path}: not valid YAML: {exc}"]) from exc
     if raw is None:
@@ -116,7 +122,7 @@ def read_yaml(path: Path) -> Any:
     if not isinstance(raw, dict):
         found = type(raw).__name__
         raise ConfigFileError([f"{path}: expected a mapping of settings (key: value), not {found}"])
-    return raw
+    return raw, yaml_marks(text)
 
 
 def load_settings(
@@ -126,15 +132,22 @@ def load_settings(
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Read, substitute and validate a config file (or an already parsed mapping)."""
-    raw: Any = dict(source) if isinstance(source, Mapping) else read_yaml(Path(source))
+    raw: Any
+    marks: Marks | None = None
+    if isinstance(source, Mapping):
+        raw = dict(source)
+    else:
+        raw, marks = read_marked(Path(source))
     # Unset variables and validation errors are reported together, so one run shows them all.
-    raw, problems = substitute_env(raw, os.environ if env is None else env)
+    raw, unset_vars = substitute_env(raw, os.environ if env is None else env)
+    problems = [rename(p, raw, marks) for p in unset_vars]
     try:
         settings = model.model_validate(raw)
     except ValidationError as exc:
         # A key whose variable is unset has that problem, not also one about its empty value.
         unset = {p.partition(":")[0] for p in problems}
-        errors = [e for e in _format_errors(exc, raw) if e.partition(":")[0] not in unset]
+        found = _format_errors(exc, raw, model, marks)
+        errors = [e for e in found if e.partition(":")[0] not in unset]
         raise ConfigError(problems + errors) from exc
     if problems:
         raise ConfigError(problems)

@@ -11,8 +11,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from gateway.config.paths import item_path, rename
 from gateway.config.settings import Settings
-from gateway.policy.bundles import budget_warnings
+from gateway.policy.checks import bundle_warnings
 from gateway.runtime.http_guard import is_loopback
 
 # Values the example configs and docs use where the operator must put a real one: replace-me,
@@ -70,6 +71,33 @@ def config_warnings(settings: Settings) -> list[str]:
             shown = "" if secret else f" ({value!r})"
             kind = "a placeholder secret" if secret else "a placeholder"
             warnings.append(f"{path}: {kind}{shown}; set the real value (or its variable)")
+    # Paths as the file has them: integrations[console].routes[0].model, not integrations.0.…
+    data = settings.model_dump(by_alias=True, include={"experts", "integrations", "schedules"})
+    return [rename(w, data) for w in warnings]
+
+
+def budget_warnings(settings: Settings) -> list[str]:
+    """What ``check`` (and ``run``, in its log) says about routes and limits that will not do
+    what they seem to."""
+    warnings: list[str] = []
+    experts = {e.id: e for e in settings.experts}
+    for i, integ in enumerate(settings.integrations):
+        path = f"integrations.{i}"
+        declared = {v.name for v in integ.variables}
+        warnings += bundle_warnings(
+            path, integ.xpert_id, integ.routes, experts, settings.expert_kinds, declared
+        )
+        limited = any(
+            v is not None
+            for limits in (integ.limits, *(r.limits for r in integ.routes if r.limits))
+            for v in limits.as_json().values()
+        )
+        if limited and integ.session_scope != "chat":
+            warnings.append(
+                f"{path}.limits: with sessionScope {integ.session_scope} every "
+                f"{'sender' if integ.session_scope == 'chat_sender' else 'thread'} of a chat has "
+                "counters of its own, so the per-chat limits apply to each of them"
+            )
     return warnings
 
 
@@ -83,7 +111,7 @@ def exposure_warnings(settings: Settings) -> list[str]:
     shown = host or "all addresses"
     warnings: list[str] = []
     consoles = [
-        f"integrations.{i}"
+        item_path("integrations", settings.integrations, i)
         for i, integ in enumerate(settings.integrations)
         if integ.enabled and integ.platform == "console"
     ]

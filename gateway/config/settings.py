@@ -1,109 +1,26 @@
-"""Configuration: YAML validated by pydantic, camelCase keys, ``${ENV}`` substitution (§4).
-
-Integration models come from the installed adapters and expert models from the installed expert
-kinds (entry points), so the core never names a platform's or a backend's fields;
-:func:`build_settings_model` assembles the unions of whatever is installed.
-"""
+"""The settings model: every section of the file, the checks across sections (ids unique, every
+id naming something), and :func:`build_settings_model`, which takes the integration models of
+the installed adapters and the expert models of the installed expert kinds (entry points), so
+the core never names a platform's or a backend's fields (DESIGN.md §4)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Union
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    SecretStr,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, SecretStr, create_model, model_validator
 
 from gateway.config.audit import AuditSettings
-from gateway.config.model import GatewayModel as GatewayModel
-from gateway.config.redis import RedisSettings as RedisSettings
-from gateway.config.server import AdminSettings as AdminSettings
-from gateway.config.server import ServerSettings as ServerSettings
-from gateway.config.server import cpu_count as cpu_count
-from gateway.policy.bundles import Limits, bundle_problems
-from gateway.policy.bundles import Route as Route
-from gateway.triggers.event_settings import EventSource, unique_sources
+from gateway.config.bases import ExpertBase, IntegrationBase
+from gateway.config.model import GatewayModel
+from gateway.config.redis import RedisSettings
+from gateway.config.runtime import LoggingSettings, RuntimeSettings
+from gateway.config.server import AdminSettings, ServerSettings
+from gateway.experts.base import Expert
+from gateway.policy.checks import bundle_problems
 from gateway.triggers.schedule_settings import Schedules
-from gateway.triggers.watch import Watches, watch_problems
-
-if TYPE_CHECKING:
-    from gateway.experts.base import Expert
-
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-
-
-class ConfigError(ValueError):
-    """A configuration problem, one ``path: reason`` line per problem."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
-
-
-class ConfigFileError(ConfigError):
-    """The file itself could not be used: missing, unreadable, empty or not YAML."""
-
-
-class LoggingSettings(GatewayModel):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["auto", "console", "json"] = Field(
-        "auto", description="auto: console format in a terminal, JSON otherwise"
-    )
-
-
-class RuntimeSettings(GatewayModel):
-    lease_seconds: float = Field(
-        15, ge=1, description="Run lease; a crashed replica's turn is resumed after it expires"
-    )
-    dedup_ttl_hours: float = Field(24, ge=8, description="How long an event id is remembered")
-    shutdown_grace_seconds: float = Field(
-        20, ge=0, description="On SIGTERM, runs get this long to finish before being handed back"
-    )
-    max_turn_attempts: int = Field(3, ge=1, description="A turn that crashed this often fails")
-    max_concurrent_runs: int = Field(200, ge=1, description="Runs one replica executes at once")
-    due_shards: int = Field(
-        16,
-        ge=1,
-        le=1024,
-        description="Conversations are spread over this many due shards (hash slots on a Redis "
-        "Cluster); every replica on a keyPrefix must use the same number",
-    )
-    poll_interval_ms: int = Field(
-        200, ge=10, le=5000, description="How often the flusher looks for work of other replicas"
-    )
-    connection_lease_seconds: float = Field(
-        15,
-        ge=1,
-        description="Long connections (Lark, DingTalk stream, WeCom aibot_ws) are held by one "
-        "process of all; another takes over within this long after it died",
-    )
-    spool_max_bytes: int = Field(
-        64 * 1024 * 1024,
-        ge=0,
-        description="Bound of the local spool (dataDir/spool) that keeps long-connection events "
-        "while Redis is unreachable; 0 turns it off",
-    )
-
-
-class ExpertBase(GatewayModel):
-    """Options every expert has. Each expert kind (an ``Expert`` subclass registered under the
-    ``xpert_gateway.experts`` entry points) brings a subclass with ``kind: Literal["<kind>"]``."""
-
-    id: str = Field(pattern=ID_PATTERN)
-    kind: str
-
-
-def http_url(value: str) -> str:
-    """A validator for base URLs: http(s) only, without the trailing slash."""
-    if not value.startswith(("http://", "https://")):
-        raise ValueError("must be an http:// or https:// URL")
-    return value.rstrip("/")
+from gateway.triggers.watch import watch_problems
 
 
 def _secrets(expert: ExpertBase) -> dict[str, str]:
@@ -129,136 +46,6 @@ def rebuild_expert(
     if current is not None and current.id == data.get("id") and current.kind == data["kind"]:
         data.update(_secrets(current))
     return kind.settings_model.model_validate(data)
-
-
-class VariableDecl(GatewayModel):
-    """A conversation variable: kept with the session, written back by the expert."""
-
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-    type: Literal["string", "number", "boolean", "array", "object"] = "string"
-    default: Any = None
-    reducer: Literal["replace", "append", "merge"] = "replace"
-
-    @model_validator(mode="after")
-    def _reducer_fits(self) -> VariableDecl:
-        if self.reducer == "append" and self.type != "array":
-            raise ValueError("reducer append needs type array")
-        if self.reducer == "merge" and self.type != "object":
-            raise ValueError("reducer merge needs type object")
-        return self
-
-
-class IntegrationBase(GatewayModel):
-    """Options every integration has; adapters subclass it with their platform fields."""
-
-    id: str = Field(pattern=ID_PATTERN, description="integrationId")
-    platform: str
-    xpert_id: str = Field(description="The expert this integration talks to")
-    enabled: bool = True
-    summary_window_seconds: float = Field(
-        0, ge=0, le=600, description="Merge messages arriving within this many quiet seconds"
-    )
-    max_window_seconds: float = Field(
-        10,
-        ge=0,
-        le=3600,
-        description="A burst is dispatched at the latest this long after it began",
-    )
-    session_timeout_seconds: int = Field(3600, ge=1, description="Idle time that ends a session")
-    session_scope: Literal["chat", "chat_sender", "thread"] = "chat"
-    group_reply_strategy: Literal["mention_only", "all_messages"] = "mention_only"
-    busy_policy: Literal["collect", "steer", "reject"] = Field(
-        "collect",
-        description="A message arriving during a run: next turn, into the running agent (experts "
-        "that can be steered), or a 'busy' answer",
-    )
-    max_buffered_messages: int = Field(
-        100,
-        ge=1,
-        le=100_000,
-        description="Messages a conversation may have waiting for its turn; past it a message "
-        "is refused (the chat is told once) rather than stored",
-    )
-    max_buffered_bytes: int = Field(
-        2 * 1024 * 1024,
-        ge=64 * 1024,
-        le=512 * 1024 * 1024,
-        description="Bytes (stored JSON) a conversation may have waiting for its turn; past "
-        "it a message is refused (the chat is told once)",
-    )
-    update_interval_ms: int = Field(1000, ge=100, le=60_000, description="Card update throttle")
-    language: str | None = None
-    timezone: str | None = None
-    store_raw: bool = Field(False, description="Keep the platform payload with stored envelopes")
-    variables: list[VariableDecl] = Field(
-        default_factory=list, description="Conversation variables (also declarable per expert)"
-    )
-    project_id: str | None = Field(
-        None, description="XpertAI project: sys.workspace_path becomes /project/<projectId>/"
-    )
-    workspace_base_url: str | None = Field(
-        None, description="sys.workspace_url is this plus sys.workspace_path"
-    )
-    max_attachments_per_turn: int = Field(
-        10,
-        ge=0,
-        le=100,
-        description="Attachments a turn hands its expert; those past it are left out, and the "
-        "card says so",
-    )
-    max_attachment_bytes_per_turn: int = Field(
-        20 * 1024 * 1024,
-        ge=0,
-        description="Bytes of pictures a turn downloads for its expert (each at most 10 MiB); "
-        "those past it are left out, and the card says so",
-    )
-    history_context_limit: int = Field(
-        0, ge=0, le=200, description="Group messages the bot saw but was not asked about, per turn"
-    )
-    history_context_window_seconds: int = Field(
-        3600, ge=1, description="How long such group messages are kept for context"
-    )
-    memory_admins: list[str] = Field(
-        default_factory=list,
-        description="Sender ids allowed to /remember and /forget; empty: everyone in the chat",
-    )
-    schedule_admins: list[str] = Field(default_factory=list, description="Who may schedule")
-    schedule_min_interval_seconds: int = Field(
-        300,
-        ge=0,
-        le=86_400,
-        description="Schedules made in a chat (/schedule, routines) must not fire more often "
-        "than this; 0: no minimum. The admin API and the config file are not held to it",
-    )
-    approvers: list[str] = Field(
-        default_factory=list,
-        description="Sender ids who may also answer Confirm / Reject of another's turn; empty: "
-        "only the sender of the interrupted turn (routes may set their own)",
-    )
-    routes: list[Route] = Field(default_factory=list, description="Access bundles per chat")
-    limits: Limits = Field(default_factory=Limits, description="Budgets; routes override them")
-    watches: Watches = Field(default_factory=list, description="Group watch: start turns unasked")
-    events: Annotated[list[EventSource], AfterValidator(unique_sources)] = Field(
-        default_factory=list, description="Signed external events (GitHub, GitLab, generic)"
-    )
-
-    @model_validator(mode="after")
-    def _windows(self) -> IntegrationBase:
-        if self.max_window_seconds < self.summary_window_seconds:
-            raise ValueError("maxWindowSeconds must be at least summaryWindowSeconds")
-        return self
-
-    @field_validator("timezone")
-    @classmethod
-    def _tz(cls, value: str | None) -> str | None:
-        if value is not None:
-            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-            try:
-                ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError) as exc:
-                raise ValueError(f"unknown time zone {value!r}") from exc
-        return value
 
 
 class Settings(GatewayModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.outbound import Outbound

@@ -40,3 +40,5 @@ class AdapterContext:
     connection_lease_ms: int = 15_000
     # (integrationId, platform) -> the hook its API clients report each call to (metrics).
     api_calls: Callable[[str, str], ApiCalls] = _uncounted
+    # Whether the admin API (/v1.0) is on now (admin.token set; a reload may change it).
+    admin_api: Callable[[], bool] = lambda: False

@@ -11,7 +11,7 @@ from typing import Generic, Protocol, TypeVar
 
 from aiohttp import web
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import Adapter, LiveAdapters
 from gateway.edge.context import AdapterContext
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from gateway.config.settings import ExpertBase
+from gateway.config.bases import ExpertBase
 from gateway.events import RunEvent
 
 if TYPE_CHECKING:

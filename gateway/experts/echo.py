@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gateway.config.settings import ExpertBase
+from gateway.config.bases import ExpertBase
 from gateway.events import (
     Finished,
     Interrupt,

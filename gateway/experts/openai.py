@@ -11,7 +11,8 @@ import aiohttp
 import structlog
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.config.settings import ExpertBase, VariableDecl, http_url
+from gateway.config.bases import ExpertBase, VariableDecl
+from gateway.config.model import http_url
 from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
 from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Literal, get_args, get_origin
 
-from gateway.config.settings import ExpertBase
+from gateway.config.bases import ExpertBase
 from gateway.errors import GatewayError
 from gateway.experts.base import Expert, ExpertContext
 from gateway.policy.bundles import option_problems
@@ -51,7 +51,7 @@ def checked_kind(name: str, target: object, *, where: str = "") -> type[Expert]:
     model = getattr(target, "settings_model", None)
     if not (isinstance(model, type) and issubclass(model, ExpertBase)):
         raise ExpertKindError(
-            f"{label}: settings_model must subclass gateway.config.settings.ExpertBase"
+            f"{label}: settings_model must subclass gateway.config.bases.ExpertBase"
         )
     tag = model.model_fields["kind"].annotation
     if get_origin(tag) is not Literal or get_args(tag) != (name,):

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from gateway.config.settings import ExpertBase
+from gateway.config.bases import ExpertBase
 from gateway.events import (
     Finished,
     Interrupt,

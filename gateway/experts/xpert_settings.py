@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.config.settings import ExpertBase, VariableDecl, http_url
+from gateway.config.bases import ExpertBase, VariableDecl
+from gateway.config.model import http_url
 
 
 class XpertExpertSettings(ExpertBase):

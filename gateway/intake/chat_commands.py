@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
 from gateway.intake.commands import HELP_TEXT

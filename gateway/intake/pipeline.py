@@ -16,7 +16,8 @@ from typing import Any
 import structlog
 
 from gateway.clock import now_ms
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.conversation import ConversationId
 from gateway.edge.adapter import Adapter
 from gateway.edge.ingest import IngestOutcome, IngestUnavailable, ShuttingDown

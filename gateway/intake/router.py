@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
 from gateway.intake.commands import Command, parse_command

@@ -25,7 +25,8 @@ from typing import Any, cast
 import structlog
 from aiohttp import web
 
-from gateway.config.settings import ID_PATTERN, Settings
+from gateway.config.model import ID_PATTERN
+from gateway.config.settings import Settings
 from gateway.errors import Refused
 from gateway.ops.admin import Handler, fail, ok
 from gateway.turns.records import TURN_OUTCOMES

@@ -1,1 +1,2 @@
-"""Policy: what a chat may do - its route (expert), its access bundle and its budgets."""
+"""Policy: what a chat may do - its route (which expert), its access bundle (model, tools,
+variables) and its budgets."""

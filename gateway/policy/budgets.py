@@ -1,4 +1,4 @@
-"""Budgets: ``limits`` per integration, overridden per route (gateway/policy/bundles.py),
+"""Budgets: ``limits`` per integration, overridden per route (gateway/policy/limits.py),
 enforced at intake and reported by ``GET /v1.0/usage`` (gateway/ops/usage_api.py).
 
 What counts, and when: a message that opens a new burst is a turn, counted when it is accepted
@@ -30,10 +30,11 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from gateway.clock import now_ms
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
-from gateway.policy.bundles import Limits, route_of
+from gateway.policy.limits import Limits
+from gateway.policy.route import route_of
 from gateway.policy.routing import route
 from sessions import BufferCap, ClaimRequest, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult, BudgetLimits, BudgetStore

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.envelope import Envelope
-from gateway.policy.bundles import route_of
+from gateway.policy.route import route_of
 
 
 def named_expert(integration: IntegrationBase, envelope: Envelope) -> str | None:

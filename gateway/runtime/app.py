@@ -17,8 +17,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from gateway.config.bases import IntegrationBase
 from gateway.config.live import LiveSettings
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.context import AdapterContext
 from gateway.edge.factory import AdapterFactory, discover_adapters
@@ -245,6 +246,7 @@ class Gateway:
             public_url=s.server.public_url,
             connection_lease_ms=int(s.runtime.connection_lease_seconds * 1000),
             api_calls=self.metrics.api_calls,
+            admin_api=lambda: self.settings.admin.token is not None,
         )
         self.context = context
         for integ in s.integrations:

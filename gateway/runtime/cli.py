@@ -9,26 +9,22 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from gateway import __version__
+from gateway.config.errors import ConfigError, ConfigFileError
 from gateway.config.file import load_settings
 from gateway.config.hints import config_warnings, redis_summary
-from gateway.config.settings import (
-    ConfigError,
-    ConfigFileError,
-    Settings,
-    build_settings_model,
-    cpu_count,
-)
+from gateway.config.server import cpu_count
+from gateway.config.settings import Settings, build_settings_model
 from gateway.edge.factory import discover_adapters
 from gateway.experts import discover_experts
 from gateway.logging import configure_logging, silence
-from gateway.policy.bundles import Limits
+from gateway.policy.limits import Limits
+from gateway.triggers.cron import iso
 from gateway.triggers.schedule_book import entries_of
 
 
@@ -65,16 +61,31 @@ def _load_or_report(path: str) -> Settings | None:
 
 
 def _print_schedules(settings: Settings) -> None:
-    """The config's schedules with their next fire time (runtime ones live in Redis)."""
+    """The config's schedules with their next fire times, in each schedule's own time zone
+    (runtime ones live in Redis)."""
     entries = entries_of(settings, {})
     if entries:
         print("schedules:")
     now = int(time.time() * 1000)
     for entry in entries:
         s = entry.schedule
-        nxt = entry.next_fire(now)
-        when = "never" if nxt is None else datetime.fromtimestamp(nxt / 1000, UTC).isoformat()
+        fires: list[str] = []
+        at: int | None = now
+        while at is not None and len(fires) < 2:
+            at = entry.next_fire(at)
+            if at is not None and entry.cron is not None:
+                fires.append(iso(at, entry.cron.tz))
+        when = ", then ".join(fires) if fires else "never"
         print(f"  {s.id}: {s.cron!r} {entry.zone} in {s.integration_id}/{s.chat_id}, next {when}")
+
+
+def _admin_summary(settings: Settings) -> str:
+    """Whether the admin API is on, and where."""
+    if settings.admin.token is None:
+        return "off (set admin.token to turn it on)"
+    server = settings.server
+    base = (server.public_url or f"http://{server.host}:{server.port}").rstrip("/")
+    return f"on at {base}/v1.0 (bearer admin.token)"
 
 
 def _limits(limits: Limits) -> str:
@@ -100,6 +111,7 @@ def _check(args: argparse.Namespace) -> int:
     workers = settings.server.worker_count()
     processes = f" ({workers} worker processes)" if workers > 1 else ""
     print(f"server: http://{settings.server.host}:{settings.server.port}{processes}")
+    print(f"admin API: {_admin_summary(settings)}")
     print("experts:")
     for expert in settings.experts:
         print(f"  {expert.id} ({expert.kind})")

@@ -18,7 +18,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from gateway.config.settings import ConfigError, Settings
+from gateway.config.errors import ConfigError
+from gateway.config.settings import Settings
 from gateway.errors import GatewayError
 from gateway.runtime.app import Gateway
 

@@ -29,7 +29,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from gateway.config.settings import ServerSettings
+from gateway.config.server import ServerSettings
 from gateway.edge.body import BodyTimeout
 
 log = structlog.get_logger("gateway.http")

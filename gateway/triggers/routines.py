@@ -22,7 +22,8 @@ from typing import Any
 
 import structlog
 
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope

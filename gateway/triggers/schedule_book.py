@@ -13,7 +13,8 @@ import structlog
 from pydantic import ValidationError
 
 from gateway.clock import now_ms
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.errors import Refused, first_problem
 from gateway.triggers.cron import Cron, CronError, iso, min_gap_seconds
 from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig, problems_of

@@ -9,15 +9,25 @@ which sees the sections validated before it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
 from gateway.config.model import GatewayModel
 from gateway.triggers.cron import Cron, CronError
 
-if TYPE_CHECKING:
-    from gateway.config.settings import Settings
+
+class _Zoned(Protocol):
+    @property
+    def timezone(self) -> str | None: ...
+
+
+class Integrations(Protocol):
+    """What a schedule asks of the settings: its integration, for the time zone (the settings
+    model holds the schedules, so this module cannot name it)."""
+
+    def integration(self, integration_id: str, /) -> _Zoned | None: ...
+
 
 SCHEDULE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -51,14 +61,14 @@ class ScheduleConfig(GatewayModel):
             raise ValueError(f"schedule {self.id!r}: {exc}") from None
         return self
 
-    def zone_name(self, settings: Settings) -> str:
+    def zone_name(self, settings: Integrations) -> str:
         """The time zone it fires in: its own, else its integration's, else UTC."""
         if self.timezone:
             return self.timezone
         integ = settings.integration(self.integration_id)
         return (integ.timezone if integ is not None else None) or "UTC"
 
-    def parsed(self, settings: Settings) -> Cron:
+    def parsed(self, settings: Integrations) -> Cron:
         return Cron.parse(self.cron, self.zone_name(settings))
 
 

@@ -140,7 +140,7 @@ def _unique(watches: list[Watch]) -> list[Watch]:
     return watches
 
 
-# The field of IntegrationBase (gateway.config.settings): ids unique within the integration.
+# The field of IntegrationBase (gateway.config.bases): ids unique within the integration.
 Watches = Annotated[list[Watch], AfterValidator(_unique)]
 
 

@@ -21,8 +21,9 @@ import structlog
 from aiohttp import web
 from pydantic import StrictBool, ValidationError
 
+from gateway.config.bases import IntegrationBase
 from gateway.config.model import GatewayModel
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.settings import Settings
 from gateway.edge.body import body_text, json_object, read_body
 from gateway.errors import Refused, first_problem
 from gateway.ops.admin import Handler, fail, ok

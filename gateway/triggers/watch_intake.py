@@ -31,7 +31,8 @@ from typing import Any, Literal
 import structlog
 from pydantic import ValidationError
 
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.conversation import ConversationId
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, Trigger

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from gateway.config.settings import IntegrationBase
+from gateway.config.bases import IntegrationBase
 from gateway.edge.approvers import approvers_for
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, asker_of

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.envelope import Envelope
 from gateway.policy.bundles import bundled
 from gateway.policy.routing import named_expert, route

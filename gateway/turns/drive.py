@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from gateway.config.settings import VariableDecl
+from gateway.config.bases import VariableDecl
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent

@@ -12,7 +12,8 @@ from typing import TypeVar
 
 import structlog
 
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.events import StepEvent

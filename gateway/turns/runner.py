@@ -17,7 +17,8 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.clock import now_ms
-from gateway.config.settings import IntegrationBase, Settings
+from gateway.config.bases import IntegrationBase
+from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.platform_api import log_failure
 from gateway.envelope import Envelope

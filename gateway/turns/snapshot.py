@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.config.settings import ExpertBase, IntegrationBase, Settings, VariableDecl
+from gateway.config.bases import ExpertBase, IntegrationBase, VariableDecl
+from gateway.config.settings import Settings
 
 # The integration options a session keeps (``snapshot_of``), read back by SnapshotOptions.
 KEPT_OPTIONS = {

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 
-from gateway.config.settings import ExpertBase
+from gateway.config.bases import ExpertBase
 from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta
 from gateway.experts import Decision, Expert, ExpertContext, TurnInput
 

@@ -1,6 +1,7 @@
 // Xpert Gateway console: the Sessions page. Live and recent sessions from the admin API
 // (/v1.0, bearer admin.token: asked once, kept in this tab's sessionStorage), each opening its
-// audit trail as a timeline per turn. Plain JS, no build step.
+// audit trail as a timeline per turn; when the admin API is off (the console's api/config says
+// so) the page says that instead of asking for a token. Plain JS, no build step.
 (() => {
   "use strict";
   const { $, el } = window.xgwDom;
@@ -8,7 +9,7 @@
   const OUTCOMES = ["done", "error", "cancelled", "interrupted", "handback", "gave_up", "refused"];
   const MARK = { done: "✓", failed: "✗", cancelled: "–", running: "…" };
   const REFRESH_MS = 5000;
-  const state = { open: null, sessions: [], timer: null, gen: 0, integrations: new Set() };
+  const state = { open: null, sessions: [], timer: null, gen: 0, run: 0, integrations: new Set() };
 
   class ApiError extends Error {
     constructor(status, code, msg) { super(msg); this.status = status; this.code = code; }
@@ -83,14 +84,18 @@
     $("#token-error").textContent = message || "";
     $("#token").focus();
   }
+  function adminOff() {
+    stopPolling();
+    $("#token-form").hidden = true;
+    $("#sessions-body").hidden = true;
+    $("#admin-off").hidden = false;
+  }
   function failed(e) {
     if (e.status === 401) {
       sessionStorage.removeItem(TOKEN_KEY);
       needToken(e.message === "The admin token is needed." ? "" : "That token was refused.");
     } else if (e.status === 404 && e.code === "admin_disabled") {
-      $("#token-form").hidden = true;
-      $("#sessions-body").hidden = true;
-      $("#admin-off").hidden = false;
+      adminOff();
     } else {
       $("#sessions-error").textContent = e.message;
       $("#sessions-error").hidden = false;
@@ -103,9 +108,26 @@
   function stopPolling() {
     clearInterval(state.timer);
     state.timer = null;
+    state.run++; // a start() still waiting for api/config must not start polling after this
+  }
+  // Whether the admin API is on, from the console's own config: no token is needed to know.
+  // Asked each time the page opens, as a reload may set or remove admin.token.
+  async function adminApiOn() {
+    try {
+      const res = await fetch("api/config", { cache: "no-store" });
+      if (!res.ok) return true; // not known: ask for the token, and the API will tell
+      return (await res.json()).adminApi !== false;
+    } catch (_) {
+      return true;
+    }
   }
   async function start() {
     stopPolling();
+    const run = state.run;
+    const on = await adminApiOn();
+    if (run !== state.run) return; // left the page, or started again, meanwhile
+    if (!on) { adminOff(); return; }
+    $("#admin-off").hidden = true;
     if (!sessionStorage.getItem(TOKEN_KEY)) { needToken(""); return; }
     $("#token-form").hidden = true;
     $("#sessions-body").hidden = false;
