@@ -10,13 +10,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from aiohttp import web
 
 from gateway import __version__
+from gateway.clock import now_ms
 from gateway.config.live import LiveSettings
 from gateway.config.settings import IntegrationBase, Settings
 from gateway.edge.adapter import (
@@ -35,6 +36,7 @@ from gateway.ops.audit_api import AuditApi
 from gateway.ops.health import Health
 from gateway.ops.metrics import Metrics
 from gateway.ops.usage_api import UsageApi
+from gateway.runtime import quiet
 from gateway.runtime.http_guard import guard
 from gateway.triggers import external
 from gateway.triggers.schedule_api import ScheduleApi
@@ -70,6 +72,7 @@ class Gateway:
         factories: dict[str, AdapterFactory] | None = None,
         worker: int | None = None,
         embedded_redis_url: str | None = None,
+        clock: Callable[[], int] = now_ms,
     ):
         self.live = LiveSettings(settings)  # the current settings; a reload replaces them there
         self.factories = factories if factories is not None else discover_adapters()
@@ -82,6 +85,8 @@ class Gateway:
         self.redis: RedisHandle | None = None
         self.adapters: dict[str, Adapter] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.clock = clock  # epoch ms of pipeline, runner, flusher and scheduler (tests move it)
+        self.ingests = quiet.InFlight()  # ingests under way (``idle``)
         self.metrics = Metrics()
         self.started_at = time.time()
         self.stopping = False
@@ -167,12 +172,14 @@ class Gateway:
             history=HistoryStore(client=client, keys=keys),
             records=self.records,
             observer=self.metrics,
+            clock=self.clock,
         )
         self.flusher = Flusher(
             store=self.store,
             runner=self.runner,
             poll_ms=s.runtime.poll_interval_ms,
             max_runs=s.runtime.max_concurrent_runs,
+            clock=self.clock,
         )
         self.control = Control(store=self.store)
         self.pipeline = Pipeline(
@@ -184,15 +191,17 @@ class Gateway:
             spawn=self.spawn,
             control=self.control,
             claims=self.flusher,
+            clock=self.clock,
         )
         self.pipeline.budgets.observer = self.metrics  # refusals: xgw_budget_refusals_total
-        ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
+        ingest = self.ingests.wrap(self.metrics.wrap_ingest(self.pipeline.ingest))
         self.scheduler = Scheduler(
             store=self.pipeline.schedules.book.store,
             settings=self.live,
             ingest=ingest,
             adapters=self.adapters,
             owner=self.replica_id,
+            clock=self.clock,
         )
         self.pipeline.schedules.on_change = self.scheduler.wake
         # Long connections whose platform never delivers an event again spool it while Redis
@@ -239,6 +248,11 @@ class Gateway:
             integrations=list(self.adapters),
             embedded_redis=self.redis.embedded is not None,
         )
+
+    async def idle(self, timeout: float = 10.0) -> None:
+        """Return once nothing is under way here (gateway.runtime.quiet): what a test awaits
+        instead of sleeping to see that nothing more happens."""
+        await quiet.idle(self, timeout)
 
     def _store_raw(self, integration_id: str) -> bool:
         integ = self.settings.integration(integration_id)

@@ -61,6 +61,7 @@ class Flusher:
         self._riding: dict[str, ClaimTicket] = {}  # claims sent with an intake, not yet answered
         self._read_all_at: int | None = None
         self._stopping = False
+        self._ticking = False
         self.claims = 0
 
     def wake(self, due_ms: int, conversation: str | None = None) -> None:
@@ -112,6 +113,17 @@ class Flusher:
             self.claims += 1
         return True
 
+    def busy(self) -> bool:
+        """A tick is under way, or one is due now (a local intake's claim, a woken shard, a
+        shard whose soonest work is due): Gateway.idle reads it."""
+        now = self.clock()
+        return (
+            self._ticking
+            or self._event.is_set()
+            or bool(self._direct or self._riding or self._woken)
+            or any(at <= now for at in self._next.values())
+        )
+
     def stop(self) -> None:
         self._stopping = True
         self._event.set()
@@ -122,7 +134,11 @@ class Flusher:
         # flusher must never die, or this replica would stop claiming work.
         while not self._stopping:
             try:
-                await self._tick()
+                self._ticking = True
+                try:
+                    await self._tick()
+                finally:
+                    self._ticking = False
                 await self._sleep()
                 backoff = 0.1
             except Exception as exc:
