@@ -7,8 +7,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 TOKEN = "admin-secret-token"
 

@@ -19,8 +19,16 @@ import redis.asyncio as aioredis
 
 from adapters.console import inbound
 from sessions.connection import EmbeddedRedis
-from tests.conftest import Gateways, base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway, free_port, kill_named, named
+from tests.support.configs import base_config
+from tests.support.helpers import (
+    ConsoleClient,
+    Gateways,
+    InProcessGateway,
+    free_port,
+    kill_named,
+    named,
+)
+from tests.support.waits import eventually
 
 VALID = {
     "integrationId": "console",

@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from adapters.dingtalk.crypto import sign_action, verify_action
-from tests.conftest import eventually
-from tests.dingtalk_support import SECRET, DingTalkHarness, robot_message, running
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.support.dingtalk import SECRET, DingTalkHarness, robot_message, running
+from tests.support.waits import eventually
 
 Harness = tuple[FakeDingTalk, DingTalkHarness]
 

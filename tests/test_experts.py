@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import base_config
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
-from tests.helpers import free_port
+from tests.support.configs import base_config
+from tests.support.helpers import free_port
 
 
 async def serve(app: web.Application) -> AsyncIterator[str]:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import Gateways, base_config, eventually
-from tests.helpers import ROOT, ConsoleClient, DaemonProcess
+from tests.support.configs import base_config
+from tests.support.helpers import ROOT, ConsoleClient, DaemonProcess, Gateways
+from tests.support.waits import eventually
 
 TOKEN = "exposure-admin-token-0123"
 MESSAGE = {"integrationId": "console", "chatId": "team", "chatType": "group",

@@ -22,12 +22,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tests.conftest import base_config, eventually
-from tests.dingtalk_support import running as dingtalk_running
 from tests.fakes.lark import FakeLark
-from tests.helpers import ConsoleClient, InProcessGateway
-from tests.lark_support import INTEGRATION, lark_integration
-from tests.wecom_support import AES_KEY, TOKEN
+from tests.support.configs import base_config
+from tests.support.dingtalk import running as dingtalk_running
+from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.lark import INTEGRATION, lark_integration
+from tests.support.waits import eventually
+from tests.support.wecom import AES_KEY, TOKEN
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 GITHUB_SECRET = "It's a Secret to Everybody"

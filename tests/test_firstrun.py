@@ -30,9 +30,10 @@ from gateway.config.settings import ConfigFileError
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config, eventually
-from tests.helpers import ROOT, ConsoleClient, free_port
-from tests.workers_support import Supervised
+from tests.support.configs import base_config
+from tests.support.helpers import ROOT, ConsoleClient, free_port
+from tests.support.waits import eventually
+from tests.support.workers import Supervised
 
 QUICKSTART = ROOT / "config" / "gateway.yaml"
 COMPOSE = ROOT / "docker-compose.yml"
@@ -74,7 +75,7 @@ def quickstart(data_dir: Path) -> dict[str, Any]:
 
 
 class Daemon(Supervised):
-    """``python -m gateway run`` as a terminal runs it (tests/workers_support.py), started when
+    """``python -m gateway run`` as a terminal runs it (tests/support/workers.py), started when
     ``/healthz`` answers."""
 
     async def start(self) -> None:  # type: ignore[override]

@@ -1,7 +1,7 @@
 """Every HTTP endpoint fuzzed with malformed, forged and (correctly signed) ill-typed requests:
 no answer is a 5xx, nothing logs a traceback or an error, and nothing a refused request sent is
 stored (the gateway's whole Redis key set is unchanged). Seeded (hypothesis, derandomized), a few
-thousand cases per endpoint; the gateway is the one of ``hostile_support``."""
+thousand cases per endpoint; the gateway is the one of ``tests.support.hostile``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hostile_support import (
+from tests.support.hostile import (
     ADMIN_TOKEN,
     Hostile,
     dingtalk_headers,
@@ -28,7 +28,7 @@ from tests.hostile_support import (
     wecom_aibot_signed,
     wecom_app_signed,
 )
-from tests.lark_support import card_click, message_event
+from tests.support.lark import card_click, message_event
 
 CASES = 1000  # per test; each endpoint meets two or three of them: the module takes ~1.5 min
 

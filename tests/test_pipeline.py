@@ -12,8 +12,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder
-from tests.conftest import BOTH_REDIS, base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 pytestmark = BOTH_REDIS
 

@@ -18,8 +18,10 @@ from gateway.config.settings import Settings
 from gateway.envelope import Envelope
 from gateway.runtime.cli import settings_model
 from gateway.triggers.schedules import Scheduler
-from tests.conftest import BOTH_REDIS, base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 TOKEN = "admin-secret-token"
 

@@ -13,8 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.triggers.schedules import Scheduler
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.waits import eventually
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from gateway.config.settings import IntegrationBase
 from gateway.conversation import ConversationId
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from sessions import KeyBuilder
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 
 def envelope(chat_type: str, thread: str | None = None) -> Envelope:

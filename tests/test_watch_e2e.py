@@ -9,8 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 from tests.test_admin_memory import TOKEN, admin
 
 INCIDENTS = {"id": "incidents", "match": {"keywords": ["P0"]}, "text": "Triage this."}

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.hostile_support import ADMIN_TOKEN, Hostile, hostile_gateway, request
+from tests.support.hostile import ADMIN_TOKEN, Hostile, hostile_gateway, request
 from tests.test_fuzz import bodies, check, fuzz, json_values, junk_query, mutated, nasty_strings
 
 BASE = "/v1.0/integrations/console/watches"

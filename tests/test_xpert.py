@@ -11,10 +11,11 @@ import pytest
 
 from sessions.keys import KeyBuilder
 from sessions.records_admin import SessionRecords
-from tests.conftest import base_config, eventually
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import dumps
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 from tests.test_admin_memory import TOKEN, admin
 from tests.test_experts import serve
 
@@ -231,8 +232,8 @@ async def test_variables_go_only_when_new_or_changed_and_the_agents_writes_come_
 async def test_a_picture_reaches_the_agent_as_an_inline_file(
     xpert: tuple[FakeXpertAI, str], prefix: str, redis_client: Any
 ) -> None:
-    from tests.dingtalk_support import robot_message, running
     from tests.fakes.dingtalk import PNG
+    from tests.support.dingtalk import robot_message, running
 
     fake, url = xpert
     experts = [{"id": "sales", "kind": "xpert", "baseUrl": url, "apiKey": API_KEY}]

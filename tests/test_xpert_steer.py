@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import gateway.experts.xpert as xpert_module
-from tests.conftest import eventually
 from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_agent import Run
+from tests.support.waits import eventually
 from tests.test_experts import serve
 from tests.test_xpert import config
 

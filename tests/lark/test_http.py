@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import RawConnection as Conn
-from tests.helpers import raw_post
-from tests.lark_support import INTEGRATION, LarkHarness, final_card, message_event, sealed
+from tests.support.helpers import RawConnection as Conn
+from tests.support.helpers import raw_post
+from tests.support.lark import INTEGRATION, LarkHarness, final_card, message_event, sealed
+from tests.support.waits import eventually
 
 PATH = f"/api/lark/webhook/{INTEGRATION}"
 

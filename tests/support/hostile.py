@@ -33,10 +33,10 @@ from wechatpy.crypto import PrpCrypto, _get_signature
 
 from adapters.dingtalk.crypto import robot_sign
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config
-from tests.helpers import InProcessGateway, free_port
-from tests.lark_support import sealed
-from tests.wecom_support import AES_KEY, CORP_ID, TOKEN, encrypt_xml
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway, free_port
+from tests.support.lark import sealed
+from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, encrypt_xml
 
 T = TypeVar("T")
 LARK_TOKEN = "v_token_test"

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 
 from adapters.lark.crypto import EventCipher
-from tests.conftest import base_config
 from tests.fakes.lark import BOT_OPEN_ID, FakeLark
-from tests.helpers import InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
 
 APP_ID = "cli_test"
 TOKEN = "v_token_test"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from tests.helpers import free_port
+from tests.support.helpers import free_port
 
 
 def redis_executable() -> str:

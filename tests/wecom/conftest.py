@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import CORP_ID
+from tests.support.helpers import InProcessGateway
+from tests.support.wecom import CORP_ID
 
 
 @pytest.fixture

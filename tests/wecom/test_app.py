@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio as aioredis
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import (
     AES_KEY,
     ECHO_SLOW,
     SAMPLE_BODY,
@@ -313,7 +313,7 @@ def test_two_buttons_clicked_in_one_second_are_two_clicks_and_a_retry_is_one() -
     from adapters.wecom.cards import button_key
     from adapters.wecom.events import app_envelope, parse_app_xml
     from gateway.progress import Progress
-    from tests.wecom_support import card_click
+    from tests.support.wecom import card_click
 
     progress = Progress(turn_id="t1", conversation="wc|p2p:alice", status="done")
     stop, new = button_key(progress, "retry"), button_key(progress, "new")

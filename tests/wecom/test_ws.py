@@ -8,10 +8,10 @@ import itertools
 import json
 from typing import Any
 
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import (
     ECHO_SLOW,
     aibot_click,
     aibot_message,

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 
 from adapters.wecom.events import aibot_envelope
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import ECHO_SLOW, aibot_click, aibot_message, start_gateway
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import ECHO_SLOW, aibot_click, aibot_message, start_gateway
 
 
 async def ws_gateway(
