@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tests.support.admin import TOKEN, admin
 from tests.support.configs import base_config
 from tests.support.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
 from tests.support.waits import eventually
-from tests.test_admin_memory import TOKEN, admin
 
 
 def config(prefix: str, **integration: Any) -> dict[str, Any]:

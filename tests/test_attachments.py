@@ -13,8 +13,8 @@ from aiohttp import web
 from tests.fakes.dingtalk import PNG
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.support.dingtalk import robot_message, running
+from tests.support.helpers import serve
 from tests.support.waits import eventually
-from tests.test_experts import serve
 
 
 @pytest.fixture

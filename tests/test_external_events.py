@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import redis.asyncio as aioredis
 from tests.fakes.lark import FakeLark
 from tests.support.configs import base_config
 from tests.support.dingtalk import running as dingtalk_running
+from tests.support.events import GENERIC_SECRET, generic, post, sign
 from tests.support.helpers import ConsoleClient, InProcessGateway
 from tests.support.lark import INTEGRATION, lark_integration
 from tests.support.waits import eventually
@@ -33,7 +33,6 @@ from tests.support.wecom import AES_KEY, TOKEN
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 GITHUB_SECRET = "It's a Secret to Everybody"
 GITLAB_TOKEN = "gl-token-3f9a"
-GENERIC_SECRET = "generic-secret-77"
 PR_CONVERSATION = "console|group:team:t:github:pr:Codertocat/Hello-World#2"
 
 
@@ -70,18 +69,6 @@ def events_config(prefix: str, **integration: Any) -> dict[str, Any]:
     return cfg
 
 
-def sign(secret: str, body: bytes) -> str:
-    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-async def post(
-    client: ConsoleClient, path: str, body: bytes, headers: dict[str, str]
-) -> tuple[int, dict[str, Any]]:
-    headers = {"Content-Type": "application/json", **headers}
-    async with client.http.post(client.base + path, data=body, headers=headers) as resp:
-        return resp.status, await resp.json(content_type=None)
-
-
 async def github(
     client: ConsoleClient,
     event: str,
@@ -107,21 +94,6 @@ async def gitlab(
     if key is not None:
         headers["Idempotency-Key"] = key
     return await post(client, "/api/events/console/gitlab", body, headers)
-
-
-async def generic(
-    client: ConsoleClient,
-    data: dict[str, Any],
-    *,
-    delivery: str | None = None,
-    prefix: bool = True,
-    integration: str = "console",
-) -> tuple[int, dict[str, Any]]:
-    body = json.dumps(data).encode()
-    headers = {"X-Signature-256": ("sha256=" if prefix else "") + sign(GENERIC_SECRET, body)}
-    if delivery:
-        headers["X-Delivery-Id"] = delivery
-    return await post(client, f"/api/events/{integration}/generic", body, headers)
 
 
 def answers(cards: list[dict[str, Any]]) -> list[str]:

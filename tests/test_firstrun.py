@@ -30,48 +30,13 @@ from gateway.config.settings import ConfigFileError
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis
+from tests.support.cli import QUICKSTART, processes_mentioning, quickstart, run_cli
 from tests.support.configs import base_config
 from tests.support.helpers import ROOT, ConsoleClient, free_port
 from tests.support.waits import eventually
 from tests.support.workers import Supervised
 
-QUICKSTART = ROOT / "config" / "gateway.yaml"
 COMPOSE = ROOT / "docker-compose.yml"
-
-
-# --- helpers ---------------------------------------------------------------------------------
-def run_cli(
-    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (the process list, from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if text.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-    return found
-
-
-def quickstart(data_dir: Path) -> dict[str, Any]:
-    """The quick-start config (embedded Redis, console, echo) with its data under ``data_dir``."""
-    config: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
-    config["dataDir"] = str(data_dir)
-    config["logging"] = {"level": "info", "format": "json"}
-    return config
 
 
 class Daemon(Supervised):

@@ -126,7 +126,7 @@ async def test_a_failed_turn_can_be_retried_again_from_the_same_card(
     make_gateway: Callable[..., Any], prefix: str
 ) -> None:
     from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
-    from tests.test_experts import serve
+    from tests.support.helpers import serve
 
     fake = FakeOpenAI(fail_with=[500, 500])
     async for url in serve(fake.app()):

@@ -28,12 +28,12 @@ from gateway.intake.spool import store_identity
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import main, settings_model
 from sessions import KeyBuilder
+from tests.support.cli import processes_mentioning, quickstart, run_cli
 from tests.support.configs import base_config
 from tests.support.helpers import ROOT, ConsoleClient, InProcessGateway, free_port
 from tests.support.redis_targets import REDIS_URL
 from tests.support.waits import eventually
 from tests.support.workers import ONE_EACH, Supervised, alive, platforms
-from tests.test_firstrun import processes_mentioning, quickstart, run_cli
 
 slow = pytest.mark.slow
 

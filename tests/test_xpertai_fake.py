@@ -13,8 +13,8 @@ import pytest
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import Stream, parse_stream_id
 from tests.fakes.xpertai_input import HttpError, node_b64decode, reduce_variable
+from tests.support.helpers import serve
 from tests.support.waits import eventually
-from tests.test_experts import serve
 
 Api = tuple[FakeXpertAI, "Client"]
 

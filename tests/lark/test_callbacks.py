@@ -11,7 +11,7 @@ import pytest
 
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.support.helpers import InProcessGateway
+from tests.support.helpers import InProcessGateway, serve
 from tests.support.lark import (
     LarkHarness,
     answer,
@@ -22,7 +22,6 @@ from tests.support.lark import (
     reply_to,
 )
 from tests.support.waits import eventually
-from tests.test_experts import serve
 
 
 def buttons(card: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from gateway.envelope import Chat, Envelope, Sender
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.support.helpers import InProcessGateway
+from tests.support.helpers import InProcessGateway, serve
 from tests.support.lark import (
     INTEGRATION,
     TOKEN,
@@ -26,17 +26,9 @@ from tests.support.lark import (
     message_event,
     reply_to,
     sealed,
+    stored_keys,
 )
 from tests.support.waits import eventually
-from tests.test_experts import serve
-
-
-async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:
-    return [
-        k
-        async for k in redis_client.scan_iter(match=f"{prefix}:*")
-        if ":dedup" in k or ":burst" in k or ":turn" in k
-    ]
 
 
 async def test_signed_encrypted_message_gets_one_quoting_card_patched_to_done(

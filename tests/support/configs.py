@@ -1,10 +1,11 @@
 """The base config of the tests: one console integration, a fast echo expert, short leases, on
-the running test's Redis target and key prefix."""
+the running test's Redis target and key prefix; an OpenAI-compatible expert's entry."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tests.fakes.experts import OPENAI_KEY
 from tests.support.redis_targets import current
 
 
@@ -27,4 +28,16 @@ def base_config(prefix: str, **integration: Any) -> dict[str, Any]:
             {"id": "echo", "kind": "echo", "stepDelayMs": 20, "charDelayMs": 2, "chunkChars": 4}
         ],
         "integrations": [console],
+    }
+
+
+def openai_expert(url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "gpt",
+        "kind": "openai",
+        "baseUrl": url,
+        "apiKey": OPENAI_KEY,
+        "model": "qwen2.5",
+        "systemPrompt": "Reply in {{sys.language}} ({{sys.timezone}}).",
+        **extra,
     }

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import redis.asyncio as aioredis
 
 from adapters.lark.crypto import EventCipher
 from tests.fakes.lark import BOT_OPEN_ID, FakeLark
@@ -193,3 +194,11 @@ def final_card(fake: FakeLark, message_id: str, title: str = "Done") -> Callable
 
 def answer(card: dict[str, Any]) -> str:
     return next(e["content"] for e in card["body"]["elements"] if e.get("element_id") == "answer")
+
+
+async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:
+    return [
+        k
+        async for k in redis_client.scan_iter(match=f"{prefix}:*")
+        if ":dedup" in k or ":burst" in k or ":turn" in k
+    ]

@@ -1,10 +1,14 @@
-"""Waiting in tests: poll a condition until it holds (``eventually``), never a fixed sleep."""
+"""Waiting in tests: poll a condition until it holds (``eventually``), or until the gateway is
+idle to see that nothing more happens (``no_new_card``), never a fixed sleep."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.support.helpers import ConsoleClient
 
 
 async def eventually(
@@ -22,3 +26,10 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s (last value: {last!r})")
         await asyncio.sleep(interval)
+
+
+async def no_new_card(console: ConsoleClient, count: int, chat: str = "team") -> None:
+    """Nothing more arrives: once the in-process gateway behind ``console`` is idle (nothing
+    ingesting, due, claimed or running), ``chat`` still has ``count`` cards."""
+    await console.idle()
+    assert len(await console.cards(chat)) == count

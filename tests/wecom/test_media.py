@@ -18,7 +18,7 @@ from adapters.wecom.api import LinkDownloads, sniff_mime
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.wecom import FakeWeCom
-from tests.support.helpers import InProcessGateway
+from tests.support.helpers import InProcessGateway, serve
 from tests.support.waits import eventually
 from tests.support.wecom import (
     AES_KEY,
@@ -30,7 +30,6 @@ from tests.support.wecom import (
     start_gateway,
     url,
 )
-from tests.test_experts import serve
 
 PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(300_000)  # several socket reads long
 
