@@ -19,7 +19,8 @@ import redis.asyncio as aioredis
 
 from sessions import KeyBuilder, StoreUnavailable, confirm_durable, connect_redis
 from tests.support.helpers import free_port
-from tests.support.spool import OwnRedis, redis_executable
+from tests.support.redis_server import redis_executable
+from tests.support.spool import OwnRedis
 
 
 def version(executable: str) -> tuple[int, ...]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.redis_server import free_port
 
 playwright_api = pytest.importorskip("playwright.async_api")
 redis_lib = pytest.importorskip("redis")
@@ -63,12 +64,6 @@ class Daemon:
     log: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
@@ -97,7 +92,7 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
     prefix = "tb" + uuid.uuid4().hex[:8]
     config = tmp / "gateway.yaml"
     config.write_text(template.format(redis=REDIS_URL, prefix=prefix, data=tmp / "data"))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "daemon.log"
     with log.open("wb") as out:

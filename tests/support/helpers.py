@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,15 +27,9 @@ from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
+from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class ConsoleClient:
