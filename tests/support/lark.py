@@ -9,13 +9,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import redis.asyncio as aioredis
 
 from adapters.lark.crypto import EventCipher
 from tests.fakes.lark import BOT_OPEN_ID, FakeLark
 from tests.support.configs import base_config
-from tests.support.helpers import InProcessGateway
+from tests.support.platform import PlatformHarness
 
 APP_ID = "cli_test"
 TOKEN = "v_token_test"
@@ -146,13 +145,8 @@ def sealed(
     return body, headers
 
 
-class LarkHarness:
+class LarkHarness(PlatformHarness[FakeLark]):
     """The fake Lark server plus an in-process daemon configured against it."""
-
-    def __init__(self, fake: FakeLark, gateway: InProcessGateway) -> None:
-        self.fake = fake
-        self.gw = gateway
-        self.http = aiohttp.ClientSession()
 
     @property
     def url(self) -> str:
@@ -167,10 +161,6 @@ class LarkHarness:
         (it can be replied to, reacted to, downloaded from)."""
         self.fake.receive(payload)
         return await self.post_raw(*sealed(payload, **kw))
-
-    async def close(self) -> None:
-        await self.http.close()
-        await self.gw.stop()
 
 
 # A slow echo: a run long enough to click its buttons while it works.
