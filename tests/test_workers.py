@@ -28,7 +28,7 @@ from gateway.intake.spool import store_identity
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import main, settings_model
 from sessions import KeyBuilder
-from tests.support.cli import processes_mentioning, quickstart, run_cli
+from tests.support.cli import cli, processes_mentioning, quickstart, run_cli
 from tests.support.configs import base_config
 from tests.support.helpers import ROOT, ConsoleClient, InProcessGateway, free_port
 from tests.support.redis_targets import REDIS_URL
@@ -391,7 +391,7 @@ def test_workers_setting_and_option(value: str, count: int, tmp_path: Path) -> N
     assert settings.server.worker_count() == count
     path = tmp_path / "w.yaml"
     path.write_text(f"server: {{workers: {value}}}\nexperts: [{{id: e, kind: echo}}]\n")
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 0
     shown = f" ({count} worker processes)" if count > 1 else ""
     assert f"server: http://127.0.0.1:8080{shown}\n" in result.stdout

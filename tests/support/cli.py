@@ -4,9 +4,11 @@ subprocess (``run_cli``), the quick-start config, and the processes a test left 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,52 @@ from tests.support.helpers import ROOT
 QUICKSTART = ROOT / "config" / "gateway.yaml"
 
 
-# --- helpers ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Result:
+    """What a CLI call ended with, as ``subprocess.run`` tells it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(
+    *args: str,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+) -> Result:
+    """``xpert-gateway *args`` in this process (``gateway.runtime.cli.main``): its exit code and
+    output, with ``env`` set and ``unset`` removed from the environment for the call. For the
+    commands that print and exit (``check``, ``schema``, ``--version``, a ``run`` whose config
+    fails to load); a daemon runs in a subprocess (``run_cli``)."""
+    from gateway.runtime.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    try:
+        for name in unset:
+            os.environ.pop(name, None)
+        os.environ.update(env or {})
+        with (
+            contextlib.chdir(cwd),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: --version, --help, a usage error
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 def run_cli(
     *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m gateway *args`` in a subprocess (a daemon, or what a fresh process does)."""
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
         cwd=cwd,
