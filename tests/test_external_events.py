@@ -11,7 +11,6 @@ validating-webhook-deliveries); GitLab ones ``X-Gitlab-Event``, ``X-Gitlab-Token
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -119,8 +118,10 @@ async def keys(redis_client: aioredis.Redis, prefix: str) -> set[str]:
     return {k async for k in found if not k.startswith(f"{prefix}:replica:")}
 
 
-async def no_new_keys(redis_client: aioredis.Redis, prefix: str, before: set[str]) -> None:
-    await asyncio.sleep(0.3)  # a turn would have been claimed by now
+async def no_new_keys(
+    client: ConsoleClient, redis_client: aioredis.Redis, prefix: str, before: set[str]
+) -> None:
+    await client.idle()  # a turn would have been claimed by now
     assert await keys(redis_client, prefix) - before == set()
 
 
@@ -217,7 +218,7 @@ async def test_a_redelivery_is_a_duplicate_and_makes_no_second_turn(
     [card] = await settled(client, "team", 1, "opened")
     # GitHub's redelivery, later, keeps the X-GitHub-Delivery of the original
     assert (await github(client, "pull_request", body, "same-guid"))[0] == 200
-    await asyncio.sleep(0.3)
+    await client.idle()
     assert [c["id"] for c in await client.cards("team")] == [card["id"]]
     assert answers(await client.cards("team")) == [card["card"]["answer"]]
 
@@ -287,7 +288,7 @@ async def test_ping_and_event_types_not_configured_are_ignored_and_store_nothing
     note = {"object_kind": "note", "event_type": "note", "object_attributes": {"id": 1243}}
     status, data = await gitlab(client, "Note Hook", json.dumps(note).encode(), "n-1")
     assert (status, data["status"]) == (202, "ignored")
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
     assert await client.messages("team") == []
 
 
@@ -316,7 +317,7 @@ async def test_bad_or_missing_signatures_are_401_and_store_nothing(
     assert (await post(client, "/api/events/console/gitlab", mr, no_token))[0] == 401
     bad = {"X-Signature-256": "sha256=" + sign("other", b"{}")}
     assert (await post(client, "/api/events/console/generic", b"{}", bad))[0] == 401
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
     assert await client.messages("team") == []
 
 
@@ -350,7 +351,7 @@ async def test_oversized_and_malformed_bodies_are_refused(
     body = b"{not json"
     assert (await github(client, "pull_request", body, "m-1"))[0] == 400
     assert (await gitlab(client, "Merge Request Hook", body, "m-2"))[0] == 400
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
 
 
 # --- GitLab ---------------------------------------------------------------------------------------
@@ -446,7 +447,7 @@ async def test_an_integration_that_cannot_post_unprompted_ignores_events(
     status, data = await github(client, "pull_request", body, "wb-1", path="/api/events/wb/github")
     assert (status, data["status"]) == (202, "ignored")
     assert "unprompted" in data["reason"]
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
 
 
 async def test_on_dingtalk_markdown_each_event_of_an_object_gets_its_own_answer(

@@ -44,7 +44,7 @@ async def test_a_plain_signed_event_is_answered_and_turned_into_a_card(
     conn.writer.write(request(*event(fake, "om_http1")))
     status, headers, body = await conn.answer()
     assert (status, body) == (200, b"{}")
-    await asyncio.sleep(0.3)
+    await lark.idle()
     assert len(fake.of("reply")) == 1
     conn.close()
 

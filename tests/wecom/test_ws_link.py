@@ -169,7 +169,7 @@ async def test_a_stream_wecom_expired_finishes_in_a_new_message(
     assert answer["body"]["chatid"] == "alice"
     assert answer["body"]["markdown"]["content"] == "You said:\n> a slow one"
     assert [a["errcode"] for a in fake.ws.refused()] == [846608]
-    await asyncio.sleep(0.3)
+    await gateways.idle()
     assert len(sent(fake, "markdown")) == 1
 
 
