@@ -249,10 +249,10 @@ class Gateway:
             embedded_redis=self.redis.embedded is not None,
         )
 
-    async def idle(self, timeout: float = 10.0) -> None:
+    async def idle(self) -> None:
         """Return once nothing is under way here (gateway.runtime.quiet): what a test awaits
-        instead of sleeping to see that nothing more happens."""
-        await quiet.idle(self, timeout)
+        (within a timeout of its own) instead of sleeping to see that nothing more happens."""
+        await quiet.idle(self)
 
     def _store_raw(self, integration_id: str) -> bool:
         integ = self.settings.integration(integration_id)

@@ -43,11 +43,10 @@ def busy(gateway: Gateway) -> bool:
     )
 
 
-async def idle(gateway: Gateway, timeout: float = 10.0) -> None:
+async def idle(gateway: Gateway) -> None:
     """Return once ``gateway`` is not busy on two looks a few milliseconds apart (a claim's
-    task starts a loop turn after the claim); TimeoutError after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        quiet = 0
-        while quiet < 2:
-            await asyncio.sleep(0.002)
-            quiet = 0 if busy(gateway) else quiet + 1
+    task starts a loop turn after the claim); a caller bounds the wait with a timeout."""
+    quiet = 0
+    while quiet < 2:
+        await asyncio.sleep(0.002)
+        quiet = 0 if busy(gateway) else quiet + 1

@@ -199,8 +199,10 @@ class InProcessGateway:
         self.client.idle_of = self.idle
 
     async def idle(self, timeout: float = 10.0) -> None:
-        """Until nothing is under way in the gateway (``Gateway.idle``)."""
-        await self.gateway.idle(timeout)
+        """Until nothing is under way in the gateway (``Gateway.idle``); fails after
+        ``timeout``."""
+        async with asyncio.timeout(timeout):
+            await self.gateway.idle()
 
     async def start(self) -> None:
         await self.gateway.start()

