@@ -1,7 +1,7 @@
 """Chaos run: replicas on one Redis, faults mid-run, and a check that nothing is lost or doubled.
 
 Starts its OWN Redis (``--redis standalone``: a redis-server on a free port; ``--redis cluster``:
-the 3-primary cluster of ``tests/cluster_support.py``) and R replicas (``python -m gateway run``,
+the 3-primary cluster of ``tests/support/cluster.py``) and R replicas (``python -m gateway run``,
 real processes), then plays a chat platform: N conversations x K messages through the console
 API, spread over ``--duration`` seconds, every message delivered ``--deliveries`` times (same
 eventId) to different replicas; a delivery refused (503, connection refused or reset, no answer

@@ -1,5 +1,5 @@
 """``--redis cluster`` for the chaos run: the 3-primary Redis Cluster of
-``tests/cluster_support.py`` (LocalCluster), started under the run's work directory."""
+``tests/support/cluster.py`` (LocalCluster), started under the run's work directory."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from bench.chaos_redis import Stats, audit_rows_of, memory_by_kind, pause_processes
-from tests.cluster_support import LocalCluster
+from tests.support.cluster import LocalCluster
 
 
 class ClusterRedis:

@@ -1,7 +1,7 @@
 """The chaos run's own Redis: a launcher per topology, pausing it, and exact INFO accounting.
 
 ``standalone`` starts a redis-server on a free port of 127.0.0.1 (never the shared one);
-``cluster`` takes the 3-primary cluster of ``tests/cluster_support.py``. Both give the URL and
+``cluster`` takes the 3-primary cluster of ``tests/support/cluster.py``. Both give the URL and
 mode the replicas are configured with, the node addresses (INFO is read from every node and
 summed), a pause of every node (SIGSTOP/SIGCONT of the processes, or ``CLIENT PAUSE ms ALL``),
 and the gateway's audit rows.
@@ -201,7 +201,7 @@ def launcher(kind: str, workdir: Path) -> RedisLauncher:
     try:
         module = importlib.import_module("bench.chaos_cluster")
     except ImportError as exc:
-        raise SystemExit(f"--redis cluster needs tests/cluster_support.py: {exc}") from None
+        raise SystemExit(f"--redis cluster needs tests/support/cluster.py: {exc}") from None
     cluster: RedisLauncher = module.ClusterRedis(workdir)
     return cluster
 

@@ -28,8 +28,8 @@ from chaos_redis import StandaloneRedis  # noqa: E402
 from procstat import child_pids, pin_threads, pin_to  # noqa: E402
 
 from tests.fakes.lark import FakeLark  # noqa: E402
-from tests.helpers import free_port  # noqa: E402
-from tests.lark_support import (  # noqa: E402
+from tests.support.helpers import free_port  # noqa: E402
+from tests.support.lark import (  # noqa: E402
     ENCRYPT_KEY,
     INTEGRATION,
     TOKEN,

@@ -13,9 +13,9 @@ JSON line:
   {intake_ms_first10, intake_ms_last10, claim_ms, claimed_items} (the store alone: a burst of
   ``--messages`` with no cap, then one claim of it: what the claim script costs)
 
-The daemon runs in this process (tests.helpers.InProcessGateway) against the fake Lark OpenAPI
-(tests/fakes/lark.py) and the Redis at ``--redis-url`` under a fresh key prefix (deleted on the
-way out), so the figures include the senders' own signing and encryption on the same core:
+The daemon runs in this process (tests.support.helpers.InProcessGateway) against the fake Lark
+OpenAPI (tests/fakes/lark.py) and the Redis at ``--redis-url`` under a fresh key prefix (deleted
+on the way out), so the figures include the senders' own signing and encryption on the same core:
 compare runs of this script, not with Lark's 3 s. ``--no-cap-keys`` leaves out
 ``maxBufferedMessages`` (for a build that does not know it: then each integration's defaults).
 
@@ -40,10 +40,9 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sessions.keys import KeyBuilder
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import (
     INTEGRATION,
     LarkHarness,
     final_card,
@@ -51,6 +50,7 @@ from tests.lark_support import (
     message_event,
     reply_to,
 )
+from tests.support.waits import eventually
 
 
 def quantiles(values: list[float]) -> dict[str, float]:

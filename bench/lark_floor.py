@@ -40,7 +40,7 @@ from adapters.lark.events import message_envelope  # noqa: E402
 from adapters.lark.inbound import LarkWebhook  # noqa: E402
 from gateway.envelope import Envelope  # noqa: E402
 from tests.fakes.lark import BOT_OPEN_ID  # noqa: E402
-from tests.lark_support import INTEGRATION  # noqa: E402
+from tests.support.lark import INTEGRATION  # noqa: E402
 
 # More than one 5-second round at 10,000 events/s; $XGW_FLOOR_EVENTS sets another count
 # (bench/instructions.py: the events it sends, as building them under valgrind takes a while).

@@ -77,7 +77,7 @@ from lark_bench import (
 from procstat import Cores, cpu_seconds, loadavg
 from wrk_support import ensure_wrk, run_wrk, write_payloads
 
-from tests.helpers import command_calls
+from tests.support.helpers import command_calls
 
 NAMES = ("daemon", "bare", "lark_oapi")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from lark_bench import bench_config, drive, payloads
 
-from tests.helpers import DaemonProcess
+from tests.support.helpers import DaemonProcess
 
 
 async def profile(events: int) -> None:
@@ -23,7 +23,7 @@ async def profile(events: int) -> None:
     import pstats
 
     from gateway.logging import configure_logging
-    from tests.helpers import InProcessGateway
+    from tests.support.helpers import InProcessGateway
 
     configure_logging("warning", "json")
     async with bench_config() as config:

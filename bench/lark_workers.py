@@ -42,8 +42,8 @@ from lark_bench import REDIS_URL, bench_config, log  # noqa: E402
 from procstat import child_pids, pin_to  # noqa: E402
 from wrk_support import ensure_wrk, run_wrk, write_payloads  # noqa: E402
 
-from tests.helpers import free_port  # noqa: E402
-from tests.lark_support import INTEGRATION  # noqa: E402
+from tests.support.helpers import free_port  # noqa: E402
+from tests.support.lark import INTEGRATION  # noqa: E402
 
 
 class Daemon:

@@ -7,26 +7,16 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
-
-TOKEN = "admin-secret-token"
+from tests.support.admin import TOKEN, admin
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 
 def config(prefix: str, **integration: Any) -> dict[str, Any]:
     cfg = base_config(prefix, language="zh-Hans", timezone="Asia/Shanghai", **integration)
     cfg["admin"] = {"token": TOKEN}
     return cfg
-
-
-async def admin(
-    console: ConsoleClient, method: str, path: str, token: str = TOKEN, **params: str
-) -> tuple[int, dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with console.http.request(
-        method, console.base + path, headers=headers, params=params
-    ) as resp:
-        return resp.status, await resp.json()
 
 
 async def _texts(console: ConsoleClient, chat: str) -> list[str]:

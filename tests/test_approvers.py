@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
-from tests.test_admin_memory import TOKEN, admin
+from tests.support.admin import TOKEN, admin
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
+from tests.support.waits import eventually
 
 
 def config(prefix: str, **integration: Any) -> dict[str, Any]:

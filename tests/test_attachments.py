@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import eventually
-from tests.dingtalk_support import robot_message, running
 from tests.fakes.dingtalk import PNG
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
-from tests.test_experts import serve
+from tests.support.dingtalk import robot_message, running
+from tests.support.helpers import serve
+from tests.support.waits import eventually
 
 
 @pytest.fixture
@@ -137,8 +137,8 @@ async def test_lark_image_reaches_a_vision_model(
     openai: tuple[FakeOpenAI, str], prefix: str, redis_client: Any
 ) -> None:
     from tests.fakes.lark import FakeLark
-    from tests.helpers import InProcessGateway
-    from tests.lark_support import LarkHarness, lark_config, message_event
+    from tests.support.helpers import InProcessGateway
+    from tests.support.lark import LarkHarness, lark_config, message_event
 
     model, url = openai
     lark = FakeLark()

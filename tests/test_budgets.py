@@ -27,7 +27,8 @@ from gateway.policy.budgets import Budgets, day_of, limits_for
 from gateway.runtime.cli import settings_model
 from sessions import KeyBuilder, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult
-from tests.conftest import BOTH_REDIS, RedisTarget, base_config
+from tests.support.configs import base_config
+from tests.support.redis_targets import BOTH_REDIS, RedisTarget
 
 pytestmark = BOTH_REDIS
 

@@ -29,10 +29,11 @@ from gateway.policy.bundles import bundled
 from gateway.policy.route import Route
 from gateway.runtime.cli import main as cli_main
 from gateway.runtime.cli import settings_model
-from tests.conftest import Gateways, base_config, eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.throwaway_expert import ShoutExpert, ShoutSettings
-from tests.helpers import InProcessGateway, free_port
+from tests.support.configs import base_config
+from tests.support.helpers import Gateways, InProcessGateway, free_port
+from tests.support.waits import eventually
 
 TOKEN = "admin-test-token"
 SHANGHAI = ZoneInfo("Asia/Shanghai")

@@ -39,14 +39,15 @@ from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from gateway.events import Interrupt
 from gateway.progress import Progress, Status
-from tests.conftest import base_config, eventually
-from tests.dingtalk_support import FORM, dingtalk_config, robot_message
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.lark import BOT_OPEN_ID, FakeLark
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway, free_port
-from tests.lark_support import INTEGRATION, LarkHarness, card_click, lark_config, message_event
-from tests.wecom_support import (
+from tests.support.configs import base_config
+from tests.support.dingtalk import FORM, dingtalk_config, robot_message
+from tests.support.helpers import InProcessGateway, free_port
+from tests.support.lark import INTEGRATION, LarkHarness, card_click, lark_config, message_event
+from tests.support.waits import eventually
+from tests.support.wecom import (
     CORP_ID,
     ECHO_FAST,
     aibot_click,
@@ -60,7 +61,7 @@ from tests.wecom_support import (
     post,
     url,
 )
-from tests.wecom_support import card_click as wecom_click
+from tests.support.wecom import card_click as wecom_click
 
 ROOT = Path(__file__).resolve().parent.parent
 CARD_TOPIC = "/v1.0/card/instances/callback"

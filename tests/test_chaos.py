@@ -1,5 +1,5 @@
 """The chaos run (bench/chaos.py), smaller: 3 replica processes on a Redis of the test's own
-(a redis-server, and a 3-primary cluster of tests/cluster_support.py),
+(a redis-server, and a 3-primary cluster of tests/support/cluster.py),
 every message delivered three times to different replicas, one replica SIGKILLed mid-turn and
 restarted, Redis stopped (SIGSTOP) for 8 s mid-run; every accepted message answered exactly once,
 in order, no card left running. And the rules that judge it, on transcripts made to fail them."""

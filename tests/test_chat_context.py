@@ -16,8 +16,10 @@ from redis.crc import key_slot
 from sessions import KeyBuilder, LayoutMismatch, SessionRecords
 from sessions.autopipe import ScriptPipe
 from sessions.layout import LAYOUT, ensure_layout, upgrade_layout_2
-from tests.conftest import BOTH_REDIS, RedisTarget, base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.redis_targets import BOTH_REDIS, RedisTarget
+from tests.support.waits import eventually
 
 pytestmark = BOTH_REDIS
 

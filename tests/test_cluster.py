@@ -1,4 +1,4 @@
-"""The gateway on a real Redis Cluster (``tests/cluster_support.py``, 3 primaries): the script
+"""The gateway on a real Redis Cluster (``tests/support/cluster.py``, 3 primaries): the script
 auto-pipeline's redirections (MOVED, ASK, TRYAGAIN), sharded and classic pub/sub across nodes
 and through a slot migration, and a slot holding live conversations moved while their messages
 flow - nothing lost, nothing doubled, order kept.
@@ -25,9 +25,11 @@ from redis.crc import key_slot
 
 from sessions import KeyBuilder, PubSubHub
 from sessions.autopipe import ScriptPipe
-from tests.cluster_support import LocalCluster
-from tests.conftest import base_config, delete_prefix, eventually
-from tests.helpers import InProcessGateway
+from tests.support.cluster import LocalCluster
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
+from tests.support.redis_targets import delete_prefix
+from tests.support.waits import eventually
 
 APPEND = """
 redis.call('RPUSH', KEYS[1], ARGV[1])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gateway.config.errors import ConfigError, ConfigFileError
 from gateway.errors import GatewayError
-from tests.helpers import ROOT
+from tests.support.helpers import ROOT
 
 WATCHED = ("gateway/config", "gateway/policy", "gateway/experts/base.py")
 EXTRA = ("gateway/triggers/schedule_settings.py",)

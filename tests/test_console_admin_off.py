@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.console_browser_support import CONFIG, DESKTOP, Daemon, Page, browse, expect, run_daemon
+from tests.support.console_browser import CONFIG, DESKTOP, Daemon, Page, browse, expect, run_daemon
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

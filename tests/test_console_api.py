@@ -14,13 +14,20 @@ from typing import Any
 
 import aiohttp
 import pytest
-import redis
 import redis.asyncio as aioredis
 
 from adapters.console import inbound
 from sessions.connection import EmbeddedRedis
-from tests.conftest import Gateways, base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway, free_port, kill_named, named
+from tests.support.configs import base_config
+from tests.support.helpers import (
+    ConsoleClient,
+    Gateways,
+    InProcessGateway,
+    kill_named,
+    named,
+)
+from tests.support.redis_server import RedisServer
+from tests.support.waits import eventually
 
 VALID = {
     "integrationId": "console",
@@ -221,44 +228,18 @@ async def test_a_quiet_event_stream_gets_pings(
 @pytest.fixture
 def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A Redis of our own (the embedded binary) that the test may fill or kill."""
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            [
-                EmbeddedRedis.executable(),
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                tmp,
-                "--maxmemory",
-                "4mb",
-                "--maxmemory-policy",
-                "noeviction",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        server = RedisServer(
+            Path(tmp),
+            executable=EmbeddedRedis.executable(),
+            extra=["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"],
+        ).start()
+        assert server.proc is not None
         try:
-            yield url, proc
+            yield server.url, server.proc
         finally:
-            proc.kill()
-            proc.wait()
+            server.proc.kill()
+            server.proc.wait()
 
 
 async def test_full_redis_gets_503_and_nothing_is_stored(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.console_browser_support import (
+from tests.support.console_browser import (
     DESKTOP,
     ROOT,
     Daemon,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.console_browser_support import (
+from tests.support.console_browser import (
     CONFIG,
     DESKTOP,
     PHONE,

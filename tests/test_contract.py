@@ -24,7 +24,7 @@ from gateway.errors import GatewayError
 from gateway.intake.pipeline import Pipeline
 from gateway.runtime.cli import settings_model
 from sessions import KeyBuilder, SessionStore
-from tests.conftest import base_config
+from tests.support.configs import base_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTERS = ROOT / "adapters"
@@ -236,7 +236,7 @@ def test_a_wecom_mode_picks_its_outbound_strategy_once(
     mode: str, strategy: str, callbacks: str | None
 ) -> None:
     from adapters.wecom import WeComAdapter, WeComIntegration
-    from tests.wecom_support import AES_KEY, CORP_ID, TOKEN
+    from tests.support.wecom import AES_KEY, CORP_ID, TOKEN
 
     fields: dict[str, Any] = {"id": "wc", "platform": "wecom", "xpertId": "echo"}
     fields |= {"connectionMode": mode, "token": TOKEN, "encodingAesKey": AES_KEY}

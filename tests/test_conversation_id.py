@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.conversation import ConversationId
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender, Subject
-from tests.helpers import id_encoded
+from tests.support.helpers import id_encoded
 
 IDS = st.text(min_size=1, max_size=30)
 SCOPES = st.sampled_from(["chat", "chat_sender", "thread"])

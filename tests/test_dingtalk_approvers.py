@@ -16,11 +16,11 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from adapters.dingtalk.crypto import verify_action
-from tests.conftest import eventually
-from tests.dingtalk_support import SECRET, DingTalkHarness, dingtalk_config, robot_message
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.helpers import InProcessGateway, free_port
-from tests.test_admin_memory import TOKEN
+from tests.support.admin import TOKEN
+from tests.support.dingtalk import SECRET, DingTalkHarness, dingtalk_config, robot_message
+from tests.support.helpers import InProcessGateway, free_port
+from tests.support.waits import eventually
 
 Harness = tuple[FakeDingTalk, DingTalkHarness]
 BATCH = "/v1.0/robot/oToMessages/batchSend"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.conftest import eventually
-from tests.dingtalk_support import robot_message, running
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.support.dingtalk import robot_message, running
+from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
 CARD = "/v1.0/card/instances/callback"

@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import eventually
 from tests.fakes.dingtalk import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
+from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
 CARD = "/v1.0/card/instances/callback"

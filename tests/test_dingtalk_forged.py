@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 
 from adapters.dingtalk.crypto import robot_sign
-from tests.conftest import eventually
-from tests.dingtalk_support import SECRET, DingTalkHarness, robot_message, start_harness
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.helpers import free_port
+from tests.support.dingtalk import SECRET, DingTalkHarness, robot_message, start_harness
+from tests.support.helpers import free_port
+from tests.support.waits import eventually
 
 
 class Internal:

@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from adapters.dingtalk.crypto import sign_action, verify_action
-from tests.conftest import eventually
-from tests.dingtalk_support import SECRET, DingTalkHarness, robot_message, running
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.support.dingtalk import SECRET, DingTalkHarness, robot_message, running
+from tests.support.waits import eventually
 
 Harness = tuple[FakeDingTalk, DingTalkHarness]
 
@@ -43,7 +43,7 @@ async def test_signed_message_gets_working_then_final_answer_by_webhook(dt: Harn
     assert working["text"] == "**Working on it…**" and working["buttons"] == ["Stop"]
     assert final["text"] == "You said:\n> hello world"
     assert final["buttons"] == ["New conversation"]
-    await asyncio.sleep(0.3)  # intermediate states are not sent: messages can't be edited
+    await h.idle()  # intermediate states are not sent: messages can't be edited
     assert len(fake.sent()) == 2
     assert fake.token_requests == 0  # the webhook needs no token
 
@@ -79,7 +79,7 @@ async def test_duplicate_msg_id_gets_one_reply(dt: Harness) -> None:
     statuses = [json.loads((await h.post(message))[1])["status"] for _ in range(3)]
     assert statuses == ["queued", "duplicate", "duplicate"]
     await final_answer(fake)
-    await asyncio.sleep(0.4)
+    await h.idle()
     assert len(fake.sent()) == 2
 
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from adapters.dingtalk.crypto import verify_action
-from tests.conftest import eventually
-from tests.dingtalk_support import (
+from tests.fakes.dingtalk import FakeDingTalk
+from tests.support.dingtalk import (
     FORM,
     SECRET,
     DingTalkHarness,
@@ -23,7 +23,7 @@ from tests.dingtalk_support import (
     robot_message,
     running,
 )
-from tests.fakes.dingtalk import FakeDingTalk
+from tests.support.waits import eventually
 
 Harness = tuple[FakeDingTalk, DingTalkHarness]
 SLOW = [{"id": "echo", "kind": "echo", "stepDelayMs": 300, "charDelayMs": 30}]

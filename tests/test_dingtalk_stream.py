@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
-from tests.dingtalk_support import DingTalkHarness, robot_message, running
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.support.dingtalk import DingTalkHarness, robot_message, running
+from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
 CARD = "/v1.0/card/instances/callback"

@@ -18,8 +18,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder, StoreUnavailable, confirm_durable, connect_redis
-from tests.helpers import free_port
-from tests.spool_support import OwnRedis, redis_executable
+from tests.support.helpers import free_port
+from tests.support.redis_server import redis_executable
+from tests.support.spool import OwnRedis
 
 
 def version(executable: str) -> tuple[int, ...]:

@@ -26,9 +26,10 @@ from gateway.experts import Expert, discover_experts
 from gateway.experts.registry import ExpertKindError, checked_kind
 from gateway.runtime.cli import settings_model
 from gateway.turns.snapshot import snapshot_of
-from tests.conftest import base_config, eventually
 from tests.fakes.throwaway_expert import STEP, ShoutExpert, ShoutSettings
-from tests.helpers import InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOUT = "shout = tests.fakes.throwaway_expert:ShoutExpert"

@@ -7,22 +7,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from tests.conftest import base_config
-from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
-from tests.helpers import free_port
-
-
-async def serve(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+from tests.fakes.experts import FakeOpenAI
+from tests.support.configs import base_config, openai_expert
+from tests.support.helpers import serve
 
 
 @pytest.fixture
@@ -36,18 +24,6 @@ def config(prefix: str, expert: dict[str, Any], **integration: Any) -> dict[str,
     cfg = base_config(prefix, xpertId=expert["id"], **integration)
     cfg["experts"] = [expert, {"id": "echo", "kind": "echo"}]
     return cfg
-
-
-def openai_expert(url: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": "gpt",
-        "kind": "openai",
-        "baseUrl": url,
-        "apiKey": OPENAI_KEY,
-        "model": "qwen2.5",
-        "systemPrompt": "Reply in {{sys.language}} ({{sys.timezone}}).",
-        **extra,
-    }
 
 
 async def test_openai_streams_and_keeps_the_history(

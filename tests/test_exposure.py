@@ -2,22 +2,21 @@
 long enough token sent as ``Bearer``; the console and the admin API take writes only as JSON,
 refuse other sites (``Origin``, ``Sec-Fetch-Site``) and answer only to their own host names (DNS
 rebinding); ``check`` and ``run`` warn about a console or an admin API on a public address.
-HTTP against a real gateway and real Redis, ``check`` and ``run`` as subprocesses."""
+HTTP against a real gateway and real Redis, ``check`` in this process, ``run`` as a subprocess."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import Gateways, base_config, eventually
-from tests.helpers import ROOT, ConsoleClient, DaemonProcess
+from tests.support.cli import cli
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, DaemonProcess, Gateways
+from tests.support.waits import eventually
 
 TOKEN = "exposure-admin-token-0123"
 MESSAGE = {"integrationId": "console", "chatId": "team", "chatType": "group",
@@ -65,15 +64,7 @@ def json_body(value: dict[str, Any]) -> bytes:
 def check(tmp_path: Path, cfg: dict[str, Any], env: dict[str, str] | None = None) -> Any:
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", "check", "--config", str(path)],
-        cwd=ROOT,
-        env={**{k: v for k, v in os.environ.items() if k != "ADM"}, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return cli("check", "--config", str(path), env=env, unset=("ADM",))
 
 
 def plain(prefix: str, admin_token: str | None, **server: Any) -> dict[str, Any]:

@@ -11,9 +11,7 @@ validating-webhook-deliveries); GitLab ones ``X-Gitlab-Event``, ``X-Gitlab-Token
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import hmac
 import json
 import time
 from collections.abc import Callable
@@ -22,17 +20,18 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tests.conftest import base_config, eventually
-from tests.dingtalk_support import running as dingtalk_running
 from tests.fakes.lark import FakeLark
-from tests.helpers import ConsoleClient, InProcessGateway
-from tests.lark_support import INTEGRATION, lark_integration
-from tests.wecom_support import AES_KEY, TOKEN
+from tests.support.configs import base_config
+from tests.support.dingtalk import running as dingtalk_running
+from tests.support.events import GENERIC_SECRET, generic, post, sign
+from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.lark import INTEGRATION, lark_integration
+from tests.support.waits import eventually
+from tests.support.wecom import AES_KEY, TOKEN
 
 FIXTURES = Path(__file__).parent / "fixtures" / "events"
 GITHUB_SECRET = "It's a Secret to Everybody"
 GITLAB_TOKEN = "gl-token-3f9a"
-GENERIC_SECRET = "generic-secret-77"
 PR_CONVERSATION = "console|group:team:t:github:pr:Codertocat/Hello-World#2"
 
 
@@ -69,18 +68,6 @@ def events_config(prefix: str, **integration: Any) -> dict[str, Any]:
     return cfg
 
 
-def sign(secret: str, body: bytes) -> str:
-    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-async def post(
-    client: ConsoleClient, path: str, body: bytes, headers: dict[str, str]
-) -> tuple[int, dict[str, Any]]:
-    headers = {"Content-Type": "application/json", **headers}
-    async with client.http.post(client.base + path, data=body, headers=headers) as resp:
-        return resp.status, await resp.json(content_type=None)
-
-
 async def github(
     client: ConsoleClient,
     event: str,
@@ -108,21 +95,6 @@ async def gitlab(
     return await post(client, "/api/events/console/gitlab", body, headers)
 
 
-async def generic(
-    client: ConsoleClient,
-    data: dict[str, Any],
-    *,
-    delivery: str | None = None,
-    prefix: bool = True,
-    integration: str = "console",
-) -> tuple[int, dict[str, Any]]:
-    body = json.dumps(data).encode()
-    headers = {"X-Signature-256": ("sha256=" if prefix else "") + sign(GENERIC_SECRET, body)}
-    if delivery:
-        headers["X-Delivery-Id"] = delivery
-    return await post(client, f"/api/events/{integration}/generic", body, headers)
-
-
 def answers(cards: list[dict[str, Any]]) -> list[str]:
     return [c["card"]["answer"] for c in cards]
 
@@ -146,8 +118,10 @@ async def keys(redis_client: aioredis.Redis, prefix: str) -> set[str]:
     return {k async for k in found if not k.startswith(f"{prefix}:replica:")}
 
 
-async def no_new_keys(redis_client: aioredis.Redis, prefix: str, before: set[str]) -> None:
-    await asyncio.sleep(0.3)  # a turn would have been claimed by now
+async def no_new_keys(
+    client: ConsoleClient, redis_client: aioredis.Redis, prefix: str, before: set[str]
+) -> None:
+    await client.idle()  # a turn would have been claimed by now
     assert await keys(redis_client, prefix) - before == set()
 
 
@@ -244,7 +218,7 @@ async def test_a_redelivery_is_a_duplicate_and_makes_no_second_turn(
     [card] = await settled(client, "team", 1, "opened")
     # GitHub's redelivery, later, keeps the X-GitHub-Delivery of the original
     assert (await github(client, "pull_request", body, "same-guid"))[0] == 200
-    await asyncio.sleep(0.3)
+    await client.idle()
     assert [c["id"] for c in await client.cards("team")] == [card["id"]]
     assert answers(await client.cards("team")) == [card["card"]["answer"]]
 
@@ -314,7 +288,7 @@ async def test_ping_and_event_types_not_configured_are_ignored_and_store_nothing
     note = {"object_kind": "note", "event_type": "note", "object_attributes": {"id": 1243}}
     status, data = await gitlab(client, "Note Hook", json.dumps(note).encode(), "n-1")
     assert (status, data["status"]) == (202, "ignored")
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
     assert await client.messages("team") == []
 
 
@@ -343,7 +317,7 @@ async def test_bad_or_missing_signatures_are_401_and_store_nothing(
     assert (await post(client, "/api/events/console/gitlab", mr, no_token))[0] == 401
     bad = {"X-Signature-256": "sha256=" + sign("other", b"{}")}
     assert (await post(client, "/api/events/console/generic", b"{}", bad))[0] == 401
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
     assert await client.messages("team") == []
 
 
@@ -377,7 +351,7 @@ async def test_oversized_and_malformed_bodies_are_refused(
     body = b"{not json"
     assert (await github(client, "pull_request", body, "m-1"))[0] == 400
     assert (await gitlab(client, "Merge Request Hook", body, "m-2"))[0] == 400
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
 
 
 # --- GitLab ---------------------------------------------------------------------------------------
@@ -473,7 +447,7 @@ async def test_an_integration_that_cannot_post_unprompted_ignores_events(
     status, data = await github(client, "pull_request", body, "wb-1", path="/api/events/wb/github")
     assert (status, data["status"]) == (202, "ignored")
     assert "unprompted" in data["reason"]
-    await no_new_keys(redis_client, prefix, before)
+    await no_new_keys(client, redis_client, prefix, before)
 
 
 async def test_on_dingtalk_markdown_each_event_of_an_object_gets_its_own_answer(

@@ -15,7 +15,7 @@ from gateway.triggers.event_cards import EventCards
 from gateway.turns.kinds import TurnKinds
 from gateway.turns.render import CardRenderer
 from sessions import EventCardStore, KeyBuilder
-from tests.conftest import base_config
+from tests.support.configs import base_config
 
 CONV = "console|group:team:t:github:pr:o/r#1"
 

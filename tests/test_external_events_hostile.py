@@ -1,5 +1,5 @@
 """Hostile input at ``POST /api/events/{integrationId}/{source}``: a 4xx and one log line, never
-a 5xx or a traceback, and nothing stored, against the one gateway of ``hostile_support`` (its own
+a 5xx or a traceback, and nothing stored, against the one gateway of tests.support.hostile (its own
 Redis, whose whole key set and write counter are checked). The fuzzing is in test_fuzz.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.hostile_support import Hostile, event_signed, hostile_gateway, request
+from tests.support.hostile import Hostile, event_signed, hostile_gateway, request
 
 SOURCES = ["github", "gitlab", "generic"]
 DEEP = b"[" * 100_000 + b"]" * 100_000

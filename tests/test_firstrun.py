@@ -30,51 +30,17 @@ from gateway.config.hints import config_warnings, is_placeholder, redis_location
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config, eventually
-from tests.helpers import ROOT, ConsoleClient, free_port
-from tests.workers_support import Supervised
+from tests.support.cli import QUICKSTART, cli, processes_mentioning, quickstart, run_cli
+from tests.support.configs import base_config
+from tests.support.helpers import ROOT, ConsoleClient, free_port
+from tests.support.waits import eventually
+from tests.support.workers import Supervised
 
-QUICKSTART = ROOT / "config" / "gateway.yaml"
 COMPOSE = ROOT / "docker-compose.yml"
 
 
-# --- helpers ---------------------------------------------------------------------------------
-def run_cli(
-    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text`` (the process list, from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if text.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-    return found
-
-
-def quickstart(data_dir: Path) -> dict[str, Any]:
-    """The quick-start config (embedded Redis, console, echo) with its data under ``data_dir``."""
-    config: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
-    config["dataDir"] = str(data_dir)
-    config["logging"] = {"level": "info", "format": "json"}
-    return config
-
-
 class Daemon(Supervised):
-    """``python -m gateway run`` as a terminal runs it (tests/workers_support.py), started when
+    """``python -m gateway run`` as a terminal runs it (tests/support/workers.py), started when
     ``/healthz`` answers."""
 
     async def start(self) -> None:  # type: ignore[override]
@@ -439,10 +405,20 @@ async def test_a_start_that_fails_part_way_stops_the_embedded_redis(tmp_path: Pa
 
 # --- CLI --------------------------------------------------------------------------------------
 def test_version() -> None:
-    result = run_cli("--version")
+    result = cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"xpert-gateway {gateway.__version__}"
     assert gateway.__version__ == importlib.metadata.version("xpert-gateway")
+
+
+def test_the_installed_entry_point_runs() -> None:
+    """The one CLI test in a subprocess: the ``xpert-gateway`` script pip installed."""
+    script = Path(sys.executable).parent / "xpert-gateway"
+    result = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"xpert-gateway {gateway.__version__}"
 
 
 @pytest.mark.parametrize(
@@ -462,7 +438,7 @@ def test_a_yaml_syntax_error_names_the_file_and_line(
         load_settings(path)
     [problem] = info.value.problems
     assert problem.startswith(f"{path}, line {line}, column {column}: not valid YAML: "), problem
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 1
     assert f"error: {path}, line {line}, column {column}: not valid YAML" in result.stderr
     assert "Traceback" not in result.stderr
@@ -470,7 +446,7 @@ def test_a_yaml_syntax_error_names_the_file_and_line(
 
 @pytest.mark.parametrize("command", ["check", "run"])
 def test_a_missing_config_file_says_so(tmp_path: Path, command: str) -> None:
-    result = run_cli(command, "--config", "nowhere.yaml", cwd=tmp_path)
+    result = cli(command, "--config", "nowhere.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: nowhere.yaml: no such config file (in {tmp_path})"
 
@@ -479,7 +455,7 @@ def test_a_missing_config_file_says_so(tmp_path: Path, command: str) -> None:
 def test_an_empty_config_file_says_it_is_empty(tmp_path: Path, text: str) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text(text)
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: {path}: the file is empty (no settings in it)"
 
@@ -508,7 +484,7 @@ def test_check_warns_when_no_integration_can_reach_the_gateway(
     path.write_text(
         yaml.safe_dump({"experts": [{"id": "echo", "kind": "echo"}], "integrations": integrations})
     )
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 0, result.stderr
     assert f"warning: {warning}" in result.stderr
 
@@ -534,23 +510,14 @@ def test_check_warns_about_placeholder_secrets_and_hides_the_redis_password(
             }
         )
     )
-    env = {k: v for k, v in os.environ.items() if k != "XGW_TEST_API_KEY"}
-    result = subprocess.run(
-        [sys.executable, "-m", "gateway", "check", "--config", str(path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = cli("check", "--config", str(path), unset=("XGW_TEST_API_KEY",))
     assert result.returncode == 0, result.stderr
     assert "redis: redis://127.0.0.1:6379/0 (password hidden), key prefix 'xgw'" in result.stdout
     assert "s3cret-pw" not in result.stdout + result.stderr
     assert "warning: admin.token: a placeholder secret;" in result.stderr
     assert "warning: experts[agent].apiKey: a placeholder secret;" in result.stderr
     # With the variable set, its placeholder default is not what runs: no warning for it.
-    result = run_cli("check", "--config", str(path), env={"XGW_TEST_API_KEY": "sk-live-0123"})
+    result = cli("check", "--config", str(path), env={"XGW_TEST_API_KEY": "sk-live-0123"})
     assert result.returncode == 0, result.stderr
     assert "experts[agent].apiKey" not in result.stderr
     assert "warning: admin.token: a placeholder secret;" in result.stderr
@@ -633,13 +600,13 @@ def test_compose_publishes_the_console_on_localhost_unless_opted_in() -> None:
 
 
 def test_check_lists_the_triggers_of_the_example_configs() -> None:
-    schedules = run_cli("check", "--config", str(ROOT / "config/examples/schedules.yaml"))
+    schedules = cli("check", "--config", str(ROOT / "config/examples/schedules.yaml"))
     assert schedules.returncode == 0, schedules.stderr
     assert "schedules:\n" in schedules.stdout
     line = next(x for x in schedules.stdout.splitlines() if "weekday-summary" in x)
     assert "'30 9 * * 1-5' Europe/Berlin in console/team, next 20" in line
     assert "paused" in schedules.stdout and "next never" in schedules.stdout
-    watch = run_cli("check", "--config", str(ROOT / "config/examples/watch.yaml"))
+    watch = cli("check", "--config", str(ROOT / "config/examples/watch.yaml"))
     assert "    watch incidents\n" in watch.stdout
-    events = run_cli("check", "--config", str(ROOT / "config/examples/events.yaml"))
+    events = cli("check", "--config", str(ROOT / "config/examples/events.yaml"))
     assert "    events github -> chat " in events.stdout

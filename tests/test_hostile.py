@@ -1,5 +1,5 @@
 """Hostile input gets a 4xx, never a 500 or a traceback, and nothing is stored (DESIGN.md §8.6):
-each case the fuzzing of issue 11 found, against the one gateway of ``hostile_support`` (every
+each case the fuzzing of issue 11 found, against the one gateway of ``tests.support.hostile`` (every
 HTTP endpoint, a Redis of its own, its whole log kept)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adapters.dingtalk.crypto import sign_action
-from tests.hostile_support import (
+from tests.support.hostile import (
     ADMIN_TOKEN,
     DINGTALK_SECRET,
     Hostile,

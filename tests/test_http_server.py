@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Gateways, base_config
-from tests.helpers import RawConnection, raw_post
+from tests.support.configs import base_config
+from tests.support.helpers import Gateways, RawConnection, raw_post
 
 KEEPALIVE, BODY = 1.0, 1.0
 ADMIN_TOKEN = "http-server-admin-token"

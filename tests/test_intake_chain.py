@@ -16,8 +16,9 @@ from gateway.intake.commands import Command, parse_command
 from gateway.intake.drops import FromBots, Unaddressed
 from gateway.intake.router import Incoming, Router
 from gateway.runtime.cli import settings_model
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 WATCH = {"id": "incidents", "match": {"keywords": ["P0"]}, "text": "Triage this."}
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gateway.conversation import ConversationId
 from sessions import keys as keys_module
 from sessions.keys import KeyBuilder, shard_of, shard_tag
-from tests.helpers import id_encoded
+from tests.support.helpers import id_encoded
 
 IDS = st.text(min_size=1, max_size=40)
 PARTS = ("dedup", "burst", "burstmeta", "turn", "lease", "binding", "cancel", "evcard", "watch")

@@ -17,9 +17,10 @@ import redis.asyncio as aioredis
 from gateway.edge.leases import LeasedConnection, OwnerLease
 from gateway.edge.stores import StoreUnavailable
 from sessions import KeyBuilder, RecordStore
-from tests.conftest import base_config, eventually
-from tests.helpers import DaemonProcess, InProcessGateway
-from tests.workers_support import ONE_EACH, Platforms, platforms
+from tests.support.configs import base_config
+from tests.support.helpers import DaemonProcess, InProcessGateway
+from tests.support.waits import eventually
+from tests.support.workers import ONE_EACH, Platforms, platforms
 
 LEASE_S = 2.0
 

@@ -18,8 +18,8 @@ import pytest
 import structlog
 
 from gateway.logging import LOG_IDS, configure_logging
-from tests.conftest import eventually
-from tests.helpers import ConsoleClient
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 
 @pytest.fixture

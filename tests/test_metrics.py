@@ -16,13 +16,14 @@ import redis.asyncio as aioredis
 from gateway.ops.metrics import MAX_CODES, Metrics
 from sessions import KeyBuilder
 from sessions.backlog import due_backlog
-from tests.conftest import BOTH_REDIS, base_config, eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
-from tests.lark_support import INTEGRATION, LarkHarness, final_card, lark_config, message_event
-from tests.metrics_support import Scrape, scrape
-from tests.test_experts import serve
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway, clocked_scheduler, serve
+from tests.support.lark import INTEGRATION, LarkHarness, final_card, lark_config, message_event
+from tests.support.metrics import Scrape, scrape
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 SLOW_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 300, "charDelayMs": 20, "chunkChars": 1}
 

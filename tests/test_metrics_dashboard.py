@@ -16,12 +16,13 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from tests.conftest import base_config, eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import INTEGRATION, lark_integration, message_event
-from tests.metrics_support import Scrape, exprs_of_dashboard, histogram_base, queried_metrics
-from tests.metrics_support import scrape as scrape_of
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import INTEGRATION, lark_integration, message_event
+from tests.support.metrics import Scrape, exprs_of_dashboard, histogram_base, queried_metrics
+from tests.support.metrics import scrape as scrape_of
+from tests.support.waits import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "xpert-gateway.json"

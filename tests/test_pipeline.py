@@ -12,8 +12,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder
-from tests.conftest import BOTH_REDIS, base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 pytestmark = BOTH_REDIS
 
@@ -55,7 +57,7 @@ async def test_redelivered_event_makes_no_second_turn(console: ConsoleClient) ->
     await console.send("once", event_id="evt-dup-1")
     await console.wait_cards()
     await console.send("twice", event_id="evt-dup-1")
-    await asyncio.sleep(0.3)
+    await console.idle()
     assert len(await console.cards()) == 1
     assert len([m for m in await console.messages() if m["role"] == "user"]) == 1
 
@@ -126,7 +128,7 @@ async def test_reject_policy_says_busy(make_gateway: Callable[..., Any], prefix:
     await console.send("two")
     await eventually(lambda: _has_text(console, "still working"))
     cards = await console.wait_cards(count=1, timeout=20)
-    await asyncio.sleep(0.3)
+    await console.idle()
     assert len(await console.cards()) == 1 and cards[0]["card"]["answer"].endswith("> one")
 
 

@@ -17,8 +17,8 @@ from gateway.events import Finished, Interrupt, RunEvent, StepEvent, TextDelta
 from gateway.experts.base import TurnInput
 from gateway.experts.echo import EchoExpert, EchoExpertSettings
 from gateway.progress import STATUS_TITLES, Progress, Status
-from tests.conftest import eventually
-from tests.helpers import ConsoleClient
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 STEPS = ["Reading your message", "Thinking it over", "Writing the answer"]
 

@@ -12,8 +12,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from sessions import KeyBuilder, PubSubHub
-from tests.conftest import BOTH_REDIS, eventually
-from tests.helpers import kill_named, named
+from tests.support.helpers import kill_named, named
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 pytestmark = BOTH_REDIS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from tests.helpers import ROOT
+from tests.support.helpers import ROOT
 
 README = ROOT / "README.md"
 MAX_LINES = 300

@@ -15,8 +15,8 @@ from gateway.config.file import load_settings
 from gateway.config.settings import Settings
 from gateway.runtime.cli import main, settings_model
 from sessions.connection import RedisStartupError, connect_redis
-from tests.cluster_support import LocalCluster
-from tests.conftest import REDIS_URL
+from tests.support.cluster import LocalCluster
+from tests.support.redis_targets import REDIS_URL
 
 
 def config(**redis: Any) -> dict[str, Any]:

@@ -11,8 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from tests.conftest import base_config, eventually
-from tests.helpers import DaemonProcess
+from tests.support.configs import base_config
+from tests.support.helpers import DaemonProcess
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.slow
 

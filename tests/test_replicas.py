@@ -15,8 +15,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder
-from tests.conftest import BOTH_REDIS, base_config, eventually
-from tests.helpers import ConsoleClient, DaemonProcess
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, DaemonProcess
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 pytestmark = [pytest.mark.slow, BOTH_REDIS]
 

@@ -15,8 +15,10 @@ import redis.asyncio as aioredis
 from gateway.turns.claims import Claims
 from sessions import ClaimRequest, KeyBuilder
 from sessions.scripts import lua
-from tests.conftest import BOTH_REDIS, RedisTarget, base_config, eventually
-from tests.helpers import InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
+from tests.support.redis_targets import BOTH_REDIS, RedisTarget
+from tests.support.waits import eventually
 
 pytestmark = BOTH_REDIS
 

@@ -15,9 +15,10 @@ from structlog.testing import capture_logs
 
 from gateway.triggers.cron import Cron, min_gap_seconds
 from gateway.triggers.schedules import Scheduler
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
-from tests.test_admin_memory import TOKEN, admin
+from tests.support.admin import TOKEN, admin
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway, clocked_scheduler
+from tests.support.waits import eventually
 
 
 def config(prefix: str, *schedules: dict[str, Any], **integration: Any) -> dict[str, Any]:

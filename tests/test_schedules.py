@@ -18,8 +18,10 @@ from gateway.config.settings import Settings
 from gateway.envelope import Envelope
 from gateway.runtime.cli import settings_model
 from gateway.triggers.schedules import Scheduler
-from tests.conftest import BOTH_REDIS, base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 TOKEN = "admin-secret-token"
 
@@ -325,7 +327,7 @@ async def test_only_schedule_admins_change_a_groups_schedules(
     await eventually(lambda: texts_with(c, "team", "1. 0 9 * * 1 (UTC) weekly plan"))
     await c.send("/unschedule 1", chat="team", sender="alice", mention=True)
     await eventually(lambda: _all(c, "team", "Only this chat's schedule admins"), timeout=5)
-    await asyncio.sleep(0.3)
+    await gw.idle()
     assert len(await gw.gateway.pipeline.schedules.book.store.runtime()) == 1
     [entry] = await gw.gateway.pipeline.schedules.book.entries("console", "team")
     assert entry.schedule.created_by == "bob" and entry.source == "runtime"

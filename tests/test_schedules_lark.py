@@ -11,10 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.lark.outbound import LarkOutbound
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import (
     INTEGRATION,
     LarkHarness,
     answer,
@@ -23,6 +22,7 @@ from tests.lark_support import (
     message_event,
     reply_to,
 )
+from tests.support.waits import eventually
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from gateway.config.file import load_settings
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from gateway.runtime.cli import settings_model
 from gateway.triggers.schedules import Scheduler
-from tests.conftest import base_config
-from tests.helpers import InProcessGateway
-from tests.wecom_support import AES_KEY, CORP_ID, TOKEN
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
+from tests.support.wecom import AES_KEY, CORP_ID, TOKEN
 
 
 def wecom_fields(mode: str) -> dict[str, Any]:

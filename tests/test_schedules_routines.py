@@ -13,8 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.triggers.schedules import Scheduler
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient, InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.waits import eventually
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ async def test_a_routine_is_scheduled_after_confirm_and_then_fires(
     done = await eventually(lambda: card_titled(c, "dm-alice", "Scheduled"))
     assert done["id"] == card["id"] and done["card"]["buttons"] == []
     assert done["card"]["status"] == "done"
-    await asyncio.sleep(0.3)
+    await c.idle()
     [entry] = await book.entries("console", "dm-alice")
     made = entry.schedule
     assert (made.cron, made.text, made.chat_type) == ("*/5 * * * *", "check the queue", "p2p")
@@ -105,7 +106,7 @@ async def test_cancel_schedules_nothing(gateway: Callable[..., Any]) -> None:
     assert await c.click("team", card["id"], "routine_cancel") == 202
     cancelled = await eventually(lambda: card_titled(c, "team", "Cancelled"))
     assert cancelled["card"]["buttons"] == []
-    await asyncio.sleep(0.2)
+    await c.idle()
     assert await gw.gateway.pipeline.schedules.book.store.runtime() == {}
     assert len(await c.cards("team")) == 1
 

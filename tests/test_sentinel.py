@@ -19,9 +19,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from sessions import KeyBuilder
-from tests.cluster_support import LocalSentinel
-from tests.conftest import base_config, eventually
-from tests.helpers import InProcessGateway
+from tests.support.cluster import LocalSentinel
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.slow
 

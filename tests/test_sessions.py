@@ -14,8 +14,9 @@ from redis.crc import key_slot
 
 from sessions import BufferCap, IntakeResult, KeyBuilder, LayoutMismatch, SessionStore
 from sessions.layout import upgrade_layout_1
-from tests.conftest import BOTH_REDIS, eventually
-from tests.helpers import command_calls
+from tests.support.helpers import command_calls
+from tests.support.redis_targets import BOTH_REDIS
+from tests.support.waits import eventually
 
 pytestmark = BOTH_REDIS
 

@@ -14,6 +14,7 @@ import yaml
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
 from gateway.runtime.cli import json_schema, settings_model
+from tests.support.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +144,7 @@ def test_check_prints_integrations_routes_and_experts(tmp_path: Path) -> None:
     config["admin"] = {}
     path = tmp_path / "ok.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 0, result.stderr
     assert "console (console) -> echo" in result.stdout
     assert "route chatId=team -> echo" in result.stdout
@@ -155,17 +156,17 @@ def test_check_exits_1_with_key_path_and_reason(tmp_path: Path) -> None:
     config["integrations"][0]["xpertId"] = "nobody"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 1
     assert "integrations[console].xpertId: 'nobody' names no expert" in result.stderr
     assert "environment variable ADMIN_TOKEN is not set" in result.stderr
 
 
 def test_check_reports_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
-    assert run_cli("check", "--config", str(tmp_path / "missing.yaml")).returncode == 1
+    assert cli("check", "--config", str(tmp_path / "missing.yaml")).returncode == 1
     broken = tmp_path / "broken.yaml"
     broken.write_text("experts: [unclosed\n")
-    result = run_cli("check", "--config", str(broken))
+    result = cli("check", "--config", str(broken))
     assert result.returncode == 1 and "not valid YAML" in result.stderr
 
 

@@ -27,7 +27,7 @@ from gateway.intake.spool import (
 )
 from gateway.intake.spooler import Spooler
 from sessions import StoreUnavailable
-from tests.conftest import eventually
+from tests.support.waits import eventually
 
 STORE = store_identity("redis://127.0.0.1:1/0", "t")
 

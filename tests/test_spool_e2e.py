@@ -17,13 +17,13 @@ import aiohttp
 import pytest
 
 from gateway.intake.spool import HEADER, MAGIC
-from tests.conftest import eventually
-from tests.dingtalk_support import dingtalk_config, robot_message
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import DaemonProcess, InProcessGateway, free_port
-from tests.spool_support import OwnRedis, quoted, spool_files
-from tests.wecom_support import ECHO_FAST, aibot_click, aibot_message, integration
+from tests.support.dingtalk import dingtalk_config, robot_message
+from tests.support.helpers import DaemonProcess, InProcessGateway, free_port
+from tests.support.spool import OwnRedis, quoted, spool_files
+from tests.support.waits import eventually
+from tests.support.wecom import ECHO_FAST, aibot_click, aibot_message, integration
 
 ROBOT = "/v1.0/im/bot/messages/get"
 CARD = "/v1.0/card/instances/callback"
@@ -242,7 +242,7 @@ async def test_wecom_long_connection_messages_while_redis_is_down_are_answered_o
     redis: OwnRedis,
     tmp_path: Path,
 ) -> None:
-    from tests.conftest import base_config
+    from tests.support.configs import base_config
 
     config = base_config(prefix)
     config["experts"] = [ECHO_FAST]

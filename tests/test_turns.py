@@ -12,8 +12,9 @@ from gateway.config.bases import IntegrationBase
 from gateway.conversation import ConversationId
 from gateway.envelope import Chat, Envelope, ReplyTo, Sender
 from sessions import KeyBuilder
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually
 
 
 def envelope(chat_type: str, thread: str | None = None) -> Envelope:
@@ -125,7 +126,7 @@ async def test_a_failed_turn_can_be_retried_again_from_the_same_card(
     make_gateway: Callable[..., Any], prefix: str
 ) -> None:
     from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
-    from tests.test_experts import serve
+    from tests.support.helpers import serve
 
     fake = FakeOpenAI(fail_with=[500, 500])
     async for url in serve(fake.app()):

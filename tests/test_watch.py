@@ -19,8 +19,8 @@ from gateway.runtime.cli import settings_model
 from gateway.triggers.watch import Watch
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore
-from tests.conftest import base_config
-from tests.helpers import free_port
+from tests.support.configs import base_config
+from tests.support.helpers import free_port
 
 
 def message(

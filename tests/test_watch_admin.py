@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import base_config
-from tests.helpers import ConsoleClient
-from tests.test_admin_memory import TOKEN
-from tests.test_watch_e2e import no_new_card
+from tests.support.admin import TOKEN
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import no_new_card
 
 BASE = "/v1.0/integrations/console/watches"
 INCIDENTS = {"id": "incidents", "match": {"keywords": ["P0"]}, "text": "Triage this."}

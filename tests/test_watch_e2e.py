@@ -4,14 +4,14 @@ matches merge, a redelivery makes one card, an addressed match is a normal messa
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import base_config, eventually
-from tests.helpers import ConsoleClient
-from tests.test_admin_memory import TOKEN, admin
+from tests.support.admin import TOKEN, admin
+from tests.support.configs import base_config
+from tests.support.helpers import ConsoleClient
+from tests.support.waits import eventually, no_new_card
 
 INCIDENTS = {"id": "incidents", "match": {"keywords": ["P0"]}, "text": "Triage this."}
 
@@ -20,12 +20,6 @@ def config(prefix: str, cooldown: int = 300, **integration: Any) -> dict[str, An
     cfg = base_config(prefix, watches=[{**INCIDENTS, "cooldownSeconds": cooldown}], **integration)
     cfg["admin"] = {"token": TOKEN}
     return cfg
-
-
-async def no_new_card(console: ConsoleClient, count: int, chat: str = "team") -> None:
-    """Nothing more arrives: the flusher polls every 50 ms, so 0.5 s covers several rounds."""
-    await asyncio.sleep(0.5)
-    assert len(await console.cards(chat)) == count
 
 
 async def test_a_watched_keyword_starts_a_turn_and_the_cooldown_holds(

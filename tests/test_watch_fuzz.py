@@ -12,8 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.hostile_support import ADMIN_TOKEN, Hostile, hostile_gateway, request
-from tests.test_fuzz import bodies, check, fuzz, json_values, junk_query, mutated, nasty_strings
+from tests.support.fuzzing import (
+    bodies,
+    check,
+    fuzz,
+    json_values,
+    junk_query,
+    mutated,
+    nasty_strings,
+)
+from tests.support.hostile import ADMIN_TOKEN, Hostile, hostile_gateway, request
 
 BASE = "/v1.0/integrations/console/watches"
 AUTH = [("Authorization", f"Bearer {ADMIN_TOKEN}".encode())]

@@ -24,7 +24,8 @@ from gateway.runtime.cli import settings_model
 from gateway.triggers.watch_intake import GroupWatch
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore
-from tests.conftest import BOTH_REDIS, base_config
+from tests.support.configs import base_config
+from tests.support.redis_targets import BOTH_REDIS
 
 pytestmark = BOTH_REDIS
 

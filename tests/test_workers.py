@@ -28,10 +28,12 @@ from gateway.intake.spool import store_identity
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import main, settings_model
 from sessions import KeyBuilder
-from tests.conftest import REDIS_URL, base_config, eventually
-from tests.helpers import ROOT, ConsoleClient, InProcessGateway, free_port
-from tests.test_firstrun import processes_mentioning, quickstart, run_cli
-from tests.workers_support import ONE_EACH, Supervised, alive, platforms
+from tests.support.cli import cli, processes_mentioning, quickstart, run_cli
+from tests.support.configs import base_config
+from tests.support.helpers import ROOT, ConsoleClient, InProcessGateway, free_port
+from tests.support.redis_targets import REDIS_URL
+from tests.support.waits import eventually
+from tests.support.workers import ONE_EACH, Supervised, alive, platforms
 
 slow = pytest.mark.slow
 
@@ -389,7 +391,7 @@ def test_workers_setting_and_option(value: str, count: int, tmp_path: Path) -> N
     assert settings.server.worker_count() == count
     path = tmp_path / "w.yaml"
     path.write_text(f"server: {{workers: {value}}}\nexperts: [{{id: e, kind: echo}}]\n")
-    result = run_cli("check", "--config", str(path))
+    result = cli("check", "--config", str(path))
     assert result.returncode == 0
     shown = f" ({count} worker processes)" if count > 1 else ""
     assert f"server: http://127.0.0.1:8080{shown}\n" in result.stdout

@@ -11,12 +11,12 @@ import pytest
 
 from sessions.keys import KeyBuilder
 from sessions.records_admin import SessionRecords
-from tests.conftest import base_config, eventually
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import dumps
-from tests.helpers import ConsoleClient
-from tests.test_admin_memory import TOKEN, admin
-from tests.test_experts import serve
+from tests.support.admin import TOKEN, admin
+from tests.support.helpers import ConsoleClient, serve
+from tests.support.waits import eventually
+from tests.support.xpert import config
 
 
 @pytest.fixture
@@ -24,26 +24,6 @@ async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
     fake = FakeXpertAI(keepalive_s=0.2)
     async for url in serve(fake.app()):
         yield fake, url + "/api/ai"
-
-
-def config(
-    prefix: str, url: str, expert: dict[str, Any] | None = None, **integ: Any
-) -> dict[str, Any]:
-    cfg = base_config(prefix, xpertId="sales", **integ)
-    cfg["experts"] = [
-        {
-            "id": "sales",
-            "kind": "xpert",
-            "baseUrl": url,
-            "apiKey": API_KEY,
-            "organizationId": "org-1",
-            "principalUserId": "u-42",
-            "connectRetries": 2,
-            **(expert or {}),
-        }
-    ]
-    cfg["admin"] = {"token": TOKEN}
-    return cfg
 
 
 async def test_a_run_shows_its_tool_and_steps_streams_the_answer_and_ends_done(
@@ -231,8 +211,8 @@ async def test_variables_go_only_when_new_or_changed_and_the_agents_writes_come_
 async def test_a_picture_reaches_the_agent_as_an_inline_file(
     xpert: tuple[FakeXpertAI, str], prefix: str, redis_client: Any
 ) -> None:
-    from tests.dingtalk_support import robot_message, running
     from tests.fakes.dingtalk import PNG
+    from tests.support.dingtalk import robot_message, running
 
     fake, url = xpert
     experts = [{"id": "sales", "kind": "xpert", "baseUrl": url, "apiKey": API_KEY}]

@@ -29,7 +29,7 @@ from gateway.experts.xpert import XpertExpert
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.progress import Progress
 from tests.fakes.xpertai import API_KEY
-from tests.helpers import free_port
+from tests.support.helpers import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xpertai"
 

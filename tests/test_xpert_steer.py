@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import gateway.experts.xpert as xpert_module
-from tests.conftest import eventually
 from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_agent import Run
-from tests.test_experts import serve
-from tests.test_xpert import config
+from tests.support.helpers import serve
+from tests.support.waits import eventually
+from tests.support.xpert import config
 
 
 @pytest.fixture

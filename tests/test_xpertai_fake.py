@@ -10,11 +10,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import eventually
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import Stream, parse_stream_id
 from tests.fakes.xpertai_input import HttpError, node_b64decode, reduce_variable
-from tests.test_experts import serve
+from tests.support.helpers import serve
+from tests.support.waits import eventually
 
 Api = tuple[FakeXpertAI, "Client"]
 

@@ -11,12 +11,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from aiohttp import web
 
+from gateway.clock import now_ms
 from gateway.config.bases import IntegrationBase
 from gateway.config.live import LiveSettings
 from gateway.config.settings import Settings
@@ -30,7 +31,7 @@ from gateway.intake.spooler import Spooler
 from gateway.ops.collectors import GatewayCollector
 from gateway.ops.metrics import Metrics
 from gateway.policy.budgets import Budgets
-from gateway.runtime import http
+from gateway.runtime import http, quiet
 from gateway.runtime.heartbeat import Heartbeat
 from gateway.triggers.schedules import Scheduler
 from gateway.turns import Runner
@@ -62,6 +63,7 @@ class Gateway:
         factories: dict[str, AdapterFactory] | None = None,
         worker: int | None = None,
         embedded_redis_url: str | None = None,
+        clock: Callable[[], int] = now_ms,
     ):
         self.live = LiveSettings(settings)  # the current settings; a reload replaces them there
         self.factories = factories if factories is not None else discover_adapters()
@@ -74,6 +76,8 @@ class Gateway:
         self.redis: RedisHandle | None = None
         self.adapters: dict[str, Adapter] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.clock = clock  # epoch ms of pipeline, runner, flusher and scheduler (tests move it)
+        self.ingests = quiet.InFlight()  # ingests under way (``idle``)
         self.metrics = Metrics()
         self.started_at = time.time()
         self.stopping = False
@@ -172,12 +176,14 @@ class Gateway:
             claims=self.claims,
             observer=self.metrics,
             budgets=self.budgets,
+            clock=self.clock,
         )
         self.flusher = Flusher(
             store=self.store,
             runner=self.runner,
             claims=self.claims,
             poll_ms=s.runtime.poll_interval_ms,
+            clock=self.clock,
         )
         self.control = Control(store=self.store)
         # A schedule made in a chat (intake) wakes the scheduler, which is built after intake
@@ -194,8 +200,9 @@ class Gateway:
             claims=self.claims,
             budgets=self.budgets,
             on_schedule_change=self._schedules_changed.set,
+            clock=self.clock,
         )
-        ingest = self.metrics.wrap_ingest(self.pipeline.ingest)
+        ingest = self.ingests.wrap(self.metrics.wrap_ingest(self.pipeline.ingest))
         self.scheduler = Scheduler(
             store=self.pipeline.schedules.book.store,
             settings=self.live,
@@ -203,6 +210,7 @@ class Gateway:
             adapters=self.adapters,
             owner=self.replica_id,
             wake=self._schedules_changed,
+            clock=self.clock,
         )
         # Long connections whose platform never delivers an event again spool it while Redis
         # is unreachable; opened before the adapters start, so their events queue up behind
@@ -264,6 +272,18 @@ class Gateway:
             replica=self.replica_id,
             integrations=list(self.adapters),
             embedded_redis=self.redis.embedded is not None,
+        )
+
+    async def idle(self) -> None:
+        """Return once nothing is under way here (gateway.runtime.quiet): what a test awaits
+        (within a timeout of its own) instead of sleeping to see that nothing more happens."""
+        await quiet.idle(
+            quiet.watcher(
+                ingests=self.ingests,
+                tasks=self.tasks,
+                runs=self.runner.active,
+                parts=[self.runner, self.flusher],
+            )
         )
 
     def _store_raw(self, integration_id: str) -> bool:

@@ -1,34 +1,28 @@
-"""Command line: ``xpert-gateway run|check|schema`` (also ``python -m gateway``)."""
+"""Command line: ``xpert-gateway run|check|schema`` (also ``python -m gateway``).
+
+Its imports are lazy: ``--version`` and ``--help`` load argparse and nothing of the gateway
+but its version; each command imports what it needs (settings models, adapters, the daemon)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import socket
 import sys
-import time
 from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any
-
-import structlog
+from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
-from gateway.config.errors import ConfigError, ConfigFileError
-from gateway.config.file import load_settings
-from gateway.config.hints import config_warnings, redis_summary
-from gateway.config.server import cpu_count
-from gateway.config.settings import Settings, build_settings_model
-from gateway.edge.factory import discover_adapters
-from gateway.experts import discover_experts
-from gateway.logging import configure_logging, silence
-from gateway.policy.limits import Limits
-from gateway.triggers.cron import iso
-from gateway.triggers.schedule_book import entries_of
+
+if TYPE_CHECKING:
+    from gateway.config.settings import Settings
+    from gateway.policy.limits import Limits
 
 
 def settings_model() -> type[Settings]:
+    from gateway.config.settings import build_settings_model
+    from gateway.edge.factory import discover_adapters
+    from gateway.experts import discover_experts
+
     return build_settings_model(
         {p: f.settings_model for p, f in discover_adapters().items()}, discover_experts()
     )
@@ -42,11 +36,17 @@ def json_schema() -> dict[str, object]:
 
 
 def _load(path: str) -> Settings:
+    from pathlib import Path
+
+    from gateway.config.file import load_settings
+
     return load_settings(Path(path), model=settings_model())
 
 
 def _load_or_report(path: str) -> Settings | None:
     """The settings, or None after printing every problem as ``key.path: reason``."""
+    from gateway.config.errors import ConfigError, ConfigFileError
+
     try:
         return _load(path)
     except ConfigFileError as exc:  # missing, empty, not YAML: the problem names the file
@@ -63,6 +63,11 @@ def _load_or_report(path: str) -> Settings | None:
 def _print_schedules(settings: Settings) -> None:
     """The config's schedules with their next fire times, in each schedule's own time zone
     (runtime ones live in Redis)."""
+    import time
+
+    from gateway.triggers.cron import iso
+    from gateway.triggers.schedule_book import entries_of
+
     entries = entries_of(settings, {})
     if entries:
         print("schedules:")
@@ -103,6 +108,8 @@ def _limits(limits: Limits) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from gateway.config.hints import config_warnings, redis_summary
+
     settings = _load_or_report(args.config)
     if settings is None:
         return 1
@@ -141,13 +148,20 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import socket
+
+    import structlog
+
+    from gateway.config.hints import config_warnings
+    from gateway.logging import configure_logging
+    from gateway.runtime.daemon import StartupError, Worker, serve
+    from sessions.connection import RedisStartupError
+
     settings = _load_or_report(args.config)
     if settings is None:
         return 1
     configure_logging(settings.logging.level, settings.logging.format)
     log = structlog.get_logger("gateway.runtime.cli")
-    from gateway.runtime.daemon import StartupError, Worker, serve
-    from sessions.connection import RedisStartupError
 
     worker: Worker | None = None
     if args.worker_index is not None:  # started by a supervisor (hidden options)
@@ -177,6 +191,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _workers(value: str) -> int:
     """``--workers``: a number, or ``auto`` for one per core."""
+    from gateway.config.server import cpu_count
+
     if value == "auto":
         return cpu_count()
     if value.isdigit() and 1 <= int(value) <= 256:
@@ -189,6 +205,8 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        import asyncio
+
         return asyncio.run
     return uvloop.run
 
@@ -226,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader of our output left before the end, as `head` does: end quietly, with the
         # status of a command ended by SIGPIPE (128 + 13, what `cat` gives in its place).
+        from gateway.logging import silence
+
         silence(sys.stdout)
         return 141
     return result

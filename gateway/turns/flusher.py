@@ -50,6 +50,7 @@ class Flusher:
         self._direct: dict[str, None] = {}  # due now by a local intake: claimed without a read
         self._read_all_at: int | None = None
         self._stopping = False
+        self._ticking = False
         claims.serve(start=runner.start, missed=self._missed)
 
     def wake(self, due_ms: int, conversation: str | None = None) -> None:
@@ -71,6 +72,17 @@ class Flusher:
         self._woken.add(self.store.keys.shard(conversation))
         self._event.set()
 
+    def busy(self) -> bool:
+        """A tick is under way, or one is due now (a local intake's claim, a woken shard, a
+        shard whose soonest work is due): Gateway.idle reads it."""
+        now = self.clock()
+        return (
+            self._ticking
+            or self._event.is_set()
+            or bool(self._direct or self.claims.riding or self._woken)
+            or any(at <= now for at in self._next.values())
+        )
+
     def stop(self) -> None:
         self._stopping = True
         self.claims.close()
@@ -82,7 +94,11 @@ class Flusher:
         # flusher must never die, or this replica would stop claiming work.
         while not self._stopping:
             try:
-                await self._tick()
+                self._ticking = True
+                try:
+                    await self._tick()
+                finally:
+                    self._ticking = False
                 await self._sleep()
                 backoff = 0.1
             except Exception as exc:

@@ -133,6 +133,10 @@ class Runner:
             if self.active.get(claim.conversation) is run:
                 del self.active[claim.conversation]
 
+    def busy(self) -> bool:
+        """A steer is under way (the runs themselves: ``active``)."""
+        return bool(self._background)
+
     # --- stop, steer, hand back ------------------------------------------------------------
     def stop_local(self, conversation: str, turn_id: str | None, reason: str = "stop") -> bool:
         """Cancel the running expert stream of ``conversation`` if it runs here."""

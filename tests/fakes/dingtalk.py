@@ -67,7 +67,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.dingtalk_stream import FakeStreamGateway, StreamState, error_response
-from tests.helpers import free_port
+from tests.support.helpers import free_port
 
 CLIENT_ID = "dingappkey"
 CLIENT_SECRET = "dt-app-secret"

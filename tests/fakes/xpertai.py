@@ -178,6 +178,9 @@ class FakeXpertAI:
     headers: list[dict[str, str]] = field(default_factory=list)
     connections: list[tuple[str, str | None]] = field(default_factory=list)  # run, Last-Event-ID
     _release: asyncio.Event | None = None
+    # The stream handlers under way: ended at shutdown, as Nest's server closes its streams
+    # (else one waiting out a keep-alive period holds the server's cleanup that long).
+    _streams: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -205,6 +208,8 @@ class FakeXpertAI:
         for run in self.runs.values():
             if run.task is not None:
                 run.task.cancel()
+        for task in list(self._streams):
+            task.cancel()
 
     # --- auth ------------------------------------------------------------------------------
     def _user(self, request: web.Request) -> Principal | None:
@@ -554,6 +559,22 @@ class FakeXpertAI:
         drop_after: int | None = None,
     ) -> web.StreamResponse:
         self.connections.append((run.id if run else request.match_info.get("rid", ""), last_id))
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
+        try:
+            return await self._stream(response, request, run, last_id, drop_after)
+        finally:
+            self._streams.discard(task)
+
+    async def _stream(
+        self,
+        response: web.StreamResponse,
+        request: web.Request,
+        run: Run | None,
+        last_id: str | None,
+        drop_after: int | None,
+    ) -> web.StreamResponse:
         try:
             start = parse_stream_id(last_id or "")
         except InvalidStreamId as exc:

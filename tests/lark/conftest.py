@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import SLOW_ECHO, LarkHarness, lark_config
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import SLOW_ECHO, LarkHarness, lark_config
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.lark_support import (
+from tests.support.lark import (
     answer,
     bot_mention,
     card_click,
@@ -17,6 +16,7 @@ from tests.lark_support import (
     message_event,
     reply_to,
 )
+from tests.support.waits import eventually
 
 
 async def test_a_lark_confirm_by_another_member_gets_a_toast_and_does_not_resume(

@@ -9,7 +9,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from adapters.lark import LarkAdapter
 from bench.lark_floor import bench_event, envelope_of, envelopes  # (puts bench/ on sys.path)
-from tests.lark_support import INTEGRATION, LarkHarness, sealed
+from tests.support.lark import INTEGRATION, LarkHarness, sealed
 
 EXCLUDED = {"envelope_id", "received_at"}  # a fresh id and time for every Envelope built
 

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import (
+from tests.support.helpers import InProcessGateway, serve
+from tests.support.lark import (
     LarkHarness,
     answer,
     card_click,
@@ -22,7 +21,7 @@ from tests.lark_support import (
     message_event,
     reply_to,
 )
-from tests.test_experts import serve
+from tests.support.waits import eventually
 
 
 def buttons(card: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -16,10 +16,10 @@ import redis.asyncio as aioredis
 from adapters.lark.connection import _Bridge
 from gateway.config.file import load_settings
 from gateway.runtime.cli import settings_model
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import INTEGRATION, card_click, lark_config, message_event
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import INTEGRATION, card_click, lark_config, message_event
+from tests.support.waits import eventually
 
 
 @pytest.fixture

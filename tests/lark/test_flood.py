@@ -14,10 +14,9 @@ import redis.asyncio as aioredis
 
 from gateway.intake.burst import FULL_TEXT
 from sessions.keys import KeyBuilder
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import (
     INTEGRATION,
     LarkHarness,
     final_card,
@@ -25,6 +24,7 @@ from tests.lark_support import (
     message_event,
     reply_to,
 )
+from tests.support.waits import eventually
 
 CAP = 8
 BIG = "x" * 20_000

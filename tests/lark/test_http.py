@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import RawConnection as Conn
-from tests.helpers import raw_post
-from tests.lark_support import INTEGRATION, LarkHarness, final_card, message_event, sealed
+from tests.support.helpers import RawConnection as Conn
+from tests.support.helpers import raw_post
+from tests.support.lark import INTEGRATION, LarkHarness, final_card, message_event, sealed
+from tests.support.waits import eventually
 
 PATH = f"/api/lark/webhook/{INTEGRATION}"
 
@@ -44,7 +44,7 @@ async def test_a_plain_signed_event_is_answered_and_turned_into_a_card(
     conn.writer.write(request(*event(fake, "om_http1")))
     status, headers, body = await conn.answer()
     assert (status, body) == (200, b"{}")
-    await asyncio.sleep(0.3)
+    await lark.idle()
     assert len(fake.of("reply")) == 1
     conn.close()
 

@@ -5,10 +5,10 @@ other chat's turn key, so that chat's message stayed unclaimed). Each id is now 
 
 from __future__ import annotations
 
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import LarkHarness, answer, final_card, lark_config, message_event
+from tests.support.helpers import InProcessGateway
+from tests.support.lark import LarkHarness, answer, final_card, lark_config, message_event
+from tests.support.waits import eventually
 
 
 async def test_ids_with_separators_give_each_chat_its_own_turn(fake: FakeLark, prefix: str) -> None:

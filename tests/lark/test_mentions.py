@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.lark_support import (
+from tests.support.lark import (
     LarkHarness,
     answer,
     bot_mention,
@@ -23,6 +22,7 @@ from tests.lark_support import (
     message_event,
     reply_to,
 )
+from tests.support.waits import eventually
 
 TAGS = [
     '<at user_id="all"></at>',

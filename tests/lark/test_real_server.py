@@ -16,9 +16,9 @@ from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.events import message_envelope
 from gateway.progress import Progress
 from gateway.turns.render import CardRenderer
-from tests.conftest import eventually
 from tests.fakes.lark import FakeLark
-from tests.lark_support import INTEGRATION, answer, final_card, message_event, reply_to
+from tests.support.lark import INTEGRATION, answer, final_card, message_event, reply_to
+from tests.support.waits import eventually
 
 CARD = {"schema": "2.0", "config": {"update_multi": True}, "body": {"elements": []}}
 

@@ -16,8 +16,14 @@ import redis.asyncio as aioredis
 
 from adapters.lark.crypto import EventCipher
 from tests.fakes.lark import FakeLark
-from tests.lark.test_webhook import stored_keys
-from tests.lark_support import ENCRYPT_KEY, LarkHarness, card_click, message_event, sealed
+from tests.support.lark import (
+    ENCRYPT_KEY,
+    LarkHarness,
+    card_click,
+    message_event,
+    sealed,
+    stored_keys,
+)
 
 WEEK = 7 * 86_400
 

@@ -28,7 +28,7 @@ from adapters.lark.outbound import lark_uuid
 from adapters.lark.settings import LarkIntegration
 from gateway.errors import Refused
 from gateway.progress import Progress, Step
-from tests.lark_support import bot_mention, card_click, message_event, sealed
+from tests.support.lark import bot_mention, card_click, message_event, sealed
 
 VECTOR = "P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk="
 

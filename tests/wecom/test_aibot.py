@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import (
     AES_KEY,
     ECHO_SLOW,
     TOKEN,

@@ -3,7 +3,6 @@ bad callbacks, template card + update + markdown answer, Stop clicks, token and 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -14,10 +13,10 @@ import pytest
 import redis.asyncio as aioredis
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import (
     AES_KEY,
     ECHO_SLOW,
     SAMPLE_BODY,
@@ -114,7 +113,7 @@ async def test_duplicate_msgid_gets_one_reply(
     await eventually(lambda: fake.texts("amy"))
     query, body = encrypt_xml(app_message("amy", "once", "9001"), nonce="other")
     assert await post(http, url(gw), query, body) == (200, "")
-    await asyncio.sleep(0.3)
+    await gw.idle()
     assert fake.texts("amy") == ["You said:\n> once"]
     assert len(fake.cards()) == 1
 
@@ -151,7 +150,7 @@ async def test_bad_callbacks_are_refused_and_nothing_is_stored(
         query = {}
     status, text = await post(http, url(gw), query, body)
     assert status == expected and len(text) < 100
-    await asyncio.sleep(0.2)
+    await gw.idle()
     assert await stored_keys(redis_client, prefix) == before
     assert fake.sent == []
 
@@ -180,7 +179,7 @@ async def test_stop_click_stops_the_turn_and_updates_the_card_with_the_clicks_co
     assert update["response_code"] == code
     assert update["template_card"]["main_title"]["title"] == "Stopped"
     assert [b["text"] for b in update["template_card"]["button_list"]] == ["New conversation"]
-    await asyncio.sleep(0.3)
+    await gw.idle()
     assert len(fake.updates) == 1
     assert all("stopped" in t for t in fake.texts("bob"))
 
@@ -251,7 +250,7 @@ async def test_long_answer_is_split_to_the_markdown_limit(
     query, body = encrypt_xml(app_message("gus", text, "8401"))
     await post(http, url(gw), query, body)
     parts = await eventually(lambda: len(fake.texts("gus")) > 1 and fake.texts("gus"))
-    await asyncio.sleep(0.3)
+    await gw.idle()
     parts = fake.texts("gus")
     assert fake.dropped == []  # within WeCom's 30 messages a minute per member (doc 90454)
     assert all(len(p.encode()) <= 2048 for p in parts)
@@ -313,7 +312,7 @@ def test_two_buttons_clicked_in_one_second_are_two_clicks_and_a_retry_is_one() -
     from adapters.wecom.cards import button_key
     from adapters.wecom.events import app_envelope, parse_app_xml
     from gateway.progress import Progress
-    from tests.wecom_support import card_click
+    from tests.support.wecom import card_click
 
     progress = Progress(turn_id="t1", conversation="wc|p2p:alice", status="done")
     stop, new = button_key(progress, "retry"), button_key(progress, "new")

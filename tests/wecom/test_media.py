@@ -16,12 +16,11 @@ from yarl import URL
 
 from adapters.wecom.api import LinkDownloads, sniff_mime
 from adapters.wecom.crypto import CryptoError, decrypt_media
-from tests.conftest import eventually
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.test_experts import serve
-from tests.wecom_support import (
+from tests.support.helpers import InProcessGateway, serve
+from tests.support.waits import eventually
+from tests.support.wecom import (
     AES_KEY,
     aibot_message,
     app_message,
@@ -40,7 +39,7 @@ async def model() -> AsyncIterator[tuple[FakeOpenAI, dict[str, Any]]]:
     fake = FakeOpenAI()
     async for base in serve(fake.app()):
         expert = {
-            "id": "echo",  # the integrations of wecom_support route to "echo"
+            "id": "echo",  # the integrations of tests.support.wecom route to "echo"
             "kind": "openai",
             "baseUrl": base + "/v1",
             "apiKey": OPENAI_KEY,

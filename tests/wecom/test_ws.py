@@ -8,10 +8,10 @@ import itertools
 import json
 from typing import Any
 
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import (
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import (
     ECHO_SLOW,
     aibot_click,
     aibot_message,
@@ -74,7 +74,7 @@ async def test_duplicate_callback_makes_one_reply(
     await fake.push("aibot_msg_callback", message("w-2", "once"), "req-2")
     await fake.push("aibot_msg_callback", message("w-2", "once"), "req-2b")
     await eventually(lambda: finished(fake, "req-2"))
-    await asyncio.sleep(0.3)
+    await gateways.idle()
     assert fake.stream_frames("req-2b") == []
 
 
@@ -136,7 +136,7 @@ async def test_a_turn_past_the_stream_window_finishes_in_a_new_message(
     sent = await eventually(lambda: sent_messages(fake, "markdown"))
     assert sent[0]["body"]["chatid"] == "alice"
     assert sent[0]["body"]["markdown"]["content"] == "You said:\n> a slow one"
-    await asyncio.sleep(0.3)
+    await gateways.idle()
     assert len(finished(fake, "req-5")) == len(frames)
 
 

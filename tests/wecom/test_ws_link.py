@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 
 from adapters.wecom.events import aibot_envelope
-from tests.conftest import eventually
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
-from tests.wecom_support import ECHO_SLOW, aibot_click, aibot_message, start_gateway
+from tests.support.helpers import InProcessGateway
+from tests.support.waits import eventually
+from tests.support.wecom import ECHO_SLOW, aibot_click, aibot_message, start_gateway
 
 
 async def ws_gateway(
@@ -169,7 +169,7 @@ async def test_a_stream_wecom_expired_finishes_in_a_new_message(
     assert answer["body"]["chatid"] == "alice"
     assert answer["body"]["markdown"]["content"] == "You said:\n> a slow one"
     assert [a["errcode"] for a in fake.ws.refused()] == [846608]
-    await asyncio.sleep(0.3)
+    await gateways.idle()
     assert len(sent(fake, "markdown")) == 1
 
 

@@ -1,4 +1,5 @@
-"""Test helpers: a gateway in this process or in a subprocess, and a console API client."""
+"""Test helpers: a gateway in this process or in a subprocess (and the pool of a test's
+gateways), a console API client."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +20,16 @@ import yaml
 from aiohttp import web
 from redis.asyncio.cluster import RedisCluster
 
+from gateway.clock import now_ms
 from gateway.config.file import load_settings
 from gateway.config.settings import Settings
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
+from tests.support.redis_server import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ConsoleClient:
@@ -43,9 +39,15 @@ class ConsoleClient:
         self.base = base_url.rstrip("/")
         self.integration_id = integration_id
         self.http = aiohttp.ClientSession()
+        self.idle_of: Callable[[], Awaitable[None]] | None = None  # an in-process gateway's
 
     async def close(self) -> None:
         await self.http.close()
+
+    async def idle(self) -> None:
+        """Wait until the in-process gateway behind this client has nothing under way."""
+        assert self.idle_of is not None, "idle() needs an in-process gateway"
+        await self.idle_of()
 
     async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         async with self.http.post(self.base + path, json=body) as resp:
@@ -188,12 +190,19 @@ class RawConnection:
 class InProcessGateway:
     """A real Gateway with a real HTTP server on a free port, in this event loop."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], *, clock: Callable[[], int] = now_ms) -> None:
         self.settings = load_settings(config, model=settings_model())
-        self.gateway = Gateway(settings=self.settings)
+        self.gateway = Gateway(settings=self.settings, clock=clock)
         self.port = free_port()
         self._runner: web.AppRunner | None = None
         self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
+        self.client.idle_of = self.idle
+
+    async def idle(self, timeout: float = 10.0) -> None:
+        """Until nothing is under way in the gateway (``Gateway.idle``); fails after
+        ``timeout``."""
+        async with asyncio.timeout(timeout):
+            await self.gateway.idle()
 
     async def start(self) -> None:
         await self.gateway.start()
@@ -209,6 +218,41 @@ class InProcessGateway:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+
+
+class Gateways:
+    """The in-process gateways of one test (the ``gateways`` fixture): ``await pool(config)``
+    starts one, ``pool.append(gw)`` adopts one a platform helper started; ``stop_all`` stops
+    them, newest first."""
+
+    def __init__(self) -> None:
+        self.started: list[InProcessGateway] = []
+
+    async def __call__(
+        self, config: dict[str, Any], *, clock: Callable[[], int] = now_ms
+    ) -> InProcessGateway:
+        gw = InProcessGateway(config, clock=clock)
+        await gw.start()
+        self.started.append(gw)
+        return gw
+
+    def append(self, gw: InProcessGateway) -> None:
+        self.started.append(gw)
+
+    def __iter__(self) -> Iterator[InProcessGateway]:
+        return iter(self.started)
+
+    def __len__(self) -> int:
+        return len(self.started)
+
+    async def idle(self, timeout: float = 10.0) -> None:
+        """Until none of the test's gateways has anything under way."""
+        for gw in self.started:
+            await gw.idle(timeout)
+
+    async def stop_all(self) -> None:
+        for gw in reversed(self.started):
+            await gw.stop()
 
 
 class DaemonProcess:
@@ -313,3 +357,14 @@ def clocked_scheduler(
         owner="test-replica",
         clock=lambda: clock[0],
     )
+
+
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

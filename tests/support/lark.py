@@ -9,12 +9,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
+import redis.asyncio as aioredis
 
 from adapters.lark.crypto import EventCipher
-from tests.conftest import base_config
 from tests.fakes.lark import BOT_OPEN_ID, FakeLark
-from tests.helpers import InProcessGateway
+from tests.support.configs import base_config
+from tests.support.platform import PlatformHarness
 
 APP_ID = "cli_test"
 TOKEN = "v_token_test"
@@ -145,13 +145,8 @@ def sealed(
     return body, headers
 
 
-class LarkHarness:
+class LarkHarness(PlatformHarness[FakeLark]):
     """The fake Lark server plus an in-process daemon configured against it."""
-
-    def __init__(self, fake: FakeLark, gateway: InProcessGateway) -> None:
-        self.fake = fake
-        self.gw = gateway
-        self.http = aiohttp.ClientSession()
 
     @property
     def url(self) -> str:
@@ -166,10 +161,6 @@ class LarkHarness:
         (it can be replied to, reacted to, downloaded from)."""
         self.fake.receive(payload)
         return await self.post_raw(*sealed(payload, **kw))
-
-    async def close(self) -> None:
-        await self.http.close()
-        await self.gw.stop()
 
 
 # A slow echo: a run long enough to click its buttons while it works.
@@ -193,3 +184,11 @@ def final_card(fake: FakeLark, message_id: str, title: str = "Done") -> Callable
 
 def answer(card: dict[str, Any]) -> str:
     return next(e["content"] for e in card["body"]["elements"] if e.get("element_id") == "answer")
+
+
+async def stored_keys(redis_client: aioredis.Redis, prefix: str) -> list[str]:
+    return [
+        k
+        async for k in redis_client.scan_iter(match=f"{prefix}:*")
+        if ":dedup" in k or ":burst" in k or ":turn" in k
+    ]

@@ -18,12 +18,12 @@ import hmac
 import json
 import logging
 import socket
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
@@ -34,10 +34,11 @@ from wechatpy.crypto import PrpCrypto, _get_signature
 from adapters.dingtalk.crypto import robot_sign
 from gateway.runtime.app import Gateway
 from sessions.connection import EmbeddedRedis
-from tests.conftest import base_config
-from tests.helpers import InProcessGateway, free_port
-from tests.lark_support import sealed
-from tests.wecom_support import AES_KEY, CORP_ID, TOKEN, encrypt_xml
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway, free_port
+from tests.support.lark import sealed
+from tests.support.redis_server import RedisServer
+from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, encrypt_xml
 
 T = TypeVar("T")
 LARK_TOKEN = "v_token_test"
@@ -155,27 +156,12 @@ class Hostile:
         return found
 
 
-def _private_redis(port: int, tmp: str) -> subprocess.Popen[bytes]:
-    args = [EmbeddedRedis.executable(), "--port", str(port), "--bind", "127.0.0.1"]
-    args += ["--save", "", "--appendonly", "no", "--dir", tmp]
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def hostile_gateway() -> Iterator[Hostile]:
     """A generator for a module-scoped fixture."""
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = _private_redis(port, tmp)
+        server = RedisServer(Path(tmp), executable=EmbeddedRedis.executable()).start()
+        port = server.port
         client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="hostile-gateway", daemon=True)
         thread.start()
@@ -201,8 +187,7 @@ def hostile_gateway() -> Iterator[Hostile]:
             logging.getLogger().removeHandler(stdlib)
             structlog.reset_defaults()
             client.close()
-            proc.terminate()
-            proc.wait(10)
+            server.stop()
 
 
 async def _no_heartbeat(gateway: Gateway) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,12 +23,14 @@ from typing import Any
 
 import pytest
 
+from tests.support.redis_server import free_port
+
 playwright_api = pytest.importorskip("playwright.async_api")
 redis_lib = pytest.importorskip("redis")
 Page = playwright_api.Page
 expect = playwright_api.expect
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -63,12 +64,6 @@ class Daemon:
     log: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
@@ -97,7 +92,7 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
     prefix = "tb" + uuid.uuid4().hex[:8]
     config = tmp / "gateway.yaml"
     config.write_text(template.format(redis=REDIS_URL, prefix=prefix, data=tmp / "data"))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "daemon.log"
     with log.open("wb") as out:

@@ -19,14 +19,14 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.conftest import eventually
 from tests.fakes.dingtalk import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
 from tests.fakes.lark import FakeLark
 from tests.fakes.wecom import FakeWeCom
-from tests.helpers import ROOT, free_port
-from tests.lark_support import lark_integration
-from tests.wecom_support import CORP_ID
-from tests.wecom_support import integration as wecom_integration
+from tests.support.helpers import ROOT, free_port
+from tests.support.lark import lark_integration
+from tests.support.waits import eventually
+from tests.support.wecom import CORP_ID
+from tests.support.wecom import integration as wecom_integration
 
 
 class Supervised:

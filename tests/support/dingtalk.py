@@ -12,12 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urljoin
 
-import aiohttp
-
 from adapters.dingtalk.crypto import robot_sign
-from tests.conftest import base_config
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.helpers import InProcessGateway, free_port
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway, free_port
+from tests.support.platform import PlatformHarness
 
 SECRET = "dt-app-secret"
 FORM = re.compile(r'<form method="post" action="(?P<action>[^"]*)">\s*'
@@ -45,12 +44,8 @@ def dingtalk_config(prefix: str, fake: FakeDingTalk, port: int, **options: Any) 
     return config
 
 
-class DingTalkHarness:
-    def __init__(self, fake: FakeDingTalk, gateway: InProcessGateway) -> None:
-        self.fake = fake
-        self.gateway = gateway
-        self.base = f"http://127.0.0.1:{gateway.port}"
-        self.http = aiohttp.ClientSession()
+class DingTalkHarness(PlatformHarness[FakeDingTalk]):
+    """The fake DingTalk plus an in-process gateway with one ``dt`` integration pointed at it."""
 
     async def post(
         self, body: dict[str, Any], *, timestamp: int | None = None, sign: str | None = None
@@ -78,9 +73,6 @@ class DingTalkHarness:
         async with self.http.post(action, data=data, headers=headers) as resp:
             return resp.status, await resp.text()
 
-    async def close(self) -> None:
-        await self.http.close()
-
 
 async def start_harness(
     prefix: str, fake: FakeDingTalk, *, experts: list[dict[str, Any]] | None = None, **options: Any
@@ -102,12 +94,11 @@ async def running(
     """A fake DingTalk and a gateway with one ``dt`` integration pointed at it."""
     fake = FakeDingTalk()
     await fake.start()
-    gateway, harness = await start_harness(prefix, fake, experts=experts, **options)
+    _gateway, harness = await start_harness(prefix, fake, experts=experts, **options)
     try:
         yield fake, harness
     finally:
         await harness.close()
-        await gateway.stop()
         await fake.stop()
 
 
