@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from adapters.console.inbound import setup_routes
+from adapters.console.inbound import ChatAdapter, setup_routes
 from adapters.console.outbound import ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
-from gateway.edge.adapter import Adapter
 from gateway.edge.context import AdapterContext
 from gateway.edge.factory import Factory
 
 
-class ConsoleAdapter(Adapter):
-    settings: ConsoleIntegration
+class ConsoleAdapter(ChatAdapter):
     outbound: ConsoleOutbound
 
     def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
@@ -23,9 +21,6 @@ class ConsoleAdapter(Adapter):
 
     def reuses_card(self, handle: str) -> bool:
         return True  # a card is a timeline record, upserted whatever turn shows in it
-
-    def user_name(self, user_id: str) -> str | None:
-        return next((u.name for u in self.settings.users if u.id == user_id), None)
 
 
 factory = Factory(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.envelope import Action, Chat, Envelope, Mention, ReplyTo, Sender
 
@@ -35,14 +35,6 @@ class ActionRequest(_Request):
     actionId: str = Field(min_length=1, max_length=64)
     senderId: str = Field(pattern=ID)
     eventId: str | None = Field(None, pattern=ID)
-
-
-def validation_message(exc: ValidationError) -> str:
-    """The first problem, naming its field (the page shows it next to the input)."""
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "body"
-    msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-    return f"{field}: {msg}"
 
 
 def message_envelope(

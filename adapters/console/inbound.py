@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import structlog
@@ -31,15 +31,13 @@ from adapters.console.events import (
     action_envelope,
     message_envelope,
     message_record,
-    validation_message,
 )
+from adapters.console.settings import ConsoleIntegration
+from gateway.edge.adapter import Adapter
 from gateway.edge.body import HttpRequest, body_text, json_object, read_body
 from gateway.edge.ingest import IngestUnavailable
 from gateway.edge.stores import StoreUnavailable, TimelineStore
-from gateway.errors import Refused
-
-if TYPE_CHECKING:
-    from adapters.console import ConsoleAdapter
+from gateway.errors import Refused, first_problem
 
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
@@ -75,6 +73,15 @@ def _guarded(
             return _error(exc.status, exc.public)
 
     return guarded
+
+
+class ChatAdapter(Adapter):
+    """A console adapter as its API sees it (``ConsoleAdapter``): its bot, users and chats."""
+
+    settings: ConsoleIntegration
+
+    def user_name(self, user_id: str) -> str | None:
+        return next((u.name for u in self.settings.users if u.id == user_id), None)
 
 
 class _Stream:
@@ -119,7 +126,7 @@ def _frame(change: dict[str, Any]) -> bytes:
 
 
 class ConsoleApi:
-    def __init__(self, adapters: Mapping[str, ConsoleAdapter]) -> None:
+    def __init__(self, adapters: Mapping[str, ChatAdapter]) -> None:
         self.adapters = adapters
         self.closing = asyncio.Event()
         # One Redis subscription per replica, fanned out to every open event stream (a
@@ -206,9 +213,12 @@ class ConsoleApi:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            raise Refused(400, validation_message(exc)) from None
+            # the first problem, naming its field (the page shows it next to the input)
+            raise Refused(
+                400, first_problem(exc, unknown="unknown field", nowhere="body")
+            ) from None
 
-    def _adapter(self, integration_id: str) -> ConsoleAdapter:
+    def _adapter(self, integration_id: str) -> ChatAdapter:
         adapter = self.adapters.get(integration_id)
         if adapter is None:
             raise Refused(404, f"integrationId: unknown integration {integration_id!r}")
@@ -375,7 +385,7 @@ async def _to_slash(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound("/console/")
 
 
-def setup_routes(app: web.Application, adapters: Mapping[str, ConsoleAdapter]) -> None:
+def setup_routes(app: web.Application, adapters: Mapping[str, ChatAdapter]) -> None:
     api = ConsoleApi(adapters)
     app.on_shutdown.append(api.close)
     app.router.add_get("/console", _to_slash)

@@ -4,20 +4,22 @@ the attachment download sits with the adapter that owns its client."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
+from aiohttp import web
 from yarl import URL
 
+import adapters.dingtalk.inbound as inbound
+import adapters.dingtalk.links as links
 from adapters.dingtalk.api import DingTalkApi
-from adapters.dingtalk.connection import StreamConnection
-from adapters.dingtalk.inbound import StreamInbound, setup_routes
+from adapters.dingtalk.connection import StreamConnection, StreamFrames
+from adapters.dingtalk.inbound import DingTalkInbound, RobotAdapter
 from adapters.dingtalk.outbound import DingTalkOutbound
 from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.robot import Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
-from gateway.edge.adapter import Adapter
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import (
     FetchedFile,
@@ -36,9 +38,7 @@ from gateway.envelope import Attachment, Envelope
 log = structlog.get_logger("adapters.dingtalk")
 
 
-class DingTalkAdapter(Adapter):
-    settings: DingTalkIntegration
-
+class DingTalkAdapter(RobotAdapter):
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:
@@ -87,7 +87,8 @@ class DingTalkAdapter(Adapter):
             context=context,
             clock=lambda: self.clock(),
         )
-        stream = StreamInbound(self)
+        self.inbound = DingTalkInbound(integration_id=settings.id, cards=cards)
+        stream = StreamFrames(inbound=self.inbound, ingest_or_spool=context.ingest_or_spool)
         self.connection = (
             StreamConnection(
                 api_base=settings.base,
@@ -170,6 +171,12 @@ async def _fetch(
         )
         return None
     return FetchedFile(data=data, mime=mime, name=attachment.name) if data is not None else None
+
+
+def setup_routes(app: web.Application, adapters: Mapping[str, DingTalkAdapter]) -> None:
+    """The HTTP-mode robot webhook and the markdown messages' button links."""
+    inbound.setup_routes(app, adapters)
+    links.setup_routes(app, adapters)
 
 
 factory = Factory(

@@ -3,7 +3,8 @@ our own connect loop. The SDK's ``start`` opens the connection with blocking ``r
 event loop and sleeps a fixed 10 s after a failure; here the open call is async, points at
 ``apiBase``, reconnects with backoff and a fresh ticket, and reports its state to ``/readyz``.
 
-A frame is acked only after its handler returned, and the handlers return only after intake
+A frame is acked only after its handler returned, and the handlers (:class:`StreamFrames`: the
+integration's ``DingTalkInbound``, the same the HTTP webhook runs) return only after intake
 stored the event (DESIGN.md §8.1).
 
 One process of all (workers and replicas) holds the robot's stream: the one holding its owner
@@ -34,7 +35,11 @@ from dingtalk_stream import (
 )
 from websockets.asyncio.client import connect
 
+from adapters.dingtalk.inbound import DingTalkInbound, Message
+from gateway.edge.ingest import Ingest, IngestOutcome, IngestUnavailable
 from gateway.edge.leases import LeasedConnection, OwnerLease
+from gateway.envelope import Envelope
+from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -52,6 +57,61 @@ class _Handler(CallbackHandler):  # type: ignore[misc]
 
     async def process(self, message: CallbackMessage) -> tuple[int, Any]:
         return await self.handle(message.data, message.headers.message_id)
+
+
+class StreamFrames:
+    """Stream frames, which DingTalk never pushes again (platforms.md §2.1): read and answered
+    by the integration's Inbound (``Inbound.take``); while Redis is unreachable they wait in the
+    local spool (``ingest_or_spool``); a frame that cannot be taken at all is acked with an
+    error."""
+
+    def __init__(self, *, inbound: DingTalkInbound, ingest_or_spool: Ingest) -> None:
+        self.inbound = inbound
+        self.integration_id = inbound.integration_id
+        self.ingest_or_spool = ingest_or_spool
+
+    async def _ingest(self, envelope: Envelope) -> IngestOutcome:
+        try:
+            return await self.ingest_or_spool(envelope)
+        except IngestUnavailable as exc:
+            log.warning(
+                "dingtalk event not stored",
+                integration_id=self.integration_id,
+                event_id=envelope.event_id,
+                reason=str(exc),
+            )
+            raise
+
+    async def robot_message(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
+        try:
+            taken = await self.inbound.take(Message(data, stream_id), self._ingest)
+        except Refused as exc:
+            log.warning(
+                "dingtalk frame rejected", integration_id=self.integration_id, error=exc.reason
+            )
+            return 400, {"error": "bad message"}
+        except IngestUnavailable:
+            return ack_error()
+        assert taken is not None  # a robot message is always an event
+        log.debug(
+            "dingtalk message",
+            integration_id=self.integration_id,
+            event_id=taken.envelope.event_id,
+            status=taken.outcome.status,
+        )
+        return 200, taken.answer
+
+    async def card_callback(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
+        """A card button (§2.6): the card it was on first (an unknown card is acked as is)."""
+        click = await self.inbound.card(data, stream_id)
+        if click is None:
+            return 200, {}
+        try:
+            taken = await self.inbound.take(click, self._ingest)
+        except IngestUnavailable:
+            return ack_error()
+        assert taken is not None
+        return 200, taken.answer
 
 
 class StreamConnection(DingTalkStreamClient):  # type: ignore[misc]

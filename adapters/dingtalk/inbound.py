@@ -1,18 +1,19 @@
-"""DingTalk's hooks into the core's webhook skeleton (``gateway.edge.webhook``): the HTTP-mode robot
-webhook (platforms.md §2.3) and the signed button links (``links.py``); and the stream-mode
-frame handlers (§2.1, §2.6). Every path acks only after intake returned: the event is durable."""
+"""DingTalk's way in: :class:`DingTalkInbound` (the integration's ``gateway.edge.inbound.Inbound``)
+reads robot messages and card callbacks into Envelopes and answers them, for the HTTP-mode robot
+webhook (:class:`RobotWebhook`, platforms.md §2.3) and the stream's frames alike
+(``connection.StreamFrames``, §2.1, §2.6). Every path acks only after intake returned: the event
+is durable. The signed button links of markdown messages are ``links.py``'s."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from aiohttp import web
 
-from adapters.dingtalk import links
 from adapters.dingtalk.cards import clicked_params
-from adapters.dingtalk.connection import ack_error
 from adapters.dingtalk.crypto import BadSignature, verify_robot_sign
 from adapters.dingtalk.events import (
     action_envelope,
@@ -20,22 +21,117 @@ from adapters.dingtalk.events import (
     robot_message,
     where_from_params,
 )
+from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.robot import reply_extras, webhook_allowed
-from gateway.edge.body import HttpRequest, ascii_text, body_text, json_object, utf8_safe
-from gateway.edge.ingest import IngestOutcome, IngestUnavailable
+from adapters.dingtalk.settings import DingTalkIntegration
+from gateway.edge.adapter import Adapter
+from gateway.edge.body import HttpRequest, ascii_text, json_object, utf8, utf8_safe
+from gateway.edge.inbound import Inbound
+from gateway.edge.ingest import IngestOutcome
 from gateway.edge.stores import StoreUnavailable
-from gateway.edge.webhook import Webhook
+from gateway.edge.webhook import EventWebhook
 from gateway.envelope import Envelope
 from gateway.errors import Refused
 
-if TYPE_CHECKING:
-    from adapters.dingtalk import DingTalkAdapter
-
 log = structlog.get_logger("adapters.dingtalk")
+
+Answer = dict[str, Any] | None  # a stream ack's data (None: nothing but the ack)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A robot message: its JSON, and the id of the stream frame it came in (None over HTTP)."""
+
+    data: dict[str, Any]
+    stream_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CardClick:
+    """A card button's callback (stream mode) and where the card is (``CardOutbound.where``)."""
+
+    data: dict[str, Any]
+    stream_id: str | None
+    where: dict[str, Any]
+
+
+class DingTalkInbound(Inbound[Message | CardClick, Answer]):
+    def __init__(self, *, integration_id: str, cards: CardOutbound | None) -> None:
+        self.integration_id = integration_id
+        self.cards = cards
+
+    def verify(self, meta: Mapping[str, str], body: bytes) -> Message:
+        """The robot webhook's body (its sign, over the timestamp header alone, is checked
+        before the body is read: ``RobotWebhook.check``)."""
+        return Message(json_object(utf8(body)))
+
+    async def card(self, data: dict[str, Any], stream_id: str | None) -> CardClick | None:
+        """A card callback and the card it was on; None for a card unknown here."""
+        params = card_callback_params(data)
+        track = str(data.get("outTrackId") or "")
+        cards = self.cards
+        try:
+            where = await cards.where(track) if cards is not None and track else None
+        except StoreUnavailable:
+            where = where_from_params(params, str(data.get("userId") or ""))
+        if where is None or not params.get("action") or not params.get("conversation"):
+            log.info("card callback for an unknown card", integration_id=self.integration_id)
+            return None
+        return CardClick(data, stream_id, where)
+
+    def envelope(self, payload: Message | CardClick) -> Envelope:
+        if isinstance(payload, CardClick):
+            return self._click(payload)
+        try:
+            if not utf8_safe(payload.data):
+                raise ValueError("invalid unicode")
+            return robot_message(
+                payload.data, integration_id=self.integration_id, stream_id=payload.stream_id
+            )
+        except ValueError as exc:  # pydantic's ValidationError included
+            raise Refused(400, f"bad body ({type(exc).__name__})", public="bad body") from None
+
+    def _click(self, payload: CardClick) -> Envelope:
+        """A card button (§2.6): its params carry action, conversation and turnId."""
+        data, where = payload.data, payload.where
+        params = card_callback_params(data)
+        track = str(data.get("outTrackId") or "")
+        action = str(params.get("action") or "")
+        return action_envelope(
+            integration_id=self.integration_id,
+            event_id=f"card-{payload.stream_id or track + ':' + action}",
+            action_id=action,
+            conversation=str(params["conversation"]),
+            turn_id=str(params.get("turnId") or ""),
+            chat_id=str(where["chatId"]),
+            group=bool(where["group"]),
+            sender_id=str(data.get("userId") or ""),
+            message_id=f"card:{track}",
+            extras=where["extras"],
+        )
+
+    async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> Answer:
+        if envelope.action is None:
+            return None
+        if outcome.notice:  # refused (not the clicker's to answer): the card stays as it is
+            return {}
+        return {
+            "cardData": {"cardParamMap": clicked_params(envelope.action.id)},
+            "cardUpdateOptions": {"updateCardDataByKey": True},
+        }
+
+
+class RobotAdapter(Adapter):
+    """A DingTalk adapter as its routes see it (``RobotAdapter``): its settings, its clock
+    (signature windows, link expiry) and its Inbound."""
+
+    settings: DingTalkIntegration
+    clock: Callable[[], float]
+    inbound: DingTalkInbound
 
 
 # --- HTTP mode: POST /api/dingtalk/webhook/{integrationId} -------------------------------------
-class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
+class RobotWebhook(EventWebhook[RobotAdapter, Message | CardClick, Answer]):
     """The sign covers the ``timestamp`` header only, so it is checked before the body is read
     (§2.3), within ``signWindowSeconds``.
 
@@ -50,10 +146,10 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
 
     platform = "dingtalk"
 
-    def serves(self, adapter: DingTalkAdapter) -> bool:
+    def serves(self, adapter: RobotAdapter) -> bool:
         return adapter.settings.connection_mode == "http"
 
-    def check(self, adapter: DingTalkAdapter, request: HttpRequest) -> None:
+    def check(self, adapter: RobotAdapter, request: HttpRequest) -> None:
         try:
             verify_robot_sign(
                 adapter.settings.client_secret.get_secret_value(),
@@ -65,101 +161,28 @@ class RobotWebhook(Webhook["DingTalkAdapter", dict[str, Any]]):
         except BadSignature as exc:
             raise Refused(401, str(exc), public="bad signature") from None
 
-    def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> dict[str, Any]:
-        return json_object(body_text(request, body))
+    def inbound(self, adapter: RobotAdapter) -> DingTalkInbound:
+        return adapter.inbound
 
-    async def parse(self, adapter: DingTalkAdapter, payload: dict[str, Any]) -> Envelope:
-        try:
-            envelope = robot_message(payload, integration_id=adapter.integration_id)
-        except ValueError as exc:  # pydantic's ValidationError included
-            raise Refused(400, f"bad body ({type(exc).__name__})", public="bad body") from None
-        webhook = reply_extras(envelope).get("sessionWebhook")
+    async def parse(
+        self, adapter: RobotAdapter, payload: Message | CardClick
+    ) -> Envelope | web.StreamResponse | None:
+        envelope = await super().parse(adapter, payload)
+        extras = reply_extras(envelope) if isinstance(envelope, Envelope) else {}
+        webhook = extras.get("sessionWebhook")
         if webhook and not webhook_allowed(str(webhook), adapter.settings.webhook_origins):
             raise Refused(400, "sessionWebhook not on DingTalk's origin", public="bad body")
         return envelope
 
+    def respond(
+        self,
+        adapter: RobotAdapter,
+        payload: Message | CardClick,
+        outcome: IngestOutcome,
+        answer: Answer,
+    ) -> web.StreamResponse:
+        return web.json_response({"status": outcome.status})
 
-def setup_routes(app: web.Application, adapters: Mapping[str, DingTalkAdapter]) -> None:
+
+def setup_routes(app: web.Application, adapters: Mapping[str, RobotAdapter]) -> None:
     app.router.add_post("/api/dingtalk/webhook/{integrationId}", RobotWebhook(adapters).handle)
-    links.setup_routes(app, adapters)
-
-
-# --- stream mode --------------------------------------------------------------------------------
-class StreamInbound:
-    """Stream frames, which DingTalk never pushes again (platforms.md §2.1): while Redis is
-    unreachable they wait in the local spool (``ingest_or_spool``); a frame that cannot be
-    taken at all is acked with an error."""
-
-    def __init__(self, adapter: DingTalkAdapter) -> None:
-        self.adapter = adapter
-        self.integration_id = adapter.integration_id
-
-    async def _ingest(self, envelope: Envelope) -> IngestOutcome | None:
-        try:
-            return await self.adapter.context.ingest_or_spool(envelope)
-        except IngestUnavailable as exc:
-            log.warning(
-                "dingtalk event not stored",
-                integration_id=self.integration_id,
-                event_id=envelope.event_id,
-                reason=str(exc),
-            )
-            return None
-
-    async def robot_message(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
-        try:
-            if not utf8_safe(data):
-                raise ValueError("invalid unicode")
-            envelope = robot_message(data, integration_id=self.integration_id, stream_id=stream_id)
-        except ValueError as exc:  # pydantic's ValidationError included
-            log.warning(
-                "dingtalk frame rejected",
-                integration_id=self.integration_id,
-                error=type(exc).__name__,
-            )
-            return 400, {"error": "bad message"}
-        outcome = await self._ingest(envelope)
-        if outcome is None:
-            return ack_error()
-        log.debug(
-            "dingtalk message",
-            integration_id=self.integration_id,
-            event_id=envelope.event_id,
-            status=outcome.status,
-        )
-        return 200, None
-
-    async def card_callback(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
-        """A card button (§2.6): its params carry action, conversation and turnId."""
-        params = card_callback_params(data)
-        track = str(data.get("outTrackId") or "")
-        cards = self.adapter.outbound.cards
-        try:
-            where = await cards.where(track) if cards is not None and track else None
-        except StoreUnavailable:
-            where = where_from_params(params, str(data.get("userId") or ""))
-        action = str(params.get("action") or "")
-        if where is None or not action or not params.get("conversation"):
-            log.info("card callback for an unknown card", integration_id=self.integration_id)
-            return 200, {}
-        envelope = action_envelope(
-            integration_id=self.integration_id,
-            event_id=f"card-{stream_id or track + ':' + action}",
-            action_id=action,
-            conversation=str(params["conversation"]),
-            turn_id=str(params.get("turnId") or ""),
-            chat_id=str(where["chatId"]),
-            group=bool(where["group"]),
-            sender_id=str(data.get("userId") or ""),
-            message_id=f"card:{track}",
-            extras=where["extras"],
-        )
-        outcome = await self._ingest(envelope)
-        if outcome is None:
-            return ack_error()
-        if outcome.notice:  # refused (not the clicker's to answer): the card stays as it is
-            return 200, {}
-        return 200, {
-            "cardData": {"cardParamMap": clicked_params(action)},
-            "cardUpdateOptions": {"updateCardDataByKey": True},
-        }

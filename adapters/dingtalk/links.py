@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 from aiohttp import web
 
 from adapters.dingtalk.crypto import BadSignature, verify_action
 from adapters.dingtalk.events import action_envelope, link_event_id
+from adapters.dingtalk.inbound import RobotAdapter
 from adapters.dingtalk.settings import origin_of
 from gateway.edge.body import HttpRequest, ascii_text, utf8
 from gateway.edge.ingest import IngestOutcome
 from gateway.edge.webhook import Webhook
 from gateway.envelope import Envelope
 from gateway.errors import Refused
-
-if TYPE_CHECKING:
-    from adapters.dingtalk import DingTalkAdapter
 
 PATH = "/api/dingtalk/action/{integrationId}"
 FORM = "application/x-www-form-urlencoded"
@@ -78,7 +76,7 @@ def _page(status: int, title: str, detail: str, form: str = "") -> web.Response:
     return web.Response(status=status, text=body, content_type="text/html", headers=_HEADERS)
 
 
-def _claims(adapter: DingTalkAdapter, token: str) -> dict[str, Any]:
+def _claims(adapter: RobotAdapter, token: str) -> dict[str, Any]:
     secret = adapter.settings.client_secret.get_secret_value()
     try:
         return verify_action(secret, token, now_s=adapter.clock())
@@ -86,7 +84,7 @@ def _claims(adapter: DingTalkAdapter, token: str) -> dict[str, Any]:
         raise Refused(403, str(exc)) from None
 
 
-class _Link(Webhook["DingTalkAdapter", Any]):
+class _Link(Webhook[RobotAdapter, Any]):
     platform = "dingtalk"
 
     def refusal(self, rejected: Refused) -> web.StreamResponse:
@@ -101,13 +99,13 @@ class LinkPage(_Link):
     """GET: the token checked, and a page asking to confirm; nothing is stored or done."""
 
     def verify(
-        self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes
+        self, adapter: RobotAdapter, request: HttpRequest, body: bytes
     ) -> tuple[str, dict[str, Any]]:
         token = ascii_text(request.query.get("t"), "token", status=403)
         return token, _claims(adapter, token)
 
     async def parse(
-        self, adapter: DingTalkAdapter, payload: tuple[str, dict[str, Any]]
+        self, adapter: RobotAdapter, payload: tuple[str, dict[str, Any]]
     ) -> web.StreamResponse:
         token, claims = payload
         question, label = _ASK.get(str(claims.get("a")), ("Continue?", "Continue"))
@@ -123,7 +121,7 @@ class LinkPage(_Link):
 class LinkClick(_Link):
     """POST: the form's token becomes an action Envelope (the click)."""
 
-    def check(self, adapter: DingTalkAdapter, request: HttpRequest) -> None:
+    def check(self, adapter: RobotAdapter, request: HttpRequest) -> None:
         site = request.headers.get("Sec-Fetch-Site")
         if site is not None and site not in ("same-origin", "none"):
             raise Refused(403, f"posted from another site (Sec-Fetch-Site {site[:20]!r})")
@@ -135,7 +133,7 @@ class LinkClick(_Link):
         if ctype != FORM:
             raise Refused(403, "not a form post")
 
-    def verify(self, adapter: DingTalkAdapter, request: HttpRequest, body: bytes) -> Envelope:
+    def verify(self, adapter: RobotAdapter, request: HttpRequest, body: bytes) -> Envelope:
         if len(body) > MAX_TOKEN + 16:
             raise Refused(403, "form too large")
         try:
@@ -166,12 +164,12 @@ class LinkClick(_Link):
         except (KeyError, ValueError):
             raise Refused(403, "bad claims") from None
 
-    async def parse(self, adapter: DingTalkAdapter, payload: Envelope) -> Envelope:
+    async def parse(self, adapter: RobotAdapter, payload: Envelope) -> Envelope:
         return payload
 
     async def answer(
         self,
-        adapter: DingTalkAdapter,
+        adapter: RobotAdapter,
         payload: Envelope,
         envelope: Envelope,
         outcome: IngestOutcome,
@@ -185,6 +183,6 @@ class LinkClick(_Link):
         return _page(200, title, "You can close this page and return to DingTalk.")
 
 
-def setup_routes(app: web.Application, adapters: Mapping[str, DingTalkAdapter]) -> None:
+def setup_routes(app: web.Application, adapters: Mapping[str, RobotAdapter]) -> None:
     app.router.add_get(PATH, LinkPage(adapters).handle)
     app.router.add_post(PATH, LinkClick(adapters).handle)

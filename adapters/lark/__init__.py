@@ -9,10 +9,10 @@ from typing import Any
 import structlog
 
 from adapters.lark.api import LarkApi, LarkApiError
-from adapters.lark.inbound import LarkInbound, setup_routes
+from adapters.lark.connection import LongConnection
+from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
-from gateway.edge.adapter import Adapter
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.factory import Factory
@@ -24,10 +24,7 @@ EMAIL_TTL_MS = 86_400_000  # a directory entry rarely changes within a day
 NO_EMAIL_TTL_MS = 3_600_000  # none (or no permission): asked again after an hour
 
 
-class LarkAdapter(Adapter):
-    settings: LarkIntegration
-    outbound: LarkOutbound
-
+class LarkAdapter(LarkBot):
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:
@@ -77,7 +74,7 @@ class LarkAdapter(Adapter):
         self.bot_open_id: str | None = None
         self.bot_error = ""
         self._bot_task: asyncio.Task[None] | None = None
-        self.connection: Any = None  # adapters.lark.connection.LongConnection, when configured
+        self.connection: LongConnection | None = None  # when configured
 
     async def start(self) -> None:
         """Learn the bot's own open_id (pitfalls #11), then open the long connection if any."""
@@ -86,8 +83,6 @@ class LarkAdapter(Adapter):
                 self._retry_bot(), name=f"lark-bot:{self.settings.id}"
             )
         if self.settings.connection_mode == "long_connection":
-            from adapters.lark.connection import LongConnection
-
             self.connection = LongConnection(
                 settings=self.settings,
                 inbound=self.inbound,

@@ -25,11 +25,13 @@ from typing import Any, Literal
 
 import structlog
 
-from adapters.lark.inbound import LarkInbound
+from adapters.lark.inbound import EMPTY, LarkInbound
 from adapters.lark.settings import LarkIntegration
 from gateway.edge.body import json_object
 from gateway.edge.context import AdapterContext
+from gateway.edge.ingest import IngestOutcome, IngestUnavailable
 from gateway.edge.leases import LeasedConnection, OwnerLease
+from gateway.envelope import Envelope
 from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.lark")
@@ -78,9 +80,7 @@ class _Bridge:
         except Refused as exc:
             log.info("lark event rejected", reason=exc.reason)  # re-pushing would not help
             return None
-        future = asyncio.run_coroutine_threadsafe(
-            self.conn.inbound.dispatch(data), self.conn.daemon_loop
-        )
+        future = asyncio.run_coroutine_threadsafe(self.conn.dispatch(data), self.conn.daemon_loop)
         try:
             answer = future.result(timeout=HANDLER_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
@@ -111,6 +111,7 @@ class LongConnection:
     ) -> None:
         self.settings = settings
         self.inbound = inbound
+        self.context = context
         self.daemon_loop = loop
         self.state: State = "connecting"
         self.acked = 0
@@ -128,6 +129,25 @@ class LongConnection:
         self.lease = LeasedConnection(
             lease, connect=self._open, disconnect=self._close, integration_id=settings.id
         )
+
+    async def dispatch(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One event, on the daemon's loop: the webhook's ``envelope`` and ``answer``
+        (``Inbound.take``), ingested in between. Raises :class:`Refused`: a 503 when the event
+        was not stored (Lark pushes it again), a 400 for one that cannot be read."""
+        taken = await self.inbound.take(payload, self._ingest)
+        return EMPTY if taken is None else taken.answer
+
+    async def _ingest(self, envelope: Envelope) -> IngestOutcome:
+        try:
+            return await self.context.ingest(envelope)
+        except IngestUnavailable as exc:
+            log.warning(
+                "lark event not stored",
+                integration_id=self.settings.id,
+                event_id=envelope.event_id,
+                error=str(exc),
+            )
+            raise Refused(503, "storage unavailable; retry") from None
 
     def start(self) -> None:
         """Connect once this process holds the app's lease (at once when no one else does).

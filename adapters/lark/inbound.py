@@ -4,16 +4,18 @@
 Order (STYLE: verify before parsing): the timestamp window (a signed request must carry its
 timestamp), the signature over the raw body, then the body is parsed (bounded) and decrypted,
 then the verification token; the event then becomes an Envelope, is made durable through
-intake, and only then answered 200 (platforms.md §1.2-1.4). The long connection hands its
-payloads to :meth:`LarkInbound.dispatch`: that socket is opened with the app's credentials and
-its frames are not signed (lark-oapi's ws client calls ``do_without_validation``).
+intake, and only then answered 200 (platforms.md §1.2-1.4). :class:`LarkInbound` is the
+integration's ``gateway.edge.inbound.Inbound``: the long connection (``connection.py``) runs
+its ``envelope`` and ``answer`` for each payload too (``Inbound.take``), without ``verify``: that
+socket is opened with the app's credentials and its frames are not signed (lark-oapi's ws client
+calls ``do_without_validation``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -22,31 +24,41 @@ from pydantic import ValidationError
 from adapters.lark.cards import toast
 from adapters.lark.crypto import CryptoError, EventCipher, same_secret
 from adapters.lark.events import BadEvent, action_envelope, event_type, message_envelope, sub
+from adapters.lark.outbound import LarkOutbound
 from adapters.lark.settings import LarkIntegration
-from gateway.edge.body import HttpRequest, ascii_text, json_object, utf8_charset
-from gateway.edge.ingest import IngestOutcome, IngestUnavailable
+from gateway.edge.adapter import Adapter
+from gateway.edge.body import ascii_text, json_object
+from gateway.edge.inbound import Inbound
+from gateway.edge.ingest import IngestOutcome
 from gateway.edge.stores import StoreUnavailable
-from gateway.edge.webhook import Webhook
+from gateway.edge.webhook import EventWebhook
 from gateway.envelope import Envelope
 from gateway.errors import Refused
 
-if TYPE_CHECKING:
-    from adapters.lark import LarkAdapter
-
 log = structlog.get_logger("adapters.lark")
 
-__all__ = ["LarkInbound", "LarkWebhook", "setup_routes"]
+__all__ = ["LarkBot", "LarkInbound", "LarkWebhook", "setup_routes"]
 
 EMPTY: dict[str, Any] = {}  # the usual answer; never mutated
 EMPTY_RESPONSE = b"{}"
 
 
-class LarkInbound:
+class LarkBot(Adapter):
+    """A Lark adapter as its inbound sees it (``LarkAdapter``): the bot's own open_id (learnt
+    at start; None until then), the outbound that knows the cards clicked, and its Inbound."""
+
+    settings: LarkIntegration
+    outbound: LarkOutbound
+    inbound: LarkInbound
+    bot_open_id: str | None
+
+
+class LarkInbound(Inbound[dict[str, Any], dict[str, Any]]):
     def __init__(
         self,
         *,
         settings: LarkIntegration,
-        adapter: LarkAdapter,
+        adapter: LarkBot,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -69,7 +81,7 @@ class LarkInbound:
             raise Refused(401, "stale request timestamp")
 
     def verify(self, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-        """The verified, decrypted payload; raises :class:`Rejected` otherwise."""
+        """The verified, decrypted payload; raises :class:`Refused` otherwise."""
         timestamp = ascii_text(headers.get("X-Lark-Request-Timestamp"), "timestamp")
         nonce = ascii_text(headers.get("X-Lark-Request-Nonce"), "nonce")
         signature = ascii_text(headers.get("X-Lark-Signature"), "signature")
@@ -159,23 +171,6 @@ class LarkInbound:
         card = await self._clicked_card(action.id, action.message_id, action.value)
         return toast(action.id, duplicate=outcome.status == "duplicate", card=card)
 
-    async def dispatch(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """One long-connection event: ingested, then answered. Raises :class:`Rejected`."""
-        env = self.envelope(payload)
-        if env is None:
-            return EMPTY
-        try:
-            outcome = await self.adapter.context.ingest(env)
-        except IngestUnavailable as exc:
-            log.warning(
-                "lark event not stored",
-                integration_id=self.settings.id,
-                event_id=env.event_id,
-                error=str(exc),
-            )
-            raise Refused(503, "storage unavailable; retry") from None
-        return await self.answer(env, outcome)
-
     async def _clicked_card(
         self, action_id: str, message_id: str | None, value: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -194,38 +189,37 @@ class LarkInbound:
             return None
 
 
-class LarkWebhook(Webhook["LarkAdapter", dict[str, Any]]):
+class LarkWebhook(EventWebhook[LarkBot, dict[str, Any], dict[str, Any]]):
+    """UTF-8, as Lark sends; the signature covers the raw bytes, and the JSON parser refuses any
+    that are not UTF-8 (no decode to text here: issue 15)."""
+
     platform = "lark"
 
-    def verify(self, adapter: LarkAdapter, request: HttpRequest, body: bytes) -> dict[str, Any]:
-        # UTF-8, as Lark sends; the signature covers the raw bytes, and the JSON parser refuses
-        # any that are not UTF-8 (no decode to text here: issue 15).
-        utf8_charset(request)
-        return adapter.inbound.verify(request.headers, body)
+    def inbound(self, adapter: LarkBot) -> LarkInbound:
+        return adapter.inbound
 
     async def parse(
-        self, adapter: LarkAdapter, payload: dict[str, Any]
+        self, adapter: LarkBot, payload: dict[str, Any]
     ) -> Envelope | web.StreamResponse | None:
         if payload.get("type") == "url_verification":
             return web.json_response({"challenge": str(payload.get("challenge", ""))})
-        return adapter.inbound.envelope(payload)
+        return await super().parse(adapter, payload)
 
-    def ignored(self, adapter: LarkAdapter, payload: dict[str, Any]) -> web.StreamResponse:
+    def ignored(self, adapter: LarkBot, payload: dict[str, Any]) -> web.StreamResponse:
         return web.Response(body=EMPTY_RESPONSE, content_type="application/json")
 
-    async def answer(
+    def respond(
         self,
-        adapter: LarkAdapter,
+        adapter: LarkBot,
         payload: dict[str, Any],
-        envelope: Envelope,
         outcome: IngestOutcome,
+        answer: dict[str, Any],
     ) -> web.StreamResponse:
-        answer = await adapter.inbound.answer(envelope, outcome)
         if answer is EMPTY:
             return web.Response(body=EMPTY_RESPONSE, content_type="application/json")
         return web.json_response(answer)
 
 
-def setup_routes(app: web.Application, adapters: Mapping[str, LarkAdapter]) -> None:
+def setup_routes(app: web.Application, adapters: Mapping[str, LarkBot]) -> None:
     handle = LarkWebhook(adapters).handle
     app.router.add_post("/api/lark/webhook/{integrationId}", handle)

@@ -6,14 +6,16 @@ the 32-byte padding and the receive-id check); a failure is a short 4xx and noth
 The signature covers the body's ``Encrypt`` field, so the outer body is parsed (bounded) first.
 What a callback holds depends on the connection mode, chosen once per integration: encrypted XML
 for an app (:class:`AppCallbacks`), encrypted JSON with stream replies for an AI bot
-(:class:`AibotCallbacks`). WeCom is answered only once intake returned (5 s rule, §3.2).
+(:class:`AibotCallbacks`), each a ``gateway.edge.inbound.Inbound``; an AI bot's long connection
+reads its frames with the same ``envelope`` (:class:`AibotInbound`). WeCom is answered only once
+intake returned (5 s rule, §3.2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 import structlog
 import xmltodict  # type: ignore[import-untyped]
@@ -32,30 +34,39 @@ from adapters.wecom.events import (
 from adapters.wecom.outbound import AppOutbound
 from adapters.wecom.outbound.stream import StreamOutbound
 from gateway.edge.adapter import Adapter
-from gateway.edge.body import HttpRequest, ascii_text, body_text, json_object, xml_text
+from gateway.edge.body import HttpRequest, ascii_text, json_object, utf8, xml_text
+from gateway.edge.inbound import Inbound
 from gateway.edge.ingest import IngestOutcome
-from gateway.edge.webhook import Webhook
+from gateway.edge.webhook import EventWebhook, Webhook
 from gateway.envelope import Envelope
 from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.wecom")
 
 Answer = Envelope | web.StreamResponse | None
+Reply = dict[str, Any] | None  # an AI bot's reply, encrypted by the route; None: an empty 200
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
 class Callback:
-    """A verified, decrypted callback and the nonce its encrypted answer reuses."""
+    """A verified, decrypted callback, or a long-connection frame's body, and what its answer
+    reuses: the nonce of an encrypted answer, the req_id of a frame's."""
 
     data: dict[str, Any]
-    nonce: str
+    nonce: str = ""
+    req_id: str | None = None
 
 
-def _query(request: HttpRequest, *names: str) -> list[str]:
-    values = [ascii_text(request.query.get(n), n, status=400) for n in names]
+def _query(query: Mapping[str, str], *names: str) -> list[str]:
+    values = [ascii_text(query.get(n), n, status=400) for n in names]
     if not all(values):
         raise Refused(400, f"missing query parameters: {', '.join(names)}")
     return values
+
+
+def _unreadable(exc: BadPayload) -> Refused:
+    return Refused(400, str(exc), public="unreadable message")
 
 
 class Opener:
@@ -77,25 +88,17 @@ class Opener:
             raise Refused(400, str(exc), public="cannot decrypt") from None
 
 
-class Callbacks(Protocol):
-    """One connection mode's callbacks."""
+class Callbacks(Inbound[Callback, Reply]):
+    """One connection mode's callbacks: its Inbound (``verify`` reads the signature from the
+    query), and what it answers without intake (``early``: a stream poll, a welcome)."""
 
     opener: Opener
 
-    def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback: ...
-
-    async def parse(self, callback: Callback) -> Answer: ...
-
-    async def answer(
-        self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
-    ) -> web.StreamResponse: ...
+    async def early(self, callback: Callback) -> Reply:
+        return None
 
 
-def _empty() -> web.Response:
-    return web.Response(status=200, text="")
-
-
-class AppCallbacks:
+class AppCallbacks(Callbacks):
     """A self-built app: ``<xml><Encrypt>…</Encrypt></xml>`` holding callback XML (§3.2)."""
 
     def __init__(self, *, opener: Opener, outbound: AppOutbound, integration_id: str) -> None:
@@ -103,9 +106,10 @@ class AppCallbacks:
         self.outbound = outbound
         self.integration_id = integration_id
 
-    def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
+    def verify(self, meta: Mapping[str, str], body: bytes) -> Callback:
+        sig, ts, nonce = _query(meta, "msg_signature", "timestamp", "nonce")
         try:
-            encrypted = str(xmltodict.parse(xml_text(body))["xml"]["Encrypt"])
+            encrypted = str(xmltodict.parse(xml_text(utf8(body)))["xml"]["Encrypt"])
         except Refused:
             raise
         except Exception:  # expat errors, no <xml>, no <Encrypt>
@@ -114,90 +118,92 @@ class AppCallbacks:
         try:
             return Callback(parse_app_xml(plain), nonce)
         except BadPayload as exc:
-            raise Refused(400, str(exc), public="unreadable message") from None
+            raise _unreadable(exc) from None
 
-    async def parse(self, callback: Callback) -> Answer:
-        data = callback.data
+    def envelope(self, payload: Callback) -> Envelope | None:
         try:
-            envelope = app_envelope(self.integration_id, data)
+            envelope = app_envelope(self.integration_id, payload.data)
         except BadPayload as exc:
-            raise Refused(400, str(exc), public="unreadable message") from None
+            raise _unreadable(exc) from None
         if envelope is None:
-            log.debug("event skipped", integration_id=self.integration_id, type=data["MsgType"])
-            return None
+            log.debug(
+                "event skipped", integration_id=self.integration_id, type=payload.data["MsgType"]
+            )
+        return envelope
+
+    async def received(self, envelope: Envelope) -> None:
+        data = envelope.raw or {}
         if envelope.kind == "action" and data.get("ResponseCode"):
             # The click's fresh response_code is what the turn's next card update must use.
             await self.outbound.remember_response_code(
                 str(data.get("TaskId") or ""), str(data["ResponseCode"])
             )
-        return envelope
 
-    async def answer(
-        self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
-    ) -> web.StreamResponse:
-        return _empty()
+    async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> Reply:
+        return None
 
 
-class AibotCallbacks:
-    """An AI bot: ``{"encrypt": …}`` holding a JSON message, answered with an encrypted stream
-    reply that WeCom then polls (§3.5)."""
+class AibotInbound(Inbound[Callback, R]):
+    """An AI bot's messages, as callbacks or long-connection frames: the one ``envelope``."""
+
+    integration_id: str
+
+    def envelope(self, payload: Callback) -> Envelope | None:
+        try:
+            return aibot_envelope(self.integration_id, payload.data, req_id=payload.req_id)
+        except BadPayload as exc:
+            raise _unreadable(exc) from None
+
+
+class AibotCallbacks(AibotInbound[Reply], Callbacks):
+    """An AI bot's callbacks: ``{"encrypt": …}`` holding a JSON message, answered with an
+    encrypted stream reply that WeCom then polls (§3.5)."""
 
     def __init__(self, *, opener: Opener, stream: StreamOutbound, integration_id: str) -> None:
         self.opener = opener
         self.stream = stream
         self.integration_id = integration_id
 
-    def payload(self, body: str, sig: str, ts: str, nonce: str) -> Callback:
-        encrypted = json_object(body).get("encrypt")
+    def verify(self, meta: Mapping[str, str], body: bytes) -> Callback:
+        sig, ts, nonce = _query(meta, "msg_signature", "timestamp", "nonce")
+        encrypted = json_object(utf8(body)).get("encrypt")
         if not isinstance(encrypted, str):
             raise Refused(400, "body is not callback JSON")
         plain = self.opener.open(sig, ts, nonce, encrypted)
         return Callback(json_object(plain, "message"), nonce)
 
-    def _reply(self, callback: Callback, reply: dict[str, Any]) -> web.Response:
-        text = self.opener.crypto.encrypted_json(reply, nonce=callback.nonce)
-        return web.Response(text=text, content_type="application/json")
-
-    async def parse(self, callback: Callback) -> Answer:
+    async def early(self, callback: Callback) -> Reply:
         m = callback.data
         try:
             if m.get("msgtype") == "stream":
                 stream = aibot_message(m).stream
                 if stream is None or not stream.id:
                     raise BadPayload("stream refresh without id")
-                reply = {"msgtype": "stream", "stream": await self.stream.refresh(stream.id)}
-                return self._reply(callback, reply)
-            if event_type(m) == "enter_chat":
-                return self._reply(
-                    callback, {"msgtype": "text", "text": {"content": cards.WELCOME}}
-                )
-            return aibot_envelope(self.integration_id, m)
+                return {"msgtype": "stream", "stream": await self.stream.refresh(stream.id)}
         except BadPayload as exc:
-            raise Refused(400, str(exc), public="unreadable message") from None
+            raise _unreadable(exc) from None
+        if event_type(m) == "enter_chat":
+            return {"msgtype": "text", "text": {"content": cards.WELCOME}}
+        return None
 
-    async def answer(
-        self, callback: Callback, envelope: Envelope, outcome: IngestOutcome
-    ) -> web.StreamResponse:
+    async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> Reply:
         if envelope.kind == "action":
             assert envelope.action is not None
             if outcome.notice:  # refused (not the clicker's to answer): the card stays
-                return _empty()
-            reply = {
+                return None
+            return {
                 "response_type": "update_template_card",
                 "userids": [envelope.sender.id],
                 "template_card": cards.clicked_card(envelope.action, envelope.sender.id),
             }
-            return self._reply(callback, reply)
         if outcome.status == "ignored":
-            return _empty()
+            return None
         extra = envelope.reply_to.model_extra if envelope.reply_to else None
         stream_id = str((extra or {})["stream_id"])
         await self.stream.opened(stream_id)
         if outcome.status == "handled" and outcome.reason == "stop":
             await self.stream.finish_with(stream_id, "Stopping.", overwrite=False)
-        return self._reply(
-            callback, {"msgtype": "stream", "stream": await self.stream.refresh(stream_id)}
-        )
+        return {"msgtype": "stream", "stream": await self.stream.refresh(stream_id)}
 
 
 class CallbackAdapter(Adapter):
@@ -205,6 +211,10 @@ class CallbackAdapter(Adapter):
     its callbacks, None in a mode without them (``aibot_ws``)."""
 
     callbacks: Callbacks | None
+
+
+def _empty() -> web.Response:
+    return web.Response(status=200, text="")
 
 
 class _WeComRoute(Webhook[CallbackAdapter, Any]):
@@ -222,7 +232,9 @@ class UrlCheck(_WeComRoute):
 
     def verify(self, adapter: CallbackAdapter, request: HttpRequest, body: bytes) -> str:
         assert adapter.callbacks is not None
-        sig, ts, nonce, echo = _query(request, "msg_signature", "timestamp", "nonce", "echostr")
+        sig, ts, nonce, echo = _query(
+            request.query, "msg_signature", "timestamp", "nonce", "echostr"
+        )
         return adapter.callbacks.opener.open(sig, ts, nonce, echo)
 
     async def parse(self, adapter: CallbackAdapter, payload: str) -> Answer:
@@ -230,33 +242,40 @@ class UrlCheck(_WeComRoute):
         return web.Response(text=payload, content_type="text/plain")
 
 
-class CallbackWebhook(_WeComRoute):
+class CallbackWebhook(EventWebhook[CallbackAdapter, Callback, Reply], _WeComRoute):
     """POST: a callback, verified by its query and decrypted from its body."""
 
     def check(self, adapter: CallbackAdapter, request: HttpRequest) -> None:
-        _query(request, "msg_signature", "timestamp", "nonce")
+        _query(request.query, "msg_signature", "timestamp", "nonce")
 
-    def verify(self, adapter: CallbackAdapter, request: HttpRequest, body: bytes) -> Callback:
+    def inbound(self, adapter: CallbackAdapter) -> Callbacks:
         assert adapter.callbacks is not None
-        sig, ts, nonce = _query(request, "msg_signature", "timestamp", "nonce")
-        return adapter.callbacks.payload(body_text(request, body), sig, ts, nonce)
+        return adapter.callbacks
+
+    def meta(self, request: HttpRequest) -> Mapping[str, str]:
+        return request.query
 
     async def parse(self, adapter: CallbackAdapter, payload: Callback) -> Answer:
-        assert adapter.callbacks is not None
-        return await adapter.callbacks.parse(payload)
+        early = await self.inbound(adapter).early(payload)
+        if early is not None:
+            return self.respond(adapter, payload, None, early)
+        return await super().parse(adapter, payload)
 
     def ignored(self, adapter: CallbackAdapter, payload: Callback) -> web.StreamResponse:
         return _empty()
 
-    async def answer(
+    def respond(
         self,
         adapter: CallbackAdapter,
         payload: Callback,
-        envelope: Envelope,
-        outcome: IngestOutcome,
+        outcome: IngestOutcome | None,
+        answer: Reply,
     ) -> web.StreamResponse:
+        if answer is None:
+            return _empty()
         assert adapter.callbacks is not None
-        return await adapter.callbacks.answer(payload, envelope, outcome)
+        text = adapter.callbacks.opener.crypto.encrypted_json(answer, nonce=payload.nonce)
+        return web.Response(text=text, content_type="application/json")
 
 
 def setup_routes(app: web.Application, adapters: Mapping[str, CallbackAdapter]) -> None:

@@ -15,6 +15,9 @@ A refusal is a short 4xx and one log line, never a traceback. Whatever a hook ra
 did not foresee (a signed payload of the wrong shape) is a 400 too, logged with its type: a
 platform that resends on 5xx must never get the same poison message back forever. Only storage
 trouble is a 5xx (503), at any step.
+
+An event route is an :class:`EventWebhook`: its hooks are the integration's
+:class:`~gateway.edge.inbound.Inbound`, the same its long connection (if any) runs for a frame.
 """
 
 from __future__ import annotations
@@ -27,16 +30,18 @@ import structlog
 from aiohttp import web
 
 from gateway.edge.adapter import Adapter
-from gateway.edge.body import HttpRequest, read_body
+from gateway.edge.body import HttpRequest, read_body, utf8_charset
+from gateway.edge.inbound import Inbound
 from gateway.edge.ingest import IngestOutcome
 from gateway.edge.stores import StoreUnavailable
 from gateway.envelope import Envelope
 from gateway.errors import Refused
 
-__all__ = ["Webhook"]
+__all__ = ["EventWebhook", "Webhook"]
 
 A = TypeVar("A", bound=Adapter)
 P = TypeVar("P")
+R = TypeVar("R")
 
 
 class Webhook(abc.ABC, Generic[A, P]):
@@ -119,3 +124,39 @@ class Webhook(abc.ABC, Generic[A, P]):
 
 def _unavailable(exc: StoreUnavailable) -> Refused:
     return Refused(503, f"not stored: {exc}", public="storage unavailable; retry")
+
+
+class EventWebhook(Webhook[A, P], Generic[A, P, R]):
+    """A route of events: verified, read and answered by the integration's :class:`Inbound`
+    (the same its long connection runs), the body in UTF-8 as every platform sends it."""
+
+    @abc.abstractmethod
+    def inbound(self, adapter: A) -> Inbound[P, R]:
+        """The integration's Inbound."""
+
+    def meta(self, request: HttpRequest) -> Mapping[str, str]:
+        """What the platform signs, or carries the signature in: the headers unless it says."""
+        return request.headers
+
+    @abc.abstractmethod
+    def respond(
+        self, adapter: A, payload: P, outcome: IngestOutcome, answer: R
+    ) -> web.StreamResponse:
+        """The Inbound's answer as an HTTP response."""
+
+    def verify(self, adapter: A, request: HttpRequest, body: bytes) -> P:
+        utf8_charset(request)
+        return self.inbound(adapter).verify(self.meta(request), body)
+
+    async def parse(self, adapter: A, payload: P) -> Envelope | web.StreamResponse | None:
+        inbound = self.inbound(adapter)
+        envelope = inbound.envelope(payload)
+        if envelope is not None:
+            await inbound.received(envelope)
+        return envelope
+
+    async def answer(
+        self, adapter: A, payload: P, envelope: Envelope, outcome: IngestOutcome
+    ) -> web.StreamResponse:
+        answer = await self.inbound(adapter).answer(envelope, outcome)
+        return self.respond(adapter, payload, outcome, answer)

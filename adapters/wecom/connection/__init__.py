@@ -30,18 +30,34 @@ from adapters.wecom.connection.link import ReplyQueues
 from adapters.wecom.connection.replies import WsReplies
 from adapters.wecom.connection.session import SubscribeRefused, WsSession
 from adapters.wecom.connection.shared import BotShare
-from adapters.wecom.events import BadPayload, aibot_envelope, event_type
+from adapters.wecom.events import event_type
+from adapters.wecom.inbound import AibotInbound, Callback
 from adapters.wecom.settings import WeComIntegration
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.ingest import IngestOutcome, IngestUnavailable
 from gateway.edge.leases import holder_token
 from gateway.envelope import Attachment, Envelope
+from gateway.errors import Refused
 from gateway.progress import Progress
 
 log = structlog.get_logger("adapters.wecom")
 
 BACKOFF_MAX_S = 30.0  # ws.ts: 1 s doubling, at most 30 s
+
+
+class AibotFrames(AibotInbound[None]):
+    """The long connection's frames: the AI bot's ``envelope`` (as its callbacks read them),
+    answered by frames of its own (a click: ``update_template_card``; a message: the turn's
+    stream, sent by the renderer)."""
+
+    def __init__(self, *, integration_id: str, replies: WsReplies) -> None:
+        self.integration_id = integration_id
+        self.replies = replies
+
+    async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> None:
+        if envelope.kind == "action":
+            await self.replies.answer_click(envelope)
 
 
 class AibotConnection:
@@ -68,6 +84,7 @@ class AibotConnection:
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.replies = WsReplies(settings=settings, records=self.records, send=self._send)
+        self.frames = AibotFrames(integration_id=settings.id, replies=self.replies)
         self.downloads = LinkDownloads(
             integration_id=settings.id, bot_key=None, api_base=settings.api_base
         )
@@ -205,29 +222,20 @@ class AibotConnection:
         cmd = frame.get("cmd")
         req_id = str((frame.get("headers") or {}).get("req_id") or "")
         if cmd in ("aibot_msg_callback", "aibot_event_callback"):
-            if event_type(frame.get("body") or {}) == "enter_chat":
+            body = frame.get("body") or {}
+            if event_type(body) == "enter_chat":
                 await self.replies.welcome(req_id)
                 return
             try:
-                envelope = aibot_envelope(self.settings.id, frame.get("body") or {}, req_id=req_id)
-            except BadPayload as exc:
-                log.info("frame skipped", integration_id=self.settings.id, reason=str(exc))
-                return
-            if envelope is not None:
                 # No redelivery on this connection: while Redis is unreachable the event waits
                 # in the local spool (and is acked by going on as usual).
-                outcome = await self._ingest(envelope)
-                if envelope.kind == "action":
-                    if outcome is not None:  # else not stored: no answer, the user retries
-                        await self.replies.answer_click(envelope)
-                elif outcome is None:
-                    # Not stored (the spool full, too): the user is told rather than left
-                    # waiting, in a frame that needs no Redis.
-                    await self.replies.notice(
-                        envelope, "Sorry, that message could not be taken; please send it again."
-                    )
+                await self.frames.take(Callback(body, req_id=req_id), self._ingest)
+            except Refused as exc:
+                log.info("frame skipped", integration_id=self.settings.id, reason=exc.reason)
+            except IngestUnavailable:
+                pass  # not stored: a click gets no answer (the user retries); see _ingest
 
-    async def _ingest(self, envelope: Envelope) -> IngestOutcome | None:
+    async def _ingest(self, envelope: Envelope) -> IngestOutcome:
         try:
             outcome = await self.context.ingest_or_spool(envelope)
         except IngestUnavailable as exc:
@@ -237,7 +245,13 @@ class AibotConnection:
                 event_id=envelope.event_id,
                 error=str(exc),
             )
-            return None
+            if envelope.kind != "action":
+                # Not stored (the spool full, too): the user is told rather than left
+                # waiting, in a frame that needs no Redis.
+                await self.replies.notice(
+                    envelope, "Sorry, that message could not be taken; please send it again."
+                )
+            raise
         log.info("frame ingested", integration_id=self.settings.id, status=outcome.status)
         return outcome
 
