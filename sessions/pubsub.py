@@ -213,6 +213,7 @@ class PubSubHub:
             subscriber = _Subscriber(pool=self.client.connection_pool, name=self.name)
         try:
             await subscriber.open()
+            _raise_if_cancelled()
             await subscriber.subscribe("SSUBSCRIBE" if self.sharded else "SUBSCRIBE", channels)
             while True:
                 reply = await subscriber.read()
@@ -220,6 +221,17 @@ class PubSubHub:
                     yield reply[2]
         finally:
             await subscriber.close()
+
+
+def _raise_if_cancelled() -> None:
+    """Raise the cancel a connect swallowed: redis-py's connect can catch a CancelledError that
+    lands in it (its retry and disconnect handling), and the task then went on to subscribe and
+    wait on the new connection forever, though it was asked to stop (a console's event pump at
+    shutdown, cancelled while re-subscribing after the replica closed its pool, waited out its
+    5 s bound each time). A cancel asked for and not taken is still counted by the task."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class _ClusterShardListener:
@@ -256,6 +268,7 @@ class _ClusterShardListener:
         if subscriber is None:
             subscriber = self.nodes[node.name] = _Subscriber(node=node, name=self.name)
             await subscriber.open()
+            _raise_if_cancelled()
         await subscriber.subscribe("SSUBSCRIBE", [channel])
         reader = self.readers.get(node.name)
         if reader is None or reader.done():

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import signal
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,14 +22,18 @@ import redis.asyncio as aioredis
 from adapters.console import inbound
 from sessions.connection import EmbeddedRedis
 from tests.support.configs import base_config
+from tests.support.console_browser import CONFIG, healthy
 from tests.support.helpers import (
+    ROOT,
     ConsoleClient,
     Gateways,
     InProcessGateway,
+    free_port,
     kill_named,
     named,
 )
 from tests.support.redis_server import RedisServer
+from tests.support.redis_targets import REDIS_URL, STANDALONE, sweep
 from tests.support.waits import eventually
 
 VALID = {
@@ -332,3 +339,37 @@ async def test_event_streams_share_one_redis_subscription(
 
 async def _equals(value: Any, expected: int) -> bool:
     return bool(await value == expected)
+
+
+async def test_a_daemon_whose_console_streamed_stops_without_waiting_out_its_pump(
+    tmp_path: Path,
+) -> None:
+    """At SIGTERM a replica closes its Redis pool before aiohttp ends the console's event
+    pump, which subscribes again meanwhile; then the pump is cancelled, and must end. It did
+    not when the cancel landed inside the re-subscribe's connect (redis-py took it there): each
+    stop waited out the pump's 5 s bound (5.03 s here; sessions.pubsub now raises the cancel
+    the connect swallowed, and the stop takes some 0.05 s)."""
+    config = tmp_path / "gateway.yaml"
+    prefix = "tz" + uuid.uuid4().hex[:8]
+    config.write_text(CONFIG.format(redis=REDIS_URL, prefix=prefix, data=tmp_path / "data"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "gateway", "run", "--config", str(config), "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await eventually(lambda: asyncio.to_thread(healthy, url), timeout=30)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(url + "/console/api/events", params={"integrationId": "console"}) as resp,
+        ):
+            await resp.content.readline()  # the pump is subscribed once the stream answers
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert loop.time() - started < 4, "the stop waited out the pump's 5 s bound"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sweep(STANDALONE, prefix)

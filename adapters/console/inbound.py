@@ -1,14 +1,12 @@
 """The console's HTTP API (a contract other tests and tools use) and its page.
 
-Requests are read with the core's bounded readers (``gateway.edge.webhook``: size, charset, JSON
+Requests are read with the core's bounded readers (``gateway.edge.body``: size, charset, JSON
 depth) and validated before anything is stored; the user's message is written to the chat
 timeline and handed to intake, and only then is 202 returned. A refusal is a short JSON error
-and one log line.
-
-The event streams (``/console/api/events``) share one Redis subscription: a pump writes each
-change to every stream that shows it, at once where the client's socket has room, else queues
-it for the stream's own task. Over 300 lines: the handlers and the streams share ConsoleApi.
-"""
+and one log line. The event streams (``/console/api/events``) share one Redis subscription: a
+pump writes each change to every stream that shows it, at once where the client's socket has
+room, else queues it for the stream's own task. Over 300 lines: the handlers and the streams
+share ConsoleApi."""
 
 from __future__ import annotations
 

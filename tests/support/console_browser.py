@@ -64,7 +64,7 @@ class Daemon:
     log: Path
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
             return bool(resp.status == 200)
@@ -104,7 +104,7 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
         )
     try:
         deadline = time.monotonic() + 30
-        while not _healthy(url):
+        while not healthy(url):
             if proc.poll() is not None:
                 pytest.fail(f"daemon exited with {proc.returncode}:\n{log.read_text()}")
             if time.monotonic() > deadline:
