@@ -63,7 +63,8 @@ class Pipeline:
         self._settings = settings  # read at each use: a reload replaces what it answers
         self.clock = clock
         self.accepting = True
-        replies = Replies(adapters=adapters, spawn=spawn)
+        # What intake says in the chat itself (command answers, notices), sent in the background.
+        self.replies = replies = Replies(adapters=adapters, spawn=spawn)
         # Limits per integration and route (gateway/policy/budgets.py), checked in the intake step
         # (the app hands in the one the runner spends on too).
         self.budgets = budgets or Budgets(store=store, clock=clock)
@@ -77,7 +78,7 @@ class Pipeline:
         controls = Controls(
             store=store, control=self.control, settings=settings, replies=replies, clock=clock
         )
-        burst = Burst(
+        self.burst = burst = Burst(
             store=store, records=records, budgets=self.budgets, control=self.control,
             replies=replies, wake=wake, spawn=spawn, clock=clock, claims=claims,
         )  # fmt: skip

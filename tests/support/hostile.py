@@ -176,7 +176,10 @@ def hostile_gateway() -> Iterator[Hostile]:
             hostile.run(gw.start())
             hostile.run(_no_heartbeat(gw.gateway))
             gw.gateway.flusher.stop()  # no turns: stored events stay stored
-            gw.gateway.pipeline.spawn = _drop  # no replies (commands, busy notices)
+            # No replies (command answers, busy and flood notices): a reply sent in the
+            # background would write to Redis after its request's check, during the next one's.
+            gw.gateway.pipeline.replies.spawn = _drop
+            gw.gateway.pipeline.burst.spawn = _drop
             hostile.keys, hostile.written = hostile.snapshot(), hostile.writes()
             yield hostile
         finally:
