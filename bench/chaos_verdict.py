@@ -1,7 +1,7 @@
 """What a chaos run's transcripts and audit trail say: lost, doubled, out of order, stuck.
 
 Pure functions over what the console API and the audit stream return, so the rules are tested on
-their own (tests/test_chaos.py) and the harness only gathers the data.
+their own (tests/runtime/test_chaos.py) and the harness only gathers the data.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A cron has 5 fields (minute hour day-of-month month day-of-week) or 6, whose fir
 second (croniter's ``second_at_beginning``). Fire times are computed on zone-aware datetimes
 in the schedule's IANA time zone, so a daily 09:00 stays at 09:00 local time across DST.
 
-DST, as croniter gives it and one rule of ours on top (tests/test_schedules_cron.py):
+DST, as croniter gives it and one rule of ours on top (tests/triggers/test_schedules_cron.py):
 - spring forward: a time inside the gap (02:30 in Europe/Berlin on the last Sunday of March)
   fires once, at the first instant after the gap (03:00 local);
 - fall back: croniter yields a fixed time inside the repeated hour twice (02:30 CEST and

@@ -155,10 +155,11 @@ MARKERS: tuple[tuple[re.Pattern[str], str, bool], ...] = tuple(  # same start: t
     )
 )
 # fmt: on
-# What every marker above needs to hold (a necessary condition, checked in tests/test_phrases.py
-# against the markers themselves): one search, so an ordinary message costs a few microseconds
-# on the intake path instead of one regex search per marker (issue 15). Every English marker
-# starts its word there, so a word that merely contains one ("conversation") does not pass.
+# What every marker above needs to hold (a necessary condition, checked in
+# tests/triggers/test_phrases.py against the markers themselves): one search, so an ordinary
+# message costs a few microseconds on the intake path instead of one regex search per marker (issue
+# 15). Every English marker starts its word there, so a word that merely contains one
+# ("conversation") does not pass.
 ANY_MARKER = re.compile(  # searched in the lower-cased text: re.I would cost 7x here
     r"每|逢|周|星期|礼拜|工作日|天天"
     rf"|\b(?:{DAY}|week|work|business|month|every|each|daily|nightly|hourly)"

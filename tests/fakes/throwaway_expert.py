@@ -1,8 +1,8 @@
 """A throwaway expert kind living outside the core, the way a third-party package would ship one.
 
-Only the temporary distribution that tests/test_expert_kinds.py puts on ``sys.path`` registers it
-(entry point group ``xpert_gateway.experts``): nothing in ``gateway/`` names it. It brings its own
-settings (with a secret), says it can be steered, and shouts the input back.
+Only the temporary distribution that tests/experts/test_expert_kinds.py puts on ``sys.path``
+registers it (entry point group ``xpert_gateway.experts``): nothing in ``gateway/`` names it. It
+brings its own settings (with a secret), says it can be steered, and shouts the input back.
 """
 
 from __future__ import annotations

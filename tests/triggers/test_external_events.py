@@ -29,7 +29,7 @@ from tests.support.lark import INTEGRATION, lark_integration
 from tests.support.waits import eventually
 from tests.support.wecom import AES_KEY, TOKEN
 
-FIXTURES = Path(__file__).parent / "fixtures" / "events"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "events"
 GITHUB_SECRET = "It's a Secret to Everybody"
 GITLAB_TOKEN = "gl-token-3f9a"
 PR_CONVERSATION = "console|group:team:t:github:pr:Codertocat/Hello-World#2"

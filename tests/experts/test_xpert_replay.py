@@ -31,7 +31,7 @@ from gateway.progress import Progress
 from tests.fakes.xpertai import API_KEY
 from tests.support.helpers import free_port
 
-FIXTURES = Path(__file__).parent / "fixtures" / "xpertai"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "xpertai"
 
 
 class Replay:

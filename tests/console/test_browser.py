@@ -1,7 +1,7 @@
 """Drives the web console in headless Chromium against a real daemon (echo expert).
 
 Needs a Redis server (REDIS_URL, default redis://127.0.0.1:6379/0) and Chromium at
-/usr/bin/chromium (or CHROMIUM). Run:  pytest -m browser tests/test_console_browser.py
+/usr/bin/chromium (or CHROMIUM). Run:  pytest -m browser tests/console/test_browser.py
 With XGW_SCREENSHOT=1 it also saves docs/console.png.
 """
 

@@ -3,7 +3,7 @@
 A step is ticked only once it is done; a card says its status once; Confirm keeps the steps the
 card showed before the question; Reject ends in a neutral "Rejected", not a green "Done"; only
 the latest card of a conversation takes clicks; the page works at phone width, has a favicon,
-and an error toast never covers Send. Run:  pytest -m browser tests/test_console_page.py
+and an error toast never covers Send. Run:  pytest -m browser tests/console/test_page.py
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from gateway.config.file import load_settings
 from gateway.runtime.cli import json_schema, settings_model
 from tests.support.cli import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def good() -> dict[str, Any]:

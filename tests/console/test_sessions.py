@@ -3,7 +3,7 @@ Redis): the admin token asked once, live and recent sessions, the filters, a ses
 trail as a timeline per turn (input, context, steps with durations, answer, timings), the usage
 panel when the usage route answers, the chat view still there; at phone width too.
 
-Run:  pytest -m browser tests/test_console_sessions.py  (XGW_SCREENSHOT=1: docs/sessions.png)
+Run:  pytest -m browser tests/console/test_sessions.py  (XGW_SCREENSHOT=1: docs/sessions.png)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Scheduled turns end to end (real Redis, console chats): exactly one card per fire across two
 replicas, misfires after a restart, DST through the scheduler, the admin API and the chat
-commands. Routines said in plain words: tests/test_schedules_routines.py."""
+commands. Routines said in plain words: tests/triggers/test_schedules_routines.py."""
 
 from __future__ import annotations
 

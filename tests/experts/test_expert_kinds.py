@@ -31,7 +31,7 @@ from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway
 from tests.support.waits import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHOUT = "shout = tests.fakes.throwaway_expert:ShoutExpert"
 
 

@@ -30,7 +30,12 @@ def wecom_fields(mode: str) -> dict[str, Any]:
 
 
 # What these adapters read of their context (gateway.edge.adapter.AdapterContext) at construction.
-CONTEXT = {"records": None, "connection_lease_ms": 15_000, "api_calls": lambda *_: None}
+CONTEXT = {
+    "records": None,
+    "connection_lease_ms": 15_000,
+    "api_calls": lambda *_: None,
+    "ingest_or_spool": None,
+}
 
 
 @pytest.mark.parametrize(

@@ -226,7 +226,7 @@ def test_app_callback_xml_with_a_dtd_is_a_400(gw: Hostile) -> None:
 
 
 def _click(gw: Hostile, token: str) -> tuple[int, bytes]:
-    """The POST a link's page makes (its GET changes nothing: tests/test_dingtalk_links.py)."""
+    """The POST a link's page makes (its GET changes nothing: tests/dingtalk/test_links.py)."""
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     body = b"t=" + token.encode()
     return request(gw.port, "POST", "/api/dingtalk/action/dt", headers=form, body=body)

@@ -63,7 +63,7 @@ from tests.support.wecom import (
 )
 from tests.support.wecom import card_click as wecom_click
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CARD_TOPIC = "/v1.0/card/instances/callback"
 # Buttons a state has that a platform's card cannot show (a gap, not a refusal); none today.
 NOT_ON_THE_CARD: dict[str, dict[str, set[str]]] = {}

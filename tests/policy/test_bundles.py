@@ -349,7 +349,7 @@ def test_check_accepts_the_example_and_shows_each_bundle(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", "an-admin-token-0123")
-    example = Path(__file__).resolve().parent.parent / "config" / "examples" / "budgets.yaml"
+    example = Path(__file__).resolve().parents[2] / "config" / "examples" / "budgets.yaml"
     assert cli_main(["check", "--config", str(example)]) == 0
     out = capsys.readouterr()
     assert (

@@ -24,7 +24,7 @@ from tests.support.metrics import Scrape, exprs_of_dashboard, histogram_base, qu
 from tests.support.metrics import scrape as scrape_of
 from tests.support.waits import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "xpert-gateway.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 

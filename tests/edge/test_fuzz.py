@@ -157,7 +157,7 @@ def _aibot_templates() -> list[dict[str, Any]]:
     ]
 
 
-EVENTS = Path(__file__).parent / "fixtures" / "events"
+EVENTS = Path(__file__).parent.parent / "fixtures" / "events"
 
 
 def _event_templates(*names: str) -> list[dict[str, Any]]:
