@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from structlog.testing import capture_logs
 
+from gateway.clock import now_ms
 from gateway.config.file import load_settings
 from gateway.config.settings import Settings
 from gateway.envelope import Envelope
@@ -127,6 +128,26 @@ async def test_a_5_second_schedule_gives_one_card_per_fire_with_two_replicas(
     assert sorted(fires) == [start - 50 + k * 5_000 for k in (1, 2, 3)], "a fire missed"
     assert a.gateway.scheduler.fired + b.gateway.scheduler.fired == len(fires)
     assert all("You said:\n> tick" in c["card"]["answer"] for c in cards if c["card"]["answer"])
+
+
+async def test_on_the_real_clock_a_fire_starts_at_its_time(
+    gateways: Callable[..., Any], prefix: str
+) -> None:
+    """No test clock: the scheduler sleeps until the fire time and starts the fire then."""
+    gw = await gateways(config(prefix, schedule(id="sec", cron="* * * * * *")))
+    scheduler = gw.gateway.scheduler
+    started: list[tuple[str, int]] = []
+    ingest = scheduler.ingest
+
+    async def noted(envelope: Envelope) -> Any:
+        started.append((envelope.event_id, now_ms()))
+        return await ingest(envelope)
+
+    scheduler.ingest = noted
+    await gw.client.wait_cards("team", count=2, status=None, timeout=10)
+    for event_id, at in started[:2]:
+        fire = int(event_id.rsplit(":", 1)[1])
+        assert 0 <= at - fire < 500, (event_id, at)
 
 
 # --- restarts: misfire grace ------------------------------------------------------------------
