@@ -282,7 +282,7 @@ class Gateway:
                 ingests=self.ingests,
                 tasks=self.tasks,
                 runs=self.runner.active,
-                parts=[self.runner, self.flusher],
+                parts=[self.runner, self.flusher, self.scheduler],
             )
         )
 

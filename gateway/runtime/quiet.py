@@ -13,7 +13,8 @@ from gateway.envelope import Envelope
 
 
 class Busy(Protocol):
-    """What may be under way in a part: a tick due, a steer (the flusher, the runner)."""
+    """What may be under way in a part: a tick due or running (the flusher, the scheduler), a
+    steer (the runner)."""
 
     def busy(self) -> bool: ...
 
@@ -39,7 +40,8 @@ def watcher(
     *, ingests: InFlight, tasks: Collection[Any], runs: Mapping[str, Any], parts: list[Busy]
 ) -> Callable[[], bool]:
     """Whether something is under way: an ingest, a background task, a turn (its card renders
-    end with it), or what a part says (a claim due or being made, a steer)."""
+    end with it), or what a part says (a claim due or being made, a steer, a schedule's look
+    due now: after a test moves the clock past a fire time, the fire's turn)."""
     return lambda: bool(ingests.count or tasks or runs or any(p.busy() for p in parts))
 
 

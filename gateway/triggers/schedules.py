@@ -96,6 +96,15 @@ class Scheduler:
         # made in a chat, which intake handles and which is built before the scheduler).
         self._event = wake or asyncio.Event()
         self._stopping = False
+        self._ticking = False
+        self._look_at = 0  # when run() looks next (epoch ms): the first look is due at once
+
+    def busy(self) -> bool:
+        """A tick is under way or due now (woken, or the clock reached the next look, as when a
+        test moves it): Gateway.idle reads it."""
+        if self._stopping:
+            return False
+        return self._ticking or self._event.is_set() or self._look_at <= self.clock()
 
     def stop(self) -> None:
         self._stopping = True
@@ -108,6 +117,7 @@ class Scheduler:
     async def run(self) -> None:
         backoff = 0.1
         while not self._stopping:
+            self._ticking = True
             try:
                 due = await self.tick()
                 backoff = 0.1
@@ -115,6 +125,9 @@ class Scheduler:
                 log.warning("scheduler tick failed", error=str(exc) or type(exc).__name__)
                 due = self.clock() + int(backoff * 1000)
                 backoff = min(backoff * 2, 5.0)
+            finally:
+                self._ticking = False
+            self._look_at = due
             wait = max(0.0, (due - self.clock()) / 1000)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):

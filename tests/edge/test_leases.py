@@ -124,18 +124,25 @@ async def test_an_owner_keeps_its_connection_while_redis_is_unreachable(
     standby.start()
     await eventually(lambda: standby.role == "standby")
     flaky.down = True
-    await asyncio.sleep(1.5)  # well past the lease: nobody could renew or take it
+    # The lease runs out in Redis (nobody could renew or take it), then a renewal period more
+    # (0.2 s): both have tried again with it gone. The time itself is under test.
+    await eventually(lambda: _gone(records), timeout=3)
+    await asyncio.sleep(0.25)
     assert link.open and link.opens == 1 and not other_link.open
     assert owner.role == "owner" and standby.role == "standby"
     # Redis is back, the lease expired meanwhile: whoever takes it first holds it, the other
     # stands by (an owner that lost the race closes): one connection again.
     flaky.down = False
     await eventually(lambda: {owner.role, standby.role} == {"owner", "standby"})
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # two renewal periods more: it stays so (time under test)
     assert link.open != other_link.open
     assert {owner.role, standby.role} == {"owner", "standby"}
     await owner.stop()
     await standby.stop()
+
+
+async def _gone(records: RecordStore) -> bool:
+    return await records.get("t", "bot") is None
 
 
 async def test_an_owner_that_lost_its_lease_closes_its_connection(records: RecordStore) -> None:

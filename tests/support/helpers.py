@@ -27,6 +27,7 @@ from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
+from tests.support.clock import FakeClock
 from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,6 +194,7 @@ class InProcessGateway:
     def __init__(self, config: dict[str, Any], *, clock: Callable[[], int] = now_ms) -> None:
         self.settings = load_settings(config, model=settings_model())
         self.gateway = Gateway(settings=self.settings, clock=clock)
+        self.clock = clock
         self.port = free_port()
         self._runner: web.AppRunner | None = None
         self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
@@ -206,11 +208,18 @@ class InProcessGateway:
 
     async def start(self) -> None:
         await self.gateway.start()
+        if isinstance(self.clock, FakeClock):  # moved by the test: look again at once
+            self.clock.on_advance(self._clock_moved)
         self._runner = web.AppRunner(self.gateway.web_app(), handle_signals=False)
         await self._runner.setup()
         # The daemon's own site: aiohttp on a socket bound as the daemon binds it.
         (sock,) = listen_sockets("127.0.0.1", self.port)
         await web.SockSite(self._runner, sock).start()
+
+    def _clock_moved(self) -> None:
+        """The test moved the clock: what waits for a time (a fire, a window) looks again."""
+        self.gateway.scheduler.wake()
+        self.gateway.flusher.wake(self.gateway.clock())
 
     async def stop(self) -> None:
         await self.client.close()

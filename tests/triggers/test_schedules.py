@@ -4,22 +4,24 @@ commands. Routines said in plain words: tests/triggers/test_schedules_routines.p
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from structlog.testing import capture_logs
 
+from gateway.clock import now_ms
 from gateway.config.file import load_settings
 from gateway.config.settings import Settings
 from gateway.envelope import Envelope
 from gateway.runtime.cli import settings_model
 from gateway.triggers.schedules import Scheduler
+from tests.support.clock import FakeClock, aligned
 from tests.support.configs import base_config
-from tests.support.helpers import ConsoleClient, InProcessGateway
+from tests.support.helpers import ConsoleClient, Gateways, InProcessGateway
 from tests.support.redis_targets import BOTH_REDIS
 from tests.support.waits import eventually
 
@@ -100,27 +102,52 @@ async def admin(
 # --- exactly once across replicas -------------------------------------------------------------
 @BOTH_REDIS
 async def test_a_5_second_schedule_gives_one_card_per_fire_with_two_replicas(
-    gateways: Callable[..., Any], prefix: str
+    gateways: Gateways, prefix: str
 ) -> None:
     cfg = config(prefix, schedule())
-    a = await gateways(cfg)
-    b = await gateways(cfg)
+    clock = FakeClock(aligned(5_000))  # both replicas on one clock the test moves
+    a = await gateways(cfg, clock=clock)
+    b = await gateways(cfg, clock=clock)
+    await gateways.idle()  # both have looked once: the schedule fires from now on
 
-    async def three_done() -> list[dict[str, Any]] | None:
+    async def done(n: int) -> list[dict[str, Any]] | None:
         cards = await a.client.cards("team")
-        done = [c for c in cards if c["card"]["status"] == "done"]
-        return cards if len(done) >= 3 else None
+        finished = [c for c in cards if c["card"]["status"] == "done"]
+        return cards if len(finished) >= n else None
 
-    await eventually(three_done, timeout=25)
-    await asyncio.sleep(0.3)  # a second card of a fire would be there by now
+    start = clock()
+    for n in (1, 2, 3):  # each step passes one fire time, and both replicas look at once
+        clock.advance(5_000)
+        await eventually(partial(done, n))
+        await gateways.idle()
     cards = await a.client.cards("team")
     fires = [int(c["replyTo"].rsplit(":", 1)[1]) for c in cards]
     assert all(c["replyTo"].startswith("schedule:every5:") for c in cards)
     assert len(set(fires)) == len(fires), "a fire with two cards"
     assert all(f % 5000 == 0 for f in fires)
-    assert sorted(fires) == list(range(min(fires), max(fires) + 1, 5000)), "a fire missed"
+    assert sorted(fires) == [start - 50 + k * 5_000 for k in (1, 2, 3)], "a fire missed"
     assert a.gateway.scheduler.fired + b.gateway.scheduler.fired == len(fires)
     assert all("You said:\n> tick" in c["card"]["answer"] for c in cards if c["card"]["answer"])
+
+
+async def test_on_the_real_clock_a_fire_starts_at_its_time(
+    gateways: Callable[..., Any], prefix: str
+) -> None:
+    """No test clock: the scheduler sleeps until the fire time and starts the fire then."""
+    gw = await gateways(config(prefix, schedule(id="sec", cron="* * * * * *")))
+    scheduler = gw.gateway.scheduler
+    started: list[tuple[str, int]] = []
+    ingest = scheduler.ingest
+
+    async def noted(envelope: Envelope) -> Any:
+        started.append((envelope.event_id, now_ms()))
+        return await ingest(envelope)
+
+    scheduler.ingest = noted
+    await gw.client.wait_cards("team", count=2, status=None, timeout=10)
+    for event_id, at in started[:2]:
+        fire = int(event_id.rsplit(":", 1)[1])
+        assert 0 <= at - fire < 500, (event_id, at)
 
 
 # --- restarts: misfire grace ------------------------------------------------------------------
@@ -265,18 +292,22 @@ async def test_admin_api_lists_creates_and_deletes_schedules(
 async def test_a_schedule_made_through_the_admin_api_fires(
     gateways: Callable[..., Any], prefix: str
 ) -> None:
-    gw = await gateways(config(prefix))
+    clock = FakeClock(aligned(2_000))
+    gw = await gateways(config(prefix), clock=clock)
     body = schedule(id="api2", cron="*/2 * * * * *", chatId="dm-bob", chatType="p2p", text="hi")
     status, _ = await admin(gw.client, "POST", "/v1.0/schedules", body)
     assert status == 200
+    clock.advance(2_000)  # past its first fire time
     cards = await gw.client.wait_cards("dm-bob", count=1)
     assert cards[0]["replyTo"].startswith("schedule:api2:")
     status, _ = await admin(gw.client, "DELETE", "/v1.0/schedules/api2")
     assert status == 200
-    await asyncio.sleep(2.5)
+    await gw.idle()  # a look that read it before the delete has ended
     settled = len(await gw.client.cards("dm-bob"))
-    await asyncio.sleep(2.5)
-    assert len(await gw.client.cards("dm-bob")) == settled, "a deleted schedule fired"
+    for _ in range(3):  # three more fire times pass
+        clock.advance(2_000)
+        await gw.idle()
+    assert len(await gw.client.cards("dm-bob")) == settled == 1, "a deleted schedule fired"
 
 
 # --- chat commands ----------------------------------------------------------------------------
@@ -344,13 +375,23 @@ async def _all(client: ConsoleClient, chat: str, fragment: str) -> list[str]:
 async def test_a_reload_adds_and_removes_config_schedules(
     gateways: Callable[..., Any], prefix: str
 ) -> None:
-    gw = await gateways(config(prefix))
+    clock = FakeClock(aligned(1_000))
+    gw = await gateways(config(prefix), clock=clock)
+    store = gw.gateway.pipeline.schedules.book.store
     with_one = config(prefix, schedule(id="hot", cron="* * * * * *", chatId="dm-carol",
                                        chatType="p2p"))  # fmt: skip
     await gw.gateway.reload(load_settings(with_one, model=settings_model()))
+    await eventually(lambda: _seen(store, "hot"))  # the scheduler read the new settings
+    clock.advance(1_000)
     await gw.client.wait_cards("dm-carol", count=1, status=None)
     await gw.gateway.reload(load_settings(config(prefix), model=settings_model()))
-    await asyncio.sleep(1.2)  # a tick that read the old settings may still have fired
+    await gw.idle()  # a look that read the old settings may still have fired: it has ended
     settled = len(await gw.client.cards("dm-carol"))
-    await asyncio.sleep(2.2)
-    assert len(await gw.client.cards("dm-carol")) == settled, "a removed schedule fired"
+    for _ in range(3):  # three more fire times pass
+        clock.advance(1_000)
+        await gw.idle()
+    assert len(await gw.client.cards("dm-carol")) == settled == 1, "a removed schedule fired"
+
+
+async def _seen(store: Any, schedule_id: str) -> bool:
+    return schedule_id in await store.last_fires()

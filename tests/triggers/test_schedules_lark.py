@@ -4,14 +4,16 @@ routine's confirmation card is a reply whose Confirm button makes the schedule."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from adapters.lark.outbound import LarkOutbound
+from gateway.clock import now_ms
 from tests.fakes.lark import FakeLark
+from tests.support.clock import FakeClock, aligned
 from tests.support.helpers import InProcessGateway
 from tests.support.lark import (
     INTEGRATION,
@@ -33,10 +35,12 @@ async def fake() -> AsyncIterator[FakeLark]:
     await server.stop()
 
 
-async def harness(fake: FakeLark, prefix: str, **config: Any) -> LarkHarness:
+async def harness(
+    fake: FakeLark, prefix: str, clock: Callable[[], int] = now_ms, **config: Any
+) -> LarkHarness:
     cfg = lark_config(prefix, fake, timezone="Europe/Berlin")
     cfg.update(config)
-    gw = InProcessGateway(cfg)
+    gw = InProcessGateway(cfg, clock=clock)
     await gw.start()
     return LarkHarness(fake, gw)
 
@@ -60,8 +64,12 @@ async def test_a_scheduled_turn_posts_its_card_into_the_lark_chat(
         "cron": "*/2 * * * * *",
         "text": "daily report",
     }
-    lark = await harness(fake, prefix, schedules=[schedule])
+    clock = FakeClock(aligned(2_000))
+    lark = await harness(fake, prefix, clock, schedules=[schedule])
     try:
+        await lark.gw.idle()  # it has looked once: the schedule fires from now on
+        assert not fake.of("create")
+        clock.advance(2_000)  # past a fire time
         create = await eventually(lambda: fake.of("create"), timeout=10)
         assert create[0].query == {"receive_id_type": "chat_id"}
         assert create[0].body["receive_id"] == "oc_sched"

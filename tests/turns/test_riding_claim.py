@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,26 +42,31 @@ def _shas() -> tuple[str, str]:
 async def _monitored(
     redis_target: RedisTarget, action: Callable[[], Awaitable[None]]
 ) -> list[list[str]]:
-    """The EVALSHA commands Redis ran while ``action`` ran (standalone: MONITOR)."""
+    """The EVALSHA commands Redis ran while ``action`` ran (standalone: MONITOR). Redis feeds a
+    monitor in the order it runs commands: once a marker sent after ``action`` is seen, so is
+    every command before it."""
     client = redis_target.client()
+    marker = f"monitored-{uuid.uuid4().hex}"
     seen: list[list[str]] = []
     try:
         async with client.monitor() as monitor:
-            done = asyncio.Event()
 
             async def listen() -> None:
-                while not done.is_set():
+                while True:
                     info = await monitor.next_command()
                     parts = str(info.get("command", "")).split()
+                    if marker in parts or f'"{marker}"' in parts:
+                        return
                     if parts and parts[0].upper() == "EVALSHA":
                         seen.append(parts)
 
             task = asyncio.create_task(listen())
             try:
                 await action()
-                await asyncio.sleep(0.3)
+                await client.echo(marker)
+                async with asyncio.timeout(10):
+                    await task
             finally:
-                done.set()
                 task.cancel()
     finally:
         await client.aclose()
@@ -79,6 +85,7 @@ async def test_a_message_due_at_once_is_claimed_by_its_intake(
     async def one_turn() -> None:
         await gw.client.send("hello")
         await gw.client.wait_cards()
+        await gw.idle()  # nothing more will be claimed
 
     if redis_target.mode == "cluster":  # MONITOR is per node: the turn, and who claimed it
         await one_turn()
@@ -150,8 +157,15 @@ async def test_another_replicas_lease_defers_the_turn_until_it_ends(
     # rides with the intake is refused, and the turn runs once the lease is gone.
     await redis_client.set(keys.lease(CONV), "elsewhere:1", px=700)
     await gw.client.send("after the lease")
-    await asyncio.sleep(0.3)
-    assert await gw.client.cards() == []
+
+    async def lease_gone() -> bool:
+        """No card while the other replica's lease lasts (it is still there after the read)."""
+        cards = await gw.client.cards()
+        held = await redis_client.get(keys.lease(CONV)) == "elsewhere:1"
+        assert not (held and cards), "a turn ran under another replica's lease"
+        return not held
+
+    await eventually(lease_gone)
     [card] = await gw.client.wait_cards(timeout=10)
     assert card["card"]["answer"] == "You said:\n> after the lease"
     await eventually(lambda: not gw.gateway.runner.active)
