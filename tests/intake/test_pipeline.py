@@ -81,7 +81,7 @@ async def test_max_window_caps_a_steady_stream(make_gateway: Callable[..., Any])
     console = await make_gateway(summaryWindowSeconds=0.5, maxWindowSeconds=1.0)
     for i in range(8):  # one message every 0.2 s keeps resetting the 0.5 s debounce
         await console.send(f"m{i}")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the pacing is the input under test
     cards = await console.wait_cards(count=2)
     first = cards[0]["card"]["answer"]
     assert "> m0" in first and "> m7" not in first  # dispatched by the 1 s cap, not the silence
@@ -194,7 +194,7 @@ async def test_idle_timeout_opens_a_new_session(
     await console.wait_cards(count=2)
     assert await redis_client.hget(key, "sessionId") == first
     assert await redis_client.hget(key, "turns") == "2"
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(1.2)  # the session's real idle timeout is what is under test
     await console.send("after the timeout")
     await console.wait_cards(count=3)
     third = await redis_client.hget(key, "sessionId")

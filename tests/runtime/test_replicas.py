@@ -55,7 +55,7 @@ async def test_redelivery_to_another_replica_makes_no_second_reply(daemons, pref
     await a.client.send("deliver me once", event_id="lark-evt-42")
     await b.client.send("deliver me once", event_id="lark-evt-42")
     await a.client.wait_cards()
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # subprocess daemons: no idle() to await; a second card would be here
     for client in (a.client, b.client):
         assert len(await client.cards()) == 1
         assert len([m for m in await client.messages() if m["role"] == "user"]) == 1
@@ -75,7 +75,7 @@ async def test_one_run_per_session_across_replicas_in_arrival_order(  # type: ig
             text = f"{chat} message {i}"
             await client.send(text, chat=chat, sender=chat[3:])
             sent[chat].append(text)
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.03)  # rounds spread over time are the input
 
     async def all_answered() -> bool:
         for chat in chats:

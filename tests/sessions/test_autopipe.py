@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 from sessions import autopipe_links
 from sessions.autopipe import ScriptPipe
 from tests.support.redis_server import RedisServer
+from tests.support.waits import eventually
 
 # Appends ARGV[1] to KEYS[1] and answers it; 'boom' is answered with an error reply instead.
 APPEND = """
@@ -159,7 +160,11 @@ async def test_a_server_that_refuses_client_setname_still_takes_the_calls(
         assert [r[0] for r in replies] == ["m0", "m1", "m2"]
         # The server drops the idle connection; the pipe reconnects, still unnamed.
         await client.config_set("timeout", 1)
-        await asyncio.sleep(2.5)
+
+        async def dropped() -> bool:  # only the test's own connection is left
+            return int((await client.info("clients"))["connected_clients"]) == 1
+
+        await eventually(dropped, timeout=10)
         assert await pipe.evalsha(s, ["l"], ["after", 0]) == ["after", 1]
         assert await client.lrange("l", 0, -1) == ["m0", "m1", "m2", "after"]
         assert pipe.stats.reconnects == 1

@@ -259,7 +259,7 @@ async def test_a_slot_with_live_conversations_moves_while_messages_flow(
         while await asyncio.to_thread(redis_cluster.migrate_keys, slot, source, target, 3):  # noqa: ASYNC110
             await asyncio.sleep(0.02)  # batch by batch, messages still coming
         await asyncio.to_thread(redis_cluster.finish_migration, slot, target)
-        await asyncio.sleep(0.3)  # and after it
+        await asyncio.sleep(0.3)  # and after it: traffic over time is the input under test
         flowing.clear()
         await senders
         assert redis_cluster.slot_owner(slot) == target

@@ -79,7 +79,7 @@ async def test_messages_flow_through_a_sentinel_failover(
             await direct.aclose()
         # a redelivery of the first message is still recognised (its dedup key was replicated)
         await console.send("before the failover", event_id="evt-before")
-        await asyncio.sleep(0.5)
+        await gateway.gateway.idle()
         assert len(await console.cards()) == 2
     finally:
         await gateway.stop()

@@ -164,18 +164,26 @@ async def test_a_turn_reads_memory_and_variables_in_one_command(
     monitor_client = aioredis.Redis.from_url(redis_target.url, decode_responses=True)
     try:
         async with monitor_client.monitor() as monitor:
+            marker = f"{prefix}-end-of-turn"
+            ended = asyncio.Event()
 
             async def listen() -> None:
                 async for command in monitor.listen():
+                    if marker in command["command"]:
+                        ended.set()
                     # the client's commands, not those its scripts run
-                    if prefix in command["command"] and command["client_type"] != "lua":
+                    elif prefix in command["command"] and command["client_type"] != "lua":
                         seen.append(command["command"])
 
             listening = asyncio.create_task(listen())
             try:
                 await console.send("second", chat="team", mention=True)
                 await console.wait_cards(chat="team", count=2)
-                await asyncio.sleep(0.3)
+                await console.idle()
+                # Redis feeds a monitor in the order it runs commands: once the marker is seen,
+                # every command of the turn before it has been seen too.
+                await monitor_client.echo(marker)
+                await asyncio.wait_for(ended.wait(), 10)
             finally:
                 listening.cancel()
     finally:
