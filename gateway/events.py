@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 StepStatus = Literal["running", "done", "failed"]
 Outcome = Literal["success", "error", "interrupted", "cancelled"]
+# The user's answer to an ``Interrupt`` (Confirm / Reject): what ``Expert.resume`` is handed and
+# what the resumed card (``Progress.decision``) remembers.
+Decision = Literal["confirm", "reject"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from gateway.events import (
     ArtifactEvent,
+    Decision,
     Finished,
     Interrupt,
     RunEvent,
@@ -15,9 +16,6 @@ from gateway.events import (
     ToolEvent,
     UsageEvent,
 )
-
-if TYPE_CHECKING:
-    from gateway.experts.base import Decision
 
 # "rejected": a confirmation the user rejected, and the run then ended as the expert chose; not
 # a success ("done") and not a failure, so cards show it in a neutral colour.

@@ -5,15 +5,11 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from gateway.config.bases import ExpertBase
-from gateway.events import RunEvent
-
-if TYPE_CHECKING:
-    from sessions import HistoryStore
-
-Decision = Literal["confirm", "reject"]
+from gateway.events import Decision, RunEvent
+from sessions import HistoryStore
 
 
 @dataclass(frozen=True, slots=True)

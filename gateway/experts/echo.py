@@ -15,6 +15,7 @@ from pydantic import Field
 
 from gateway.config.bases import ExpertBase
 from gateway.events import (
+    Decision,
     Finished,
     Interrupt,
     RunEvent,
@@ -23,7 +24,7 @@ from gateway.events import (
     TextDelta,
     VariablesEvent,
 )
-from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
+from gateway.experts.base import Expert, ExpertContext, TurnInput
 
 CONFIRM_MARKER = "[confirm]"
 SET_MARKER = re.compile(r"\[set ([A-Za-z_]\w*)=([^\]]*)\]")

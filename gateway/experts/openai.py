@@ -13,8 +13,8 @@ from pydantic import Field, SecretStr, field_validator
 
 from gateway.config.bases import ExpertBase, VariableDecl
 from gateway.config.model import http_url
-from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
-from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
+from gateway.events import Decision, Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
+from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import read_sse
 from gateway.turns.variables import render_template

@@ -24,6 +24,7 @@ import structlog
 
 from gateway.config.bases import ExpertBase
 from gateway.events import (
+    Decision,
     Finished,
     Interrupt,
     RunEvent,
@@ -32,7 +33,7 @@ from gateway.events import (
     TextDelta,
     VariablesEvent,
 )
-from gateway.experts.base import Decision, Expert, ExpertContext, TurnInput
+from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_input import changed_state, files_of, with_history

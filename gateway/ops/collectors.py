@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,11 +17,9 @@ from prometheus_client.registry import Collector
 from gateway.clock import now_ms
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
+from gateway.intake.spooler import Spooler
 from sessions import SessionStore
 from sessions.backlog import DueBacklog, due_backlog
-
-if TYPE_CHECKING:
-    from gateway.intake.spooler import Spooler
 
 log = structlog.get_logger("gateway.ops.metrics")
 

@@ -15,7 +15,7 @@ import re
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from aiohttp import web
 from prometheus_client import (
@@ -30,15 +30,13 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gateway import __version__
+from gateway.config.settings import Settings
 from gateway.edge.ingest import Ingest, IngestOutcome, IngestUnavailable, ShuttingDown
 from gateway.edge.platform_api import ApiCalls
 from gateway.envelope import Envelope
+from gateway.intake.spooler import Spooler
 from gateway.ops.collectors import GatewayCollector, SpoolCollector
 from gateway.turns.records import TURN_OUTCOMES, TurnEnd
-
-if TYPE_CHECKING:
-    from gateway.config.settings import Settings
-    from gateway.intake.spooler import Spooler
 
 MAX_CODES = 40  # distinct result codes kept per platform; later ones count as "other"
 MAX_ENDPOINTS = 40  # distinct endpoint names kept per platform

@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -36,12 +36,11 @@ from gateway.envelope import Envelope
 from gateway.policy.limits import Limits
 from gateway.policy.route import route_of
 from gateway.policy.routing import route
+from gateway.turns.audit import TurnFacts, audit_record
+from gateway.turns.records import TurnEnd, TurnTimings
 from sessions import BufferCap, ClaimRequest, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult, BudgetLimits, BudgetStore
 from sessions.results import NO_CAP
-
-if TYPE_CHECKING:  # gateway.turns imports this module (the runner counts tokens)
-    from gateway.turns.records import TurnEnd, TurnTimings
 
 log = structlog.get_logger("gateway.policy.budgets")
 
@@ -197,8 +196,6 @@ class Budgets:
         """Answer a refused message with a short card (again for a redelivery: the card's
         idempotency key is the event's, so the chat sees it once); the first time also audit and
         count it."""
-        from gateway.turns.records import TurnEnd, TurnTimings  # (see TYPE_CHECKING above)
-
         text = self.refusal_text(integ, env, result)
         chinese = (integ.language or env.locale or "").lower().startswith("zh")
         if env.kind == "schedule":
@@ -235,8 +232,6 @@ class Budgets:
         text: str,
         timings: TurnTimings,
     ) -> None:
-        from gateway.turns.audit import TurnFacts, audit_record  # the turns import the experts
-
         zone = ZoneInfo(integ.timezone) if integ.timezone else UTC
         until = datetime.fromtimestamp(result.retry_ms / 1000, zone).isoformat(timespec="seconds")
         facts = TurnFacts(

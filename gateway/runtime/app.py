@@ -34,10 +34,10 @@ from gateway.policy.budgets import Budgets
 from gateway.runtime import http, quiet
 from gateway.runtime.heartbeat import Heartbeat
 from gateway.triggers.schedules import Scheduler
-from gateway.turns import Runner
 from gateway.turns.claims import Claims
 from gateway.turns.control import Control
 from gateway.turns.flusher import Flusher
+from gateway.turns.runner import Runner
 from sessions import (
     HistoryStore,
     KeyBuilder,

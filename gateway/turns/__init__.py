@@ -2,8 +2,6 @@
 driving the expert's run into the card, and the kinds of turn (message, Retry, Confirm /
 Reject, giving up). ``Runner`` is the entry point."""
 
-from gateway.turns.context import merge_input
-from gateway.turns.drive import ActiveRun, Handback
-from gateway.turns.runner import Runner
-
-__all__ = ["ActiveRun", "Handback", "Runner", "merge_input"]
+# The package re-exports nothing (``Runner`` is gateway.turns.runner's): importing one of its
+# modules - the turn records, the audit record, as gateway/policy/budgets.py does for a refused
+# turn - must not load the runner, which imports the budgets.

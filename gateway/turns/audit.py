@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import structlog
@@ -20,6 +20,8 @@ import structlog
 from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.events import RunEvent, StepEvent, ToolEvent, UsageEvent
+from gateway.experts import TurnInput
+from gateway.progress import Progress
 from gateway.turns.audit_record import (
     ANSWER_BYTES,
     DETAIL_CHARS,
@@ -36,13 +38,9 @@ from gateway.turns.audit_record import (
 from gateway.turns.context import merge_input
 from gateway.turns.records import TurnOutcome, TurnTimings
 from gateway.turns.result import TurnResult
+from gateway.turns.snapshot import SessionSnapshot
+from sessions import Claim, SessionRecords
 from sessions.audit import AuditEntry
-
-if TYPE_CHECKING:
-    from gateway.experts import TurnInput
-    from gateway.progress import Progress
-    from gateway.turns.snapshot import SessionSnapshot
-    from sessions import Claim, SessionRecords
 
 log = structlog.get_logger("gateway.turns")
 DATETIME = "sys.datetime"  # "%Y-%m-%d %H:%M:%S %Z" (gateway/turns/variables.py)

@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from gateway.config.bases import ExpertBase
-from gateway.events import Finished, RunEvent, Started, StepEvent, TextDelta
-from gateway.experts import Decision, Expert, ExpertContext, TurnInput
+from gateway.events import Decision, Finished, RunEvent, Started, StepEvent, TextDelta
+from gateway.experts import Expert, ExpertContext, TurnInput
 
 STEP = "Taking a deep breath"
 
