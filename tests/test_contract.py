@@ -403,9 +403,23 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def product_graph(*, deep: bool = False) -> dict[str, set[str]]:
+    """Who imports whom. Importing ``a.b.c`` runs the ``__init__`` of ``a`` and ``a.b`` first,
+    so an import of a module is also one of its packages (not of the importer's own packages,
+    which are being imported already): ``policy.bundles`` importing ``experts.base`` runs
+    ``gateway/experts/__init__.py``, and whatever that imports."""
     paths = {_module_name(p): p for top in PRODUCT for p in (ROOT / top).rglob("*.py")}
     modules = set(paths)
-    return {n: module_imports(p, modules, deep=deep) & modules for n, p in paths.items()}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found = module_imports(path, modules, deep=deep) & modules
+        for target in list(found):
+            parts = target.split(".")
+            for i in range(1, len(parts)):
+                package = ".".join(parts[:i])
+                if package in modules and not (name == package or name.startswith(package + ".")):
+                    found.add(package)
+        graph[name] = found
+    return graph
 
 
 def test_no_import_cycle_among_product_modules() -> None:

@@ -1,7 +1,6 @@
 """Expert backends: one interface, ``run`` / ``resume`` yielding run events, ``cancel``; the kinds
 are found by entry point (``xpert_gateway.experts``, see registry.py)."""
 
-from gateway.experts.base import Expert, ExpertContext, TurnInput
-from gateway.experts.registry import build_expert, discover_experts
-
-__all__ = ["Expert", "ExpertContext", "TurnInput", "build_expert", "discover_experts"]
+# Nothing is re-exported: importing any ``gateway.experts.*`` module runs this file first, and a
+# re-export of the registry here made ``policy.bundles`` (which the registry imports) import
+# itself half-built whenever it was imported before ``gateway.experts``.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def settings_model() -> type[Settings]:
     from gateway.config.settings import build_settings_model
     from gateway.edge.factory import discover_adapters
-    from gateway.experts import discover_experts
+    from gateway.experts.registry import discover_experts
 
     return build_settings_model(
         {p: f.settings_model for p, f in discover_adapters().items()}, discover_experts()

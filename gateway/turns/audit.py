@@ -20,7 +20,7 @@ import structlog
 from gateway.clock import now_ms
 from gateway.envelope import Envelope
 from gateway.events import RunEvent, StepEvent, ToolEvent, UsageEvent
-from gateway.experts import TurnInput
+from gateway.experts.base import TurnInput
 from gateway.progress import Progress
 from gateway.turns.audit_record import (
     ANSWER_BYTES,

@@ -14,7 +14,7 @@ import structlog
 
 from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
-from gateway.experts import Expert, TurnInput
+from gateway.experts.base import Expert, TurnInput
 from gateway.turns.binding import Session
 from gateway.turns.prefetch import ContextPrefetch
 from gateway.turns.variables import system_variables

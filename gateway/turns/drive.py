@@ -16,7 +16,7 @@ from gateway.config.bases import VariableDecl
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
-from gateway.experts import Expert, TurnInput
+from gateway.experts.base import Expert, TurnInput
 from gateway.progress import Progress
 from gateway.turns.audit import TurnTrace
 from gateway.turns.render import CardRenderer

@@ -17,7 +17,7 @@ from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.events import Decision, StepEvent
-from gateway.experts import Expert
+from gateway.experts.base import Expert
 from gateway.progress import Progress, Step
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.approval import clicked_on, may_answer, who_may_answer

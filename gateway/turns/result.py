@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.experts import TurnInput
+from gateway.experts.base import TurnInput
 from gateway.progress import Progress
 from gateway.turns.records import TurnOutcome
 from gateway.turns.snapshot import SessionSnapshot

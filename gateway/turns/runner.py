@@ -23,7 +23,8 @@ from gateway.edge.adapter import Adapter
 from gateway.edge.platform_api import log_failure
 from gateway.envelope import Envelope
 from gateway.events import StepEvent
-from gateway.experts import Expert, build_expert
+from gateway.experts.base import Expert
+from gateway.experts.registry import build_expert
 from gateway.logging import LOG_IDS
 from gateway.policy.budgets import Budgets
 from gateway.triggers.event_cards import EventCards

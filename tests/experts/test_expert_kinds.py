@@ -22,8 +22,8 @@ from structlog.testing import capture_logs
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
 from gateway.config.settings import Settings
-from gateway.experts import Expert, discover_experts
-from gateway.experts.registry import ExpertKindError, checked_kind
+from gateway.experts.base import Expert
+from gateway.experts.registry import ExpertKindError, checked_kind, discover_experts
 from gateway.runtime.cli import settings_model
 from gateway.turns.snapshot import snapshot_of
 from tests.fakes.throwaway_expert import STEP, ShoutExpert, ShoutSettings

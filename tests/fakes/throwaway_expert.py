@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr
 
 from gateway.config.bases import ExpertBase
 from gateway.events import Decision, Finished, RunEvent, Started, StepEvent, TextDelta
-from gateway.experts import Expert, ExpertContext, TurnInput
+from gateway.experts.base import Expert, ExpertContext, TurnInput
 
 STEP = "Taking a deep breath"
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.experts import TurnInput
+from gateway.experts.base import TurnInput
 from gateway.turns.audit import context_of
 from gateway.turns.audit_record import INPUT_BYTES, bounded
 from sessions import KeyBuilder
