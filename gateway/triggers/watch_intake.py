@@ -36,6 +36,7 @@ from gateway.config.settings import Settings
 from gateway.conversation import ConversationId
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, Trigger
+from gateway.errors import first_problem
 from gateway.intake.router import Incoming
 from gateway.triggers.watch import Watch
 from sessions import BufferCap, SessionStore
@@ -82,7 +83,7 @@ def parse_runtime(integration_id: str, raw: dict[str, str], at: float) -> _Runti
                     "runtime watch skipped: invalid",
                     integration_id=integration_id,
                     watch=watch_id,
-                    error=str(exc.errors()[0]["msg"]),
+                    error=first_problem(exc),
                 )
     return runtime
 
