@@ -39,6 +39,7 @@ its Lark work free (``lark_floor.py``: what everything but verifying, decrypting
 costs).
 
 Usage: python bench/instructions.py ingest [--events 1000] [--server daemon|bare|lark_oapi|floor]
+       python bench/instructions.py ingest --guard   # daemon and lark-oapi, and the guard
        python bench/instructions.py turn [--turns 160]
 Prints ONE JSON line. Uses $REDIS_URL (default redis://127.0.0.1:6379/0) under a fresh key
 prefix, deleted on the way out.
@@ -66,6 +67,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from guards import instruction_guards
 from lark_bench import DAEMONS, REDIS_URL, bench_config, daemon_argv, delete_keys, drive, payloads
 from pipeline import free_port, write_config
 
@@ -323,9 +325,28 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=160)
     servers = ("daemon", "bare", "lark_oapi", "floor")
     parser.add_argument("--server", choices=servers, default="daemon")
+    parser.add_argument(
+        "--guard",
+        action="store_true",
+        help="ingest: measure the daemon and lark-oapi in this run, and judge the guard",
+    )
     args = parser.parse_args()
-    work = ingest(args.events, args.server) if args.mode == "ingest" else turns(args.turns)
-    result = asyncio.run(work)
+    if args.mode == "turn":
+        result = asyncio.run(turns(args.turns))
+        result["guards"] = instruction_guards(per_turn=result["instructions_per_turn"])
+    elif args.guard:
+        daemon = asyncio.run(ingest(args.events, "daemon"))
+        lark_oapi = asyncio.run(ingest(args.events, "lark_oapi"))
+        ratio = daemon["instructions_per_event"] / lark_oapi["instructions_per_event"]
+        result = {
+            "mode": "ingest",
+            "daemon": daemon,
+            "lark_oapi": lark_oapi,
+            "daemon_over_lark_oapi": round(ratio, 3),
+            "guards": instruction_guards(event_vs_lark_oapi=round(ratio, 3)),
+        }
+    else:
+        result = asyncio.run(ingest(args.events, args.server))
     print(json.dumps({**result, "tree": str(TREE)}), flush=True)
 
 

@@ -63,6 +63,7 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from guards import ingest_guards
 from lark_bench import (
     DAEMONS,
     Server,
@@ -352,7 +353,10 @@ def main() -> None:
         log("wrk is missing and cannot be installed: the Python client runs (client-bound)")
         args.python_client = True
     run = compare_python if args.python_client else compare_wrk
-    print(json.dumps(asyncio.run(run(args))))
+    result = asyncio.run(run(args))
+    if "daemon_over_lark_oapi" in result and not args.python_client:  # wrk's figures only
+        result["guards"] = ingest_guards(result["daemon_over_lark_oapi"])
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_redis import StandaloneRedis  # noqa: E402
+from guards import pipeline_guards  # noqa: E402
 from redis_monitor import capturing, count, per_turn, script_names  # noqa: E402
 
 INTEGRATION = "console"
@@ -1001,6 +1002,12 @@ def main(argv: list[str] | None = None) -> int:
     except (aiohttp.ClientError, OSError, TimeoutError, aioredis.RedisError) as exc:
         log(f"failed: {type(exc).__name__}: {exc}")
         return 1
+    trips = result.get("redis_round_trips_per_turn") or {}
+    result["guards"] = pipeline_guards(
+        round_trips_per_turn=trips.get("gateway"),
+        first_card_p99_ms=(result.get("first_card_ms") or {}).get("p99"),
+        rate=args.rate,
+    )
     print(json.dumps(result, separators=(",", ":")), flush=True)
     return 0
 
