@@ -53,14 +53,22 @@ def percentile(values: list[float], p: float) -> float:
 
 
 @contextlib.asynccontextmanager
-async def bench_config(redis_url: str = REDIS_URL) -> AsyncIterator[dict[str, Any]]:
+async def bench_config(
+    redis_url: str = REDIS_URL, *, answering: bool = False
+) -> AsyncIterator[dict[str, Any]]:
     """A daemon config for a fresh key prefix with turns held back (a long summary window), so
-    the figure is intake alone; the fake Lark it talks to runs meanwhile, and the prefix's keys
-    are deleted on the way out."""
+    the figure is intake alone; with ``answering``, each message's turn runs at once (the echo
+    expert answering it in a card on the fake Lark), so turns run while ingest is measured. The
+    fake Lark it talks to runs meanwhile, and the prefix's keys are deleted on the way out."""
     fake = FakeLark()
     await fake.start()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
-    integ = lark_integration(fake, summaryWindowSeconds=600, maxWindowSeconds=3600)
+    windows = (
+        {"summaryWindowSeconds": 0, "maxWindowSeconds": 5}
+        if answering
+        else {"summaryWindowSeconds": 600, "maxWindowSeconds": 3600}
+    )
+    integ = lark_integration(fake, **windows)
     try:
         yield {
             "redis": {"url": redis_url, "keyPrefix": prefix},

@@ -32,7 +32,8 @@ instead, labelled ``"client": "python (client-bound)"``: one Python process is i
 near 12,000 requests/s and flatters every ratio.
 
 Usage: python bench/lark_ingest.py [--duration 10] [--connections 32] [--rounds 5] [--no-pin]
-       [--floor]
+       [--floor] [--answering]   (--answering: each message's turn runs at once, the echo expert
+       answering in a card on the fake Lark, so turns run while ingest is measured)
        python bench/lark_ingest.py --python-client [--events 3000] [--connections 32]
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
        python bench/lark_ingest.py --py-spy [--concurrency 16]   (the daemon process under load,
@@ -97,11 +98,11 @@ async def command_counts(redis_url: str) -> dict[str, int]:
 
 @contextlib.asynccontextmanager
 async def servers(
-    redis_url: str, workdir: Path, cores: Cores, *, floor: bool = False
+    redis_url: str, workdir: Path, cores: Cores, *, floor: bool = False, answering: bool = False
 ) -> AsyncIterator[tuple[dict[str, Server], str]]:
     """The three servers (four with ``floor``), started and pinned; yields them and the
     daemon's key prefix."""
-    async with bench_config(redis_url) as config:
+    async with bench_config(redis_url, answering=answering) as config:
         running = {
             "daemon": Server.daemon(config, workdir, cores.server),
             "bare": Server.handler("bare", workdir, cores.server),
@@ -178,7 +179,7 @@ async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
                 private_redis(workdir, cores.client)
             )
             running, prefix = await stack.enter_async_context(
-                servers(redis_url, workdir, cores, floor=args.floor)
+                servers(redis_url, workdir, cores, floor=args.floor, answering=args.answering)
             )
             result = await rounds(args, running, prefix, redis_url, workdir, cores)
             if args.floor:  # its Envelopes are each seen once while their marks are kept
@@ -192,6 +193,7 @@ async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
         pinned["redis"] = pinned["wrk"]
     result.update(
         client="wrk",
+        answering=args.answering,
         connections=args.connections,
         duration_s=args.duration,
         rounds=args.rounds,
@@ -316,6 +318,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="default 5 (--workers: 3)")
     parser.add_argument("--no-pin", action="store_true", help="leave every process unpinned")
     parser.add_argument("--floor", action="store_true", help="also the daemon, Lark work free")
+    parser.add_argument(
+        "--answering",
+        action="store_true",
+        help="the daemon's turns run while ingest is measured (echo, summary window 0)",
+    )
     parser.add_argument("--redis-url", default=None, help="the daemon's Redis (default: private)")
     parser.add_argument("--python-client", action="store_true", help="the fallback client")
     parser.add_argument("--events", type=int, default=3000, help="Python client: per round")
