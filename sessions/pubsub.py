@@ -98,6 +98,7 @@ class _Subscriber:
                 await conn.read_response()
         stream = getattr(conn, "_reader", None)
         self.stream = stream if isinstance(stream, asyncio.StreamReader) else None
+        _raise_if_cancelled()
 
     async def subscribe(self, command: str, channels: Sequence[str]) -> None:
         """One command per channel (a sharded subscription on a cluster stays in one slot);
@@ -213,7 +214,6 @@ class PubSubHub:
             subscriber = _Subscriber(pool=self.client.connection_pool, name=self.name)
         try:
             await subscriber.open()
-            _raise_if_cancelled()
             await subscriber.subscribe("SSUBSCRIBE" if self.sharded else "SUBSCRIBE", channels)
             while True:
                 reply = await subscriber.read()
@@ -268,7 +268,6 @@ class _ClusterShardListener:
         if subscriber is None:
             subscriber = self.nodes[node.name] = _Subscriber(node=node, name=self.name)
             await subscriber.open()
-            _raise_if_cancelled()
         await subscriber.subscribe("SSUBSCRIBE", [channel])
         reader = self.readers.get(node.name)
         if reader is None or reader.done():
