@@ -11,6 +11,7 @@ from sessions.external import EventCardStore
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.layout import LayoutMismatch
+from sessions.platform_budget import MonthUsage, PlatformBudgets, Take, Window
 from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
 from sessions.records_admin import SessionRecords
@@ -37,6 +38,8 @@ __all__ = [
     "IntakeResult",
     "KeyBuilder",
     "LayoutMismatch",
+    "MonthUsage",
+    "PlatformBudgets",
     "PubSubHub",
     "RecordStore",
     "RedisClient",
@@ -45,7 +48,9 @@ __all__ = [
     "SessionRecords",
     "SessionStore",
     "StoreUnavailable",
+    "Take",
     "TimelineStore",
+    "Window",
     "confirm_durable",
     "connect_redis",
 ]

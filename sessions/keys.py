@@ -309,6 +309,25 @@ class KeyBuilder:
         the script that stores the turn's record (bounded by MAXLEN, and the retention as TTL)."""
         return self._audit(integration_id, "events")
 
+    # --- platform budgets (sessions/platform_budget.py): one hash tag per app ----------------
+    # An app's (``lark:cli_x``) call logs, pauses and month ledgers carry the app as hash tag, so
+    # one script checks and records its calls on one slot. TTLs: a log just over its window, a
+    # pause its length, a ledger 40 days (each set by the script that writes it).
+    def _pb(self, app: str, *parts: str) -> str:
+        return self._k("pb", "{" + id_part(app) + "}", *parts)
+
+    def platform_window(self, app: str, bucket: str, window_ms: int) -> str:
+        """A bucket's calls of its last ``window_ms`` (zset: call -> Redis time in µs)."""
+        return self._pb(app, "w", id_part(bucket), str(window_ms))
+
+    def platform_pause(self, app: str, bucket: str | None = None) -> str:
+        """A pause of the whole app (``bucket`` None) or of one bucket: its TTL is what is left."""
+        return self._pb(app, *(("pause",) if bucket is None else ("bpause", id_part(bucket))))
+
+    def platform_month(self, app: str, month: str) -> str:
+        """The app's calls in ``month`` (the caller's label, ``2026-12``)."""
+        return self._pb(app, "month", id_part(month))
+
     def record(self, namespace: str, key: str) -> str:
         """An adapter's own record (``sessions.records``); every write there carries a TTL."""
         return self._k("rec", namespace, key)

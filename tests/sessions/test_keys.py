@@ -3,12 +3,14 @@
 ``<prefix>:{<shard tag>}:due``, and the builders that make a message's keys from one look-up
 (``intake``, ``budget_intake``) give exactly the keys of the one-key builders, in the scripts'
 order, however many conversations the bounded cache has seen; and no two conversations (or two
-of a conversation's keys) share a key, whatever their ids hold (issue 25)."""
+of a conversation's keys) share a key, whatever their ids hold (issue 25). An app's platform
+budget keys are ``<prefix>:pb:{<app>}:<part>``: one slot per app, one key per thing."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from gateway.conversation import ConversationId
 from sessions import keys as keys_module
@@ -158,3 +160,48 @@ def test_the_issues_ids_have_keys_of_their_own() -> None:
     assert k.dedup("lark|p2p:team2", "turn") == "xgw:{0.0}:lark|p2p:team2:dedup:%74urn"
     assert k.dedup("lark|p2p:team2", "y34:turn") == "xgw:{0.0}:lark|p2p:team2:dedup:y34%3Aturn"
     assert k.dedup("lark|p2p:oc_1", "om_1") == "xgw:{0.0}:lark|p2p:oc_1:dedup:om_1"  # as before
+
+
+@settings(max_examples=200, deadline=None)
+@given(app=IDS, bucket=IDS, month=IDS, window_ms=st.integers(1, 10**9))
+def test_an_apps_platform_budget_keys_are_the_layouts_in_one_slot(
+    app: str, bucket: str, month: str, window_ms: int
+) -> None:
+    k = KeyBuilder(prefix="xgw")
+    base = f"xgw:pb:{{{id_encoded(app)}}}"
+    keys = [
+        k.platform_window(app, bucket, window_ms),
+        k.platform_pause(app),
+        k.platform_pause(app, bucket),
+        k.platform_month(app, month),
+    ]
+    assert keys == [
+        f"{base}:w:{id_encoded(bucket)}:{window_ms}",
+        f"{base}:pause",
+        f"{base}:bpause:{id_encoded(bucket)}",
+        f"{base}:month:{id_encoded(month)}",
+    ]
+    assert {key_slot(key.encode()) for key in keys} == {key_slot(id_encoded(app).encode())}
+
+
+def platform_keys(k: KeyBuilder, app: str, bucket: str, month: str) -> dict[str, tuple[str, ...]]:
+    """Each of an app's platform budget keys -> what it is."""
+    return {
+        k.platform_window(app, bucket, 1000): (app, "w", bucket, "1000"),
+        k.platform_window(app, bucket, 60_000): (app, "w", bucket, "60000"),
+        k.platform_pause(app): (app, "pause"),
+        k.platform_pause(app, bucket): (app, "bpause", bucket),
+        k.platform_month(app, month): (app, "month", month),
+    }
+
+
+@settings(max_examples=500, deadline=None)
+@given(first=st.tuples(HOSTILE, HOSTILE, HOSTILE), second=st.tuples(HOSTILE, HOSTILE, HOSTILE))
+def test_no_two_platform_budgets_or_their_keys_share_a_key(
+    first: tuple[str, str, str], second: tuple[str, str, str]
+) -> None:
+    k = KeyBuilder(prefix="xgw")
+    mine, theirs = platform_keys(k, *first), platform_keys(k, *second)
+    assert len(mine) == 5 and len(theirs) == 5
+    for key in mine.keys() & theirs.keys():
+        assert mine[key] == theirs[key]
