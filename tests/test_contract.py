@@ -243,6 +243,7 @@ def test_a_wecom_mode_picks_its_outbound_strategy_once(
     fields |= {"corpId": CORP_ID, "agentId": 1, "corpSecret": "s"} if mode == "app" else {}
     fields |= {"botId": "b", "botSecret": "s"} if mode == "aibot_ws" else {}
     parts = {"records": None, "connection_lease_ms": 15_000, "api_calls": lambda *_: None}
+    parts["platform_budget"] = lambda *_: None
     context: Any = type("Context", (), parts)()
     adapter = WeComAdapter(settings=WeComIntegration.model_validate(fields), context=context)
     module, _, name = strategy.rpartition(".")

@@ -60,6 +60,7 @@ class DingTalkAdapter(RobotAdapter):
             client_secret=secret,
             observe=self.api_calls(),
         )
+        self.api.budget = self.platform_budget(settings.client_id)
         sender = Sender(
             integration_id=settings.id,
             robot_code=settings.robot,

@@ -16,7 +16,7 @@ import asyncio
 import json
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import structlog
@@ -112,6 +112,12 @@ def dumps(body: dict[str, Any]) -> bytes:
 
 class DingTalkApi(PlatformApi):
     platform = "dingtalk"
+    chat_endpoints = frozenset({"group_send", "p2p_send", "card_create", "session_webhook"})
+
+    def throttle_scope(self, error: PlatformApiError) -> Literal["api", "chat", "app"]:
+        """A robot's "send too fast" is one conversation's; QpsLimit / QpmLimit the API's."""
+        robot = isinstance(error, DingTalkApiError) and error.code in ROBOT_THROTTLED
+        return "chat" if robot or isinstance(error, WebhookGone) else "api"
 
     def __init__(
         self,
@@ -199,7 +205,8 @@ class DingTalkApi(PlatformApi):
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 raise DingTalkApiError(0, type(exc).__name__, str(exc)) from exc
 
-        return await self.exchange(ENDPOINTS.get(path, "other"), send, auth=auth)
+        endpoint = ENDPOINTS.get(path, "other")
+        return await self.exchange(endpoint, send, auth=auth, metered=endpoint != "token")
 
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works. A

@@ -67,6 +67,7 @@ class LarkAdapter(LarkBot):
             app_secret=settings.app_secret.get_secret_value(),
             observe=self.api_calls(),
         )
+        self.api.budget = self.platform_budget(settings.app_id)
         self.inbound = LarkInbound(settings=settings, adapter=self)
         self.outbound = LarkOutbound(
             settings=settings, api=self.api, records=context.records, spawn=context.spawn

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import structlog
@@ -58,6 +58,7 @@ def _code(data: Any) -> int:
 
 class LarkApi(PlatformApi):
     platform = "lark"
+    chat_endpoints = frozenset({"reply", "create"})  # 5 QPS to one chat (发送消息.md l.21)
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class LarkApi(PlatformApi):
             expire = float(data.get("expire") or 7200)
             return str(data["tenant_access_token"]), max(60, expire - 600)
 
-        return await self.exchange("token", send, auth=False, attempts=1)
+        return await self.exchange("token", send, auth=False, attempts=1, metered=False)
 
     def label(self, error: PlatformApiError) -> str:
         """Lark's code, else the HTTP status."""
@@ -104,6 +105,10 @@ class LarkApi(PlatformApi):
 
     def token_refused(self, error: PlatformApiError) -> bool:
         return isinstance(error, LarkApiError) and error.code in TOKEN_CODES
+
+    def throttle_scope(self, error: PlatformApiError) -> Literal["api", "chat", "app"]:
+        """230020 is one chat's limit; 99991400 / 429 the API's (频控策略.md l.15-28)."""
+        return "chat" if isinstance(error, LarkApiError) and error.code == 230020 else "api"
 
     def backoff(self, retry: int, error: PlatformApiError) -> float:
         """0.2 s doubling up to 5 s, or the reset Lark named (at most 10 s) when longer."""

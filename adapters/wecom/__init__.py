@@ -64,6 +64,7 @@ class WeComAdapter(CallbackAdapter):
                 corp_secret=_secret(settings.corp_secret),
                 observe=self.api_calls(),
             )
+            api.budget = self.platform_budget(settings.corp_id)
             app = AppOutbound(
                 integration_id=settings.id,
                 agent_id=settings.agent_id,

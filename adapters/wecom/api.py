@@ -67,6 +67,8 @@ def _errcode(data: Any) -> int:
 
 class WeComApi(PlatformApi):
     platform = "wecom"
+    # App messages: 30/min and 1,000/h to one member (访问频率限制.md l.19-22).
+    chat_endpoints = frozenset({"message_send"})
 
     def __init__(
         self,
@@ -102,7 +104,7 @@ class WeComApi(PlatformApi):
             # Renew five minutes early so a token never expires in flight.
             return str(data["access_token"]), max(60, int(data.get("expires_in", 7200)) - 300)
 
-        token = await self.exchange("token", send, auth=False, attempts=1)
+        token = await self.exchange("token", send, auth=False, attempts=1, metered=False)
         log.info("access token fetched")
         return token
 

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gateway.config.model import ID_PATTERN, GatewayModel
 from gateway.policy.limits import Limits
+from gateway.policy.platform_limits import PlatformLimits
 from gateway.policy.route import Route
 from gateway.triggers.event_settings import EventSource, unique_sources
 from gateway.triggers.watch import Watches
@@ -131,6 +132,11 @@ class IntegrationBase(GatewayModel):
     )
     routes: list[Route] = Field(default_factory=list, description="Access bundles per chat")
     limits: Limits = Field(default_factory=Limits, description="Budgets; routes override them")
+    platform_limits: PlatformLimits = Field(
+        default_factory=PlatformLimits,
+        description="The platform's limits on this app's calls (defaults: the platform's "
+        "published figures), shared by every replica",
+    )
     watches: Watches = Field(default_factory=list, description="Group watch: start turns unasked")
     events: Annotated[list[EventSource], AfterValidator(unique_sources)] = Field(
         default_factory=list, description="Signed external events (GitHub, GitLab, generic)"

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from gateway.config.bases import IntegrationBase
+from gateway.edge.call_budget import CallBudget
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.outbound import Outbound
@@ -30,10 +31,16 @@ class Adapter:
     subclass's ``__init__``), to which cards and replies go."""
 
     outbound: Outbound
+    call_budget: CallBudget | None = None  # the app's platform budget (cards read its mode)
 
     def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
         self.settings = settings
         self.context = context
+
+    def platform_budget(self, app: str) -> CallBudget | None:
+        """The platform budget of ``app`` (the platform's app id), kept as ``call_budget``."""
+        self.call_budget = self.context.platform_budget(self.settings, app)
+        return self.call_budget
 
     @property
     def integration_id(self) -> str:

@@ -7,15 +7,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.config.bases import IntegrationBase
+from gateway.edge.call_budget import BudgetEvents, CallBudget
 from gateway.edge.ingest import Ingest
 from gateway.edge.platform_api import ApiCalls
 from gateway.edge.stores import RecordStore, TimelineStore
+from gateway.policy.platform_limits import platform_defaults
+from sessions import PlatformBudgets
 
-__all__ = ["AdapterContext"]
+__all__ = ["AdapterContext", "budgets_for"]
 
 
 def _uncounted(integration_id: str, platform: str) -> ApiCalls:
     return lambda endpoint, code, seconds: None
+
+
+def _unpaced(settings: IntegrationBase, app: str) -> CallBudget | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +37,9 @@ class AdapterContext:
     raise, it keeps the event in the local spool and returns ``spooled`` (ack it); it raises
     ``IngestUnavailable`` only when the spool is full. ``timeline`` and ``records`` raise
     ``StoreUnavailable`` when Redis cannot be reached. ``connection_lease_ms``: the owner lease of
-    a long connection (``OwnerLease.for_connection``; ``runtime.connectionLeaseSeconds``)."""
+    a long connection (``OwnerLease.for_connection``; ``runtime.connectionLeaseSeconds``).
+    ``platform_budget``: (integration, its app's id) -> the budget its API clients wait on
+    (``gateway.edge.call_budget``), shared with every replica; None when not paced."""
 
     ingest: Ingest
     ingest_or_spool: Ingest
@@ -40,5 +50,27 @@ class AdapterContext:
     connection_lease_ms: int = 15_000
     # (integrationId, platform) -> the hook its API clients report each call to (metrics).
     api_calls: Callable[[str, str], ApiCalls] = _uncounted
+    platform_budget: Callable[[IntegrationBase, str], CallBudget | None] = _unpaced
     # Whether the admin API (/v1.0) is on now (admin.token set; a reload may change it).
     admin_api: Callable[[], bool] = lambda: False
+
+
+def budgets_for(
+    store: PlatformBudgets, events: BudgetEvents | None
+) -> Callable[[IntegrationBase, str], CallBudget | None]:
+    """``AdapterContext.platform_budget``: each integration's budget over ``store``, from its
+    ``platformLimits`` over its platform's published figures; None when it is not paced."""
+
+    def budget(settings: IntegrationBase, app: str) -> CallBudget | None:
+        limits = settings.platform_limits.over(platform_defaults(settings.platform))
+        if not limits.enabled:
+            return None
+        return CallBudget(
+            store=store,
+            app=f"{settings.platform}:{app}",
+            integration_id=settings.id,
+            limits=limits,
+            events=events,
+        )
+
+    return budget

@@ -12,11 +12,12 @@ import abc
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import aiohttp
 import structlog
 
+from gateway.edge.call_budget import CallBudget
 from gateway.edge.downloads import RedirectRefused
 from gateway.errors import PlatformApiError
 
@@ -45,12 +46,16 @@ class PlatformApi(abc.ABC):
 
     ``exchange(endpoint, send)`` runs ``send(token)`` - one HTTP request and the reading of its
     answer, which returns the result or raises the platform's ``PlatformApiError`` - with the
-    token, the counting and the retries around it (a platform's budget plugs in there too).
+    token, the counting, the app's platform budget (``budget``: each exchange waits for its
+    turn; a throttle answer pauses it for every replica) and the retries around it.
     ``attempts``: exchanges per call at most (a token refreshed once does not count);
-    ``retries``: how many were made (tests, metrics).
+    ``retries``: how many were made (tests, metrics). ``chat_endpoints``: the APIs that send a
+    message into a chat, held to the platform's per-chat limit.
     """
 
     platform: ClassVar[str]
+    chat_endpoints: ClassVar[frozenset[str]] = frozenset()
+    budget: CallBudget | None = None
 
     def __init__(
         self,
@@ -101,6 +106,10 @@ class PlatformApi(abc.ABC):
         """Whether the exchange is worth trying again: by default when rate limited."""
         return error.rate_limited
 
+    def throttle_scope(self, error: PlatformApiError) -> Literal["api", "chat", "app"]:
+        """What a rate-limit answer paused: the API (default), one chat, or the whole app."""
+        return "api"
+
     @abc.abstractmethod
     def backoff(self, retry: int, error: PlatformApiError) -> float:
         """Seconds to wait before retry number ``retry`` (0 first), after ``error``."""
@@ -128,20 +137,35 @@ class PlatformApi(abc.ABC):
         *,
         auth: bool = True,
         attempts: int | None = None,
+        metered: bool = True,
     ) -> T:
         """``send(token)`` (``None`` without ``auth``) until it answers, is refused for
-        good or ``attempts`` ran out; each exchange is counted under ``endpoint``. A request
+        good or ``attempts`` ran out; each exchange is counted under ``endpoint`` and, unless
+        not ``metered`` (the token's own fetch), waits for its turn under the budget. A request
         that got no answer, or a redirect refused, is counted and raised: not retried."""
         tries = attempts or self.attempts
         refreshed = False
         retry = 0
+        budget = self.budget if metered else None
         while True:
             token = await self.token() if auth else None
+            if budget is not None:
+                await budget.take(endpoint, chat_send=endpoint in self.chat_endpoints)
             began = time.perf_counter()
             try:
                 result = await send(token)
             except PlatformApiError as error:
                 self.count(endpoint, self.label(error), began)
+                paused = False
+                if budget is not None:
+                    await budget.refused()
+                    if error.rate_limited:
+                        paused = await budget.throttled(
+                            endpoint,
+                            error.retry_after,
+                            self.throttle_scope(error),
+                            chat_send=endpoint in self.chat_endpoints,
+                        )
                 if auth and not refreshed and self.token_refused(error):
                     refreshed = True
                     log.info("access token refused; fetching another", platform=self.platform)
@@ -149,7 +173,8 @@ class PlatformApi(abc.ABC):
                     continue
                 if not self.retryable(error) or retry + 1 >= tries:
                     raise
-                wait = self.backoff(retry, error)
+                # Under a budget, a throttled call's wait is the pause it just set.
+                wait = 0.0 if paused else self.backoff(retry, error)
                 retry += 1
                 self.retries += 1
                 log.info(
@@ -159,7 +184,8 @@ class PlatformApi(abc.ABC):
                     wait_s=round(wait, 3),
                     **error.log_fields(),
                 )
-                await self.sleep(wait)
+                if wait > 0:
+                    await self.sleep(wait)
                 continue
             except RedirectRefused:
                 self.count(endpoint, "redirect_refused", began)

@@ -22,7 +22,7 @@ from gateway.config.bases import IntegrationBase
 from gateway.config.live import LiveSettings
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
-from gateway.edge.context import AdapterContext
+from gateway.edge.context import AdapterContext, budgets_for
 from gateway.edge.factory import AdapterFactory, discover_adapters
 from gateway.edge.platform_api import log_failure
 from gateway.intake.pipeline import Pipeline
@@ -41,6 +41,7 @@ from gateway.turns.runner import Runner
 from sessions import (
     HistoryStore,
     KeyBuilder,
+    PlatformBudgets,
     RecordStore,
     RedisHandle,
     SessionRecords,
@@ -156,8 +157,7 @@ class Gateway:
         self.timeline = TimelineStore(
             client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
         )
-        # One set of budgets: intake checks them, the runner spends tokens; refusals are counted
-        # in xgw_budget_refusals_total.
+        # One set of budgets: intake checks them, the runner spends tokens (refusals: /metrics).
         self.budgets = Budgets(store=self.store, observer=self.metrics)
         self.claims = Claims(
             store=self.store,
@@ -186,8 +186,7 @@ class Gateway:
             clock=self.clock,
         )
         self.control = Control(store=self.store)
-        # A schedule made in a chat (intake) wakes the scheduler, which is built after intake
-        # (it fires into it): both are handed this one event.
+        # A schedule made in a chat (intake) wakes the scheduler built after intake: one event.
         self._schedules_changed = asyncio.Event()
         self.pipeline = Pipeline(
             store=self.store,
@@ -254,6 +253,7 @@ class Gateway:
             public_url=s.server.public_url,
             connection_lease_ms=int(s.runtime.connection_lease_seconds * 1000),
             api_calls=self.metrics.api_calls,
+            platform_budget=budgets_for(PlatformBudgets(store=self.store), self.metrics),
             admin_api=lambda: self.settings.admin.token is not None,
         )
         self.context = context

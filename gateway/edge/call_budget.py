@@ -1,0 +1,379 @@
+"""One app's platform budget on this replica: every platform call waits here for its turn
+(``PlatformApi.exchange``), in front of the budget every replica shares in Redis
+(``sessions.PlatformBudgets``: each API's windows, each chat's, pauses, the month's ledger).
+
+- **Priorities.** A call waits in its API's local queue by the priority its caller set
+  (``calls_as``): a first card before a final state before a click's answer before other calls
+  before an intermediate card update. Granted calls go out in that order; several waiting calls
+  are granted by one Redis call.
+- **Coalescing and fairness.** An intermediate update first takes one of a few update slots
+  (``update_slot``), the card shown longest ago first, and only then picks the state it shows:
+  the latest, never one queued behind others. So with 2,000 live cards each still moves.
+- **Throttle answers** (429 / 99991400, 230020, QpsLimit, 45009) pause the API, the chat or the
+  app for the reset the platform named, for every replica (``throttled``).
+- **The month's quota** (``platformLimits.callsPerMonth``): the ledger is counted with each
+  grant; a refused call is taken back; from its rate comes a forecast of when it runs out and a
+  card mode: ``lean`` (fewer intermediate updates) from 80 % or when the forecast falls before
+  the month's end, ``finals`` (first card and final state only) from 95 %; a spent month fails
+  calls at once (``BudgetExhausted``).
+The store failing opens the budget (calls go out unpaced; one warning a minute): the platform
+still answers, and its throttle answers still slow the calls down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import structlog
+
+from gateway.edge.calls import (
+    BudgetEvents,
+    BudgetExhausted,
+    CardMode,
+    Priority,
+    asked,
+    calls_as,
+    month_of,
+    quota_mode,
+)
+from gateway.policy.platform_limits import PlatformLimits
+from sessions import STORE_FAILED, PlatformBudgets, Take, Window
+
+__all__ = [
+    "BudgetEvents",
+    "BudgetExhausted",
+    "CallBudget",
+    "CardMode",
+    "Priority",
+    "calls_as",
+    "month_of",
+]
+
+log = structlog.get_logger("gateway.edge.call_budget")
+
+BATCH = 32  # waiting calls granted by one Redis call at most
+UPDATE_SLOTS = 4  # intermediate card updates on their way at once, per app and replica
+MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
+STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
+UNPACED_S = 10.0  # after the store failed, calls go out unpaced this long before it is asked again
+UNANSWERED: tuple[type[Exception], ...] = (TimeoutError, *STORE_FAILED)
+
+
+def _retrieved(asked: asyncio.Future[Take]) -> None:
+    """A store call nobody waits for any more: its failure is not an unretrieved exception."""
+    if not asked.cancelled():
+        asked.exception()
+
+
+@dataclass(order=True)
+class _Waiter:
+    priority: int
+    order: float
+    seq: int
+    chat: str | None = field(compare=False)
+    future: asyncio.Future[None] = field(compare=False)
+    not_before: float = field(default=0.0, compare=False)
+
+
+class CallBudget:
+    """One app's budget, as this replica's calls see it (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: PlatformBudgets,
+        app: str,
+        integration_id: str,
+        limits: PlatformLimits,
+        events: BudgetEvents | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        update_slots: int = UPDATE_SLOTS,
+    ) -> None:
+        self.store = store
+        self.app = app
+        self.integration_id = integration_id
+        self.limits = limits
+        self.events = events
+        self.clock = clock
+        self.wall = wall
+        self.month_used: int | None = None  # the ledger, as the last grant told
+        self.mode: CardMode = "normal"
+        self.forecast_s: float | None = None  # seconds until the quota runs out at this rate
+        self._month: tuple[str, float, float] = month_of(wall(), limits.month_utc_offset_hours)
+        self._queues: dict[str, list[_Waiter]] = {}
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        self._blocked: dict[str, float] = {}  # endpoint -> until (clock), from a denial
+        self._seq = itertools.count()
+        self._slots_free = update_slots
+        self._slot_waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._warned_at = -math.inf
+        self._open_until = -math.inf  # the store failed: unpaced until then
+
+    # --- what is read of it (metrics, cards) ---------------------------------------------------
+    def queued(self) -> int:
+        """Calls waiting for the budget now, slots for intermediate updates included."""
+        return sum(len(q) for q in self._queues.values()) + len(self._slot_waiters)
+
+    @property
+    def month_limit(self) -> int | None:
+        return self.limits.calls_per_month
+
+    def interval_factor(self) -> float | None:
+        """How much longer a card waits between intermediate updates in this mode; None: no
+        intermediate updates at all."""
+        return {"normal": 1.0, "lean": 4.0, "finals": None}[self.mode]
+
+    # --- a call's turn -------------------------------------------------------------------------
+    def _buckets(self, endpoint: str, chat: str | None) -> list[tuple[str, Sequence[Window]]]:
+        buckets: list[tuple[str, Sequence[Window]]] = []
+        api = self.limits.api_windows(endpoint)
+        if api:
+            buckets.append((f"api:{endpoint}", [Window(n, s) for n, s in api]))
+        if chat is not None and (per_chat := self.limits.chat_windows()):
+            buckets.append((f"chat:{chat}", [Window(n, s) for n, s in per_chat]))
+        return buckets
+
+    async def take(self, endpoint: str, *, chat_send: bool = False) -> None:
+        """Wait for this call's turn under the budget (module docstring); raises
+        ``BudgetExhausted`` when the month is spent or the wait ran past ``maxWaitSeconds``."""
+        chat = asked()[1] if chat_send else None
+        buckets = self._buckets(endpoint, chat)
+        if not buckets and self.month_limit is None:
+            return
+        began = self.clock()
+        queue = self._queues.setdefault(endpoint, [])
+        if not queue and self._blocked.get(endpoint, 0.0) <= began:
+            took = await self._take(buckets, 1)
+            if took is None or took.granted:
+                if self.events is not None:
+                    self.events.budget_waited(self.integration_id, endpoint, 0.0)
+                return
+            if took.denied_by == "month":
+                raise BudgetExhausted("month quota spent", endpoint)
+            self._denied(endpoint, took, began)
+        loop = asyncio.get_running_loop()
+        order = asked()[2]
+        waiter = _Waiter(
+            asked()[0], began if order is None else order, next(self._seq), chat,
+            loop.create_future(),
+        )  # fmt: skip
+        heapq.heappush(queue, waiter)
+        if endpoint not in self._pumps:
+            self._pumps[endpoint] = asyncio.create_task(
+                self._pump(endpoint, queue), name=f"budget:{self.app}:{endpoint}"
+            )
+        try:
+            async with asyncio.timeout(self.limits.max_wait_seconds):
+                await waiter.future
+        except TimeoutError:
+            raise BudgetExhausted("waited past maxWaitSeconds", endpoint) from None
+        finally:
+            waiter.future.cancel()  # no-op when granted; a pump skips it otherwise
+            if self.events is not None:
+                self.events.budget_waited(self.integration_id, endpoint, self.clock() - began)
+
+    def _denied(self, endpoint: str, took: Take, now: float) -> None:
+        if took.denied_by is None or not took.denied_by.startswith("chat:"):
+            self._blocked[endpoint] = now + took.wait_s
+
+    async def _pump(self, endpoint: str, queue: list[_Waiter]) -> None:
+        """Grant the queue's waiters in priority order, as the shared budget allows."""
+        try:
+            while queue:
+                now = self.clock()
+                batch, parked = self._batch(queue, now)
+                for waiter in parked:
+                    heapq.heappush(queue, waiter)
+                if not batch:
+                    if queue:
+                        soonest = min(w.not_before for w in queue)
+                        await asyncio.sleep(min(max(soonest - now, 0.001), MAX_SLEEP_S))
+                    continue
+                buckets = self._buckets(endpoint, batch[0].chat)
+                took = await self._take(buckets, len(batch))
+                granted = len(batch) if took is None else took.granted
+                for waiter in batch[:granted]:
+                    if not waiter.future.done():
+                        waiter.future.set_result(None)
+                rest = batch[granted:]
+                if took is None or not rest:
+                    continue
+                if took.denied_by == "month":
+                    for waiter in rest:
+                        if not waiter.future.done():
+                            waiter.future.set_exception(
+                                BudgetExhausted("month quota spent", endpoint)
+                            )
+                    continue
+                wait = max(took.wait_s, 0.001)
+                if took.denied_by is not None and took.denied_by.startswith("chat:"):
+                    for waiter in rest:  # only this chat waits; the others go on
+                        waiter.not_before = now + wait
+                        heapq.heappush(queue, waiter)
+                    continue
+                for waiter in rest:
+                    heapq.heappush(queue, waiter)
+                self._blocked[endpoint] = now + wait
+                await asyncio.sleep(min(wait, MAX_SLEEP_S))
+        finally:
+            self._pumps.pop(endpoint, None)
+
+    @staticmethod
+    def _batch(queue: list[_Waiter], now: float) -> tuple[list[_Waiter], list[_Waiter]]:
+        """The next waiters to ask for together (those without a chat, or one with its chat),
+        and those set aside until their chat has room."""
+        batch: list[_Waiter] = []
+        parked: list[_Waiter] = []
+        while queue and len(batch) < BATCH:
+            waiter = queue[0]
+            if waiter.future.done():
+                heapq.heappop(queue)
+            elif waiter.not_before > now:
+                parked.append(heapq.heappop(queue))
+            elif batch and (waiter.chat is not None or batch[0].chat is not None):
+                break
+            else:
+                batch.append(heapq.heappop(queue))
+                if waiter.chat is not None:
+                    break
+        return batch, parked
+
+    async def _take(self, buckets: Sequence[tuple[str, Sequence[Window]]], n: int) -> Take | None:
+        """One Redis call: ``n`` calls asked for; None when the store failed (go unpaced)."""
+        wall = self.wall()
+        if wall >= self._month[2]:
+            self._month = month_of(wall, self.limits.month_utc_offset_hours)
+        label, _start, end = self._month
+        if self.clock() < self._open_until:
+            return None
+        asked = asyncio.ensure_future(
+            self.store.take(
+                self.app,
+                buckets,
+                n,
+                month=label,
+                month_limit=self.month_limit,
+                month_left_s=max(end - wall, 1.0),
+            )
+        )
+        asked.add_done_callback(_retrieved)
+        try:
+            # Shielded: a store slow to answer is waited for no longer, its call not cut.
+            took = await asyncio.wait_for(asyncio.shield(asked), STORE_WAIT_S)
+        except UNANSWERED as exc:
+            self._open_until = self.clock() + UNPACED_S
+            if self.clock() - self._warned_at > 60:
+                self._warned_at = self.clock()
+                log.warning(
+                    "platform budget unavailable: calls go out unpaced",
+                    integration_id=self.integration_id,
+                    error=str(exc) or type(exc).__name__,
+                )
+            return None
+        self._quota(took.month_used, wall)
+        return took
+
+    # --- what the platform answered ------------------------------------------------------------
+    async def throttled(
+        self,
+        endpoint: str,
+        retry_after: float | None,
+        scope: Literal["api", "chat", "app"],
+        *,
+        chat_send: bool = False,
+    ) -> bool:
+        """The platform refused a call for its rate: pause ``scope`` for every replica, for the
+        reset the platform named (1 s when it named none). A chat's limit pauses that chat's
+        sends; one that is not a chat send's (Lark's 230020 on one message's PATCH) pauses
+        nothing shared: False, and the caller backs off by itself."""
+        seconds = min(retry_after if retry_after and retry_after > 0 else 1.0, 300.0)
+        bucket: str | None
+        if scope == "chat":
+            chat = asked()[1]
+            if not chat_send or chat is None or not self.limits.chat_windows():
+                if self.events is not None:
+                    self.events.budget_throttled(self.integration_id, endpoint, scope)
+                return False
+            bucket = f"chat:{chat}"
+        else:
+            bucket = f"api:{endpoint}" if scope == "api" else None
+            self._blocked[endpoint] = max(self._blocked.get(endpoint, 0.0), self.clock() + seconds)
+        if self.events is not None:
+            self.events.budget_throttled(self.integration_id, endpoint, scope)
+        log.info(
+            "platform throttled: paused",
+            integration_id=self.integration_id,
+            endpoint=endpoint,
+            scope=scope,
+            seconds=round(seconds, 3),
+        )
+        with contextlib.suppress(*STORE_FAILED):
+            await self.store.pause(self.app, bucket, seconds)
+        return True
+
+    async def refused(self) -> None:
+        """A call the platform refused does not count against the month (Lark and DingTalk
+        count only calls they served)."""
+        if self.month_used is None:
+            return
+        with contextlib.suppress(*STORE_FAILED):
+            await self.store.uncount(self.app, self._month[0])
+        self.month_used = max(0, self.month_used - 1)
+
+    def _quota(self, used: int, wall: float) -> None:
+        """The forecast and card mode from this month's ledger."""
+        self.month_used = used
+        if self.month_limit is None:
+            return
+        mode, self.forecast_s = quota_mode(used, self.month_limit, self._month, wall)
+        if mode != self.mode:
+            self.mode = mode
+            log.warning(
+                "platform quota: card mode changed",
+                integration_id=self.integration_id,
+                mode=mode,
+                used=used,
+                limit=self.month_limit,
+                forecast_hours=None if self.forecast_s is None else round(self.forecast_s / 3600),
+            )
+            if self.events is not None:
+                self.events.card_mode_changed(self.integration_id, mode)
+
+    # --- intermediate updates ------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def update_slot(self, shown_at: float) -> AsyncIterator[None]:
+        """Wait for one of the few slots of intermediate updates, the card shown longest ago
+        (``shown_at``, on ``clock``) first; its calls run at ``Priority.UPDATE`` in that order."""
+        if self._slots_free > 0 and not self._slot_waiters:
+            self._slots_free -= 1
+        else:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._slot_waiters, (shown_at, next(self._seq), future))
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    self._release()  # granted as it was cancelled: hand it on
+                raise
+        try:
+            with calls_as(Priority.UPDATE, order=shown_at):
+                yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        while self._slot_waiters:
+            _at, _seq, future = heapq.heappop(self._slot_waiters)
+            if not future.done():
+                future.set_result(None)
+                return
+        self._slots_free += 1

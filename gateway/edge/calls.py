@@ -1,0 +1,118 @@
+"""How a platform call is asked for, as ``gateway.edge.call_budget`` reads it: its priority,
+the chat it sends to and its order among equals (``calls_as``, carried by context variables into
+every task it spawns), what the budget tells of itself (``BudgetEvents``, ``CardMode``), its
+refusal (``BudgetExhausted``) and the quota month (``month_of``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from datetime import UTC, datetime, timedelta
+from enum import IntEnum
+from typing import Literal, Protocol
+
+from gateway.errors import PlatformApiError
+
+__all__ = [
+    "BudgetEvents",
+    "BudgetExhausted",
+    "CardMode",
+    "Priority",
+    "asked",
+    "calls_as",
+    "month_of",
+    "quota_mode",
+]
+
+LEAN_AT, FINALS_AT = 0.80, 0.95  # shares of the month's quota
+FORECAST_FROM = 0.05  # the forecast decides the mode once this share is spent
+
+CardMode = Literal["normal", "lean", "finals"]
+
+
+class Priority(IntEnum):
+    FIRST = 0  # the first card: the user sees the bot heard them
+    FINAL = 1  # a card's final state
+    CLICK = 2  # the answer to a button
+    OTHER = 3  # texts, reactions, lookups, uploads
+    UPDATE = 4  # an intermediate card update
+
+
+_PRIORITY: ContextVar[Priority] = ContextVar("xgw_call_priority", default=Priority.OTHER)
+_CHAT: ContextVar[str | None] = ContextVar("xgw_call_chat", default=None)
+_ORDER: ContextVar[float | None] = ContextVar("xgw_call_order", default=None)
+
+
+@contextlib.contextmanager
+def calls_as(
+    priority: Priority, chat: str | None = None, order: float | None = None
+) -> Iterator[None]:
+    """The platform calls made within run at ``priority``, for ``chat`` (its per-chat limit),
+    ordered by ``order`` among equals (default: when they asked)."""
+    tokens = (_PRIORITY.set(priority), _CHAT.set(chat), _ORDER.set(order))
+    try:
+        yield
+    finally:
+        _ORDER.reset(tokens[2])
+        _CHAT.reset(tokens[1])
+        _PRIORITY.reset(tokens[0])
+
+
+class BudgetExhausted(PlatformApiError):
+    """The month's quota is spent, or a call waited past ``maxWaitSeconds``: not sent."""
+
+    def __init__(self, reason: str, endpoint: str) -> None:
+        super().__init__(f"platform budget: {reason} ({endpoint})")
+        self.reason = reason
+        self.endpoint = endpoint
+
+    def log_fields(self) -> dict[str, object]:
+        return {"budget": self.reason, "endpoint": self.endpoint}
+
+
+class BudgetEvents(Protocol):
+    """``/metrics``: each wait for the budget, each throttle answer, each card mode change."""
+
+    def budget_waited(self, integration_id: str, endpoint: str, seconds: float) -> None: ...
+
+    def budget_throttled(self, integration_id: str, endpoint: str, scope: str) -> None: ...
+
+    def card_mode_changed(self, integration_id: str, mode: CardMode) -> None: ...
+
+
+def month_of(wall_s: float, offset_h: float) -> tuple[str, float, float]:
+    """The quota month at ``wall_s`` (epoch seconds) in the UTC offset: its label, and its start
+    and end as epoch seconds."""
+    shift = timedelta(hours=offset_h)
+    local = datetime.fromtimestamp(wall_s, UTC) + shift
+    start = datetime(local.year, local.month, 1, tzinfo=UTC)
+    end = datetime(local.year + local.month // 12, local.month % 12 + 1, 1, tzinfo=UTC)
+    return (
+        f"{local.year:04d}-{local.month:02d}",
+        (start - shift).timestamp(),
+        (end - shift).timestamp(),
+    )
+
+
+def asked() -> tuple[Priority, str | None, float | None]:
+    """The priority, chat and order the current call was asked with."""
+    return _PRIORITY.get(), _CHAT.get(), _ORDER.get()
+
+
+def quota_mode(
+    used: int, limit: int, month: tuple[str, float, float], wall: float
+) -> tuple[CardMode, float | None]:
+    """The card mode of a month's quota ``used`` of ``limit`` at ``wall`` (``month_of``), and
+    the seconds until it runs out at this month's rate (None: no calls yet). ``lean`` from 80 %,
+    or from 5 % when the forecast falls before the month's end; ``finals`` from 95 %."""
+    _label, start, end = month
+    rate = used / max(wall - start, 1.0)
+    forecast = (limit - used) / rate if rate > 0 else None
+    share = used / limit
+    early = forecast is not None and forecast < end - wall
+    if share >= FINALS_AT:
+        return "finals", forecast
+    if share >= LEAN_AT or (early and share >= FORECAST_FROM):
+        return "lean", forecast
+    return "normal", forecast
