@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gateway.edge.adapter import Adapter
+from gateway.edge.call_budget import Priority, calls_as
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 
@@ -23,7 +24,8 @@ class Replies:
         """A text in the chat of ``env``, sent once per event (its idempotency key)."""
         adapter = self.adapters.get(env.integration_id)
         if adapter is not None:
-            self.spawn(adapter.send_text(env, text, idempotency_key=f"{env.event_id}#reply"))
+            with calls_as(Priority.CLICK, chat=env.chat.id):  # the spawned task takes it along
+                self.spawn(adapter.send_text(env, text, idempotency_key=f"{env.event_id}#reply"))
 
     def notice(self, env: Envelope, conversation: str, headline: str, text: str) -> None:
         """A short card that is no turn's (a budget refusal): final at once, no buttons."""
@@ -39,4 +41,5 @@ class Replies:
                 actions=(),
                 version=1,
             )
-            self.spawn(adapter.send_card(env, card, idempotency_key=key))
+            with calls_as(Priority.CLICK, chat=env.chat.id):
+                self.spawn(adapter.send_card(env, card, idempotency_key=key))

@@ -7,6 +7,7 @@ which starts the update; a turn that ends before then costs no task at all."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
@@ -15,10 +16,13 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.edge.adapter import Adapter
+from gateway.edge.call_budget import Priority, calls_as
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 
 log = structlog.get_logger("gateway.turns.render")
+
+LEAN_MIN_S = 5.0  # in the quota's lean mode a card changes at most this often
 
 
 class RenderObserver(Protocol):
@@ -30,6 +34,9 @@ class RenderObserver(Protocol):
     ) -> None: ...
 
     def card_coalesced(self, integration_id: str) -> None: ...
+
+    def card_live(self, card: CardRenderer, live: bool) -> None:
+        """A card began (True) or ended (False) being updated here (the stalest card's age)."""
 
 
 class CardRenderer:
@@ -66,6 +73,8 @@ class CardRenderer:
         self._last_at = 0.0
         self._closing = False
         self._started = False
+        self.pending_since: float | None = None  # when the oldest unshown state came (monotonic)
+        self._rendering = False  # the update task holds its slot and is showing a state
         self._timer: asyncio.TimerHandle | None = None  # when the next update may go
         self._task: asyncio.Task[None] | None = None  # the update on its way (one at a time)
 
@@ -77,8 +86,11 @@ class CardRenderer:
     async def start(self, progress: Progress) -> None:
         """Show the card at once (send it, or update the card a crashed replica left)."""
         self._latest = progress
-        await self._render(progress)
+        with calls_as(Priority.FIRST, chat=self.reply_to.chat.id):
+            await self._render(progress)
         self._started = True
+        if self.observer is not None:
+            self.observer.card_live(self, True)
         self._schedule()  # a state pushed while the first card was on its way
 
     def push(self, progress: Progress) -> None:
@@ -86,6 +98,8 @@ class CardRenderer:
             self._coalesced()  # replaced within the interval: never shown
         self._unshown = progress
         self._latest = progress
+        if self.pending_since is None:
+            self.pending_since = time.monotonic()
         self._schedule()
 
     def _schedule(self) -> None:
@@ -96,7 +110,12 @@ class CardRenderer:
         latest = self._latest
         if latest is None or latest.version == self._rendered_version:
             return
-        wait = max(0.0, self._last_at + self.interval - time.monotonic())
+        budget = self.adapter.call_budget
+        factor = 1.0 if budget is None else budget.interval_factor()
+        if factor is None:  # the month's quota is nearly spent: the final state only
+            return
+        interval = self.interval if factor == 1.0 else max(self.interval * factor, LEAN_MIN_S)
+        wait = max(0.0, self._last_at + interval - time.monotonic())
         self._timer = asyncio.get_running_loop().call_later(wait, self._fire)
 
     def _fire(self) -> None:
@@ -105,25 +124,35 @@ class CardRenderer:
             self._task = asyncio.create_task(self._update(), name=f"render:{self.idempotency_key}")
 
     async def _update(self) -> None:
-        # Ends cooperatively: close() waits for it rather than cancelling it mid-update, which
-        # could cut a platform or Redis call in half (and some libraries lose such a cancel on
-        # 3.11).
+        # Ends cooperatively: close() waits for an update on its way rather than cancelling it
+        # mid-update, which could cut a platform or Redis call in half (and some libraries lose
+        # such a cancel on 3.11); one still waiting for its slot under the platform budget is
+        # cancelled (nothing is on its way).
         try:
-            progress = self._latest
-            if progress is not None and progress.version != self._rendered_version:
-                try:
-                    await self._render(progress)
-                except Exception as exc:  # an intermediate update may fail; the final retries
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        # A cancel that a library turned into another error (asyncio.timeout in
-                        # 3.11 can) is still a cancel.
-                        raise asyncio.CancelledError() from exc
-                    log.warning("card update failed", key=self.idempotency_key, error=str(exc))
-                    self._last_at = time.monotonic()
+            budget = self.adapter.call_budget
+            async with (
+                contextlib.nullcontext() if budget is None else budget.update_slot(self._last_at)
+            ):
+                self._rendering = True  # from here on close() lets the update complete
+                progress = self._latest  # the newest state, picked once the slot is ours
+                if progress is not None and progress.version != self._rendered_version:
+                    await self._render_update(progress)
         finally:
+            self._rendering = False
             self._task = None
         self._schedule()  # a newer state came while this one was on its way
+
+    async def _render_update(self, progress: Progress) -> None:
+        try:
+            await self._render(progress)
+        except Exception as exc:  # an intermediate update may fail; the final retries
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A cancel that a library turned into another error (asyncio.timeout in 3.11
+                # can) is still a cancel.
+                raise asyncio.CancelledError() from exc
+            log.warning("card update failed", key=self.idempotency_key, error=str(exc))
+            self._last_at = time.monotonic()
 
     def _coalesced(self) -> None:
         self.coalesced += 1
@@ -165,10 +194,14 @@ class CardRenderer:
         self.renders += 1
         self._rendered_version = progress.version
         self._last_at = time.monotonic()
+        newer = self._latest is not None and self._latest.version > progress.version
+        self.pending_since = self._last_at if newer else None
 
     def abandon(self) -> None:
         """Let go of the card without a last update (the turn was handed back or its lease
         lost: another replica goes on with this card). An update on its way completes."""
+        if self._started and not self._closing and self.observer is not None:
+            self.observer.card_live(self, False)
         self._closing = True
         if self._timer is not None:
             self._timer.cancel()
@@ -180,6 +213,8 @@ class CardRenderer:
         self._latest = final
         self.abandon()  # no further intermediate update
         if (task := self._task) is not None:
+            if not self._rendering:  # still waiting for an update slot: nothing is on its way
+                task.cancel()
             _done, pending = await asyncio.wait([task], timeout=30)
             if pending:  # an update hung for 30 s: give up on it
                 task.cancel()
@@ -192,7 +227,8 @@ class CardRenderer:
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
-                await self._render(final)
+                with calls_as(Priority.FINAL, chat=self.reply_to.chat.id):
+                    await self._render(final)
                 return
             except Exception as exc:
                 log.warning(
