@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Protocol
 
 import structlog
@@ -120,6 +120,7 @@ class GatewayCollector(Collector):
                 value=age,
             )
         yield from self._integrations()
+        yield from self._budgets()
         yield from self._schedules()
         stats = self.store.pipe.stats
         for name, doc, count in (
@@ -161,6 +162,48 @@ class GatewayCollector(Collector):
         yield ready
         yield states
 
+    def _budgets(self) -> Iterator[Metric]:
+        """Each paced integration's platform budget as this replica sees it."""
+        labels = ["integration", "platform"]
+        queued = GaugeMetricFamily(
+            "xgw_platform_budget_queued",
+            "Platform calls (and intermediate card updates) waiting for the budget here",
+            labels=labels,
+        )
+        used = GaugeMetricFamily(
+            "xgw_platform_quota_used",
+            "Platform calls counted this month (all replicas), as of this replica's last call",
+            labels=labels,
+        )
+        limit = GaugeMetricFamily(
+            "xgw_platform_quota_limit", "platformLimits.callsPerMonth", labels=labels
+        )
+        forecast = GaugeMetricFamily(
+            "xgw_platform_quota_forecast_seconds",
+            "When the month's quota runs out at this month's rate (absent: not forecast)",
+            labels=labels,
+        )
+        mode = GaugeMetricFamily(
+            "xgw_card_mode",
+            "1 for the card mode the month's quota set (normal, lean, finals), 0 for the others",
+            labels=[*labels, "mode"],
+        )
+        for integ_id, adapter in list(self.adapters.items()):
+            budget = adapter.call_budget
+            if budget is None:
+                continue
+            key = [integ_id, adapter.settings.platform]
+            queued.add_metric(key, budget.queued())
+            if budget.month_used is not None:
+                used.add_metric(key, budget.month_used)
+            if budget.month_limit is not None:
+                limit.add_metric(key, budget.month_limit)
+            if budget.forecast_s is not None:
+                forecast.add_metric(key, budget.forecast_s)
+            for name in ("normal", "lean", "finals"):
+                mode.add_metric([*key, name], 1.0 if budget.mode == name else 0.0)
+        yield from (queued, used, limit, forecast, mode)
+
     def _schedules(self) -> Iterator[Metric]:
         sched = self.schedules
         fired = CounterMetricFamily(
@@ -177,6 +220,32 @@ class GatewayCollector(Collector):
             missed.add_metric([integ_id], sched.missed_by.get(integ_id, 0))
         yield fired
         yield missed
+
+
+class ShownCard(Protocol):
+    """A live card as the stalest card's age reads it (``gateway.turns.render.CardRenderer``)."""
+
+    @property
+    def pending_since(self) -> float | None: ...
+
+
+class LiveCardsCollector(Collector):
+    """How long the stalest live card's newest state has waited to be shown (0: none waits)."""
+
+    def __init__(self, cards: Collection[ShownCard]) -> None:
+        self.cards = cards
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        waits = [now - c.pending_since for c in list(self.cards) if c.pending_since is not None]
+        yield GaugeMetricFamily(
+            "xgw_card_stalest_seconds",
+            "How long the live card waiting longest has had a newer state than it shows",
+            value=max(waits, default=0.0),
+        )
+        yield GaugeMetricFamily(
+            "xgw_cards_live", "Cards this replica updates now", value=len(self.cards)
+        )
 
 
 class SpoolCollector(Collector):

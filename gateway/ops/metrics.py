@@ -31,12 +31,14 @@ from prometheus_client.utils import floatToGoString
 
 from gateway import __version__
 from gateway.config.settings import Settings
+from gateway.edge.call_budget import CardMode
 from gateway.edge.ingest import Ingest, IngestOutcome, IngestUnavailable, ShuttingDown
 from gateway.edge.platform_api import ApiCalls
 from gateway.envelope import Envelope
 from gateway.intake.spooler import Spooler
-from gateway.ops.collectors import GatewayCollector, SpoolCollector
+from gateway.ops.collectors import GatewayCollector, LiveCardsCollector, SpoolCollector
 from gateway.turns.records import TURN_OUTCOMES, TurnEnd
+from gateway.turns.render import CardRenderer
 
 MAX_CODES = 40  # distinct result codes kept per platform; later ones count as "other"
 MAX_ENDPOINTS = 40  # distinct endpoint names kept per platform
@@ -203,6 +205,28 @@ class Metrics:
             registry=r,
             buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
         )
+        self.budget_waits = _Family(
+            "xgw_platform_budget_wait_seconds",
+            "How long a platform call waited for its turn under the app's platform budget",
+            ["integration"],
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+        )
+        self.throttled = _Family(
+            "xgw_platform_throttled_total",
+            "Rate-limit answers from the platform (429, 99991400, 230020, QpsLimit, 45009), by "
+            "what they paused for every replica (api, chat, app)",
+            ["integration", "scope"],
+            registry=r,
+        )
+        self.mode_changes = _Family(
+            "xgw_card_mode_changes_total",
+            "Card mode changes as the month's platform quota is spent (normal, lean, finals)",
+            ["integration", "mode"],
+            registry=r,
+        )
+        self.live_cards: set[CardRenderer] = set()  # cards updated by this replica now
+        r.register(LiveCardsCollector(self.live_cards))
         self.budget_refusals = _Family(
             "xgw_budget_refusals_total",
             "Turns refused for a limit (limits.turnsPerHourPerChat, ...)",
@@ -248,6 +272,11 @@ class Metrics:
                 self.budget_refusals.labels(integ.id, limit)
             for status in ("queued", "duplicate", "unavailable"):
                 self.ingested.labels(integ.id, status)
+            self.budget_waits.labels(integ.id)
+            for scope in ("api", "chat", "app"):
+                self.throttled.labels(integ.id, scope)
+            for mode in ("normal", "lean", "finals"):
+                self.mode_changes.labels(integ.id, mode)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -287,6 +316,22 @@ class Metrics:
 
     def card_coalesced(self, integration_id: str) -> None:
         self._child(self.coalesced, integration_id).inc()
+
+    def card_live(self, card: CardRenderer, live: bool) -> None:
+        if live:
+            self.live_cards.add(card)
+        else:
+            self.live_cards.discard(card)
+
+    # --- the platform budget (gateway.edge.call_budget.BudgetEvents) -------------------------
+    def budget_waited(self, integration_id: str, endpoint: str, seconds: float) -> None:
+        self._child(self.budget_waits, integration_id).observe(seconds)
+
+    def budget_throttled(self, integration_id: str, endpoint: str, scope: str) -> None:
+        self._child(self.throttled, integration_id, scope).inc()
+
+    def card_mode_changed(self, integration_id: str, mode: CardMode) -> None:
+        self._child(self.mode_changes, integration_id, mode).inc()
 
     def budget_refused(self, integration_id: str, limit: str) -> None:
         """A turn refused for ``limit`` (one of ``BUDGET_LIMITS``; anything else is "other")."""

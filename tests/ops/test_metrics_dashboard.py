@@ -55,7 +55,11 @@ async def scrape(prefix: str, redis_client: aioredis.Redis, fake_lark: FakeLark)
     cfg = base_config(prefix)
     cfg["integrations"].append(
         lark_integration(
-            fake_lark, connectionMode="long_connection", verificationToken=None, encryptKey=None
+            fake_lark,
+            connectionMode="long_connection",
+            verificationToken=None,
+            encryptKey=None,
+            platformLimits={"callsPerMonth": 10_000},  # the quota's series
         )
     )
     cfg["schedules"] = [
