@@ -67,6 +67,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.dingtalk_stream import FakeStreamGateway, StreamState, error_response
+from tests.fakes.limits import DingTalkLimits
 from tests.support.helpers import free_port
 
 CLIENT_ID = "dingappkey"
@@ -123,7 +124,12 @@ class Card:
 
 
 class FakeDingTalk:
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    """``limits``: DingTalk's QPS limit and monthly quota enforced (tests/fakes/limits.py)."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, limits: DingTalkLimits | None = None
+    ) -> None:
+        self.limits = limits
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.clock = clock
@@ -147,7 +153,7 @@ class FakeDingTalk:
             client_id=CLIENT_ID, client_secret=CLIENT_SECRET, ws_base=f"ws://127.0.0.1:{self.port}"
         )
         self._runner: web.AppRunner | None = None
-        app = web.Application()
+        app = web.Application(middlewares=[limits.middleware()] if limits is not None else [])
         app.router.add_post("/v1.0/oauth2/accessToken", self._token)
         app.router.add_post("/v1.0/gateway/connections/open", self._open)
         self.gateway.routes(app)
