@@ -60,6 +60,9 @@ __all__ = [
 log = structlog.get_logger("gateway.edge.call_budget")
 
 BATCH = 32  # waiting calls granted by one Redis call at most
+# Each window is kept this much longer than the platform's: a call granted here reaches the
+# platform a little later, and not always equally late (the network, a busy event loop).
+MARGIN_S = 0.15
 UPDATE_SLOTS = 4  # intermediate card updates on their way at once, per app and replica
 MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
 STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
@@ -137,9 +140,9 @@ class CallBudget:
         buckets: list[tuple[str, Sequence[Window]]] = []
         api = self.limits.api_windows(endpoint)
         if api:
-            buckets.append((f"api:{endpoint}", [Window(n, s) for n, s in api]))
+            buckets.append((f"api:{endpoint}", [Window(n, s + MARGIN_S) for n, s in api]))
         if chat is not None and (per_chat := self.limits.chat_windows()):
-            buckets.append((f"chat:{chat}", [Window(n, s) for n, s in per_chat]))
+            buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))
         return buckets
 
     async def take(self, endpoint: str, *, chat_send: bool = False) -> None:

@@ -16,7 +16,7 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.edge.adapter import Adapter
-from gateway.edge.call_budget import Priority, calls_as
+from gateway.edge.calls import BudgetExhausted, Priority, calls_as
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 
@@ -231,13 +231,14 @@ class CardRenderer:
                     await self._render(final)
                 return
             except Exception as exc:
+                spent = isinstance(exc, BudgetExhausted)  # the month's quota: no use retrying
                 log.warning(
                     "final card update failed",
                     key=self.idempotency_key,
                     attempt=attempt,
                     error=str(exc),
                 )
-                if attempt == self.final_attempts:
+                if spent or attempt == self.final_attempts:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

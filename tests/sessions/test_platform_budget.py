@@ -239,16 +239,6 @@ async def test_every_key_has_a_ttl_and_an_apps_keys_share_one_slot(
         assert slots == {key_slot(next(iter(expected)).encode())}
 
 
-async def test_a_take_after_the_scripts_were_flushed_loads_its_script_again(
-    budgets: PlatformBudgets, redis_client: Any
-) -> None:
-    assert (await take(budgets, [(REPLY, [Window(5, 1)])])).granted == 1
-    reloads = budgets.store.pipe.stats.script_reloads
-    await redis_client.script_flush()
-    assert (await take(budgets, [(REPLY, [Window(5, 1)])])).granted == 1
-    assert budgets.store.pipe.stats.script_reloads == reloads + 1
-
-
 async def test_wrong_lengths_and_empty_names_are_refused(budgets: PlatformBudgets) -> None:
     for seconds in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError):
