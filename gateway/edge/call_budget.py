@@ -28,7 +28,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +39,7 @@ from gateway.edge.calls import (
     BudgetExhausted,
     CardMode,
     Priority,
+    UpdateSlots,
     asked,
     calls_as,
     month_of,
@@ -63,6 +64,7 @@ BATCH = 32  # waiting calls granted by one Redis call at most
 # Each window is kept this much longer than the platform's: a call granted here reaches the
 # platform a little later, and not always equally late (the network, a busy event loop).
 MARGIN_S = 0.15
+UPDATE_SHARE = 0.75  # of each API window intermediate updates may fill
 UPDATE_SLOTS = 4  # intermediate card updates on their way at once, per app and replica
 MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
 STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
@@ -115,16 +117,18 @@ class CallBudget:
         self._queues: dict[str, list[_Waiter]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._blocked: dict[str, float] = {}  # endpoint -> until (clock), from a denial
+        self._holding: dict[str, int] = {}  # endpoint -> the priority its pump was denied
+        self._wakes: dict[str, asyncio.Event] = {}
         self._seq = itertools.count()
-        self._slots_free = update_slots
-        self._slot_waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.update_slots = UpdateSlots(update_slots)
+        self.update_slot = self.update_slots.take  # (shown_at) -> async context manager
         self._warned_at = -math.inf
         self._open_until = -math.inf  # the store failed: unpaced until then
 
     # --- what is read of it (metrics, cards) ---------------------------------------------------
     def queued(self) -> int:
         """Calls waiting for the budget now, slots for intermediate updates included."""
-        return sum(len(q) for q in self._queues.values()) + len(self._slot_waiters)
+        return sum(len(q) for q in self._queues.values()) + self.update_slots.waiting()
 
     @property
     def month_limit(self) -> int | None:
@@ -136,11 +140,17 @@ class CallBudget:
         return {"normal": 1.0, "lean": 4.0, "finals": None}[self.mode]
 
     # --- a call's turn -------------------------------------------------------------------------
-    def _buckets(self, endpoint: str, chat: str | None) -> list[tuple[str, Sequence[Window]]]:
+    def _buckets(
+        self, endpoint: str, chat: str | None, update: bool = False
+    ) -> list[tuple[str, Sequence[Window]]]:
+        """The buckets a call takes from; an intermediate update (``update``) sees only
+        ``UPDATE_SHARE`` of each API window, the rest kept for first cards and final states."""
         buckets: list[tuple[str, Sequence[Window]]] = []
         api = self.limits.api_windows(endpoint)
         if api:
-            buckets.append((f"api:{endpoint}", [Window(n, s + MARGIN_S) for n, s in api]))
+            share = UPDATE_SHARE if update else 1.0
+            windows = [Window(max(1, int(n * share)), s + MARGIN_S) for n, s in api]
+            buckets.append((f"api:{endpoint}", windows))
         if chat is not None and (per_chat := self.limits.chat_windows()):
             buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))
         return buckets
@@ -149,12 +159,13 @@ class CallBudget:
         """Wait for this call's turn under the budget (module docstring); raises
         ``BudgetExhausted`` when the month is spent or the wait ran past ``maxWaitSeconds``."""
         chat = asked()[1] if chat_send else None
-        buckets = self._buckets(endpoint, chat)
+        buckets = self._buckets(endpoint, chat, asked()[0] == Priority.UPDATE)
         if not buckets and self.month_limit is None:
             return
         began = self.clock()
         queue = self._queues.setdefault(endpoint, [])
-        if not queue and self._blocked.get(endpoint, 0.0) <= began:
+        update = asked()[0] == Priority.UPDATE
+        if not queue and self._blocked_until(endpoint, update) <= began:
             took = await self._take(buckets, 1)
             if took is None or took.granted:
                 if self.events is not None:
@@ -162,7 +173,7 @@ class CallBudget:
                 return
             if took.denied_by == "month":
                 raise BudgetExhausted("month quota spent", endpoint)
-            self._denied(endpoint, took, began)
+            self._denied(endpoint, took, began, update)
         loop = asyncio.get_running_loop()
         order = asked()[2]
         waiter = _Waiter(
@@ -170,6 +181,8 @@ class CallBudget:
             loop.create_future(),
         )  # fmt: skip
         heapq.heappush(queue, waiter)
+        if waiter.priority < self._holding.get(endpoint, Priority.UPDATE + 1):
+            self._wakes.setdefault(endpoint, asyncio.Event()).set()  # before what was denied
         if endpoint not in self._pumps:
             self._pumps[endpoint] = asyncio.create_task(
                 self._pump(endpoint, queue), name=f"budget:{self.app}:{endpoint}"
@@ -184,9 +197,14 @@ class CallBudget:
             if self.events is not None:
                 self.events.budget_waited(self.integration_id, endpoint, self.clock() - began)
 
-    def _denied(self, endpoint: str, took: Take, now: float) -> None:
+    def _denied(self, endpoint: str, took: Take, now: float, update: bool) -> None:
+        """Fast paths wait in the queue until then (an update's share apart from the rest)."""
         if took.denied_by is None or not took.denied_by.startswith("chat:"):
-            self._blocked[endpoint] = now + took.wait_s
+            self._blocked[endpoint + "#u" * update] = now + took.wait_s
+
+    def _blocked_until(self, endpoint: str, update: bool) -> float:
+        until = self._blocked.get(endpoint, 0.0)
+        return max(until, self._blocked.get(endpoint + "#u", 0.0)) if update else until
 
     async def _pump(self, endpoint: str, queue: list[_Waiter]) -> None:
         """Grant the queue's waiters in priority order, as the shared budget allows."""
@@ -201,7 +219,8 @@ class CallBudget:
                         soonest = min(w.not_before for w in queue)
                         await asyncio.sleep(min(max(soonest - now, 0.001), MAX_SLEEP_S))
                     continue
-                buckets = self._buckets(endpoint, batch[0].chat)
+                update = batch[0].priority == Priority.UPDATE
+                buckets = self._buckets(endpoint, batch[0].chat, update)
                 took = await self._take(buckets, len(batch))
                 granted = len(batch) if took is None else took.granted
                 for waiter in batch[:granted]:
@@ -225,10 +244,24 @@ class CallBudget:
                     continue
                 for waiter in rest:
                     heapq.heappush(queue, waiter)
-                self._blocked[endpoint] = now + wait
-                await asyncio.sleep(min(wait, MAX_SLEEP_S))
+                self._denied(endpoint, took, now, update)
+                await self._hold(endpoint, batch[0].priority, min(wait, MAX_SLEEP_S))
         finally:
             self._pumps.pop(endpoint, None)
+
+    async def _hold(self, endpoint: str, priority: int, seconds: float) -> None:
+        """Sleep after a denial, woken early by a call of higher priority than the one denied
+        (an intermediate update's share may be spent while a final state's is not)."""
+        wake = self._wakes.setdefault(endpoint, asyncio.Event())
+        wake.clear()
+        self._holding[endpoint] = priority
+        try:
+            async with asyncio.timeout(seconds):
+                await wake.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._holding.pop(endpoint, None)
 
     @staticmethod
     def _batch(queue: list[_Waiter], now: float) -> tuple[list[_Waiter], list[_Waiter]]:
@@ -242,7 +275,11 @@ class CallBudget:
                 heapq.heappop(queue)
             elif waiter.not_before > now:
                 parked.append(heapq.heappop(queue))
-            elif batch and (waiter.chat is not None or batch[0].chat is not None):
+            elif batch and (
+                waiter.chat is not None
+                or batch[0].chat is not None
+                or (waiter.priority == Priority.UPDATE) != (batch[0].priority == Priority.UPDATE)
+            ):
                 break
             else:
                 batch.append(heapq.heappop(queue))
@@ -350,33 +387,3 @@ class CallBudget:
             )
             if self.events is not None:
                 self.events.card_mode_changed(self.integration_id, mode)
-
-    # --- intermediate updates ------------------------------------------------------------------
-    @contextlib.asynccontextmanager
-    async def update_slot(self, shown_at: float) -> AsyncIterator[None]:
-        """Wait for one of the few slots of intermediate updates, the card shown longest ago
-        (``shown_at``, on ``clock``) first; its calls run at ``Priority.UPDATE`` in that order."""
-        if self._slots_free > 0 and not self._slot_waiters:
-            self._slots_free -= 1
-        else:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._slot_waiters, (shown_at, next(self._seq), future))
-            try:
-                await future
-            except asyncio.CancelledError:
-                if future.done() and not future.cancelled():
-                    self._release()  # granted as it was cancelled: hand it on
-                raise
-        try:
-            with calls_as(Priority.UPDATE, order=shown_at):
-                yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        while self._slot_waiters:
-            _at, _seq, future = heapq.heappop(self._slot_waiters)
-            if not future.done():
-                future.set_result(None)
-                return
-        self._slots_free += 1

@@ -5,8 +5,11 @@ refusal (``BudgetExhausted``) and the quota month (``month_of``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
@@ -19,6 +22,7 @@ __all__ = [
     "BudgetExhausted",
     "CardMode",
     "Priority",
+    "UpdateSlots",
     "asked",
     "calls_as",
     "month_of",
@@ -116,3 +120,45 @@ def quota_mode(
     if share >= LEAN_AT or (early and share >= FORECAST_FROM):
         return "lean", forecast
     return "normal", forecast
+
+
+class UpdateSlots:
+    """The few intermediate card updates of an app on their way at once on this replica: a
+    card waits for a slot, the one shown longest ago first, and only then picks its state."""
+
+    def __init__(self, slots: int) -> None:
+        self._slots_free = slots
+        self._slot_waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def waiting(self) -> int:
+        return len(self._slot_waiters)
+
+    @contextlib.asynccontextmanager
+    async def take(self, shown_at: float) -> AsyncIterator[None]:
+        """Wait for one of the few slots of intermediate updates, the card shown longest ago
+        (``shown_at``, on ``clock``) first; its calls run at ``Priority.UPDATE`` in that order."""
+        if self._slots_free > 0 and not self._slot_waiters:
+            self._slots_free -= 1
+        else:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._slot_waiters, (shown_at, next(self._seq), future))
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    self._release()  # granted as it was cancelled: hand it on
+                raise
+        try:
+            with calls_as(Priority.UPDATE, order=shown_at):
+                yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        while self._slot_waiters:
+            _at, _seq, future = heapq.heappop(self._slot_waiters)
+            if not future.done():
+                future.set_result(None)
+                return
+        self._slots_free += 1

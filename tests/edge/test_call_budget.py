@@ -230,3 +230,17 @@ def test_the_published_limits_are_the_defaults_and_each_can_be_overridden() -> N
     assert own.calls_per_month == 10000 and own.chat_windows() == [(5, 1.0)]
     lifted = PlatformLimits.model_validate({"callsPerMinute": None}).over(lark)
     assert lifted.api_windows("reply") == [(50, 1.0)]
+
+
+async def test_intermediate_updates_leave_a_quarter_of_each_window_to_first_cards_and_finals(
+    make: Callable[..., CallBudget],
+) -> None:
+    budget = make(calls_per_second=4, calls_per_minute=None)
+    with calls_as(Priority.UPDATE):
+        for _ in range(3):
+            await budget.take("patch")
+        held = asyncio.create_task(budget.take("patch"))  # the fourth update waits
+        await eventually(lambda: budget.queued() == 1)
+    with calls_as(Priority.FINAL):
+        await asyncio.wait_for(budget.take("patch"), timeout=0.5)  # a final state does not
+    await asyncio.wait_for(held, timeout=5)
