@@ -14,6 +14,7 @@ from pydantic import BaseModel, SecretStr
 from gateway.config.paths import item_path, rename
 from gateway.config.settings import Settings
 from gateway.policy.checks import bundle_warnings
+from gateway.policy.platform_limits import PlatformLimits, platform_defaults
 from gateway.runtime.http_guard import is_loopback
 
 # Values the example configs and docs use where the operator must put a real one: replace-me,
@@ -65,6 +66,7 @@ def config_warnings(settings: Settings) -> list[str]:
             f"gateway; {fix}"
         )
     warnings += budget_warnings(settings)  # route options the expert cannot take, and so on
+    warnings += platform_limit_warnings(settings)
     warnings += exposure_warnings(settings)
     for path, value, secret in _strings(settings, ""):
         if is_placeholder(value, secret=secret):
@@ -98,6 +100,26 @@ def budget_warnings(settings: Settings) -> list[str]:
                 f"{'sender' if integ.session_scope == 'chat_sender' else 'thread'} of a chat has "
                 "counters of its own, so the per-chat limits apply to each of them"
             )
+    return warnings
+
+
+def platform_limit_warnings(settings: Settings) -> list[str]:
+    """``platformLimits`` figures above what the platform publishes: the platform refuses the
+    calls past its own, whatever the budget allows."""
+    warnings: list[str] = []
+    for i, integ in enumerate(settings.integrations):
+        published = platform_defaults(integ.platform)
+        own = integ.platform_limits
+        if not published.enabled or not own.enabled:
+            continue
+        for key in own.model_fields_set & set(PlatformLimits.model_fields):
+            mine, theirs = getattr(own, key), getattr(published, key)
+            if isinstance(mine, int) and isinstance(theirs, int) and mine > theirs:
+                name = PlatformLimits.model_fields[key].alias or key
+                warnings.append(
+                    f"integrations.{i}.platformLimits.{name}: {mine} is above {integ.platform}'s "
+                    f"published {theirs}; the platform refuses the calls past its own limit"
+                )
     return warnings
 
 

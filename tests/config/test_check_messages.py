@@ -187,3 +187,32 @@ integrations:
     code, _, err = check(tmp_path, text, capsys)
     assert code == 1
     assert "integrations[c].events[github].xpertId: names no expert (line 7)" in err
+
+
+def test_platform_limits_above_the_published_ones_are_warned_and_bad_ones_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lark = """\
+experts:
+  - {id: echo, kind: echo}
+integrations:
+  - id: lark-main
+    platform: lark
+    xpertId: echo
+    appId: cli_x
+    appSecret: s3cret-value
+    connectionMode: long_connection
+    platformLimits: {callsPerSecond: 500, chatSendsPerSecond: 5, callsPerMonth: 10000%s}
+"""
+    code, _, err = check(tmp_path, lark % "", capsys)
+    assert code == 0, err
+    assert (
+        "warning: integrations[lark-main].platformLimits.callsPerSecond: 500 is above lark's "
+        "published 50; the platform refuses the calls past its own limit"
+    ) in err
+    assert "chatSendsPerSecond" not in err  # the published figure itself is fine
+    code, _, err = check(tmp_path, lark % ", callsPerMinute: 0", capsys)
+    assert code == 1
+    assert "integrations[lark-main].platformLimits.callsPerMinute" in err
+    code, _, err = check(tmp_path, lark % ", callsPerWeek: 9", capsys)
+    assert code == 1 and "callsPerWeek" in err
