@@ -34,6 +34,7 @@ CONTEXT = {
     "records": None,
     "connection_lease_ms": 15_000,
     "api_calls": lambda *_: None,
+    "platform_budget": lambda *_: None,
     "ingest_or_spool": None,
 }
 
