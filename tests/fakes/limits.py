@@ -5,7 +5,9 @@ Off unless given, so a fake built without it answers exactly as before.
 Each limit is a sliding log per key (the times of the calls it admitted within its window) on an
 injectable clock in milliseconds: ``tests.support.clock.FakeClock`` fits, so a test moves time
 instead of sleeping; the default is ``time.monotonic``. A refused call counts against nothing
-(⚠ chosen: no page says whether a throttled call uses up the window). Every answer the fake gave
+(⚠ chosen: no page says whether a throttled call uses up the window; ``count_refused=True``
+makes every call count, refused or not, so a client that retries at once stays shut out: the
+two bound what Lark may do). Every answer the fake gave
 is kept (``answers``: API, status, code), every refusal of the limiter too (``refusals``), so a
 test or a bench counts calls and throttled answers. ``enforce=False`` records without refusing.
 
@@ -105,7 +107,7 @@ class SlidingLog:
         self.times: dict[str, deque[float]] = {}
 
     def wait_ms(self, rule: Rule, key: str, now: float) -> float:
-        """0 when one more call fits now, else the ms until the oldest admitted call leaves."""
+        """0 when one more call fits now, else the ms until one fewer is in the window."""
         times = self.times.get(f"{rule.name}|{key}")
         if not times:
             return 0.0
@@ -113,7 +115,7 @@ class SlidingLog:
             times.popleft()
         if len(times) < rule.limit:
             return 0.0
-        return times[0] + rule.window_ms - now
+        return times[-rule.limit] + rule.window_ms - now
 
     def admit(self, rule: Rule, key: str, now: float) -> None:
         self.times.setdefault(f"{rule.name}|{key}", deque()).append(now)
@@ -143,9 +145,17 @@ class Limits:
 
     OK: int | str = 0
 
-    def __init__(self, clock: Clock | None, *, enforce: bool, calls_per_month: int | None) -> None:
+    def __init__(
+        self,
+        clock: Clock | None,
+        *,
+        enforce: bool,
+        calls_per_month: int | None,
+        count_refused: bool = False,
+    ) -> None:
         self.clock = clock or monotonic_ms
         self.enforce = enforce
+        self.count_refused = count_refused
         self.calls_per_month = calls_per_month
         self.month_calls = 0  # successful calls the quota counts
         self.log = SlidingLog()
@@ -155,16 +165,19 @@ class Limits:
     def first_full(
         self, checks: list[tuple[Rule, str]], now: float
     ) -> tuple[Rule, str, int] | None:
-        """The first (rule, key) with no room now and the seconds to wait; else every one of them
-        counts this call and None."""
+        """The first (rule, key) with no room now and the seconds to wait; else None. Every rule
+        counts an admitted call (a refused one too with ``count_refused``)."""
+        full = None
         if self.enforce:
             for rule, key in checks:
                 wait = self.log.wait_ms(rule, key, now)
                 if wait > 0:
-                    return rule, key, max(1, math.ceil(wait / 1000))
-        for rule, key in checks:
-            self.log.admit(rule, key, now)
-        return None
+                    full = rule, key, max(1, math.ceil(wait / 1000))
+                    break
+        if full is None or self.count_refused:
+            for rule, key in checks:
+                self.log.admit(rule, key, now)
+        return full
 
     def over_quota(self, counted: bool) -> bool:
         return (
@@ -231,8 +244,11 @@ class LarkLimits(Limits):
         per_card: int = 10,  # DOC-CK: operations per card entity
         calls_per_month: int | None = None,  # DOC-QUOTA: 10_000 on the Basic edition
         enforce: bool = True,
+        count_refused: bool = False,
     ) -> None:
-        super().__init__(clock, enforce=enforce, calls_per_month=calls_per_month)
+        super().__init__(
+            clock, enforce=enforce, calls_per_month=calls_per_month, count_refused=count_refused
+        )
         self.api_second = Rule("api_second", per_second, 1000)
         self.api_minute = Rule("api_minute", per_minute, 60_000)
         self.chat = Rule("chat", per_chat, 1000)

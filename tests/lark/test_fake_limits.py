@@ -151,6 +151,18 @@ async def test_each_api_takes_a_number_a_minute_then_429_with_the_seconds_left(
         assert [r.rule for r in limits(lark).refusals] == ["api_minute"]
 
 
+@pytest.mark.parametrize(("count_refused", "after"), [(False, [200, 200]), (True, [200, 429])])
+async def test_a_refused_call_counts_only_when_asked(
+    clock: FakeClock, count_refused: bool, after: list[int]
+) -> None:
+    async for lark in started(LarkLimits(clock, per_second=2, count_refused=count_refused)):
+        assert [(await lark.bot())[0] for _ in range(2)] == [200, 200]
+        clock.advance(500)
+        assert (await lark.bot())[0] == 429  # counted, it stays in the window until 1.5 s
+        clock.advance(500)
+        assert [(await lark.bot())[0] for _ in range(2)] == after
+
+
 def test_the_defaults_are_larks_published_figures() -> None:
     limits = LarkLimits()
     figures = [(r.limit, r.window_ms) for r in (limits.api_second, limits.api_minute)]
