@@ -117,6 +117,9 @@ class CallBudget:
         self._queues: dict[str, list[_Waiter]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._blocked: dict[str, float] = {}  # endpoint -> until (clock), from a denial
+        # Tasks waiting for their turn: nothing of theirs is on its way, so a card whose turn
+        # ended may cancel its intermediate update there (gateway.turns.render).
+        self.waiting: set[asyncio.Task[object]] = set()
         self._holding: dict[str, int] = {}  # endpoint -> the priority its pump was denied
         self._wakes: dict[str, asyncio.Event] = {}
         self._seq = itertools.count()
@@ -187,12 +190,17 @@ class CallBudget:
             self._pumps[endpoint] = asyncio.create_task(
                 self._pump(endpoint, queue), name=f"budget:{self.app}:{endpoint}"
             )
+        task = asyncio.current_task()
+        if task is not None:
+            self.waiting.add(task)
         try:
             async with asyncio.timeout(self.limits.max_wait_seconds):
                 await waiter.future
         except TimeoutError:
             raise BudgetExhausted("waited past maxWaitSeconds", endpoint) from None
         finally:
+            if task is not None:
+                self.waiting.discard(task)
             waiter.future.cancel()  # no-op when granted; a pump skips it otherwise
             if self.events is not None:
                 self.events.budget_waited(self.integration_id, endpoint, self.clock() - began)

@@ -74,6 +74,7 @@ class CardRenderer:
         self._closing = False
         self._started = False
         self.pending_since: float | None = None  # when the oldest unshown state came (monotonic)
+        self._call: asyncio.Future[None] | None = None  # the update call on its way
         self._rendering = False  # the update task holds its slot and is showing a state
         self._timer: asyncio.TimerHandle | None = None  # when the next update may go
         self._task: asyncio.Task[None] | None = None  # the update on its way (one at a time)
@@ -166,15 +167,22 @@ class CardRenderer:
         # turn hanging until shutdown. Card calls therefore run shielded, on every platform: the
         # cancel lands on the shield, and the call it interrupted still completes (each is
         # idempotent: the same key never makes a second card).
+        # (close() cancels the shielded call itself while it still waits for its turn under the
+        # platform budget: then nothing of it is on its way.)
         try:
             if self.handle is None:
-                self.handle = await asyncio.shield(
+                sent = asyncio.ensure_future(
                     self.adapter.send_card(
                         self.reply_to, progress, idempotency_key=self.idempotency_key
                     )
                 )
+                self.handle = await asyncio.shield(sent)
             else:
-                await asyncio.shield(self.adapter.update_card(self.reply_to, self.handle, progress))
+                call = asyncio.ensure_future(
+                    self.adapter.update_card(self.reply_to, self.handle, progress)
+                )
+                self._call = call
+                await asyncio.shield(call)
         except Exception:
             if self.observer is not None:
                 self.observer.card_rendered(self.adapter.integration_id, kind, False)
@@ -213,8 +221,12 @@ class CardRenderer:
         self._latest = final
         self.abandon()  # no further intermediate update
         if (task := self._task) is not None:
-            if not self._rendering:  # still waiting for an update slot: nothing is on its way
-                task.cancel()
+            budget = self.adapter.call_budget
+            call = self._call
+            if not self._rendering:
+                task.cancel()  # waiting for its update slot: nothing of it is on its way
+            elif budget is not None and call is not None and call in budget.waiting:
+                call.cancel()  # waiting for its turn under the budget: nor is anything here
             _done, pending = await asyncio.wait([task], timeout=30)
             if pending:  # an update hung for 30 s: give up on it
                 task.cancel()
