@@ -149,11 +149,12 @@ class CallBudget:
         """The buckets a call takes from; an intermediate update (``update``) sees only
         ``UPDATE_SHARE`` of each API window, the rest kept for first cards and final states."""
         buckets: list[tuple[str, Sequence[Window]]] = []
-        api = self.limits.api_windows(endpoint)
-        if api:
-            share = UPDATE_SHARE if update else 1.0
-            windows = [Window(max(1, int(n * share)), s + MARGIN_S) for n, s in api]
-            buckets.append((f"api:{endpoint}", windows))
+        share = UPDATE_SHARE if update else 1.0
+        windows = [
+            Window(max(1, int(n * share)), s + MARGIN_S)
+            for n, s in self.limits.api_windows(endpoint)
+        ]
+        buckets.append((f"api:{endpoint}", windows))  # no windows: its pause still holds
         if chat is not None and (per_chat := self.limits.chat_windows()):
             buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))
         return buckets

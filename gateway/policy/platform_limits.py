@@ -92,14 +92,11 @@ class PlatformLimits(ApiLimits):
 # The platforms' published figures (../shared/reference/limits.md, with its doc sources).
 _DEFAULTS = {
     # Lark: 50/s and 1,000/min per API per app; 5 sends/s to one chat (频控策略.md l.55-82,
-    # 发送消息.md l.21); CardKit streaming text is exempt while streaming_mode is on
-    # (流式更新卡片.md l.33, 61) but still counts against a month's quota.
-    "lark": PlatformLimits(
-        calls_per_second=50,
-        calls_per_minute=1000,
-        chat_sends_per_second=5,
-        unmetered_apis=["card_stream"],
-    ),
+    # 发送消息.md l.21). CardKit's page says updates while streaming_mode is on "不会触发接口的
+    # 频率限制（QPS）" (流式更新卡片.md l.33, 61), yet each CardKit API's page still names
+    # 1000/min & 50/s: streaming text is metered like the rest unless unmeteredApis says
+    # otherwise (docs/platform-limits.md).
+    "lark": PlatformLimits(calls_per_second=50, calls_per_minute=1000, chat_sends_per_second=5),
     # DingTalk Standard edition: 20 calls/s per app per API (how-to-process-api-throttling…).
     "dingtalk": PlatformLimits(calls_per_second=20),
     # WeCom: 10,000/min and 150,000/h per company per API; app messages 30/min and 1,000/h to

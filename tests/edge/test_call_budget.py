@@ -53,6 +53,10 @@ class Events:
         self.modes.append(mode)
 
 
+def queued(budget: CallBudget, n: int) -> Callable[[], bool]:
+    return lambda: budget.queued() == n
+
+
 async def test_waiting_calls_are_granted_first_card_final_click_other_update(
     make: Callable[..., CallBudget],
 ) -> None:
@@ -75,7 +79,7 @@ async def test_waiting_calls_are_granted_first_card_final_click_other_update(
     tasks = []
     for name, priority in order:  # asked lowest first: each waits behind the spent second
         tasks.append(asyncio.create_task(call(name, priority)))
-        await eventually(lambda n=len(tasks): budget.queued() == n)
+        await eventually(queued(budget, len(tasks)))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
     assert granted == ["first", "final", "click", "other", "update"]
 
@@ -218,7 +222,9 @@ def test_the_published_limits_are_the_defaults_and_each_can_be_overridden() -> N
     lark = platform_defaults("lark")
     assert lark.api_windows("reply") == [(50, 1.0), (1000, 60.0)]
     assert lark.chat_windows() == [(5, 1.0)]
-    assert lark.api_windows("card_stream") == []  # streaming is exempt (still counted a month)
+    assert lark.api_windows("card_stream") == [(50, 1.0), (1000, 60.0)]  # metered: the safe reading
+    streaming = PlatformLimits.model_validate({"unmeteredApis": ["card_stream"]}).over(lark)
+    assert streaming.api_windows("card_stream") == []
     assert platform_defaults("dingtalk").api_windows("group_send") == [(20, 1.0)]
     assert platform_defaults("wecom").chat_windows() == [(30, 60.0), (1000, 3600.0)]
     assert not platform_defaults("console").enabled
