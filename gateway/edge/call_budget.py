@@ -2,22 +2,18 @@
 (``PlatformApi.exchange``), in front of the budget every replica shares in Redis
 (``sessions.PlatformBudgets``: each API's windows, each chat's, pauses, the month's ledger).
 
-- **Priorities.** A call waits in its API's local queue by the priority its caller set
-  (``calls_as``): a first card before a final state before a click's answer before other calls
-  before an intermediate card update. Granted calls go out in that order; several waiting calls
-  are granted by one Redis call.
-- **Coalescing and fairness.** An intermediate update first takes one of a few update slots
-  (``update_slot``), the card shown longest ago first, and only then picks the state it shows:
-  the latest, never one queued behind others. So with 2,000 live cards each still moves.
+- **Priorities.** A call waits in its API's queue by its caller's priority (``calls_as``): a
+  first card, a final state, a click's answer, other calls, an intermediate update. Several
+  waiting calls are granted by one Redis call. Intermediate updates fill at most 3/4 of a
+  window, and wait while any first card waits (``holding_back``).
+- **Coalescing and fairness.** An intermediate update first takes an update slot
+  (``update_slot``), the card shown longest ago first, then picks the latest state.
 - **Throttle answers** (429 / 99991400, 230020, QpsLimit, 45009) pause the API, the chat or the
   app for the reset the platform named, for every replica (``throttled``).
-- **The month's quota** (``platformLimits.callsPerMonth``): the ledger is counted with each
-  grant; a refused call is taken back; from its rate comes a forecast of when it runs out and a
-  card mode: ``lean`` (fewer intermediate updates) from 80 % or when the forecast falls before
-  the month's end, ``finals`` (first card and final state only) from 95 %; a spent month fails
+- **The month's quota** (``platformLimits.callsPerMonth``): counted with each grant, a refused
+  call taken back; its forecast sets the card mode (``calls.quota_mode``); a spent month fails
   calls at once (``BudgetExhausted``).
-The store failing opens the budget (calls go out unpaced; one warning a minute): the platform
-still answers, and its throttle answers still slow the calls down.
+The store failing opens the budget (calls go out unpaced; one warning a minute).
 """
 
 from __future__ import annotations
@@ -120,6 +116,7 @@ class CallBudget:
         # Tasks waiting for their turn: nothing of theirs is on its way, so a card whose turn
         # ended may cancel its intermediate update there (gateway.turns.render).
         self.waiting: set[asyncio.Task[object]] = set()
+        self._firsts = 0  # first cards waiting for their turn
         self._holding: dict[str, int] = {}  # endpoint -> the priority its pump was denied
         self._wakes: dict[str, asyncio.Event] = {}
         self._seq = itertools.count()
@@ -133,9 +130,10 @@ class CallBudget:
         """Calls waiting for the budget now, slots for intermediate updates included."""
         return sum(len(q) for q in self._queues.values()) + self.update_slots.waiting()
 
-    @property
-    def month_limit(self) -> int | None:
-        return self.limits.calls_per_month
+    def holding_back(self) -> bool:
+        """Whether intermediate updates wait: some first card waits for its turn, so the app is
+        past its limits and spends them on showing cards and finishing them first."""
+        return self._firsts > 0
 
     def interval_factor(self) -> float | None:
         """How much longer a card waits between intermediate updates in this mode; None: no
@@ -150,10 +148,8 @@ class CallBudget:
         ``UPDATE_SHARE`` of each API window, the rest kept for first cards and final states."""
         buckets: list[tuple[str, Sequence[Window]]] = []
         share = UPDATE_SHARE if update else 1.0
-        windows = [
-            Window(max(1, int(n * share)), s + MARGIN_S)
-            for n, s in self.limits.api_windows(endpoint)
-        ]
+        api = self.limits.api_windows(endpoint)
+        windows = [Window(max(1, int(n * share)), s + MARGIN_S) for n, s in api]
         buckets.append((f"api:{endpoint}", windows))  # no windows: its pause still holds
         if chat is not None and (per_chat := self.limits.chat_windows()):
             buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))
@@ -164,7 +160,7 @@ class CallBudget:
         ``BudgetExhausted`` when the month is spent or the wait ran past ``maxWaitSeconds``."""
         chat = asked()[1] if chat_send else None
         buckets = self._buckets(endpoint, chat, asked()[0] == Priority.UPDATE)
-        if not buckets and self.month_limit is None:
+        if not buckets and self.limits.calls_per_month is None:
             return
         began = self.clock()
         queue = self._queues.setdefault(endpoint, [])
@@ -194,6 +190,8 @@ class CallBudget:
         task = asyncio.current_task()
         if task is not None:
             self.waiting.add(task)
+        first = waiter.priority == Priority.FIRST
+        self._firsts += first
         try:
             async with asyncio.timeout(self.limits.max_wait_seconds):
                 await waiter.future
@@ -202,6 +200,7 @@ class CallBudget:
         finally:
             if task is not None:
                 self.waiting.discard(task)
+            self._firsts -= first
             waiter.future.cancel()  # no-op when granted; a pump skips it otherwise
             if self.events is not None:
                 self.events.budget_waited(self.integration_id, endpoint, self.clock() - began)
@@ -310,7 +309,7 @@ class CallBudget:
                 buckets,
                 n,
                 month=label,
-                month_limit=self.month_limit,
+                month_limit=self.limits.calls_per_month,
                 month_left_s=max(end - wall, 1.0),
             )
         )
@@ -381,9 +380,9 @@ class CallBudget:
     def _quota(self, used: int, wall: float) -> None:
         """The forecast and card mode from this month's ledger."""
         self.month_used = used
-        if self.month_limit is None:
+        if self.limits.calls_per_month is None:
             return
-        mode, self.forecast_s = quota_mode(used, self.month_limit, self._month, wall)
+        mode, self.forecast_s = quota_mode(used, self.limits.calls_per_month, self._month, wall)
         if mode != self.mode:
             self.mode = mode
             log.warning(
@@ -391,7 +390,7 @@ class CallBudget:
                 integration_id=self.integration_id,
                 mode=mode,
                 used=used,
-                limit=self.month_limit,
+                limit=self.limits.calls_per_month,
                 forecast_hours=None if self.forecast_s is None else round(self.forecast_s / 3600),
             )
             if self.events is not None:

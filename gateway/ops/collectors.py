@@ -196,8 +196,8 @@ class GatewayCollector(Collector):
             queued.add_metric(key, budget.queued())
             if budget.month_used is not None:
                 used.add_metric(key, budget.month_used)
-            if budget.month_limit is not None:
-                limit.add_metric(key, budget.month_limit)
+            if budget.limits.calls_per_month is not None:
+                limit.add_metric(key, budget.limits.calls_per_month)
             if budget.forecast_s is not None:
                 forecast.add_metric(key, budget.forecast_s)
             for name in ("normal", "lean", "finals"):

@@ -4,6 +4,7 @@ experts that take pictures) and the sender's email."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Awaitable
@@ -21,6 +22,7 @@ from gateway.turns.variables import system_variables
 from sessions import SessionRecords
 
 log = structlog.get_logger("gateway.turns")
+EMAIL_WAIT_S = 2.0  # a sender's email is waited for this long at most
 
 MAX_ATTACHMENT_BYTES = 10 * 1024 * 1024
 
@@ -136,12 +138,26 @@ class ContextBuilder:
 
 
 async def _sender_email(adapter: Adapter, envelope: Envelope) -> str | None:
-    """The sender's email where the adapter can tell; a look-up that fails costs only it."""
+    """The sender's email where the adapter can tell; a look-up that fails costs only it, and
+    one that takes longer than ``EMAIL_WAIT_S`` (a directory API at its platform limit) is not
+    waited for: the turn goes on without it, and the look-up, left to finish, fills the
+    adapter's cache for the sender's next turn."""
+    lookup = asyncio.ensure_future(adapter.sender_email(envelope))
+    lookup.add_done_callback(_looked_up)
     try:
-        return await adapter.sender_email(envelope)
+        return await asyncio.wait_for(asyncio.shield(lookup), EMAIL_WAIT_S)
+    except TimeoutError:
+        log.info("sender email look-up slow; the turn goes on without it")
+        return envelope.sender.email
     except Exception as exc:
         log.warning("sender email lookup failed", error=str(exc))
         return envelope.sender.email
+
+
+def _looked_up(lookup: asyncio.Future[str | None]) -> None:
+    """A look-up left to finish: its failure was logged by the adapter or is of no use now."""
+    if not lookup.cancelled():
+        lookup.exception()
 
 
 async def _attachments(

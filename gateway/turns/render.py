@@ -23,6 +23,8 @@ from gateway.progress import Progress
 log = structlog.get_logger("gateway.turns.render")
 
 LEAN_MIN_S = 5.0  # in the quota's lean mode a card changes at most this often
+STALE_S = 30.0  # an update of a card unchanged this long goes at a final state's priority
+NOTHING = contextlib.nullcontext()
 
 
 class RenderObserver(Protocol):
@@ -75,6 +77,7 @@ class CardRenderer:
         self._started = False
         self.pending_since: float | None = None  # when the oldest unshown state came (monotonic)
         self._call: asyncio.Future[None] | None = None  # the update call on its way
+        self._held_at = 0.0  # an update last held back for waiting first cards (monotonic)
         self._rendering = False  # the update task holds its slot and is showing a state
         self._timer: asyncio.TimerHandle | None = None  # when the next update may go
         self._task: asyncio.Task[None] | None = None  # the update on its way (one at a time)
@@ -116,7 +119,7 @@ class CardRenderer:
         if factor is None:  # the month's quota is nearly spent: the final state only
             return
         interval = self.interval if factor == 1.0 else max(self.interval * factor, LEAN_MIN_S)
-        wait = max(0.0, self._last_at + interval - time.monotonic())
+        wait = max(0.0, max(self._last_at, self._held_at) + interval - time.monotonic())
         self._timer = asyncio.get_running_loop().call_later(wait, self._fire)
 
     def _fire(self) -> None:
@@ -136,8 +139,14 @@ class CardRenderer:
             ):
                 self._rendering = True  # from here on close() lets the update complete
                 progress = self._latest  # the newest state, picked once the slot is ours
-                if progress is not None and progress.version != self._rendered_version:
-                    await self._render_update(progress)
+                # A card unchanged for long goes as a final state would, oldest first.
+                stale = time.monotonic() - self._last_at > STALE_S
+                if not stale and budget is not None and budget.holding_back():
+                    self._held_at = time.monotonic()  # first cards wait: this one waits too
+                    progress = None
+                with calls_as(Priority.FINAL, order=self._last_at) if stale else NOTHING:
+                    if progress is not None and progress.version != self._rendered_version:
+                        await self._render_update(progress)
         finally:
             self._rendering = False
             self._task = None

@@ -250,3 +250,16 @@ async def test_intermediate_updates_leave_a_quarter_of_each_window_to_first_card
     with calls_as(Priority.FINAL):
         await asyncio.wait_for(budget.take("patch"), timeout=0.5)  # a final state does not
     await asyncio.wait_for(held, timeout=5)
+
+
+async def test_intermediate_updates_hold_back_while_a_first_card_waits(
+    make: Callable[..., CallBudget],
+) -> None:
+    budget = make(calls_per_second=1, calls_per_minute=None)
+    await budget.take("reply")
+    assert not budget.holding_back()
+    with calls_as(Priority.FIRST, chat="oc_new"):
+        first = asyncio.create_task(budget.take("reply"))
+        await eventually(lambda: budget.holding_back())  # somebody waits for any card at all
+    await asyncio.wait_for(first, timeout=5)
+    assert not budget.holding_back()
