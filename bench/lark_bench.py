@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +54,21 @@ def percentile(values: list[float], p: float) -> float:
 
 @contextlib.asynccontextmanager
 async def bench_config(
-    redis_url: str = REDIS_URL, *, answering: bool = False
+    redis_url: str = REDIS_URL, *, answering: bool = False, fake: FakeLark | None = None
 ) -> AsyncIterator[dict[str, Any]]:
     """A daemon config for a fresh key prefix with turns held back (a long summary window), so
     the figure is intake alone; with ``answering``, each message's turn runs at once (the echo
-    expert answering it in a card on the fake Lark), so turns run while ingest is measured. The
-    fake Lark it talks to runs meanwhile, and the prefix's keys are deleted on the way out."""
-    fake = FakeLark()
-    await fake.start()
+    expert answering it in a card on the fake Lark, updated every ``updateIntervalMs`` of the
+    integration's default), so turns run while ingest is measured. The
+    fake Lark it talks to runs meanwhile (``fake``: one the caller started and stops, e.g. to
+    tell it of the messages sent), and the prefix's keys are deleted on the way out."""
+    own = fake is None
+    if fake is None:
+        fake = FakeLark()
+        await fake.start()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     windows = (
-        {"summaryWindowSeconds": 0, "maxWindowSeconds": 5}
+        {"summaryWindowSeconds": 0, "maxWindowSeconds": 5, "updateIntervalMs": None}
         if answering
         else {"summaryWindowSeconds": 600, "maxWindowSeconds": 3600}
     )
@@ -77,7 +81,8 @@ async def bench_config(
             "integrations": [integ],
         }
     finally:
-        await fake.stop()
+        if own:
+            await fake.stop()
         await delete_keys(redis_url, f"{prefix}:*")
 
 
@@ -255,9 +260,16 @@ def bench_event(i: int) -> dict[str, Any]:
     )
 
 
-def sealed_event(i: int) -> tuple[bytes, dict[str, str]]:
-    """The ``i``-th bench event sealed and signed as Lark sends it: body and headers."""
-    return sealed(bench_event(i), nonce=uuid.uuid4().hex[:16])
+def sealed_event(
+    i: int, receive: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The ``i``-th bench event sealed and signed as Lark sends it: body and headers.
+    ``receive`` (a fake Lark's) is told of the event first: Lark knows every message it
+    delivers, so a turn can reply to it and react to it."""
+    event = bench_event(i)
+    if receive is not None:
+        receive(event)
+    return sealed(event, nonce=uuid.uuid4().hex[:16])
 
 
 def payloads(n: int) -> list[tuple[bytes, dict[str, str]]]:

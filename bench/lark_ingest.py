@@ -33,7 +33,11 @@ near 12,000 requests/s and flatters every ratio.
 
 Usage: python bench/lark_ingest.py [--duration 10] [--connections 32] [--rounds 5] [--no-pin]
        [--floor] [--answering]   (--answering: each message's turn runs at once, the echo expert
-       answering in a card on the fake Lark, so turns run while ingest is measured)
+       answering in a card on the fake Lark, so turns run while ingest is measured; the fake is
+       told of every message wrk sends, as Lark knows the messages it delivers - without that it
+       refused every reply and reaction (230001 / 231003) and no card was shown; the card's
+       updateIntervalMs is the integration's default. The daemon's rounds add ``per_event``: its
+       events by intake outcome, turns ended and platform calls by endpoint:code, per event)
        python bench/lark_ingest.py --python-client [--events 3000] [--connections 32]
        python bench/lark_ingest.py --profile   (cProfile of the daemon's webhook path, in process)
        python bench/lark_ingest.py --py-spy [--concurrency 16]   (the daemon process under load,
@@ -79,6 +83,7 @@ from lark_bench import (
 from procstat import Cores, cpu_seconds, loadavg
 from wrk_support import ensure_wrk, run_wrk, write_payloads
 
+from tests.fakes.lark import FakeLark
 from tests.support.helpers import command_calls
 
 NAMES = ("daemon", "bare", "lark_oapi")
@@ -98,11 +103,17 @@ async def command_counts(redis_url: str) -> dict[str, int]:
 
 @contextlib.asynccontextmanager
 async def servers(
-    redis_url: str, workdir: Path, cores: Cores, *, floor: bool = False, answering: bool = False
+    redis_url: str,
+    workdir: Path,
+    cores: Cores,
+    *,
+    floor: bool = False,
+    fake: FakeLark | None = None,
 ) -> AsyncIterator[tuple[dict[str, Server], str]]:
     """The three servers (four with ``floor``), started and pinned; yields them and the
-    daemon's key prefix."""
-    async with bench_config(redis_url, answering=answering) as config:
+    daemon's key prefix. With ``fake`` (a started fake Lark), the daemon's turns run at once
+    and answer there."""
+    async with bench_config(redis_url, answering=fake is not None, fake=fake) as config:
         running = {
             "daemon": Server.daemon(config, workdir, cores.server),
             "bare": Server.handler("bare", workdir, cores.server),
@@ -153,18 +164,37 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-async def ingested(server: Server) -> dict[str, float]:
-    """The daemon's ``xgw_ingested_total`` by status (its /metrics)."""
+async def counted(server: Server, family: str, *labels: str) -> dict[str, float]:
+    """A counter family of the daemon's /metrics summed by the values of ``labels`` (joined
+    by ``:``)."""
     counts: dict[str, float] = {}
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{server.port}/metrics") as resp:
             text = await resp.text()
     for line in text.splitlines():
-        if line.startswith("xgw_ingested_total{"):
-            labels, _, value = line.rpartition(" ")
-            status = labels.partition('status="')[2].partition('"')[0]
-            counts[status] = counts.get(status, 0.0) + float(value)
+        if line.startswith(family + "{"):
+            series, _, value = line.rpartition(" ")
+            key = ":".join(series.partition(f'{n}="')[2].partition('"')[0] for n in labels)
+            counts[key] = counts.get(key, 0.0) + float(value)
     return counts
+
+
+async def ingested(server: Server) -> dict[str, float]:
+    """The daemon's ``xgw_ingested_total`` by status (its /metrics)."""
+    return await counted(server, "xgw_ingested_total", "status")
+
+
+async def turn_work(server: Server) -> dict[str, float]:
+    """What the daemon did so far beside storing: events by intake outcome, turns ended (any
+    outcome) and platform API calls by endpoint (its /metrics)."""
+    outcomes = await ingested(server)
+    turns = await counted(server, "xgw_turns_total", "outcome")
+    calls = await counted(server, "xgw_platform_api_calls_total", "endpoint", "code")
+    return {
+        **{f"ingested:{k}": v for k, v in outcomes.items()},
+        "turns": sum(turns.values()),
+        **{f"calls:{k}": v for k, v in calls.items()},  # endpoint:code
+    }
 
 
 async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
@@ -178,10 +208,15 @@ async def compare_wrk(args: argparse.Namespace) -> dict[str, Any]:
             redis_url = args.redis_url or await stack.enter_async_context(
                 private_redis(workdir, cores.client)
             )
+            fake: FakeLark | None = None
+            if args.answering:  # the turns' Lark, told of every message wrk will send
+                fake = FakeLark()
+                await fake.start()
+                stack.push_async_callback(fake.stop)
             running, prefix = await stack.enter_async_context(
-                servers(redis_url, workdir, cores, floor=args.floor, answering=args.answering)
+                servers(redis_url, workdir, cores, floor=args.floor, fake=fake)
             )
-            result = await rounds(args, running, prefix, redis_url, workdir, cores)
+            result = await rounds(args, running, prefix, redis_url, workdir, cores, fake)
             if args.floor:  # its Envelopes are each seen once while their marks are kept
                 result["floor_repeats"] = (await ingested(running["floor"])).get("duplicate", 0)
     pinned: dict[str, list[int]] | None = cores.describe(
@@ -213,10 +248,15 @@ async def rounds(
     redis_url: str,
     workdir: Path,
     cores: Cores,
+    fake: FakeLark | None = None,
 ) -> dict[str, Any]:
+    receive = fake.receive if fake is not None else None
+
     async def one(name: str, file: Path, duration: float) -> dict[str, Any]:
         server = running[name]
-        return await run_wrk(
+        answering = args.answering and name in DAEMONS
+        before = await turn_work(server) if answering else {}
+        res = await run_wrk(
             server.url,
             file,
             duration=duration,
@@ -225,10 +265,17 @@ async def rounds(
             redis_url=redis_url if name in DAEMONS else None,
             cores=cores.client,
         )
+        if answering:  # the turns that ended while wrk ran, per event answered
+            after = await turn_work(server)
+            events = max(res["requests"], 1)
+            res["per_event"] = {
+                k: round((v - before.get(k, 0.0)) / events, 4) for k, v in after.items()
+            }
+        return res
 
     # Warm-up (3 s each), which also gives a first guess of each rate to size the files by.
     warm = workdir / "warm.tsv"
-    await asyncio.to_thread(write_payloads, warm, 20_000)
+    await asyncio.to_thread(write_payloads, warm, 20_000, receive)
     servers_run = names(args.floor)
     rates = {name: (await one(name, warm, 3))["events_s"] for name in servers_run}
     log(f"warm-up events/s: {rates}")
@@ -239,7 +286,7 @@ async def rounds(
     file = workdir / "events.tsv"
     for r in range(args.rounds):
         need = int(max(rates["daemon"], rates["lark_oapi"], 1000) * args.duration * 1.5)
-        await asyncio.to_thread(write_payloads, file, need)  # fresh ids and timestamps
+        await asyncio.to_thread(write_payloads, file, need, receive)  # fresh ids, timestamps
         for name in servers_run:
             res = await one(name, file, args.duration)
             runs[name].append({**res, "events_in_file": need})
@@ -252,6 +299,7 @@ async def rounds(
             log(
                 f"round {r + 1} {name}: {res['events_s']} events/s, p99 {res['p99_ms']} ms, "
                 f"{res['cpu_ms_per_event']} ms CPU/event, other cores {res['other_cores']}"
+                + (f", per event {res['per_event']}" if "per_event" in res else "")
             )
     stats_after = await command_counts(redis_url)
     delta = {k: stats_after.get(k, 0) - stats_before.get(k, 0) for k in stats_after}

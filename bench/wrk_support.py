@@ -17,6 +17,7 @@ import resource
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,15 @@ def ensure_wrk() -> str | None:
 
 
 # --- payloads --------------------------------------------------------------------------------
-def write_payloads(path: Path, n: int) -> None:
+def write_payloads(
+    path: Path, n: int, receive: Callable[[dict[str, Any]], None] | None = None
+) -> None:
     """``n`` events, each with its own message id, sealed and signed as Lark sends them (now:
-    the daemon refuses timestamps outside its replay window, so write them just before use)."""
+    the daemon refuses timestamps outside its replay window, so write them just before use);
+    ``receive`` (a fake Lark's) is told of each, as Lark knows the messages it delivers."""
     with path.open("w") as out:
         for i in range(n):
-            body, headers = sealed_event(i)
+            body, headers = sealed_event(i, receive)
             line = "\t".join(
                 (
                     headers["X-Lark-Request-Timestamp"],

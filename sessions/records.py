@@ -10,8 +10,10 @@ from typing import cast
 
 from redis.exceptions import RedisError
 
+from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
+from sessions.scripts import lua
 from sessions.store import StoreUnavailable
 
 
@@ -26,13 +28,29 @@ def unavailable() -> Iterator[None]:
 
 
 class RecordStore:
-    def __init__(self, *, client: RedisClient, keys: KeyBuilder) -> None:
+    """With ``pipe`` (the session store's auto-pipeline), ``put``, ``get`` and ``delete`` go
+    out with the other script calls made meanwhile: a turn makes several of them (its card as
+    last rendered after every update, its typing reaction), and each through the client paid
+    for a pool checkout, a retry wrapper and a write of its own - while webhooks came in, as
+    much CPU as all of intake's own Redis calls (issue 27, docs/performance.md)."""
+
+    def __init__(
+        self, *, client: RedisClient, keys: KeyBuilder, pipe: ScriptPipe | None = None
+    ) -> None:
         self.redis = client
         self.keys = keys
+        self.pipe = pipe
+        self._put = client.register_script(lua("record_put.lua"))
+        self._get = client.register_script(lua("record_get.lua"))
+        self._delete = client.register_script(lua("record_delete.lua"))
 
     async def put(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> None:
+        name = self.keys.record(namespace, key)
         with unavailable():
-            await self.redis.set(self.keys.record(namespace, key), value, px=ttl_ms)
+            if self.pipe is not None:
+                await self.pipe.evalsha(self._put, [name], [value, ttl_ms])
+            else:
+                await self.redis.set(name, value, px=ttl_ms)
 
     async def put_new(self, namespace: str, key: str, value: str, *, ttl_ms: int) -> bool:
         """Store only if absent (a claim / dedup); True when this call stored it."""
@@ -70,12 +88,20 @@ class RecordStore:
             )
 
     async def get(self, namespace: str, key: str) -> str | None:
+        name = self.keys.record(namespace, key)
         with unavailable():
-            return cast(str | None, await self.redis.get(self.keys.record(namespace, key)))
+            if self.pipe is None:
+                return cast(str | None, await self.redis.get(name))
+            value = await self.pipe.evalsha(self._get, [name], [])
+        return value.decode() if isinstance(value, bytes) else cast(str | None, value)
 
     async def delete(self, namespace: str, key: str) -> None:
+        name = self.keys.record(namespace, key)
         with unavailable():
-            await self.redis.delete(self.keys.record(namespace, key))
+            if self.pipe is not None:
+                await self.pipe.evalsha(self._delete, [name], [])
+            else:
+                await self.redis.delete(name)
 
     async def incr(self, namespace: str, key: str, *, ttl_ms: int) -> int:
         """A strictly increasing counter shared by all replicas (e.g. a card's update sequence)."""

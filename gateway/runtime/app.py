@@ -248,7 +248,7 @@ class Gateway:
             ingest=ingest,
             ingest_or_spool=self.spooler.ingest,
             timeline=self.timeline,
-            records=RecordStore(client=client, keys=keys),
+            records=RecordStore(client=client, keys=keys, pipe=self.store.pipe),
             spawn=self.spawn,
             public_url=s.server.public_url,
             connection_lease_ms=int(s.runtime.connection_lease_seconds * 1000),

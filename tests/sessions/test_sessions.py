@@ -306,6 +306,37 @@ async def test_records_expire_claim_once_and_count_up(
     assert await records.get("lark", "token") is None
 
 
+async def test_records_through_the_pipe_are_script_calls_with_the_same_answers(
+    redis_client: aioredis.Redis, store: SessionStore, prefix: str
+) -> None:
+    from sessions import RecordStore
+
+    records = RecordStore(client=redis_client, keys=store.keys, pipe=store.pipe)
+    key = f"{prefix}:rec:lark:card:om_1"
+    assert await records.get("lark:card", "om_2") is None
+    before = await calls_on(redis_client, key)
+    card = '{"header":{"title":"Réponse ✓"}}'
+    await records.put("lark:card", "om_1", card, ttl_ms=60_000)
+    assert await records.get("lark:card", "om_1") == card
+    assert 0 < await redis_client.pttl(key) <= 60_000
+    await records.delete("lark:card", "om_1")
+    assert await records.get("lark:card", "om_1") is None
+    after = await calls_on(redis_client, key)
+    grew = {k for k, v in after.items() if v > before.get(k, 0)}
+    # Each went out as EVALSHA (its script's own SET / GET / DEL counted by Redis too), none
+    # as a plain command from the client.
+    assert after["evalsha"] - before.get("evalsha", 0) == 4
+    assert after["set"] - before.get("set", 0) == 1 and after["del"] - before.get("del", 0) == 1
+    assert after["get"] - before.get("get", 0) == 2
+    assert grew - {"pttl", "info", "script|load", "client|setname", "hello", "ping"} <= {
+        "evalsha",
+        "eval",
+        "set",
+        "get",
+        "del",
+    }
+
+
 async def test_record_leases_renew_and_release_only_for_their_holder(
     redis_client: aioredis.Redis, prefix: str
 ) -> None:
