@@ -323,3 +323,21 @@ def test_two_buttons_clicked_in_one_second_are_two_clicks_and_a_retry_is_one() -
     assert all(env is not None for env in ids)
     first, second, retried = (env.event_id for env in ids if env is not None)
     assert first != second and first == retried
+
+
+async def test_a_long_answer_past_a_members_per_minute_cap_waits_instead_of_being_dropped(
+    gateways: list[Any], prefix: str, fake: FakeWeCom, http: aiohttp.ClientSession
+) -> None:
+    """WeCom silently drops app messages past 30 a minute to one member (doc 90454). The fake's
+    minute is 1 s here, the budget's member window too (chatSendsPerSecond 30): an answer of
+    more than 30 messages goes out whole, the rest after the window slides, none dropped."""
+    fake.minute_s = 1.0
+    limits = {"chatSendsPerSecond": 30, "chatSendsPerMinute": None, "chatSendsPerHour": None}
+    gw = await app_gateway(gateways, prefix, fake, platformLimits=limits)
+    text = "\n".join("第" + str(i) + "行" + "长" * 600 for i in range(40))
+    query, body = encrypt_xml(app_message("hal", text, "8501"))
+    await post(http, url(gw), query, body)
+    expected = "You said:\n" + "\n".join(f"> {line}" for line in text.split("\n"))
+    await eventually(lambda: "\n".join(fake.texts("hal")) == expected, timeout=30)
+    assert len(fake.texts("hal")) > 30
+    assert fake.dropped == []
