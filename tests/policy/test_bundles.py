@@ -241,7 +241,8 @@ async def test_the_tokens_an_expert_reports_close_the_chat_for_the_day(
     assert len(fake.requests) == 2
     # The next day (Asia/Shanghai) the chat may ask again.
     tomorrow = datetime.now(SHANGHAI).replace(hour=0, minute=0, second=0, microsecond=0)
-    next_day = int(tomorrow.timestamp() * 1000) + 86_400_000 + 60_000
+    # 02:00 the next day: over an hour after the turns above even when they ran at 23:xx.
+    next_day = int(tomorrow.timestamp() * 1000) + 86_400_000 + 2 * 3_600_000
     gw.gateway.pipeline.budgets.clock = lambda: next_day
     gw.gateway.runner.budgets.clock = lambda: next_day
     await console.send("fourth")
