@@ -159,12 +159,10 @@ class CallBudget:
         """Wait for this call's turn under the budget (module docstring); raises
         ``BudgetExhausted`` when the month is spent or the wait ran past ``maxWaitSeconds``."""
         chat = asked()[1] if chat_send else None
-        buckets = self._buckets(endpoint, chat, asked()[0] == Priority.UPDATE)
-        if not buckets and self.limits.calls_per_month is None:
-            return
+        update = asked()[0] == Priority.UPDATE
+        buckets = self._buckets(endpoint, chat, update)
         began = self.clock()
         queue = self._queues.setdefault(endpoint, [])
-        update = asked()[0] == Priority.UPDATE
         if not queue and self._blocked_until(endpoint, update) <= began:
             took = await self._take(buckets, 1)
             if took is None or took.granted:
