@@ -191,7 +191,10 @@ class CardRenderer:
                     self.adapter.update_card(self.reply_to, self.handle, progress)
                 )
                 self._call = call
-                await asyncio.shield(call)
+                try:
+                    await asyncio.shield(call)
+                finally:
+                    self._call = None
         except Exception:
             if self.observer is not None:
                 self.observer.card_rendered(self.adapter.integration_id, kind, False)
