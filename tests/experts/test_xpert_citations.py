@@ -12,7 +12,7 @@ import pytest
 
 from gateway.citations import Sources, render
 from gateway.experts.sse import SseEvent
-from gateway.experts.xpert_stream import XpertStream
+from gateway.experts.xpert_stream import XpertStream, interrupt_prompt
 from gateway.progress import Progress
 from tests.fakes.lark import FakeLark
 from tests.fakes.xpertai import FakeXpertAI
@@ -143,3 +143,24 @@ def test_other_xpert_links_keep_their_words_and_answers_without_links_are_untouc
     plain = "a [note] and [a link](https://example.com) ["
     assert render(plain, sources) == plain
     assert render(plain, sources, partial=True) == plain[:-1]  # "[" may still become a link
+
+
+def test_a_confirmation_line_per_task_in_the_language_with_its_arguments_cut() -> None:
+    """A sub-agent task's ``info`` has its title (complete-tool-calls.handler.ts l.115-126), an
+    agent's own interrupt its ``value`` (l.149: the task as it came); long arguments are cut."""
+    agent = {
+        "name": "writer",
+        "type": "agent",
+        "info": {"name": "writer", "title": {"en_US": "Writer", "zh_Hans": "写手"}},
+        "call": {"id": "c1", "name": "writer", "args": {"input": "x" * 400}},
+    }
+    own = {
+        "name": "approve",
+        "interrupts": [{"value": {"title": "Budget", "message": "Spend 5k?"}}],
+    }
+    prompt = interrupt_prompt({"tasks": [agent, own]}, "zh-CN")
+    first, second = prompt.split("\n")
+    assert first.startswith("Run 写手? (input: xxx") and first.endswith("…)")
+    assert len(first) < 200
+    assert second == "Budget: Spend 5k?"
+    assert interrupt_prompt({"tasks": []}) == "Please confirm to continue."
