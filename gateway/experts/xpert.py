@@ -177,7 +177,11 @@ class XpertExpert(Expert):
         resumes = (body_input.get("target") or {}).get("executionId")
         left: list[tuple[str, str]] = []
         while True:
-            stream = XpertStream(show_reasoning=self.settings.show_reasoning, prefix=prefix)
+            stream = XpertStream(
+                show_reasoning=self.settings.show_reasoning,
+                language=turn.variables.get("sys.language", ""),
+                prefix=prefix,
+            )
             run = _Run(thread_id, stream, last_id, resumes)
             self._runs[turn.turn_id] = run
             try:
@@ -212,7 +216,7 @@ class XpertExpert(Expert):
             message = {"clientMessageId": client_id, "input": {"input": text}}
             body = {**body, "input": {"action": "send", "message": message}}
             last_id = resumes = None
-            prefix = stream.answer
+            prefix = stream.shown  # as the card shows it: its citations already rendered
             if prefix.strip():  # the next answer goes below what the card shows
                 prefix += "\n\n"
                 yield TextDelta("\n\n")

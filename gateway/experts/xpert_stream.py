@@ -19,8 +19,11 @@ Every shape here was read in the server source (xpert-ai/xpert @5135ce25, paths 
 - ``on_chat_event.data`` is a step ``{id, title, message?, status?: running|success|fail}``, or one
   of the typed events that are not steps (``contracts/src/ai/chat-event.model.ts``,
   ``middleware_event`` in ``xpert-agent/agent.ts``).
-- ``on_interrupt.data`` is a ``TSensitiveOperation`` ``{messageId, tasks:[{name, info:{name, title,
-  description}, interrupts:[{value}], call}]}`` (``contracts/src/ai/chat.model.ts``).
+- ``on_interrupt.data`` is ``{tasks:[{name, type, info, interrupts:[{value}], call:{id, name,
+  args}}]}``, with no ``messageId`` (``xpert-agent/queries/handlers/complete-tool-calls.handler.ts``
+  l.154-156, streamed as is by ``invoke.handler.ts`` l.447-456); a tool's ``info`` is ``{name,
+  description}``, the description written for the model (l.128-137), a sub-agent's ``{name,
+  title, description}`` (l.115-126).
 - ``on_conversation_end.data.status`` is the conversation status ``idle | interrupted | error``
   (``xpert/commands/handlers/chat.handler.ts``): ``idle`` is a successful run.
 - ``on_error.data`` is ``{error}`` (``redis-sse.service.ts`` wrapChatStream; the type
@@ -41,6 +44,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.citations import Sources, render
 from gateway.events import (
     Finished,
     Interrupt,
@@ -67,6 +71,7 @@ NOT_STEPS = frozenset(
 )
 STEP_STATUS: dict[str, StepStatus] = {"running": "running", "success": "done", "fail": "failed"}
 SUMMARY_CHARS = 200
+ARGS_CHARS = 160  # a confirmation's line shows this much of the call's arguments
 
 
 @dataclass
@@ -74,6 +79,7 @@ class XpertStream:
     """Folds one run's frames (the first stream and any rejoin) into run events."""
 
     show_reasoning: bool = False
+    language: str = ""  # the integration's (sys.language): which text of an i18n title shows
     execution_id: str | None = None
     ai_message_id: str | None = None
     finished: Finished | None = None
@@ -85,20 +91,42 @@ class XpertStream:
     _tools: dict[str, tuple[str, StepStatus]] = field(default_factory=dict)  # id -> title, status
     _asked: bool = False
     _reasoning: str = ""
+    _sources: Sources = field(default_factory=Sources)
+    _shown: str | None = None  # the answer as the card has it (None: the prefix)
 
     @property
     def answer(self) -> str:
+        """The answer as XpertAI wrote it (citation links and all)."""
         return self.prefix + "".join(text for _, text in self._segments)
+
+    @property
+    def shown(self) -> str:
+        """The answer as a chat shows it: citations as ``[n]`` with their sources
+        (gateway/citations.py); while the run goes on, a link still arriving is held back."""
+        own = "".join(text for _, text in self._segments)
+        done = self.complete or self.finished is not None
+        return self.prefix + render(own, self._sources, partial=not done)
+
+    def _show(self) -> list[RunEvent]:
+        """The card's answer brought to ``shown``: appended when it only grew, else replaced."""
+        before = self.prefix if self._shown is None else self._shown
+        now = self.shown
+        if now == before:
+            return []
+        self._shown = now
+        if now.startswith(before):
+            return [TextDelta(now[len(before) :])]
+        return [TextDelta(now, replace=True)]
 
     def feed(self, sse: SseEvent) -> list[RunEvent]:
         if sse.event == "complete":
             self.complete = True
-            return []
+            return self._show()
         if sse.event == "error":
             # Nest's own frame for an error thrown while the run starts (a 201 stream with
             # ``event: error`` and the plain message, then the end; no "complete").
             self.finished = Finished("error", _short(sse.data or "XpertAI refused the run."))
-            return [self.finished]
+            return [*self._show(), self.finished]
         if not sse.data.strip():
             return []
         try:
@@ -109,14 +137,15 @@ class XpertStream:
             return []
         if frame.get("type") == "complete":
             self.complete = True
-            return []
+            return self._show()
         if frame.get("type") == "message":
             return self._message(frame.get("data"))
         if frame.get("type") == "event":
             events = self._event(str(frame.get("event") or ""), frame.get("data"))
-            for event in events:
+            for i, event in enumerate(events):
                 if isinstance(event, Finished):
                     self.finished = event
+                    return [*events[:i], *self._show(), *events[i:]]  # a held tail, whole
             return events
         return []
 
@@ -158,16 +187,14 @@ class XpertStream:
             return []
         segments = self._segments
         at = next((i for i in range(len(segments) - 1, -1, -1) if segments[i][0] == stream), -1)
-        if at == len(segments) - 1 and at >= 0:
+        if at >= 0 and (at == len(segments) - 1 or stream):
+            # this stream's own segment (an interleaved one changes the answer in its middle)
             segments[at][1] += text
-            return [TextDelta(text)]
-        if at >= 0 and stream:  # an interleaved stream: the answer changes in its middle
-            segments[at][1] += text
-            return [TextDelta(self.answer, replace=True)]
+            return self._show()
         before = segments[-1][1] if segments else self.prefix
         separator = "\n" if before and not before[-1].isspace() and not text[0].isspace() else ""
         segments.append([stream, separator + text])
-        return [TextDelta(separator + text)]
+        return self._show()
 
     def _component(self, data: dict[str, Any]) -> list[RunEvent]:
         ident = str(data.get("id") or "")
@@ -175,17 +202,27 @@ class XpertStream:
         if not ident or not isinstance(body, dict):
             return []
         known = self._tools.get(ident)
+        if known is not None:
+            # A retrieval's end: its output (the tool's, agent.ts l.340-343) or its documents
+            # (a retriever's, l.392-409) name the sources its citations point to.
+            self._sources.learn(body.get("output"))
+            self._sources.learn(body.get("data"))
         if known is None and body.get("category") != "Tool":
             return []  # other components (dashboards, files) are not run steps
-        # A field left out keeps its value (message-content.utils.ts mergeComponentData).
-        title = str(body.get("title") or (known[0] if known else body.get("tool")) or "Tool")
+        # A field left out keeps its value (message-content.utils.ts mergeComponentData). The
+        # title is the tool's ``metadata.toolName``, which may be i18n (agent.ts l.305, 380).
+        title = (
+            _text(body.get("title"), self.language)
+            or (known[0] if known else str(body.get("tool") or ""))
+            or "Tool"
+        )
         raw = body.get("status")
         status = STEP_STATUS.get(str(raw), "running") if raw else (known[1] if known else "running")
         self._tools[ident] = (title, status)
         summary = ""
         if status == "failed":
             summary = _short(body.get("error") or body.get("message") or "")
-        return [ToolEvent(ident, title, status, summary)]
+        return [ToolEvent(ident, title, status, summary), *self._show()]
 
     # --- events --------------------------------------------------------------------------
     def _event(self, name: str, data: Any) -> list[RunEvent]:
@@ -220,11 +257,12 @@ class XpertStream:
     def _chat_event(self, data: dict[str, Any]) -> list[RunEvent]:
         if data.get("type") == "follow_up_consumed":
             self.consumed.update(str(i) for i in data.get("clientMessageIds") or [])
-        if data.get("type") in NOT_STEPS or not data.get("title") or not data.get("id"):
+        title = _text(data.get("title"), self.language)  # plain, or i18n as tool titles may be
+        if data.get("type") in NOT_STEPS or not title or not data.get("id"):
             return []
         status = STEP_STATUS.get(str(data.get("status") or "running"), "running")
         detail = _short(data.get("message") or "")
-        return [StepEvent(str(data["id"]), str(data["title"]), status, detail)]
+        return [StepEvent(str(data["id"]), title, status, detail)]
 
     def _interrupt(self, operation: Any) -> list[RunEvent]:
         if self._asked:
@@ -232,31 +270,47 @@ class XpertStream:
         self._asked = True
         operation = operation if isinstance(operation, dict) else {}
         data: dict[str, Any] = {"target": self.target, "tasks": _task_names(operation)}
-        return [Interrupt(prompt=interrupt_prompt(operation), data=data)]
+        return [Interrupt(prompt=interrupt_prompt(operation, self.language), data=data)]
 
 
-def interrupt_prompt(operation: dict[str, Any]) -> str:
-    """What to ask the user, from ``tasks[].info.title/description`` (else the interrupt
-    message, else the tool name)."""
+def interrupt_prompt(operation: dict[str, Any], language: str = "") -> str:
+    """What to ask the user: one short line per task (it heads the card) naming the tool
+    (``info.title``, else its name) and the call's arguments. Not ``info.description``: for a
+    tool that is the text written for the model (complete-tool-calls.handler.ts l.128-137),
+    often paragraphs long. An interrupt of the agent's own (``interrupts[].value``) says its
+    ``title`` / ``message``."""
     lines: list[str] = []
     for task in operation.get("tasks") or []:
         if not isinstance(task, dict):
             continue
         info: dict[str, Any] = task["info"] if isinstance(task.get("info"), dict) else {}
-        title = _text(info.get("title")) or _text(info.get("name"))
-        description = _text(info.get("description"))
-        if not (title or description):
-            for interrupt in task.get("interrupts") or []:
-                value = interrupt.get("value") if isinstance(interrupt, dict) else None
-                if isinstance(value, dict):
-                    title = title or _text(value.get("title"))
-                    description = description or _text(value.get("message"))
-        title = title or str(task.get("name") or "")
-        if title and description:
-            lines.append(f"{title}: {description}")
-        elif title or description:
-            lines.append(title or description)
+        call: dict[str, Any] = task["call"] if isinstance(task.get("call"), dict) else {}
+        title = _text(info.get("title"), language)
+        message = ""
+        for interrupt in task.get("interrupts") or []:
+            value = interrupt.get("value") if isinstance(interrupt, dict) else None
+            if isinstance(value, dict):
+                title = title or _text(value.get("title"), language)
+                message = message or _text(value.get("message"), language)
+        name = title or _text(info.get("name"), language) or str(task.get("name") or "")
+        if not (name or message):
+            continue
+        line = f"{name}: {message}" if name and message else (message or f"Run {name}?")
+        args = call.get("args")
+        if isinstance(args, dict) and args:
+            shown = ", ".join(f"{key}: {_flat(value)}" for key, value in args.items())
+            line += f" ({_cut(shown, ARGS_CHARS)})"
+        lines.append(line)
     return "\n".join(lines) or "Please confirm to continue."
+
+
+def _flat(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return " ".join(text.split())
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _task_names(operation: dict[str, Any]) -> list[str]:
@@ -264,12 +318,14 @@ def _task_names(operation: dict[str, Any]) -> list[str]:
     return [str(t["name"]) for t in tasks if isinstance(t, dict) and t.get("name")]
 
 
-def _text(value: Any) -> str:
-    """A plain or i18n (``{en_US, zh_Hans}``) text."""
+def _text(value: Any, language: str = "") -> str:
+    """A plain or i18n text (``{en_US, zh_Hans}``: ``I18nObject``, contracts/src/i18n.model.ts)
+    in ``language`` (a ``zh…`` language reads ``zh_Hans`` first, any other ``en_US``)."""
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, dict):
-        for key in ("en_US", "zh_Hans"):
+        order = ("zh_Hans", "en_US") if language.lower().startswith("zh") else ("en_US", "zh_Hans")
+        for key in order:
             if isinstance(value.get(key), str):
                 return str(value[key]).strip()
         for item in value.values():

@@ -75,7 +75,7 @@ async def test_an_interrupt_waits_and_the_decision_resumes_that_run(
     console = await make_gateway(config(prefix, url))
     await console.send("mail the report [interrupt]")
     [card] = await console.wait_cards(status="waiting")
-    assert card["card"]["title"] == "Send email: Send the report to the whole team?"
+    assert card["card"]["title"] == "Run send_email? (to: team)"
     [run] = fake.runs.values()
     assert run.status == "interrupted"
     await console.click("dm-alice", card["id"], decision)

@@ -139,7 +139,8 @@ async def test_a_good_run_shows_tool_steps_and_the_answer_and_ends_done() -> Non
 async def test_an_interrupt_asks_with_the_sensitive_operation_and_keeps_the_resume_target() -> None:
     events, progress, _ = await replay("interrupt.sse")
     [asked] = [e for e in events if isinstance(e, Interrupt)]
-    assert asked.prompt == "Send email: Send the Q3 report to all@example.com"
+    # the tool's name and the call's arguments, not its description written for the model
+    assert asked.prompt == "Run send_email? (to: all@example.com)"
     assert asked.data["target"] == {"aiMessageId": "m-ai-2", "executionId": "ex-2"}
     assert asked.data["lastEventId"] == "1764500100008-0"  # a resume reads after this
     assert events[-1] == Finished("interrupted")

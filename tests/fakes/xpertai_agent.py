@@ -372,8 +372,19 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
     if "[interrupt]" in text:
         await interrupt(turn)
         return
+    if "[kb]" in text:
+        await retrieve(turn)
+        return
     web = "[web]" in text
-    tool = ("tavily_search", "Web search") if web else ("wiki_search", "Search the wiki")
+    tool: tuple[str, Any] = (
+        ("tavily_search", "Web search") if web else ("wiki_search", "Search the wiki")
+    )
+    if "[i18n]" in text:
+        # The component's title is the call's ``metadata.toolName`` as it is (AG l.305). The
+        # subgraph translates a toolset tool's title first (subgraph.handler.ts l.342,
+        # shared/translate.ts), so an I18nObject (contracts/src/i18n.model.ts) reaches a client
+        # only from a title left untranslated; issue 28 names such titles.
+        tool = ("wiki_search", {"en_US": "Search the wiki", "zh_Hans": "搜索维基"})
     turn.tool(
         "call_1",
         "running",
@@ -438,18 +449,53 @@ async def answer(turn: Turn, reply: str) -> None:
 
 
 async def interrupt(turn: Turn) -> None:
-    """The tool needs a confirmation: ``on_interrupt`` with a ``TSensitiveOperation``
-    (X: contracts/src/ai/chat.model.ts l.59-80; invoke.handler.ts l.443-457)."""
+    """The tool needs a confirmation: ``on_interrupt`` with the operation ``CompleteToolCalls``
+    returns, ``{tasks}`` and no ``messageId`` (X: SA/xpert-agent/queries/handlers/
+    complete-tool-calls.handler.ts l.154-156, streamed as is: invoke.handler.ts l.443-457); a
+    tool's ``info`` is its name and its description written for the model (l.128-137)."""
     info = {
         "name": "send_email",
-        "title": "Send email",
-        "description": "Send the report to the whole team?",
+        "description": "Send an email to a recipient. Use it only when the user asks to send one; "
+        "`to` is a team name or an address.",
     }
     call = {"id": "call_mail", "name": "send_email", "args": {"to": "team"}}
     task = {"name": "send_email", "interrupts": [], "type": "tool", "info": info, "call": call}
-    operation = {"messageId": turn.ai["id"], "tasks": [task]}
+    operation = {"tasks": [task]}
     turn.event("on_interrupt", operation)
     await turn.finish("interrupted", operation=operation)
+
+
+KB = "kb-1"
+DOCS = [("doc-a", "Refund policy.pdf"), ("doc-b", "")]  # doc-b: a document the run names not
+
+
+def citation(index: int, doc: str, chunk: str, name: str) -> dict[str, Any]:
+    """One retrieved chunk's citation (X: SA/knowledgebase/citation.ts l.36-77, 93-112)."""
+    url = f"xpert://knowledgebase/chunk?knowledgebaseId={KB}&documentId={doc}&chunkId={chunk}"
+    cited: dict[str, Any] = {"index": index, "chunkId": chunk, "documentId": doc}
+    cited |= {"knowledgebaseId": KB, "documentName": name or None, "citationLabel": f"⟦{index}⟧"}
+    return compact({**cited, "citationUrl": url, "citationMarkdown": f"[⟦{index}⟧]({url})"})
+
+
+async def retrieve(turn: Turn) -> None:
+    """A knowledge retrieval, then an answer citing it: the tool returns
+    ``formatKnowledgebaseRetrievalToolOutput``'s JSON (SA/knowledgebase/retriever.ts l.212-229,
+    citation.ts l.115-137), streamed as the component's ``output`` (AG l.316-343); the model
+    copies each ``citationMarkdown`` into its answer (citation.ts l.33-34). A document without
+    a name has no ``documentName`` (undefined is left out by JSON.stringify)."""
+    cites = [citation(i, doc, f"chunk-{i}", name) for i, (doc, name) in enumerate(DOCS, start=1)]
+    chunks = [{**c, "content": f"chunk {c['index']} text"} for c in cites]
+    output = dumps({"chunks": chunks, "citations": cites, "instructions": "…"})
+    call = {"toolset": "knowledgebase", "tool": f"retriever-{KB}", "input": {"input": turn.text}}
+    turn.tool("call_kb", "running", **call, title="Knowledge Retrieval")
+    await pause(turn)
+    turn.tool("call_kb", "success", output=output)
+    first, second = cites[0]["citationMarkdown"], cites[1]["citationMarkdown"]
+    reply = f"Refunds take 14 days {first}. Digital goods are final {second}{first}."
+    await pause(turn)
+    # cut into small chunks, so a link arrives in pieces as a model streams it
+    turn.text_chunks([reply[i : i + 7] for i in range(0, len(reply), 7)])
+    await turn.finish("success")
 
 
 async def run_resume(turn: Turn, decision: str) -> None:
