@@ -2,7 +2,8 @@
 
 Card JSON 2.0 rejects unknown attributes, so only documented fields are used. Element ids are
 letters, digits and underscores, at most 20 characters. A card and a post are limited to 30 KB,
-so the answer shown in a card is capped and the rest is sent as follow-up text (pitfalls #5).
+so the answer shown in a card is capped and the rest is sent as follow-up text (pitfalls #5):
+the card is part (1/n), the text messages (2/n)..(n/n) (gateway/edge/parts.py).
 """
 
 from __future__ import annotations
@@ -10,12 +11,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gateway.edge.parts import Room, numbered, split_answer
 from gateway.progress import Progress
 
 ANSWER_ELEMENT = "answer"
 # Bytes of answer kept in one card: the 30 KB limit also has to hold the escaped JSON around it.
 CARD_ANSWER_BYTES = 20_000
 TEXT_PART_BYTES = 60_000  # text messages may be 150 KB; stay well below
+# A markdown component holds at most four Markdown tables (富文本.md l.351-353, limits.md): the
+# card's share stops before a fifth; text messages render no tables, so theirs are not counted.
+CARD_ROOM = Room(CARD_ANSWER_BYTES, tables=4)
+TEXT_ROOM = Room(TEXT_PART_BYTES)
 
 TEMPLATES = {
     "running": "blue",
@@ -36,7 +42,6 @@ TOASTS = {
     "routine_confirm": ("success", "Scheduling…"),
     "routine_cancel": ("info", "Cancelled"),
 }
-CONTINUED = "\n\n_(continued below)_"
 # What a click shows at once: (header title, header template, note); None keeps it as it was.
 CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
     "stop": ("Stopping…", "grey", None),
@@ -64,37 +69,17 @@ def inert(text: str) -> str:
     return _MENTION_TAG.sub(lambda m: "\uff1c" + m.group(1), text)
 
 
-def split_text(text: str, limit: int) -> list[str]:
-    """Parts of at most ``limit`` UTF-8 bytes, cut at a line break where one is near."""
-    parts: list[str] = []
-    rest = text
-    while len(rest.encode()) > limit:
-        cut = len(rest.encode()[:limit].decode(errors="ignore"))
-        nl = rest.rfind("\n", 0, cut)
-        if nl > cut // 2:
-            cut = nl + 1
-        parts.append(rest[:cut])
-        rest = rest[cut:]
-    parts.append(rest)
-    return parts
-
-
 def answer_parts(answer: str) -> list[str]:
-    """The card's share of the answer first, then the follow-up text parts; mention tags made
-    inert before the cut, so the parts are measured as sent."""
-    first, *more = split_text(inert(answer), CARD_ANSWER_BYTES)
-    if not more:
-        return [first]
-    return [first, *split_text("".join(more), TEXT_PART_BYTES)]
+    """The whole answer in parts, marked (1/n)..(n/n) when there are several: the card's share
+    first (at most CARD_ANSWER_BYTES and four Markdown tables), then the follow-up text
+    messages. Mention tags are made inert before the cut, so the parts are measured as sent."""
+    return numbered(split_answer(inert(answer), CARD_ROOM, TEXT_ROOM))
 
 
 def card_answer(progress: Progress) -> str:
     """The answer element's text: what fits in the card, or a placeholder while empty."""
-    parts = answer_parts(progress.answer)
-    if len(parts) > 1:
-        return parts[0] + CONTINUED
-    if parts[0]:
-        return parts[0]
+    if progress.answer:
+        return answer_parts(progress.answer)[0]
     return "…" if progress.status == "running" else " "
 
 

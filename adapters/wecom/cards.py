@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from gateway.edge.parts import Room, numbered, split_answer
 from gateway.envelope import Action
 from gateway.progress import Progress
 
@@ -107,16 +108,35 @@ def final_text(progress: Progress) -> str:
     return "\n\n".join(parts)
 
 
-def stream_markdown(progress: Progress) -> str:
-    """The AI-bot stream content: the status and steps, then the answer so far."""
+def stream_clipped(progress: Progress) -> str:
+    """The stream content cut at STREAM_BYTES: for callback mode, where WeCom takes one
+    ``response_url`` message after the stream and so no continuation of n parts."""
+    return clip_bytes(_stream_text(progress), STREAM_BYTES)
+
+
+def _stream_text(progress: Progress) -> str:
     lines = [] if progress.status == "done" else [f"**{progress.title}**"]
     lines += [f"- {line}" for line in steps_text(progress).splitlines()]
     head = "\n".join(lines)
     body = final_text(progress) if progress.final else progress.answer
-    return clip_bytes("\n\n".join(p for p in (head, body) if p), STREAM_BYTES)
+    return "\n\n".join(p for p in (head, body) if p)
+
+
+def stream_parts(progress: Progress) -> list[str]:
+    """The AI-bot stream content - the status and steps, then the answer so far - in parts of
+    at most STREAM_BYTES, marked (1/n)..(n/n) when there are several: the stream shows the
+    first, the others follow as messages of their own once the turn is over."""
+    return split_bytes(_stream_text(progress), STREAM_BYTES)
+
+
+def stream_markdown(progress: Progress) -> str:
+    """What the stream shows: the first of ``stream_parts``."""
+    return (stream_parts(progress) or [""])[0]
 
 
 def clip_bytes(text: str, limit: int) -> str:
+    """``text`` within ``limit`` bytes, for what is never long (notes, notices); an answer is
+    split instead (``split_bytes``)."""
     data = text.encode()
     if len(data) <= limit:
         return text
@@ -125,21 +145,6 @@ def clip_bytes(text: str, limit: int) -> str:
 
 
 def split_bytes(text: str, limit: int = APP_MARKDOWN_BYTES) -> list[str]:
-    """Split at line ends (else anywhere) so each part is at most ``limit`` UTF-8 bytes."""
-    parts: list[str] = []
-    current = ""
-    for line in text.splitlines(keepends=True):
-        while len(line.encode()) > limit:
-            head = line.encode()[:limit].decode(errors="ignore")
-            if current:
-                parts.append(current)
-                current = ""
-            parts.append(head)
-            line = line[len(head) :]
-        if len((current + line).encode()) > limit:
-            parts.append(current)
-            current = ""
-        current += line
-    if current.strip():
-        parts.append(current)
-    return [p.rstrip("\n") for p in parts if p.strip()]
+    """``text`` whole in parts of at most ``limit`` UTF-8 bytes, at paragraph or line ends
+    where possible, marked (1/n)..(n/n) when there are several (gateway/edge/parts.py)."""
+    return numbered(split_answer(text, Room(limit))) if text.strip() else []

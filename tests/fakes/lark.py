@@ -80,6 +80,7 @@ APP_SECRET = "secret"
 TOKEN_LIFETIME_S = 7200  # DOC-TOKEN
 TOKEN_RENEW_S = 1800  # DOC-TOKEN: under 30 min left, a new token is issued
 CARD_BYTES = 30 * 1024  # DOC-SEND 230025, DOC-CK 200860
+TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$", re.MULTILINE)
 TEXT_BYTES = 150 * 1024  # DOC-SEND 230025
 PATCH_QPS = 5  # DOC-PATCH
 TOAST_TYPES = {"info", "success", "error", "warning"}  # DOC-CB
@@ -139,6 +140,29 @@ def refuse(status: int, code: int, msg: str, headers: dict[str, str] | None = No
     return web.json_response({"code": code, "msg": msg}, status=status, headers=headers)
 
 
+def _over_elements(card: dict[str, Any], code: int) -> tuple[int, str] | None:
+    """More than 200 components (DOC-SEND l.292-330: 230099 / 11310 "element exceeds the
+    limit"; DOC-CK 300305), or a markdown component with more than four Markdown tables
+    (feishu-cards rich text, 富文本.md l.351-353; the code past it is not documented ⚠)."""
+    stack: list[Any] = [card.get("body")]
+    count = 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += "tag" in node
+            if (
+                node.get("tag") == "markdown"
+                and len(TABLE_RULE.findall(node.get("content", ""))) > 4
+            ):
+                return code, "card contains more than 4 markdown tables"  # ⚠ the message
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    if count > 200:
+        return code, "The number of card components exceeds 200"
+    return None
+
+
 class FakeLark:
     """``limits``: Lark's rate limits and quota enforced (tests/fakes/limits.py); without them
     only the per-message PATCH limit below applies, on the real clock."""
@@ -154,6 +178,7 @@ class FakeLark:
         self.users: dict[str, dict[str, Any]] = {}  # open_id -> contact profile
         self.tokens: dict[str, float] = {}  # token -> monotonic expiry
         self.failures: list[Failure] = []
+        self.refusals: list[tuple[str, int]] = []  # (path, code) of every refused call
         self.acks: dict[str, dict[str, Any]] = {}
         self.frames: dict[str, bytes] = {}  # pushed frames, for a re-push
         self.sockets: list[web.WebSocketResponse] = []
@@ -163,6 +188,15 @@ class FakeLark:
         self._runner: web.AppRunner | None = None
         self.port = 0
 
+    @web.middleware
+    async def _note_refusal(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        if isinstance(response, web.Response) and response.content_type == "application/json":
+            code = json.loads(response.text or "{}").get("code", 0) if response.text else 0
+            if response.status >= 400 or code:
+                self.refusals.append((request.path, int(code or response.status)))
+        return response
+
     # --- lifecycle -------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
@@ -170,7 +204,7 @@ class FakeLark:
 
     async def start(self) -> None:
         limits = [self.limits.middleware(self)] if self.limits is not None else []
-        app = web.Application(middlewares=limits)
+        app = web.Application(middlewares=[self._note_refusal, *limits])
         r = app.router
         r.add_post("/open-apis/auth/v3/tenant_access_token/internal", self.token)
         r.add_get("/open-apis/bot/v3/info", self.bot_info)
@@ -359,7 +393,7 @@ class FakeLark:
             return None if known else (230099, "Failed to create card content.")  # ⚠
         if card.get("schema") == "2.0" and card.get("config", {}).get("update_multi") is False:
             return 230099, "Failed to create card content, update_multi must be true"  # ⚠
-        return None
+        return _over_elements(card, 11310)
 
     # --- OpenAPI ---------------------------------------------------------------------------
     async def token(self, request: web.Request) -> web.Response:
@@ -509,7 +543,7 @@ class FakeLark:
             return 300301, "Duplicate element_id in card component."
         if count > 200:
             return 300305, "The number of card components exceeds 200"
-        return None
+        return _over_elements(card, 300305)
 
     def _sequence(self, cid: str, body: dict[str, Any]) -> web.Response | None:
         """One strictly increasing ``sequence`` per card, shared by all CardKit writes."""

@@ -16,10 +16,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from adapters.lark.cards import (
     CARD_ANSWER_BYTES,
     answer_parts,
+    card_answer,
     clicked_card,
     inert,
     render_card,
-    split_text,
 )
 from adapters.lark.crypto import CryptoError, EventCipher
 from adapters.lark.events import BadEvent, action_envelope, message_envelope
@@ -209,10 +209,17 @@ def test_card_is_json_2_with_valid_element_ids_and_button_values() -> None:
 def test_long_answers_are_split_within_byte_limits() -> None:
     text = ("长" * 50 + "\n") * 400  # ~60 KB of three-byte characters
     parts = answer_parts(text)
-    assert len(parts) >= 2 and "".join(parts) == text
+    n = len(parts)
+    assert n >= 2 and all(p.endswith(f"\n\n({i}/{n})") for i, p in enumerate(parts, 1))
+    assert "".join(p.removesuffix(f"\n\n({i}/{n})") for i, p in enumerate(parts, 1)) == text
     assert len(parts[0].encode()) <= CARD_ANSWER_BYTES
-    assert all(len(p.encode()) <= 1000 for p in split_text(text, 1000))
-    assert "".join(split_text(text, 1000)) == text
+
+
+def test_the_cards_share_stops_before_a_fifth_table() -> None:
+    table = "| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+    parts = answer_parts("intro\n\n" + table * 7)
+    assert len(parts) == 2 and parts[0].count("|---|") == 4 and parts[1].count("|---|") == 3
+    assert card_answer(Progress(turn_id="t", answer="short")) == "short"
 
 
 def test_uuid_fits_lark_limit() -> None:

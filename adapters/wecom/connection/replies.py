@@ -128,26 +128,32 @@ class WsReplies:
         if not streamable(reply_to):
             # No message to answer (a scheduled task, a click): only the final answer, as a
             # message of its own.
-            if progress.final and await self._once(f"late:{handle}"):
-                await self._send_markdown(reply_to, cards.final_text(progress))
+            if progress.final:
+                await self._send_markdown(reply_to, cards.final_text(progress), f"late:{handle}")
             return
         live = self._live.setdefault(handle, _Live(reply_to=reply_to))
         async with live.lock:
             if await self.records.get(NS, self._key("cut", handle)) is not None:
                 self._end(handle, live)
-                if progress.final and await self._once(f"late:{handle}"):
-                    await self._send_markdown(reply_to, cards.final_text(progress))
+                if progress.final:
+                    await self._send_markdown(
+                        reply_to, cards.final_text(progress), f"late:{handle}"
+                    )
                 return
-            content = cards.stream_markdown(progress)
+            first, *rest = cards.stream_parts(progress) or [""]
             if not progress.final and self._remaining(reply_to) <= 0:
-                await self._cut(handle, live, content)
+                await self._cut(handle, live, first)
                 return
-            if not await self._push(handle, live, content, progress.final):
-                if progress.final and await self._once(f"late:{handle}"):
-                    await self._send_markdown(reply_to, cards.final_text(progress))
+            if not await self._push(handle, live, first, progress.final):
+                if progress.final:
+                    await self._send_markdown(
+                        reply_to, cards.final_text(progress), f"late:{handle}"
+                    )
                 return
             if progress.final:
                 self._end(handle, live)
+                # The stream holds part (1/n); parts (2/n)..(n/n) follow, each sent once.
+                await self._send_parts(reply_to, rest, f"rest:{handle}", start=1)
             elif not any(t.get_name() == f"wecom-keepalive:{handle}" for t in self._watchdogs):
                 task = asyncio.create_task(
                     self._watch(handle, live), name=f"wecom-keepalive:{handle}"
@@ -213,16 +219,31 @@ class WsReplies:
         }
         await self._send(frame)
 
-    async def _send_markdown(self, reply_to: Envelope, text: str) -> None:
-        if text:
-            markdown = {"content": cards.clip_bytes(text, cards.STREAM_BYTES)}
-            await self._send_msg(reply_to, {"msgtype": "markdown", "markdown": markdown})
+    async def _send_markdown(self, reply_to: Envelope, text: str, key: str) -> None:
+        """``text`` whole as markdown messages of at most STREAM_BYTES each, numbered."""
+        await self._send_parts(reply_to, cards.split_bytes(text, cards.STREAM_BYTES), key)
+
+    async def _send_parts(
+        self, reply_to: Envelope, parts: list[str], key: str, *, start: int = 0
+    ) -> None:
+        """Each part as a markdown message once for ``key`` (claimed before, released when it
+        fails, so a retried final sends only what did not go out)."""
+        for i, part in enumerate(parts, start=start):
+            if not await self._once(f"{key}#p{i}"):
+                continue
+            try:
+                await self._send_msg(
+                    reply_to, {"msgtype": "markdown", "markdown": {"content": part}}
+                )
+            except BaseException:
+                await self.records.delete(NS, self._key(f"{key}#p{i}"))
+                raise
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         if not await self._once(f"text:{idempotency_key}"):
             return
         if not streamable(reply_to):
-            await self._send_markdown(reply_to, text)
+            await self._send_markdown(reply_to, text, f"text:{idempotency_key}")
             return
         stream_id = "x" + hashlib.sha1(idempotency_key.encode()).hexdigest()[:24]
         await self._send(self._frame(reply_to, stream_id, text, True))

@@ -128,7 +128,7 @@ class StreamOutbound:
         if not stream_id:  # nothing WeCom polls for (a scheduled task): no way to deliver
             log.info("no stream to answer on; turn not shown", event_id=reply_to.event_id)
             return ""
-        value = json.dumps({"content": cards.stream_markdown(progress), "finish": progress.final})
+        value = json.dumps({"content": cards.stream_clipped(progress), "finish": progress.final})
         await self.records.put(NS, self._key("stream", stream_id), value, ttl_ms=STREAM_TTL_MS)
         if progress.final and await self.records.get(NS, self._key("cut", stream_id)) is not None:
             await self._send_rest(reply_to, stream_id, cards.final_text(progress))
