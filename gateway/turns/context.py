@@ -142,6 +142,8 @@ async def _sender_email(adapter: Adapter, envelope: Envelope) -> str | None:
     one that takes longer than ``EMAIL_WAIT_S`` (a directory API at its platform limit) is not
     waited for: the turn goes on without it, and the look-up, left to finish, fills the
     adapter's cache for the sender's next turn."""
+    if type(adapter).sender_email is Adapter.sender_email:  # nothing to look up (the console)
+        return envelope.sender.email
     lookup = asyncio.ensure_future(adapter.sender_email(envelope))
     lookup.add_done_callback(_looked_up)
     try:

@@ -16,6 +16,7 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.edge.adapter import Adapter
+from gateway.edge.call_budget import CallBudget
 from gateway.edge.calls import BudgetExhausted, Priority, calls_as
 from gateway.envelope import Envelope
 from gateway.progress import Progress
@@ -90,8 +91,11 @@ class CardRenderer:
     async def start(self, progress: Progress) -> None:
         """Show the card at once (send it, or update the card a crashed replica left)."""
         self._latest = progress
-        with calls_as(Priority.FIRST, chat=self.reply_to.chat.id):
+        if self.adapter.call_budget is None:
             await self._render(progress)
+        else:
+            with calls_as(Priority.FIRST, chat=self.reply_to.chat.id):
+                await self._render(progress)
         self._started = True
         if self.observer is not None:
             self.observer.card_live(self, True)
@@ -134,23 +138,31 @@ class CardRenderer:
         # cancelled (nothing is on its way).
         try:
             budget = self.adapter.call_budget
-            async with (
-                contextlib.nullcontext() if budget is None else budget.update_slot(self._last_at)
-            ):
-                self._rendering = True  # from here on close() lets the update complete
-                progress = self._latest  # the newest state, picked once the slot is ours
-                # A card unchanged for long goes as a final state would, oldest first.
-                stale = time.monotonic() - self._last_at > STALE_S
-                if not stale and budget is not None and budget.holding_back():
-                    self._held_at = time.monotonic()  # first cards wait: this one waits too
-                    progress = None
-                with calls_as(Priority.FINAL, order=self._last_at) if stale else NOTHING:
-                    if progress is not None and progress.version != self._rendered_version:
-                        await self._render_update(progress)
+            if budget is None:  # not paced (the console): nothing to wait for
+                self._rendering = True
+                progress = self._latest
+                if progress is not None and progress.version != self._rendered_version:
+                    await self._render_update(progress)
+            else:
+                async with budget.update_slot(self._last_at):
+                    self._rendering = True  # from here on close() lets the update complete
+                    await self._paced_update(budget)
         finally:
             self._rendering = False
             self._task = None
         self._schedule()  # a newer state came while this one was on its way
+
+    async def _paced_update(self, budget: CallBudget) -> None:
+        """The newest state, picked once the update slot is ours. Held back while first cards
+        wait; a card unchanged for long goes as a final state would, oldest first."""
+        stale = time.monotonic() - self._last_at > STALE_S
+        if not stale and budget.holding_back():
+            self._held_at = time.monotonic()  # first cards wait: this one waits too
+            return
+        progress = self._latest
+        with calls_as(Priority.FINAL, order=self._last_at) if stale else NOTHING:
+            if progress is not None and progress.version != self._rendered_version:
+                await self._render_update(progress)
 
     async def _render_update(self, progress: Progress) -> None:
         try:
@@ -251,7 +263,8 @@ class CardRenderer:
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
-                with calls_as(Priority.FINAL, chat=self.reply_to.chat.id):
+                paced = self.adapter.call_budget is not None
+                with calls_as(Priority.FINAL, chat=self.reply_to.chat.id) if paced else NOTHING:
                     await self._render(final)
                 return
             except Exception as exc:
