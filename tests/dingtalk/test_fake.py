@@ -253,3 +253,18 @@ async def test_a_session_webhook_past_its_expiry_is_refused(
         async with http.post(url, json=markdown) as resp:
             assert resp.status == 200 and (await resp.json())["errcode"] == errcode
     assert [m["text"] for m in fake.sent()] == ["hi"]
+
+
+async def test_a_session_webhook_body_over_20000_bytes_is_refused(
+    fake: FakeDingTalk, http: aiohttp.ClientSession
+) -> None:
+    """The observed limit (limits.md, secondary): 20,000 bytes pass, one more is refused."""
+    url, _ = fake.session_webhook()
+    empty = len(json.dumps({"msgtype": "markdown", "markdown": {"title": "t", "text": ""}}))
+    for size, errcode in ((20_000, 0), (20_001, 40035)):
+        text = "x" * (size - empty)
+        body = json.dumps({"msgtype": "markdown", "markdown": {"title": "t", "text": text}})
+        assert len(body.encode()) == size
+        async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200 and (await r.json())["errcode"] == errcode
+    assert [len(m["text"]) for m in fake.sent()] == [20_000 - empty]

@@ -49,7 +49,8 @@ sessionWebhook (``https://oapi.dingtalk.com/robot/sendBySession?session=…``, D
   400105 unsupported msgtype; 410100 throttled) [DOC:custom-robots-send-group-messages].
   Past ``sessionWebhookExpiredTime``, or when ``expired=True``, it answers errcode 300001: the
   code DingTalk gives for an unknown robot webhook token (third-party reports; no DingTalk page
-  documents the expired-session answer — untraced).
+  documents the expired-session answer — untraced). A body over 20,000 bytes is refused
+  (observed, secondary: ``MAX_WEBHOOK_BYTES``).
 Stream gateway: tests/fakes/dingtalk_stream.py.
 
 Not traced to a source (kept because the tests need an answer): any path not listed -> 404
@@ -75,6 +76,11 @@ CLIENT_SECRET = "dt-app-secret"
 SEND_PATHS = ("/v1.0/robot/groupMessages/send", "/v1.0/robot/oToMessages/batchSend")
 WEBHOOK_PATH = "/robot/sendBySession"
 MAX_PARAM_BYTES = 15_000
+# A sessionWebhook body over 20,000 bytes is refused: an observed error, secondary
+# (/work/shared/reference/limits.md, DingTalk "content limits"; no DingTalk page gives it). The
+# errcode it answers is not traced: 40035 (oapi's "不合法的参数") stands in, and the gateway
+# treats every non-zero errcode alike (the robot OpenAPI takes the message instead).
+MAX_WEBHOOK_BYTES = 20_000
 MSG_KEYS = {
     "sampleText": ("content",),
     "sampleMarkdown": ("title", "text"),
@@ -420,8 +426,12 @@ class FakeDingTalk:
 
     # --- sessionWebhook -------------------------------------------------------------------------
     async def _webhook(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        raw = await request.read()
+        body = json.loads(raw)
         self.calls.append(Call("POST", request.path, body))
+        if len(raw) > MAX_WEBHOOK_BYTES:
+            self.calls[-1].delivered = False
+            return web.json_response({"errcode": 40035, "errmsg": "消息体过长"})
         sid = request.query.get("session", "")
         expiry = self.webhook_expiry.get(sid)
         if expiry is None or sid in self.expired_webhooks or expiry < self.clock() * 1000:
