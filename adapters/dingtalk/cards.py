@@ -5,22 +5,26 @@ DingTalk measures sizes in UTF-8 bytes: a robot message's ``msgParam`` may hold 
 15000 bytes ("长度限制 15000 字节以内", https://open.dingtalk.com/document/development/
 the-robot-sends-a-group-message; longer is 400 ``invalidParameter.msgParam.tooLong``) and a
 card's ``cardParamMap`` value at most 1 KB (…/create-and-deliver-cards). A CJK character is 3
-bytes, so a length in characters says little: long answers are split by bytes."""
+bytes, so a length in characters says little: long answers are split by bytes, and by
+characters too (``MAX_CHARS``: past about 3,500 a markdown message no longer renders), into
+parts marked (1/n)..(n/n) (``gateway.edge.parts``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import unicodedata
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
+from gateway.edge.parts import MARK_ROOM, Room, numbered, split_answer
 from gateway.progress import Progress
 
 MAX_PARAM_BYTES = 15_000  # one robot message (msgParam / webhook body), see above
+# Characters of one markdown message, its marker included: DingTalk's markdown stops rendering
+# past about 3,500 characters, and connectors split at 3,500-3,800 (secondary sources only:
+# /work/shared/reference/limits.md "content limits"; no DingTalk page gives a figure).
+MAX_CHARS = 3_400
 CARD_VALUE_BYTES = 1_000  # one cardParamMap value ("最长不超过1KB"), with a little room
 STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
 # The AI card's flowStatus: 2 running, 4 waiting, 3 finished; anything else 5 = failed.
@@ -104,45 +108,23 @@ def _json_size(char: str) -> int:
     return 3 if code < 0x10000 else 4
 
 
-def _joined(text: str, i: int) -> bool:
-    """Whether a cut before ``text[i]`` would tear one visible character apart."""
-    return (
-        unicodedata.combining(text[i]) > 0 or text[i] in "\u200d\ufe0f" or (text[i - 1] == "\u200d")
-    )
+def json_size(text: str) -> int:
+    """Bytes ``text`` takes inside a JSON string as ``utf8_json`` writes it: what a part adds
+    to a message's ``msgParam``. It adds up over concatenation (each character is escaped on
+    its own), as :class:`Room` needs; a single character is looked up, a longer text measured
+    by one encoder call, so a split never calls the encoder once per character."""
+    if len(text) == 1:
+        return _json_size(text)
+    return len(utf8_json(text)) - 2
 
 
 def split(text: str, budget: int) -> list[str]:
-    """Cut ``text`` into pieces of at most ``budget`` bytes as JSON-escaped UTF-8 (how
-    ``msgParam`` is measured), at paragraph or line ends where possible; a cut never falls
-    inside a character, nor between a character and its combining marks.
-
-    One pass: the running sizes are summed once and each cut found by bisection (issue 25: a
-    rescan of the rest per piece made a 300 KB answer hold the event loop for half a minute,
-    and no request was answered meanwhile)."""
-    if not text:
-        return [text]
-    sizes = list(accumulate(map(_json_size, text)))  # sizes[i]: bytes of text[: i + 1]
-    chunks: list[str] = []
-    start = 0  # where the rest begins
-    while start < len(text):
-        base = sizes[start - 1] if start else 0
-        if sizes[-1] - base <= budget:
-            break
-        fits = max(1, bisect_right(sizes, base + budget, lo=start) - start)
-        cut = max(text.rfind("\n\n", start, start + fits), text.rfind("\n", start, start + fits))
-        if cut - start > fits // 2:  # a paragraph or line end: the line break goes with the cut
-            chunks.append(text[start:cut].rstrip())
-            start = cut
-            while start < len(text) and text[start] == "\n":
-                start += 1
-            continue
-        cut = fits
-        while cut > 1 and _joined(text, start + cut):
-            cut -= 1
-        chunks.append(text[start : start + cut])
-        start += cut
-    rest = text[start:]
-    return [*chunks, rest] if rest or not chunks else chunks
+    """``text`` in unnumbered parts (``gateway.edge.parts``): each part and its marker within
+    ``budget`` bytes as JSON-escaped UTF-8 (how ``msgParam`` is measured) and ``MAX_CHARS``
+    characters, cut at a paragraph or line end where one is near, never inside a character
+    nor a code fence. Linear in the answer: each line measured once (issue 25: a rescan of the
+    rest per piece made a 300 KB answer hold the event loop for half a minute)."""
+    return split_answer(text, Room(budget, chars=MAX_CHARS - MARK_ROOM, measure=json_size))
 
 
 def fit(text: str, limit: int = CARD_VALUE_BYTES, *, keep_end: bool = False) -> str:
@@ -157,10 +139,11 @@ def fit(text: str, limit: int = CARD_VALUE_BYTES, *, keep_end: bool = False) -> 
 
 
 def as_messages(title: str, text: str, buttons: tuple[tuple[str, str], ...] = ()) -> list[Message]:
-    """``text`` as one or more messages, each within MAX_PARAM_BYTES; the buttons go on the
-    last one (the room they take is kept free in every piece)."""
+    """``text`` as one or more messages, each within MAX_PARAM_BYTES and MAX_CHARS, marked
+    ``(i/n)`` when there are several; the buttons go on the last one (the room they take is
+    kept free in every part)."""
     budget = MAX_PARAM_BYTES - Message(title, "", buttons).size()
-    chunks = split(text, budget)
+    chunks = numbered(split(text, budget))
     return [
         Message(title=title, text=chunk, buttons=buttons if i == len(chunks) - 1 else ())
         for i, chunk in enumerate(chunks)

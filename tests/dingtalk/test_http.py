@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -15,12 +16,14 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from structlog.testing import capture_logs
 
+from adapters.dingtalk.cards import MAX_CHARS
 from adapters.dingtalk.crypto import sign_action, verify_action
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.support.dingtalk import SECRET, DingTalkHarness, robot_message, running
 from tests.support.waits import eventually
 
 Harness = tuple[FakeDingTalk, DingTalkHarness]
+MARK = re.compile(r"\n\n\(\d+/\d+\)$")  # a part's marker (i/n)
 
 
 @pytest.fixture
@@ -176,19 +179,24 @@ async def test_a_revoked_access_token_is_fetched_again(dt: Harness) -> None:
     assert len(refused) == 1 and refused[0].path == "/v1.0/robot/oToMessages/batchSend"
 
 
-async def test_a_long_cjk_answer_is_split_by_bytes(prefix: str, redis_client: Any) -> None:
+async def test_a_long_cjk_answer_is_split_within_bytes_and_characters(
+    prefix: str, redis_client: Any
+) -> None:
     """Each robot message stays within DingTalk's 15000-byte msgParam (the fake refuses more
-    with 400 invalidParameter.msgParam.tooLong); a CJK character counts 3 bytes."""
+    with 400 invalidParameter.msgParam.tooLong; a CJK character counts 3 bytes) and MAX_CHARS
+    characters (markdown stops rendering past ~3,500: limits.md, secondary), marked (i/n)."""
     fast = [{"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 4000}]
     async with running(prefix, experts=fast) as (fake, h):
         text = "钉钉让进步发生，" * 1500  # 12000 characters, 36000 bytes
         await h.post(robot_message(fake, text, group=True, webhook=False))
-        await eventually(lambda: len(fake.sent()) >= 4)
+        await eventually(lambda: len(fake.sent()) >= 5)
         sends = fake.bodies("/v1.0/robot/groupMessages/send")
         assert all(len(b["msgParam"].encode()) <= 15_000 for b in sends)
         assert not [c for c in fake.calls if c.status >= 300]  # nothing was refused
         answer = [m["text"] for m in fake.sent()[1:]]
-        assert len(answer) == 3 and "".join(answer) == f"You said:\n> {text}"
+        assert len(answer) == 4 and all(len(a) <= MAX_CHARS for a in answer)
+        assert [a[-7:] for a in answer] == [f"\n\n({i}/4)" for i in range(1, 5)]
+        assert "".join(MARK.sub("", a) for a in answer) == f"You said:\n> {text}"
 
 
 async def test_a_long_answer_does_not_hold_up_other_requests(
@@ -227,8 +235,8 @@ async def test_a_long_answer_does_not_hold_up_other_requests(
             done.set()
             await poller
         assert waits and max(waits) < 2.0, f"a request waited {max(waits):.1f} s"
-        answer = "".join(m["text"] for m in fake.sent()[1:])
-        assert answer.replace(" ", "") == f"You said:\n> {text}".replace(" ", "")
+        answer = "".join(MARK.sub("", m["text"]) for m in fake.sent()[1:])
+        assert answer == f"You said:\n> {text}".rstrip()  # the answer's end is trimmed
 
 
 async def test_a_refused_send_is_one_log_line_with_its_code(dt: Harness) -> None:

@@ -5,6 +5,7 @@ UTF-8 bytes, reading createAndDeliver answers, and which API errors are retried.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -12,10 +13,12 @@ import pytest
 
 from adapters.dingtalk.api import DingTalkApiError
 from adapters.dingtalk.cards import (
+    MAX_CHARS,
     MAX_PARAM_BYTES,
     Message,
     as_messages,
     fit,
+    json_size,
     render_messages,
     split,
     utf8_json,
@@ -29,6 +32,7 @@ from adapters.dingtalk.crypto import (
 )
 from adapters.dingtalk.events import card_callback_params, robot_message
 from adapters.dingtalk.outbound.ai_card import delivered
+from gateway.edge.parts import MARK_ROOM
 from gateway.progress import Progress
 
 SECRET = "dt-app-secret"
@@ -178,39 +182,65 @@ def test_two_buttons_use_sample_action_card_2() -> None:
     assert body["msgtype"] == "actionCard" and len(body["actionCard"]["btns"]) == 2
 
 
-def test_long_answers_are_split_by_bytes_with_buttons_on_the_last() -> None:
+MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+
+
+def unmarked(messages: list[Message]) -> str:
+    """The parts' texts joined without their (i/n) markers, each checked in its place."""
+    n = len(messages)
+    for i, m in enumerate(messages, start=1):
+        found = MARK.search(m.text)
+        assert found and found[0] == f"\n\n({i}/{n})", m.text[-20:]
+    return "".join(MARK.sub("", m.text) for m in messages)
+
+
+def test_long_answers_are_split_in_numbered_parts_with_buttons_on_the_last() -> None:
+    """A part holds at most MAX_CHARS characters (DingTalk's markdown stops rendering past
+    ~3,500: limits.md, secondary) and its msgParam at most 15000 bytes; each ends at a
+    paragraph, is marked (i/n), and only the last carries the buttons."""
     answer = "\n\n".join(f"paragraph {i} " + "x" * 600 for i in range(40))  # ~24 KB
     progress = Progress(turn_id="t", status="done", answer=answer)
     messages = render_messages(progress, lambda action: f"http://gw/{action}")
-    assert len(messages) == 2
-    assert all(m.size() <= MAX_PARAM_BYTES for m in messages)
-    assert "\n\n".join(m.text for m in messages) == answer
-    assert [bool(m.buttons) for m in messages] == [False, True]
+    assert len(messages) == 8
+    assert all(m.size() <= MAX_PARAM_BYTES and len(m.text) <= MAX_CHARS for m in messages)
+    assert unmarked(messages) == answer
+    assert all(MARK.sub("", m.text).endswith("x\n\n") for m in messages[:-1])  # paragraphs
+    assert [bool(m.buttons) for m in messages] == [False] * 7 + [True]
     assert split("short", 100) == ["short"] and split("", 100) == [""]
+    assert as_messages("t", "short") == [Message("t", "short")]  # one part: no marker
 
 
-def test_cjk_answers_are_measured_in_utf8_bytes() -> None:
-    """A message's msgParam holds at most 15000 bytes (the-robot-sends-a-group-message); a CJK
-    character is 3 of them, so the same number of characters needs three times the messages."""
+def test_cjk_answers_are_measured_in_characters_and_utf8_bytes() -> None:
+    """A CJK character is 3 bytes of the 15000 a msgParam holds (the-robot-sends-a-group-
+    message), so the render limit in characters decides first; an answer of 4-byte emoji
+    with five long buttons (whose room every part keeps) is held by the bytes instead."""
     cjk = "钉钉让进步发生。" * 2500  # 20000 characters, 60000 bytes
     latin = "dingtalk" * 2500  # 20000 characters, 20000 bytes
     cjk_messages = as_messages("答案", cjk)
-    assert len(as_messages("answer", latin)) == 2 and len(cjk_messages) == 5
-    assert "".join(m.text for m in cjk_messages) == cjk
-    for m in cjk_messages:
+    assert len(as_messages("answer", latin)) == 6 and len(cjk_messages) == 6
+    assert unmarked(cjk_messages) == cjk
+    assert all(len(m.text) > 3_300 for m in cjk_messages[:-1])  # the room is used
+    buttons = tuple((f"button {i}", "https://gw/a?t=" + "t" * 600) for i in range(5))
+    emoji = "😀" * 20_000  # 80000 bytes
+    messages = as_messages("answer", emoji, buttons)
+    assert unmarked(messages) == emoji and messages[-1].buttons == buttons
+    for m in messages:
         _key, param = m.openapi_param()
         assert len(param.encode()) <= MAX_PARAM_BYTES
         assert len(utf8_json(m.webhook_body())) <= MAX_PARAM_BYTES
-    assert all(len(m.text.encode()) > 14_000 for m in cjk_messages[:-1])  # the room is used
+        assert len(m.text) < MAX_CHARS - 300  # the bytes decided
+    probe = Message("answer", "", buttons)
+    assert all(probe.size() + len(m.text.encode()) > 14_000 for m in messages[:-1])
 
 
 def test_a_cut_never_tears_a_character_apart() -> None:
-    text = "e\u0301" * 700 + "👩\u200d💻" * 500 + "中\n" * 500
+    text = "e\u0301" * 700 + "👩\u200d💻" * 500 + "中\n" * 500 + '"\x01\\' * 300
     for budget in (101, 997, 4000):
         pieces = split(text, budget)
-        assert "".join(pieces).replace("\n", "") == text.replace("\n", "")
+        assert "".join(pieces) == text
         for piece in pieces:
-            assert len(utf8_json(piece)) - 2 <= budget  # "\n" counts as the 2 bytes it takes
+            assert len(utf8_json(piece)) - 2 <= budget - MARK_ROOM  # "\n" counts 2 bytes
+            assert json_size(piece) == len(utf8_json(piece)) - 2
             assert not unicodedata.combining(piece[0]) and piece[0] != "\u200d"
             assert piece[-1] != "\u200d"
     assert fit("中" * 500) == "中" * 332 + "…" and len(fit("中" * 500).encode()) <= 1000
