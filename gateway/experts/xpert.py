@@ -38,9 +38,10 @@ from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_input import changed_state, files_of, with_history
-from gateway.experts.xpert_principals import Principal, choose, refused
+from gateway.experts.xpert_principals import Principal, refused, resolve
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_stream import XpertStream
+from sessions import PrincipalStore
 
 log = structlog.get_logger("gateway.experts.xpert")
 END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for
@@ -65,15 +66,18 @@ class XpertExpert(Expert):
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
 
-    def __init__(self, *, settings: XpertExpertSettings) -> None:
+    def __init__(
+        self, *, settings: XpertExpertSettings, principals: PrincipalStore | None = None
+    ) -> None:
         self.settings = settings
+        self.principals = principals  # the admin API's runtime entries
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
 
     @classmethod
     def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
         assert isinstance(settings, XpertExpertSettings)
-        return cls(settings=settings)
+        return cls(settings=settings, principals=context.principals)
 
     @property
     def assistant_id(self) -> str:
@@ -106,7 +110,7 @@ class XpertExpert(Expert):
         return str(data["thread_id"])
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
-        principal = choose(self.settings, turn)
+        principal = await resolve(self.settings, self.principals, turn)
         try:
             thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
@@ -121,7 +125,7 @@ class XpertExpert(Expert):
             "message": {"clientMessageId": turn.turn_id, "input": message},
             "state": state,
         }
-        async for event in self._turn(turn, thread_id, body_input, holds=holds):
+        async for event in self._turn(turn, principal, thread_id, body_input, holds=holds):
             yield event
 
     async def resume(
@@ -145,8 +149,10 @@ class XpertExpert(Expert):
         # (down to its "complete") the server would replay first without Last-Event-ID
         # (redis-sse.service.ts normalizeStartId).
         last_id = interrupt.get("lastEventId")
+        principal = await resolve(self.settings, self.principals, turn)
         async for event in self._turn(
             turn,
+            principal,
             thread_id,
             body_input,
             str(last_id) if last_id else None,
@@ -157,6 +163,7 @@ class XpertExpert(Expert):
     async def _turn(
         self,
         turn: TurnInput,
+        principal: Principal,
         thread_id: str,
         body_input: dict[str, Any],
         last_id: str | None = None,
@@ -170,7 +177,6 @@ class XpertExpert(Expert):
         what the thread holds of the variables once the run took its ``state``, recorded when
         the run has started (a run refused at its start took nothing)."""
         yield Started(run_id=turn.turn_id, thread_id=thread_id)
-        principal = choose(self.settings, turn)
         context = {
             "integrationId": turn.integration_id,
             "chatId": turn.chat_id,

@@ -5,15 +5,18 @@ the entry."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.testing import capture_logs
 
 from gateway.experts.base import TurnInput
-from gateway.experts.xpert_principals import choose
+from gateway.experts.xpert_principals import choose, resolve, runtime_entries
 from gateway.experts.xpert_settings import PrincipalEntry, XpertExpertSettings
+from sessions import PrincipalStore
 from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_input import Principal
 from tests.support.helpers import serve
@@ -114,3 +117,37 @@ def test_an_entry_matches_only_when_every_field_it_gives_does() -> None:
 def test_an_entry_that_matches_every_sender_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one of integrationId, senderId, email"):
         PrincipalEntry.model_validate({"userId": "u-1"})
+
+
+def test_runtime_entries_are_the_experts_oldest_first_and_an_unreadable_one_is_left_out() -> None:
+    raw = {
+        "b": json.dumps({"expertId": "sales", "senderId": "ou_1", "userId": "u-2", "createdAt": 2}),
+        "a": json.dumps({"expertId": "sales", "senderId": "ou_1", "userId": "u-1", "createdAt": 1}),
+        "other": json.dumps({"expertId": "hr", "senderId": "ou_1", "userId": "u-3"}),
+        "broken": "{not json",
+        "no-user": json.dumps({"expertId": "sales", "senderId": "ou_1"}),
+    }
+    with capture_logs() as logs:
+        entries = runtime_entries(raw, "sales")
+    assert [(i, e.user_id) for i, e in entries] == [("a", "u-1"), ("b", "u-2")]
+    assert sorted(e["entry_id"] for e in logs) == ["broken", "no-user"]
+    chosen = choose(_settings(), _turn(), entries)
+    assert (chosen.user_id, chosen.entry) == ("u-1", "runtime principal a (senderId=ou_1)")
+
+
+class _DownStore:
+    async def entries(self) -> dict[str, str]:
+        raise RedisConnectionError("down")
+
+
+async def test_with_redis_down_the_configs_entries_still_apply() -> None:
+    settings = _settings({"principalUserId": "u-42"})
+    with capture_logs() as logs:
+        chosen = await resolve(settings, cast(PrincipalStore, _DownStore()), _turn())
+    assert chosen.user_id == "u-42"
+    assert logs[0]["event"] == "runtime principals unreadable; config only"
+
+
+def _settings(extra: dict[str, Any] | None = None) -> XpertExpertSettings:
+    base = {"id": "sales", "kind": "xpert", "baseUrl": "https://x.example/api/ai", "apiKey": "k"}
+    return XpertExpertSettings.model_validate({**base, **(extra or {})})
