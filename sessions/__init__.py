@@ -12,6 +12,7 @@ from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.layout import LayoutMismatch
 from sessions.platform_budget import MonthUsage, PlatformBudgets, Take, Window
+from sessions.principals import PrincipalStore
 from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
 from sessions.records_admin import SessionRecords
@@ -40,6 +41,7 @@ __all__ = [
     "LayoutMismatch",
     "MonthUsage",
     "PlatformBudgets",
+    "PrincipalStore",
     "PubSubHub",
     "RecordStore",
     "RedisClient",

@@ -194,6 +194,10 @@ class KeyBuilder:
         """The runtime schedules (id -> JSON): no TTL, they live until deleted."""
         return self._k("schedules")
 
+    def principals(self) -> str:
+        """Runtime sender -> XpertAI user entries (id -> JSON), shared by every replica: no TTL."""
+        return self._k("principals")
+
     def schedule_fires(self) -> str:
         """The last fire per schedule (id -> epoch ms): no TTL, it is what survives a restart;
         a deleted schedule's field goes with it."""

@@ -23,6 +23,8 @@ class MessageRequest(_Request):
     chatType: Literal["group", "p2p"]
     senderId: str = Field(pattern=ID)
     senderName: str | None = Field(None, max_length=128)
+    # The sender's email as a platform's directory would tell it (sys.user_email, principals).
+    senderEmail: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+$", max_length=254)
     text: str = Field(min_length=1, max_length=20_000)
     mentionBot: bool = False
     eventId: str | None = Field(None, pattern=ID)
@@ -45,7 +47,7 @@ def message_envelope(
         platform=PLATFORM,
         event_id=event_id,
         chat=Chat(id=body.chatId, type=body.chatType),
-        sender=Sender(id=body.senderId, name=name),
+        sender=Sender(id=body.senderId, name=name, email=body.senderEmail),
         text=body.text,
         mentions=(Mention(id="bot", name=bot_name, is_bot=True),) if body.mentionBot else (),
         bot_mentioned=body.mentionBot or body.chatType == "p2p",

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from gateway.config.bases import ExpertBase
 from gateway.events import Decision, RunEvent
-from sessions import HistoryStore
+from sessions import HistoryStore, PrincipalStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,7 @@ class ExpertContext:
     """What the core lends an expert when it is built."""
 
     history: HistoryStore | None = None  # for backends that keep no conversation themselves
+    principals: PrincipalStore | None = None  # runtime sender -> backend user entries (xpert)
 
 
 class Expert(abc.ABC):

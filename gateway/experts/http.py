@@ -20,10 +20,18 @@ STATUS_TEXT = {
 class ExpertHttpError(GatewayError):
     """A failed call, with a message fit for the user's card."""
 
-    def __init__(self, message: str, *, retryable: bool = False, retry_after: float = 0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float = 0,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.status = status  # the HTTP status, when the backend answered with one
 
 
 async def error_for(response: aiohttp.ClientResponse, backend: str) -> ExpertHttpError:
@@ -38,4 +46,5 @@ async def error_for(response: aiohttp.ClientResponse, backend: str) -> ExpertHtt
         f"{backend} could not answer: {detail} (HTTP {status}).",
         retryable=status == 429 or status >= 500,
         retry_after=retry_after,
+        status=status,
     )

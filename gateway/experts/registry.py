@@ -17,7 +17,7 @@ from gateway.config.bases import ExpertBase
 from gateway.errors import GatewayError
 from gateway.experts.base import Expert, ExpertContext
 from gateway.policy.bundles import option_problems
-from sessions import HistoryStore
+from sessions import HistoryStore, PrincipalStore
 
 ENTRY_POINT_GROUP = "xpert_gateway.experts"
 
@@ -66,10 +66,12 @@ def build_expert(
     *,
     history: HistoryStore | None = None,
     kinds: Mapping[str, type[Expert]] | None = None,
+    principals: PrincipalStore | None = None,
 ) -> Expert:
     """The expert for ``settings``, built by its kind (``kinds``: a settings model's
     ``expert_kinds``; the installed ones when not given)."""
     kind = (discover_experts() if kinds is None else kinds).get(settings.kind)
     if kind is None:
         raise ValueError(f"expert kind {settings.kind!r} is not installed")
-    return kind.create(settings=settings, context=ExpertContext(history=history))
+    context = ExpertContext(history=history, principals=principals)
+    return kind.create(settings=settings, context=context)

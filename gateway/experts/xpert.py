@@ -8,7 +8,8 @@ the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); S
 carries ``target`` (without it the server refuses the run); a steer is ``follow_up``/``steer``
 aimed at the
 running execution; conversation variables live in the thread and are read back from
-``GET /threads/{t}/state`` after each run (there is no state event).
+``GET /threads/{t}/state`` after each run (there is no state event). Every request of a turn
+carries the turn's ``x-principal-user-id`` (``xpert_principals``), not one for the session.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_input import changed_state, files_of, with_history
+from gateway.experts.xpert_principals import Principal, refused, resolve
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_stream import XpertStream
+from sessions import PrincipalStore
 
 log = structlog.get_logger("gateway.experts.xpert")
 END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for
@@ -48,6 +51,7 @@ END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is
 class _Run:
     thread_id: str
     stream: XpertStream
+    principal: Principal
     last_id: str | None = None  # the last stream id read: a rejoin or a resume reads after it
     resumes: str | None = None  # the execution a resume continues (its stream holds old frames)
     steers: list[tuple[str, str]] = field(default_factory=list)  # (clientMessageId, text)
@@ -62,15 +66,18 @@ class XpertExpert(Expert):
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
 
-    def __init__(self, *, settings: XpertExpertSettings) -> None:
+    def __init__(
+        self, *, settings: XpertExpertSettings, principals: PrincipalStore | None = None
+    ) -> None:
         self.settings = settings
+        self.principals = principals  # the admin API's runtime entries
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
 
     @classmethod
     def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
         assert isinstance(settings, XpertExpertSettings)
-        return cls(settings=settings)
+        return cls(settings=settings, principals=context.principals)
 
     @property
     def assistant_id(self) -> str:
@@ -82,8 +89,6 @@ class XpertExpert(Expert):
             headers = {"x-api-key": s.api_key.get_secret_value()}
             if s.organization_id:
                 headers["organization-id"] = s.organization_id
-            if s.principal_user_id:
-                headers["x-principal-user-id"] = s.principal_user_id
             self._http = aiohttp.ClientSession(
                 headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
             )
@@ -92,22 +97,24 @@ class XpertExpert(Expert):
     def _url(self, path: str) -> str:
         return f"{self.settings.base_url}{path}"
 
-    async def _thread(self, turn: TurnInput) -> str:
+    async def _thread(self, turn: TurnInput, principal: Principal) -> str:
         if turn.expert_thread_id:
             return turn.expert_thread_id
         # assistant_id binds the thread (conversation) to the xpert (thread-create.handler.ts).
         body = {"assistant_id": self.assistant_id}  # the server titles it from the first input
-        async with self._session().post(self._url("/threads"), json=body) as resp:
+        url, headers = self._url("/threads"), principal.headers
+        async with self._session().post(url, json=body, headers=headers) as resp:
             if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
             data = await resp.json()
         return str(data["thread_id"])
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
+        principal = await resolve(self.settings, self.principals, turn)
         try:
-            thread_id = await self._thread(turn)
+            thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-            yield Finished("error", _user_error(exc))
+            yield Finished("error", _user_error(refused(exc, principal, turn)))
             return
         message: dict[str, Any] = {"input": with_history(turn)}
         if files := files_of(turn):
@@ -118,7 +125,7 @@ class XpertExpert(Expert):
             "message": {"clientMessageId": turn.turn_id, "input": message},
             "state": state,
         }
-        async for event in self._turn(turn, thread_id, body_input, holds=holds):
+        async for event in self._turn(turn, principal, thread_id, body_input, holds=holds):
             yield event
 
     async def resume(
@@ -142,8 +149,10 @@ class XpertExpert(Expert):
         # (down to its "complete") the server would replay first without Last-Event-ID
         # (redis-sse.service.ts normalizeStartId).
         last_id = interrupt.get("lastEventId")
+        principal = await resolve(self.settings, self.principals, turn)
         async for event in self._turn(
             turn,
+            principal,
             thread_id,
             body_input,
             str(last_id) if last_id else None,
@@ -154,6 +163,7 @@ class XpertExpert(Expert):
     async def _turn(
         self,
         turn: TurnInput,
+        principal: Principal,
         thread_id: str,
         body_input: dict[str, Any],
         last_id: str | None = None,
@@ -182,7 +192,7 @@ class XpertExpert(Expert):
                 language=turn.variables.get("sys.language", ""),
                 prefix=prefix,
             )
-            run = _Run(thread_id, stream, last_id, resumes)
+            run = _Run(thread_id, stream, principal, last_id, resumes)
             self._runs[turn.turn_id] = run
             try:
                 async for event in self._follow(run, body):
@@ -198,7 +208,7 @@ class XpertExpert(Expert):
                     holds = None
             except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("xpert run failed", error=str(exc), thread_id=thread_id)
-                stream.finished = Finished("error", _user_error(exc))
+                stream.finished = Finished("error", _user_error(refused(exc, principal, turn)))
             except asyncio.CancelledError:
                 raise  # Stop: cancel() still needs the run's ids
             except BaseException:
@@ -224,7 +234,7 @@ class XpertExpert(Expert):
             yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
         if stream.execution_id is not None:
             # The agent's writes (and XpertAI's reducers) live in the thread: read them back.
-            values = await self._read_state(thread_id, turn)
+            values = await self._read_state(thread_id, turn, principal)
             if values:
                 yield VariablesEvent(values=values, mode="backend")
         yield final
@@ -273,6 +283,7 @@ class XpertExpert(Expert):
         """One connection: the run's start (POST), or a rejoin (GET) once its id is known."""
         s, stream = self.settings, run.stream
         headers = {"Last-Event-ID": run.last_id} if run.last_id else {}
+        headers.update(run.principal.headers)
         if stream.execution_id is not None:
             url = self._url(f"/threads/{run.thread_id}/runs/{stream.execution_id}/stream")
             request = self._session().get(url, headers=headers)
@@ -308,13 +319,16 @@ class XpertExpert(Expert):
                     if not isinstance(event, Finished):
                         yield event
 
-    async def _read_state(self, thread_id: str, turn: TurnInput) -> dict[str, Any]:
+    async def _read_state(
+        self, thread_id: str, turn: TurnInput, principal: Principal
+    ) -> dict[str, Any]:
         """The declared variables as the thread holds them now (``GET /threads/{t}/state``
         → ``values``); a failed read costs only the write-back."""
         if not turn.declared_variables:
             return {}
         try:
-            async with self._session().get(self._url(f"/threads/{thread_id}/state")) as resp:
+            url = self._url(f"/threads/{thread_id}/state")
+            async with self._session().get(url, headers=principal.headers) as resp:
                 if not 200 <= resp.status < 300:
                     raise await error_for(resp, "XpertAI")
                 data = await resp.json()
@@ -344,7 +358,7 @@ class XpertExpert(Expert):
             },
         }
         async with self._session().post(
-            self._url(f"/threads/{run.thread_id}/runs"), json=body
+            self._url(f"/threads/{run.thread_id}/runs"), json=body, headers=run.principal.headers
         ) as resp:
             if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
@@ -357,7 +371,7 @@ class XpertExpert(Expert):
         execution = run.stream.execution_id
         url = self._url(f"/threads/{run.thread_id}/runs/{execution}/cancel")
         try:
-            async with self._session().post(url) as resp:
+            async with self._session().post(url, headers=run.principal.headers) as resp:
                 if resp.status >= 400:
                     log.warning("xpert cancel refused", status=resp.status, run_id=execution)
         except aiohttp.ClientError as exc:

@@ -4,10 +4,29 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from gateway.config.bases import ExpertBase, VariableDecl
-from gateway.config.model import http_url
+from gateway.config.model import GatewayModel, http_url
+
+
+class PrincipalEntry(GatewayModel):
+    """A sender mapped to an XpertAI user: the entry matches a turn when every field it gives
+    equals the turn's (``email`` without regard to case); ``userId`` is then sent as
+    ``x-principal-user-id``."""
+
+    integration_id: str | None = Field(None, min_length=1, max_length=128)
+    sender_id: str | None = Field(None, min_length=1, max_length=256)
+    email: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+$", max_length=254)
+    user_id: str = Field(
+        min_length=1, max_length=128, description="An XpertAI user id in the API key's tenant"
+    )
+
+    @model_validator(mode="after")
+    def _matches_something(self) -> PrincipalEntry:
+        if self.integration_id is None and self.sender_id is None and self.email is None:
+            raise ValueError("give at least one of integrationId, senderId, email")
+        return self
 
 
 class XpertExpertSettings(ExpertBase):
@@ -19,7 +38,13 @@ class XpertExpertSettings(ExpertBase):
     assistant_id: str | None = Field(None, description="The xpertId; defaults to the expert id")
     organization_id: str | None = None
     principal_user_id: str | None = Field(
-        None, description="Sent as x-principal-user-id: act as this end user"
+        None,
+        description="Sent as x-principal-user-id for a sender no principals entry matches: "
+        "act as this XpertAI user",
+    )
+    principals: list[PrincipalEntry] = Field(
+        default_factory=list,
+        description="Senders mapped to XpertAI users (first match wins, else principalUserId)",
     )
     connect_retries: int = Field(3, ge=0, le=10, description="Retries before the first byte")
     idle_timeout_seconds: float = Field(

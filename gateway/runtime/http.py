@@ -16,6 +16,7 @@ from gateway.ops.admin import AdminApi
 from gateway.ops.audit_api import AuditApi
 from gateway.ops.health import Health, Replica
 from gateway.ops.metrics import Metrics
+from gateway.ops.principals_api import PrincipalsApi
 from gateway.ops.usage_api import UsageApi
 from gateway.policy.budgets import Budgets
 from gateway.runtime.http_guard import guard
@@ -24,7 +25,7 @@ from gateway.triggers.schedule_api import ScheduleApi
 from gateway.triggers.schedule_book import ScheduleBook
 from gateway.triggers.watch_admin import WatchAdmin
 from gateway.triggers.watch_intake import GroupWatch
-from sessions import SessionRecords, SessionStore
+from sessions import PrincipalStore, SessionRecords, SessionStore
 
 
 def web_app(
@@ -63,6 +64,8 @@ def web_app(
     WatchAdmin(settings=settings, watch=watch).setup(app, admin.guarded)
     ScheduleApi(book=book, on_change=schedules_changed).setup(app, admin.guarded)
     UsageApi(settings=settings, budgets=budgets).setup(app, admin.guarded)
+    principals = PrincipalStore(client=store.redis, keys=store.keys)
+    PrincipalsApi(settings=settings, store=principals).setup(app, admin.guarded)
     for factory in factories.values():
         factory.setup_routes(app, adapters)
     external.setup_routes(app, adapters)  # POST /api/events/{integrationId}/{source}

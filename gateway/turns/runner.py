@@ -39,7 +39,14 @@ from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTiming
 from gateway.turns.render import RenderObserver
 from gateway.turns.result import TurnResult
 from gateway.turns.snapshot import SessionSnapshot
-from sessions import Claim, EventCardStore, HistoryStore, SessionRecords, SessionStore
+from sessions import (
+    Claim,
+    EventCardStore,
+    HistoryStore,
+    PrincipalStore,
+    SessionRecords,
+    SessionStore,
+)
 
 log = structlog.get_logger("gateway.runner")
 
@@ -67,6 +74,7 @@ class Runner:
         self.observer = observer
         self.records = records
         self.history = history
+        self.principals = PrincipalStore(client=store.redis, keys=store.keys)  # runtime entries
         self._settings = settings  # read at each use: a reload replaces what it answers
         self.adapters = adapters
         self.replica_id = replica_id
@@ -216,7 +224,10 @@ class Runner:
         if expert is None:
             settings = self.settings
             expert = build_expert(
-                snapshot.expert(settings), history=self.history, kinds=settings.expert_kinds
+                snapshot.expert(settings),
+                history=self.history,
+                kinds=settings.expert_kinds,
+                principals=self.principals,
             )
             self._experts[snapshot.digest] = expert
         return expert

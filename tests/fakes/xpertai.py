@@ -9,7 +9,11 @@ Auth (SV = X:server/src): ``ApiKeyOrClientSecretAuthGuard`` on every route
 (SA/ai/thread.controller.ts l.86-92; SV/shared/guards/api-key-or-client-secret.guard.ts). A
 missing or wrong ``x-api-key``, or an ``x-principal-user-id`` that names no user
 (SV/api-key/api-key.strategy.ts l.37-56, SV/api-key/api-key.service.ts l.105-113), is a real 401
-``{message:'Unauthorized', statusCode:401}`` (the body of Nest's ``UnauthorizedException()``).
+``{message:'Unauthorized', statusCode:401}`` (the body of Nest's ``UnauthorizedException()``):
+``findOneByIdWithinTenant`` throws NotFound for an id not in the key's tenant (SV/user/
+user.service.ts l.439-452), the strategy turns it into an error, and the guard, ignoring it,
+falls back to ``CoreAuthGuard``, which refuses (api-key-or-client-secret.guard.ts l.56-68).
+Each request's ``x-principal-user-id`` (None without one) is kept in ``principal_ids``.
 
 Routes (SA/ai/thread.controller.ts):
 - ``POST /threads`` → 201 ThreadDTO ``{thread_id, status, created_at, updated_at, metadata:{id:
@@ -176,6 +180,7 @@ class FakeXpertAI:
     steers: list[dict[str, Any]] = field(default_factory=list)  # follow-up inputs, with thread
     state_reads: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    principal_ids: list[tuple[str, str | None]] = field(default_factory=list)  # path, header
     connections: list[tuple[str, str | None]] = field(default_factory=list)  # run, Last-Event-ID
     _release: asyncio.Event | None = None
     # The stream handlers under way: ended at shutdown, as Nest's server closes its streams
@@ -215,6 +220,7 @@ class FakeXpertAI:
     def _user(self, request: web.Request) -> Principal | None:
         """The acting user, or None when the request is refused (401)."""
         self.headers.append(dict(request.headers))
+        self.principal_ids.append((request.path, request.headers.get("x-principal-user-id")))
         if request.headers.get("x-api-key") != API_KEY:
             return None
         named = request.headers.get("x-principal-user-id")

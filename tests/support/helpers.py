@@ -63,6 +63,7 @@ class ConsoleClient:
         sender: str = "alice",
         mention: bool = False,
         event_id: str | None = None,
+        email: str | None = None,
     ) -> str:
         body: dict[str, Any] = {
             "integrationId": self.integration_id,
@@ -74,6 +75,8 @@ class ConsoleClient:
         }
         if event_id:
             body["eventId"] = event_id
+        if email:
+            body["senderEmail"] = email
         status, data = await self.post("/console/api/messages", body)
         assert status == 202, (status, data)
         return str(data["eventId"])

@@ -1,0 +1,135 @@
+"""Which XpertAI user a turn acts as (``x-principal-user-id``), and what a refusal of it says.
+
+XpertAI takes the header as a user id in the API key's tenant and answers 401 when it names
+none (xpert-ai/xpert @5135ce25, ``packages/server/src/api-key/api-key-principal.ts:37-43``,
+``api-key.service.ts:46-113``: ``findOneByIdWithinTenant`` throws, the strategy turns that into
+``UnauthorizedException``). No API-key route finds a user by email or third-party id, so the
+gateway keeps the map: the expert's ``principals`` then the runtime entries the admin API added
+(``/v1.0/principals``, oldest first; first match wins), else ``principalUserId``, else no header
+(the assistant's technical user).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from gateway.experts.base import TurnInput
+from gateway.experts.http import ExpertHttpError
+from gateway.experts.xpert_settings import PrincipalEntry, XpertExpertSettings
+from sessions import STORE_DOWN, PrincipalStore
+
+log = structlog.get_logger("gateway.experts.xpert")
+HEADER = "x-principal-user-id"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The user a turn acts as; ``entry`` names where it came from, for logs and cards."""
+
+    user_id: str | None
+    entry: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {HEADER: self.user_id} if self.user_id else {}
+
+
+def matches(entry: PrincipalEntry, turn: TurnInput) -> bool:
+    if entry.integration_id is not None and entry.integration_id != turn.integration_id:
+        return False
+    if entry.sender_id is not None and entry.sender_id != turn.sender_id:
+        return False
+    if entry.email is not None:
+        email = turn.variables.get("sys.user_email")
+        if not email or email.casefold() != entry.email.casefold():
+            return False
+    return True
+
+
+def describe(entry: PrincipalEntry, where: str) -> str:
+    """``principals[1] (senderId=bob)``: the entry as a person would find it in the config."""
+    given = (
+        ("integrationId", entry.integration_id),
+        ("senderId", entry.sender_id),
+        ("email", entry.email),
+    )
+    keys = ", ".join(f"{name}={value}" for name, value in given if value is not None)
+    return f"{where} ({keys})"
+
+
+def choose(
+    settings: XpertExpertSettings,
+    turn: TurnInput,
+    runtime: Sequence[tuple[str, PrincipalEntry]] = (),
+) -> Principal:
+    """The first ``principals`` entry matching the turn, else the first runtime one (id,
+    entry), else ``principalUserId``."""
+    for index, entry in enumerate(settings.principals):
+        if matches(entry, turn):
+            return Principal(entry.user_id, describe(entry, f"principals[{index}]"))
+    for entry_id, entry in runtime:
+        if matches(entry, turn):
+            return Principal(entry.user_id, describe(entry, f"runtime principal {entry_id}"))
+    default = settings.principal_user_id
+    return Principal(default, "principalUserId" if default else "none")
+
+
+RUNTIME_FIELDS = ("integrationId", "senderId", "email", "userId")
+
+
+def runtime_entries(raw: dict[str, str], expert_id: str) -> list[tuple[str, PrincipalEntry]]:
+    """The stored runtime entries of one expert, oldest first (one that no longer parses is
+    left out)."""
+    found: list[tuple[int, str, PrincipalEntry]] = []
+    for entry_id, text in raw.items():
+        try:
+            data: Any = json.loads(text)
+            if data.get("expertId") != expert_id:
+                continue
+            fields = {k: data[k] for k in RUNTIME_FIELDS if k in data}
+            entry = PrincipalEntry.model_validate(fields)
+            found.append((int(data.get("createdAt", 0)), entry_id, entry))
+        except (ValueError, TypeError, AttributeError, ValidationError):
+            log.warning("runtime principal entry unreadable; left out", entry_id=entry_id)
+    return [(entry_id, entry) for _, entry_id, entry in sorted(found, key=lambda f: f[:2])]
+
+
+async def resolve(
+    settings: XpertExpertSettings, store: PrincipalStore | None, turn: TurnInput
+) -> Principal:
+    """:func:`choose` with the runtime entries as Redis holds them now (one read per turn; Redis
+    down: the config's entries only)."""
+    runtime: list[tuple[str, PrincipalEntry]] = []
+    if store is not None:
+        try:
+            runtime = runtime_entries(await store.entries(), settings.id)
+        except STORE_DOWN as exc:
+            log.warning("runtime principals unreadable; config only", error=type(exc).__name__)
+    return choose(settings, turn, runtime)
+
+
+def refused(exc: BaseException, principal: Principal, turn: TurnInput) -> BaseException:
+    """A 401 while acting as a principal: XpertAI knows no such user in the key's tenant (or
+    the key itself is wrong; the server answers both alike). Logged with the entry; the card
+    says which user was refused. Any other error is returned as it is."""
+    if not (isinstance(exc, ExpertHttpError) and exc.status == 401 and principal.user_id):
+        return exc
+    log.warning(
+        "xpert refused the principal user",
+        entry=principal.entry,
+        user_id=principal.user_id,
+        integration_id=turn.integration_id,
+        sender_id=turn.sender_id,
+    )
+    return ExpertHttpError(
+        f"{exc} XpertAI refuses both a wrong API key and a principal user id that is not a "
+        f"user of the key's tenant: this sender acts as user {principal.user_id} "
+        f"({principal.entry}); an administrator needs to check that mapping.",
+        status=401,
+    )
