@@ -12,6 +12,11 @@ from gateway.config.model import GatewayModel
 __all__ = ["ApiLimits", "PlatformLimits", "platform_defaults"]
 
 
+def _windows(*per: int | None) -> list[tuple[int, float]]:
+    """(limit, seconds) of the figures set per second, minute and hour."""
+    return [(n, s) for n, s in zip(per, (1.0, 60.0, 3600.0), strict=True) if n is not None]
+
+
 class ApiLimits(GatewayModel):
     """Calls one app may make to one API; each unset figure is not limited."""
 
@@ -21,12 +26,7 @@ class ApiLimits(GatewayModel):
 
     def windows(self) -> list[tuple[int, float]]:
         """The (limit, seconds) windows these figures set."""
-        pairs = (
-            (self.calls_per_second, 1.0),
-            (self.calls_per_minute, 60.0),
-            (self.calls_per_hour, 3600.0),
-        )
-        return [(limit, seconds) for limit, seconds in pairs if limit is not None]
+        return _windows(self.calls_per_second, self.calls_per_minute, self.calls_per_hour)
 
 
 class PlatformLimits(ApiLimits):
@@ -73,12 +73,9 @@ class PlatformLimits(ApiLimits):
         return self.model_copy(update=update)
 
     def chat_windows(self) -> list[tuple[int, float]]:
-        pairs = (
-            (self.chat_sends_per_second, 1.0),
-            (self.chat_sends_per_minute, 60.0),
-            (self.chat_sends_per_hour, 3600.0),
+        return _windows(
+            self.chat_sends_per_second, self.chat_sends_per_minute, self.chat_sends_per_hour
         )
-        return [(limit, seconds) for limit, seconds in pairs if limit is not None]
 
     def api_windows(self, endpoint: str) -> list[tuple[int, float]]:
         """The windows of ``endpoint``: its own figures when ``apis`` names it, else the app's;
