@@ -13,11 +13,26 @@ for aiohttp) takes both bases."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["GatewayError", "PlatformApiError", "Refused", "each_problem", "first_problem"]
+__all__ = [
+    "GatewayError",
+    "PlatformApiError",
+    "Refused",
+    "each_problem",
+    "first_problem",
+    "unwatched",
+]
+
+
+def unwatched(future: asyncio.Future[Any]) -> None:
+    """A done callback for a future nobody waits for any more (a read or a look-up left to
+    finish): its error is retrieved, so asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 class GatewayError(Exception):

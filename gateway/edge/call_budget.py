@@ -19,14 +19,13 @@ The store failing opens the budget (calls go out unpaced; one warning a minute).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
 
@@ -41,6 +40,7 @@ from gateway.edge.calls import (
     month_of,
     quota_mode,
 )
+from gateway.errors import unwatched
 from gateway.policy.platform_limits import PlatformLimits
 from sessions import STORE_FAILED, PlatformBudgets, Take, Window
 
@@ -66,12 +66,7 @@ MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
 STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
 UNPACED_S = 10.0  # after the store failed, calls go out unpaced this long before it is asked again
 UNANSWERED: tuple[type[Exception], ...] = (TimeoutError, *STORE_FAILED)
-
-
-def _retrieved(asked: asyncio.Future[Take]) -> None:
-    """A store call nobody waits for any more: its failure is not an unretrieved exception."""
-    if not asked.cancelled():
-        asked.exception()
+T = TypeVar("T")
 
 
 @dataclass(order=True)
@@ -299,9 +294,7 @@ class CallBudget:
         if wall >= self._month[2]:
             self._month = month_of(wall, self.limits.month_utc_offset_hours)
         label, _start, end = self._month
-        if self.clock() < self._open_until:
-            return None
-        asked = asyncio.ensure_future(
+        took = await self._ask(
             self.store.take(
                 self.app,
                 buckets,
@@ -311,10 +304,21 @@ class CallBudget:
                 month_left_s=max(end - wall, 1.0),
             )
         )
-        asked.add_done_callback(_retrieved)
+        if took is not None:
+            self._quota(took.month_used, wall)
+        return took
+
+    async def _ask(self, call: Coroutine[Any, Any, T]) -> T | None:
+        """Every call to the store: None when it failed or took over ``STORE_WAIT_S`` (then
+        the budget stays open ``UNPACED_S``, asking nothing, with one warning a minute)."""
+        if self.clock() < self._open_until:
+            call.close()
+            return None
+        asked = asyncio.ensure_future(call)
+        asked.add_done_callback(unwatched)
         try:
             # Shielded: a store slow to answer is waited for no longer, its call not cut.
-            took = await asyncio.wait_for(asyncio.shield(asked), STORE_WAIT_S)
+            return await asyncio.wait_for(asyncio.shield(asked), STORE_WAIT_S)
         except UNANSWERED as exc:
             self._open_until = self.clock() + UNPACED_S
             if self.clock() - self._warned_at > 60:
@@ -325,8 +329,6 @@ class CallBudget:
                     error=str(exc) or type(exc).__name__,
                 )
             return None
-        self._quota(took.month_used, wall)
-        return took
 
     # --- what the platform answered ------------------------------------------------------------
     async def throttled(
@@ -342,19 +344,17 @@ class CallBudget:
         sends; one that is not a chat send's (Lark's 230020 on one message's PATCH) pauses
         nothing shared: False, and the caller backs off by itself."""
         seconds = min(retry_after if retry_after and retry_after > 0 else 1.0, 300.0)
+        if self.events is not None:
+            self.events.budget_throttled(self.integration_id, endpoint, scope)
         bucket: str | None
         if scope == "chat":
             chat = asked()[1]
             if not chat_send or chat is None or not self.limits.chat_windows():
-                if self.events is not None:
-                    self.events.budget_throttled(self.integration_id, endpoint, scope)
                 return False
             bucket = f"chat:{chat}"
         else:
             bucket = f"api:{endpoint}" if scope == "api" else None
             self._blocked[endpoint] = max(self._blocked.get(endpoint, 0.0), self.clock() + seconds)
-        if self.events is not None:
-            self.events.budget_throttled(self.integration_id, endpoint, scope)
         log.info(
             "platform throttled: paused",
             integration_id=self.integration_id,
@@ -362,8 +362,7 @@ class CallBudget:
             scope=scope,
             seconds=round(seconds, 3),
         )
-        with contextlib.suppress(*STORE_FAILED):
-            await self.store.pause(self.app, bucket, seconds)
+        await self._ask(self.store.pause(self.app, bucket, seconds))
         return True
 
     async def refused(self) -> None:
@@ -371,8 +370,7 @@ class CallBudget:
         count only calls they served)."""
         if self.month_used is None:
             return
-        with contextlib.suppress(*STORE_FAILED):
-            await self.store.uncount(self.app, self._month[0])
+        await self._ask(self.store.uncount(self.app, self._month[0]))
         self.month_used = max(0, self.month_used - 1)
 
     def _quota(self, used: int, wall: float) -> None:

@@ -15,6 +15,7 @@ import structlog
 
 from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
+from gateway.errors import unwatched
 from gateway.experts.base import Expert, TurnInput
 from gateway.turns.binding import Session
 from gateway.turns.prefetch import ContextPrefetch
@@ -145,7 +146,7 @@ async def _sender_email(adapter: Adapter, envelope: Envelope) -> str | None:
     if type(adapter).sender_email is Adapter.sender_email:  # nothing to look up (the console)
         return envelope.sender.email
     lookup = asyncio.ensure_future(adapter.sender_email(envelope))
-    lookup.add_done_callback(_looked_up)
+    lookup.add_done_callback(unwatched)  # its failure is of no use once the turn went on
     try:
         return await asyncio.wait_for(asyncio.shield(lookup), EMAIL_WAIT_S)
     except TimeoutError:
@@ -154,12 +155,6 @@ async def _sender_email(adapter: Adapter, envelope: Envelope) -> str | None:
     except Exception as exc:
         log.warning("sender email lookup failed", error=str(exc))
         return envelope.sender.email
-
-
-def _looked_up(lookup: asyncio.Future[str | None]) -> None:
-    """A look-up left to finish: its failure was logged by the adapter or is of no use now."""
-    if not lookup.cancelled():
-        lookup.exception()
 
 
 async def _attachments(

@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.errors import unwatched
 from sessions import SessionRecords
 
 MAX_KNOWN = 100_000  # conversations remembered (all forgotten past it; the next turn reads)
@@ -19,11 +20,6 @@ class _Where:
     integration_id: str
     chat_id: str
     session_id: str
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # a read nobody uses must not log "never retrieved"
 
 
 Prefetched = tuple[_Where, "asyncio.Future[list[Any]]"]  # reads on their way, and for where
@@ -50,7 +46,7 @@ class ContextPrefetch:
         reads = self.records.context_reads(
             where.integration_id, where.chat_id, where.session_id, group_since_ms=None
         )
-        reads.add_done_callback(_retrieved)
+        reads.add_done_callback(unwatched)  # a read nobody uses must not log "never retrieved"
         return where, reads
 
     def hold(self, turn_id: str, started: Prefetched) -> None:
