@@ -147,10 +147,11 @@ class PlatformApi(abc.ABC):
         refreshed = False
         retry = 0
         budget = self.budget if metered else None
+        chat_send = endpoint in self.chat_endpoints
         while True:
             token = await self.token() if auth else None
             if budget is not None:
-                await budget.take(endpoint, chat_send=endpoint in self.chat_endpoints)
+                await budget.take(endpoint, chat_send=chat_send)
             began = time.perf_counter()
             try:
                 result = await send(token)
@@ -164,7 +165,7 @@ class PlatformApi(abc.ABC):
                             endpoint,
                             error.retry_after,
                             self.throttle_scope(error),
-                            chat_send=endpoint in self.chat_endpoints,
+                            chat_send=chat_send,
                         )
                 if auth and not refreshed and self.token_refused(error):
                     refreshed = True

@@ -68,9 +68,7 @@ class PlatformLimits(ApiLimits):
 
     def over(self, defaults: PlatformLimits) -> PlatformLimits:
         """These limits, with what they leave unset taken from ``defaults``."""
-        given = self.model_fields_set
-        update = {k: getattr(defaults, k) for k in type(self).model_fields if k not in given}
-        return self.model_copy(update=update)
+        return defaults.model_copy(update={k: getattr(self, k) for k in self.model_fields_set})
 
     def chat_windows(self) -> list[tuple[int, float]]:
         return _windows(
