@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from gateway.config.model import ID_PATTERN
 from gateway.config.settings import Settings
+from gateway.edge.body import body_text, json_value, read_body
 from gateway.errors import Refused
 from gateway.experts.xpert_principals import RUNTIME_FIELDS, runtime_entries
 from gateway.experts.xpert_settings import PrincipalEntry, XpertExpertSettings
@@ -67,7 +68,7 @@ class PrincipalsApi:
 
     async def create(self, request: web.Request) -> web.Response:
         try:
-            entry_id, data = self._entry(await request.text())
+            entry_id, data = self._entry(json_value(body_text(request, await read_body(request))))
         except Refused as exc:
             return _refused(exc)
         outcome = await self.store.add(entry_id, json.dumps(data), limit=MAX_RUNTIME)
@@ -78,12 +79,8 @@ class PrincipalsApi:
         log.info("principal added", id=entry_id, expert_id=data["expertId"])
         return ok({"id": entry_id, "source": "runtime", **data})
 
-    def _entry(self, text: str) -> tuple[str, dict[str, Any]]:
-        """The runtime entry a POST body describes: its id and what is stored."""
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = None
+    def _entry(self, body: Any) -> tuple[str, dict[str, Any]]:
+        """The runtime entry a POST body (parsed JSON) describes: its id and what is stored."""
         if not isinstance(body, dict):
             raise Refused(400, "the body must be a JSON object")
         expert_id = body.pop("expertId", None)
