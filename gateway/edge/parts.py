@@ -3,9 +3,11 @@ the platform measures them, characters that still render, Markdown tables per me
 answer past it is cut into parts that each fit, at a paragraph end where one is near, else at a
 line end, else between characters (never inside one, nor before a combining mark). A Markdown
 code fence open at a cut is closed at the end of its part and opened again, with its language,
-at the start of the next. ``numbered`` marks the parts ``(1/n)`` … ``(n/n)``.
+at the start of the next; a Markdown table cut between its rows starts again in the next part
+with its header row and delimiter row, so each part's table renders as one. ``numbered`` marks
+the parts ``(1/n)`` … ``(n/n)``.
 
-Without a fence open at a cut, the parts joined are the answer exactly."""
+Without a fence or a table open at a cut, the parts joined are the answer exactly."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ class _Line:
     fence: str  # the opening line of the fence open before this line, "" outside one
     rule: bool  # a table's delimiter row: the table counts here
     blank: bool  # a blank line outside a fence: a paragraph ends after it
+    header: str = ""  # a table body row's header and delimiter rows, "" outside a table body
 
 
 def _closing(opening: str) -> str:
@@ -89,7 +92,9 @@ def _pieces(line: str, room: int, measure: Callable[[str], int]) -> list[str]:
 def _lines(text: str, room: Room) -> list[_Line]:
     out: list[_Line] = []
     fence = ""
+    header = ""  # the open table's header and delimiter rows
     longest = max(1, room.size // 8)  # a long line is cut in pieces a part packs well
+    previous = ""
     for raw in text.splitlines(keepends=True):
         before = fence
         match = _FENCE.match(raw)
@@ -101,14 +106,29 @@ def _lines(text: str, room: Room) -> list[_Line]:
                 fence = ""
         rule = not before and bool(_TABLE_RULE.match(raw))
         blank = not before and not fence and not raw.strip()
+        row_of = header if header and not before and not fence and "|" in raw else ""
+        header = row_of
+        if rule and "|" in previous:
+            header = _header(previous, raw, room)
+        previous = raw
         pieces = [raw]
         if room.measure(raw) > longest or (room.chars and len(raw) > room.chars // 8):
             limit = min(longest, room.chars // 8) if room.chars else longest
             pieces = _pieces(raw, limit, room.measure)
         for j, piece in enumerate(pieces):
             last = j == len(pieces) - 1
-            out.append(_Line(piece, before, rule and j == 0, blank and last))
+            out.append(_Line(piece, before, rule and j == 0, blank and last, row_of * (j == 0)))
     return out
+
+
+def _header(row: str, rule: str, room: Room) -> str:
+    """A table's header and delimiter rows, repeated where a part starts in its body; "" when
+    they would take more than a quarter of a part (a part must still hold rows)."""
+    header = row + ("" if row.endswith("\n") else "\n") + rule
+    header += "" if header.endswith("\n") else "\n"
+    if room.measure(header) > room.size // 4 or (room.chars and len(header) > room.chars // 4):
+        return ""
+    return header
 
 
 def split_answer(text: str, room: Room, rest: Room | None = None) -> list[str]:
@@ -130,6 +150,8 @@ def _part(lines: list[_Line], start: int, end: int) -> str:
     opening = lines[start].fence
     if opening:
         body = opening + "\n" + body
+    elif lines[start].header:
+        body = lines[start].header + body
     closing = lines[end].fence if end < len(lines) else ""
     if closing:
         body += ("" if body.endswith("\n") else "\n") + _closing(closing)
@@ -142,9 +164,10 @@ def _cut(lines: list[_Line], start: int, room: Room) -> int:
     measure = room.measure
     budget = room.size - MARK_ROOM
     opening = lines[start].fence
-    size = measure(opening + "\n") if opening else 0
-    chars = len(opening) + 1 if opening else 0
-    tables = 0
+    header = "" if opening else lines[start].header
+    size = measure(opening + "\n") if opening else measure(header)
+    chars = len(opening) + 1 if opening else len(header)
+    tables = 1 if header else 0
     paragraph = -1  # index after the last paragraph end
     end = start
     while end < len(lines):

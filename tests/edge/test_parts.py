@@ -55,3 +55,28 @@ def test_characters_tables_and_another_measure() -> None:
     table = "| a | b |\n| :-- | --: |\n| 1 | 2 |\n\n"
     parts = split_answer(table * 9, Room(10_000, tables=4))
     assert [p.count("| :-- |") for p in parts] == [4, 4, 1]
+
+
+def test_a_table_cut_between_rows_starts_again_with_its_header() -> None:
+    head = "| name | value |\n| :-- | --: |\n"
+    rows = "".join(f"| row {i} | {'x' * (i % 40)} |\n" for i in range(400))
+    text = f"Before.\n\n{head}{rows}\nAfter."
+    parts = split_answer(text, Room(3_000))
+    assert len(parts) > 3
+    assert all(utf8_size(p) <= 3_000 - MARK_ROOM for p in parts)
+    for part in parts[1:]:
+        if part.startswith("| row"):
+            raise AssertionError("a part starts in a table without its header")
+    body = [p for p in parts if "| row" in p]
+    assert all(p.startswith(head) or p.startswith("Before.") for p in body)
+    # the rows, in order, each once
+    seen = [line for p in parts for line in p.splitlines() if line.startswith("| row")]
+    assert seen == rows.splitlines()
+
+
+def test_pipes_in_a_fence_are_no_table() -> None:
+    code = "".join(f"a | b | {i}\n" for i in range(800))
+    text = f"| h | i |\n| - | - |\n| 1 | 2 |\n\n```\n{code}```\n"
+    parts = split_answer(text, Room(2_000))
+    assert all(not p.startswith("| h") for p in parts[1:])
+    assert all(p.startswith("```") for p in parts[1:])
