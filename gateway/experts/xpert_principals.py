@@ -103,12 +103,14 @@ def runtime_entries(raw: dict[str, str], expert_id: str) -> list[tuple[str, Prin
 async def resolve(
     settings: XpertExpertSettings, store: PrincipalStore | None, turn: TurnInput
 ) -> Principal:
-    """:func:`choose` with the runtime entries as Redis holds them now (one read per turn; Redis
-    down: the config's entries only)."""
+    """:func:`choose` with the runtime entries as Redis holds them now (a turn reads their version,
+    and reads and parses them again only after a change; Redis down: the config's entries
+    only)."""
     runtime: list[tuple[str, PrincipalEntry]] = []
     if store is not None:
         try:
-            runtime = runtime_entries(await store.entries(), settings.id)
+            expert_id = settings.id
+            runtime = await store.entries_as(expert_id, lambda raw: runtime_entries(raw, expert_id))
         except STORE_DOWN as exc:
             log.warning("runtime principals unreadable; config only", error=type(exc).__name__)
     return choose(settings, turn, runtime)

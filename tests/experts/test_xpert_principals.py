@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import pytest
+import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from structlog.testing import capture_logs
 
@@ -17,6 +18,7 @@ from gateway.experts.base import TurnInput
 from gateway.experts.xpert_principals import choose, resolve, runtime_entries
 from gateway.experts.xpert_settings import PrincipalEntry, XpertExpertSettings
 from sessions import PrincipalStore
+from sessions.keys import KeyBuilder
 from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_input import Principal
 from tests.support.helpers import serve
@@ -136,8 +138,34 @@ def test_runtime_entries_are_the_experts_oldest_first_and_an_unreadable_one_is_l
 
 
 class _DownStore:
-    async def entries(self) -> dict[str, str]:
+    async def entries_as(self, name: str, convert: Callable[[dict[str, str]], Any]) -> Any:
         raise RedisConnectionError("down")
+
+
+async def test_runtime_entries_are_read_and_parsed_again_only_after_a_change(
+    prefix: str, redis_client: aioredis.Redis
+) -> None:
+    store = PrincipalStore(client=redis_client, keys=KeyBuilder(prefix=prefix))
+    other = PrincipalStore(client=redis_client, keys=KeyBuilder(prefix=prefix))  # a replica
+    parsed: list[dict[str, str]] = []
+
+    def convert(raw: dict[str, str]) -> list[str]:
+        parsed.append(raw)
+        return sorted(raw)
+
+    entry = json.dumps({"expertId": "sales", "senderId": "ou_1", "userId": "u-1"})
+    assert await store.entries_as("sales", convert) == []
+    assert await other.add("a", entry, limit=2) == 1
+    assert await store.entries_as("sales", convert) == ["a"]
+    assert await store.entries_as("sales", convert) == ["a"]
+    assert len(parsed) == 2, "an unchanged map is not parsed again"
+    assert await other.add("b", entry, limit=2) == 1
+    assert await other.add("c", entry, limit=2) == -1, "the version field is no entry"
+    assert await store.entries_as("sales", convert) == ["a", "b"]
+    assert await other.remove("a") and not await other.remove("a")
+    assert await store.entries_as("sales", convert) == ["b"]
+    assert await store.entries() == {"b": entry}
+    assert len(parsed) == 4
 
 
 async def test_with_redis_down_the_configs_entries_still_apply() -> None:
