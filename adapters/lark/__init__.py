@@ -32,8 +32,8 @@ class LarkAdapter(LarkBot):
         if not message_id:
             return None
         kind = "image" if attachment.kind == "image" else "file"
-        got = await self.api.resource(message_id, attachment.key, kind, max_bytes=max_bytes)
-        return FetchedFile(data=got[0], mime=got[1], name=attachment.name) if got else None
+        data, mime = await self.api.resource(message_id, attachment.key, kind, max_bytes=max_bytes)
+        return FetchedFile(data=data, mime=mime, name=attachment.name)
 
     async def sender_email(self, envelope: Envelope) -> str | None:
         """The sender's email from the contact API (``contact:user.email:readonly``), cached in

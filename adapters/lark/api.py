@@ -155,12 +155,12 @@ class LarkApi(PlatformApi):
     # --- the calls ---------------------------------------------------------------------------
     async def resource(
         self, message_id: str, key: str, kind: str, *, max_bytes: int
-    ) -> tuple[bytes, str] | None:
+    ) -> tuple[bytes, str]:
         """A message's image or file (``GET /open-apis/im/v1/messages/:id/resources/:key``);
-        None when it is larger than ``max_bytes``."""
+        ``DownloadTooLarge`` when it is larger than ``max_bytes``."""
         url = f"{self.base_url}/open-apis/im/v1/messages/{message_id}/resources/{key}"
 
-        async def send(token: str | None) -> tuple[bytes, str] | None:
+        async def send(token: str | None) -> tuple[bytes, str]:
             async with self.http.get(
                 url, params={"type": kind}, headers={"Authorization": f"Bearer {token}"}
             ) as resp:
@@ -278,7 +278,7 @@ class LarkApi(PlatformApi):
         )
 
 
-async def _resource_body(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, str] | None:
+async def _resource_body(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, str]:
     if resp.status != 200:
         try:  # errors come as JSON: code 234003 key not in message, 234043 type refused
             err = await resp.json(content_type=None)
@@ -291,5 +291,4 @@ async def _resource_body(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[
             msg or "resource download failed",
             resp.status,
         )
-    data = await read_body(resp, max_bytes)
-    return (data, body_type(resp)) if data is not None else None
+    return await read_body(resp, max_bytes), body_type(resp)

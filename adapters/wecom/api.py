@@ -24,6 +24,7 @@ from yarl import URL
 from adapters.wecom.crypto import CryptoError, decrypt_media
 from adapters.wecom.events import media_link
 from gateway.edge.downloads import (
+    DownloadTooLarge,
     FetchedFile,
     RedirectRefused,
     body_type,
@@ -138,8 +139,8 @@ class WeComApi(PlatformApi):
         return await self.exchange(ENDPOINTS.get(path, "other"), send)
 
     async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
-        """``GET /cgi-bin/media/get``: a received image or file (data, mime type); None when it
-        is larger than ``max_bytes``, or redirected off ``apiBase``'s origin (scheme, host and
+        """``GET /cgi-bin/media/get``: a received image or file (data, mime type);
+        ``DownloadTooLarge`` when it is larger than ``max_bytes``; None when redirected off ``apiBase``'s origin (scheme, host and
         port: the request carries the access token, and a redirect must not take the gateway
         to another address of the operator's network; followed by hand, at most
         three). An expired token is refreshed and the call retried once; other
@@ -154,8 +155,7 @@ class WeComApi(PlatformApi):
                     raise WeComApiError(-r.status, "server error", status=r.status)
                 mime = body_type(r)
                 if mime not in ("application/json", "text/plain"):
-                    data = await read_body(r, max_bytes)
-                    return (data, mime) if data is not None else None
+                    return await read_body(r, max_bytes), mime
                 error: dict[str, Any] = await r.json(content_type=None)
             raise WeComApiError(int(error.get("errcode", -1)), str(error.get("errmsg", "")))
 
@@ -263,5 +263,5 @@ class LinkDownloads:
             )
             return None
         if len(plain) > max_bytes:
-            return None
+            raise DownloadTooLarge(max_bytes)
         return FetchedFile(data=plain, mime=sniff_mime(plain), name=attachment.name)

@@ -85,8 +85,9 @@ class Adapter:
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:
-        """Download an attachment (image, file, …) for an expert that accepts files; None when
-        the platform cannot, or it is larger than ``max_bytes``."""
+        """Download an attachment (image, file, …) for an expert that accepts it; None when
+        the platform cannot; :class:`~gateway.edge.downloads.DownloadTooLarge` when it is
+        larger than ``max_bytes``."""
         return None
 
     async def sender_email(self, envelope: Envelope) -> str | None:

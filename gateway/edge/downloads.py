@@ -1,7 +1,8 @@
 """Downloads of what a platform (or a message) names by URL: a bounded body, and redirects
 followed by hand, each target checked by the caller's rule before it is requested, so no
 redirect takes the gateway (or a token it sends) to an origin that is not allowed
-(docs/security.md, "Attachments"); a download's body read within a size limit, and an
+(docs/security.md, "Attachments"); a download's body read within a size limit (past it,
+:class:`DownloadTooLarge`), and an
 attachment's content as the adapter hands it to the core (:class:`FetchedFile`)."""
 
 from __future__ import annotations
@@ -82,6 +83,15 @@ async def get_checked(
     raise RedirectRefused(None, "redirected too often")
 
 
+class DownloadTooLarge(GatewayError):
+    """A download longer than the caller's limit: nothing past the limit was read. Distinct
+    from a failed download, so the card can say which it was."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"larger than {limit} bytes")
+        self.limit = limit
+
+
 @dataclass(frozen=True, slots=True)
 class FetchedFile:
     """An attachment's content, fetched from the platform on demand."""
@@ -96,14 +106,15 @@ def body_type(resp: aiohttp.ClientResponse) -> str:
     return resp.headers.get("Content-Type", "application/octet-stream").split(";")[0]
 
 
-async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
-    """A download's whole body, or None once it is longer than ``max_bytes`` (the rest is not
-    read). ``StreamReader.read(n)`` would return only what has arrived so far."""
+async def read_body(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """A download's whole body; :class:`DownloadTooLarge` once it is longer than ``max_bytes``
+    (the rest is not read). ``StreamReader.read(n)`` would return only what has arrived so
+    far."""
     if (resp.content_length or 0) > max_bytes:
-        return None
+        raise DownloadTooLarge(max_bytes)
     data = bytearray()
     async for chunk in resp.content.iter_chunked(64 * 1024):
         data += chunk
         if len(data) > max_bytes:
-            return None
+            raise DownloadTooLarge(max_bytes)
     return bytes(data)

@@ -76,12 +76,20 @@ class Expert(abc.ABC):
     # Whether a running run takes follow-up messages (``steer``): busyPolicy steer needs it.
     supports_steer: ClassVar[bool] = False
     accepts_images = False  # the runner fetches image attachments through the adapter for it
+    # ... and other files (PDF, Word, text: kind "file") for it, as data URLs; ``refuses_file``
+    # may still turn one away by its type. Without it, the card says it reads no files.
+    accepts_files = False
     # What a route's access bundle may set on this kind (gateway/policy/bundles.py): "model" and/or
     # "tools", each a field of ``settings_model`` that the route's value replaces.
     bundle_options: ClassVar[frozenset[str]] = frozenset()
     # Whether only declared conversation variables reach the backend (route variables that are
     # not declared are then warned about by ``check``).
     declared_variables_only: ClassVar[bool] = False
+
+    def refuses_file(self, mime: str) -> str | None:
+        """Why this expert cannot take a fetched file of type ``mime`` (the card shows it and
+        the turn runs without the file), or None when it takes it."""
+        return None
 
     async def steer(self, turn: TurnInput, text: str) -> None:
         """Hand a follow-up message to the running run (busyPolicy steer)."""

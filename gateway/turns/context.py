@@ -1,11 +1,11 @@
 """The context a turn hands its expert, built once: the merged input, ``sys.*`` and the
 conversation variables, the chat's memory, recent group messages, attachments (fetched for
-experts that take pictures) and the sender's email."""
+experts that take pictures or read files: gateway/turns/attachments.py) and the sender's
+email."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ from gateway.edge.adapter import Adapter
 from gateway.envelope import Envelope
 from gateway.errors import unwatched
 from gateway.experts.base import Expert, TurnInput
+from gateway.turns.attachments import collect
 from gateway.turns.binding import Session
 from gateway.turns.prefetch import ContextPrefetch
 from gateway.turns.variables import system_variables
@@ -24,8 +25,6 @@ from sessions import SessionRecords
 
 log = structlog.get_logger("gateway.turns")
 EMAIL_WAIT_S = 2.0  # a sender's email is waited for this long at most
-
-MAX_ATTACHMENT_BYTES = 10 * 1024 * 1024
 
 
 def merge_input(items: list[Envelope]) -> str:
@@ -113,7 +112,13 @@ class ContextBuilder:
                 f"{i}. {item['text']}" for i, item in enumerate(context.memory, 1)
             )
         group = context.group[-request.history_limit :] if request.history_limit else []
-        attachments, notices = await _attachments(adapter, request, expert)
+        attachments, notices = await collect(
+            adapter,
+            expert,
+            request.items,
+            max_count=request.max_attachments,
+            max_bytes=request.max_attachment_bytes,
+        )
         return TurnInput(
             turn_id=request.turn_id,
             session_id=session.id,
@@ -155,54 +160,3 @@ async def _sender_email(adapter: Adapter, envelope: Envelope) -> str | None:
     except Exception as exc:
         log.warning("sender email lookup failed", error=str(exc))
         return envelope.sender.email
-
-
-async def _attachments(
-    adapter: Adapter, request: TurnRequest, expert: Expert
-) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
-    """The turn's attachments, and what the card says of those left out. Pictures are fetched
-    through the adapter (as data URLs) for experts that take them, up to 10 MiB each; at most
-    ``max_attachments`` go along, and pictures up to ``max_attachment_bytes`` in all (one that
-    does not fit what is left is left out; smaller ones after it still go)."""
-    out: list[dict[str, Any]] = []
-    every = [(e, a) for e in request.items for a in e.attachments]
-    over_count = max(0, len(every) - request.max_attachments)
-    over_bytes = 0
-    budget = request.max_attachment_bytes
-    for envelope, attachment in every[: request.max_attachments]:
-        entry = attachment.model_dump(by_alias=True, exclude_none=True)
-        if expert.accepts_images and attachment.kind == "image" and not attachment.url:
-            fetched = None
-            if budget > 0:
-                try:
-                    fetched = await adapter.fetch_attachment(
-                        envelope, attachment, max_bytes=MAX_ATTACHMENT_BYTES
-                    )
-                except Exception as exc:
-                    log.warning("attachment download failed", error=str(exc))
-            if budget <= 0 or (fetched is not None and len(fetched.data) > budget):
-                over_bytes += 1  # held one picture at most past the budget, and let go now
-                continue
-            if fetched is not None:
-                budget -= len(fetched.data)
-                encoded = base64.b64encode(fetched.data).decode()
-                entry["url"] = f"data:{fetched.mime};base64,{encoded}"
-                entry["size"] = len(fetched.data)
-        out.append(entry)
-    notices: list[str] = []
-    if over_count:
-        log.warning("attachments left out: too many in one turn", left_out=over_count)
-        notices.append(
-            f"{over_count} of {len(every)} attachments were left out: "
-            f"at most {request.max_attachments} go along with one message"
-        )
-    if over_bytes:
-        log.warning(
-            "pictures left out: the turn's attachment bytes are used up", left_out=over_bytes
-        )
-        mib = request.max_attachment_bytes / (1024 * 1024)
-        notices.append(
-            f"{over_bytes} picture(s) were left out: at most {mib:g} MiB of pictures go along "
-            "with one message"
-        )
-    return tuple(out), tuple(notices)
