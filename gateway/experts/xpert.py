@@ -37,6 +37,7 @@ from gateway.events import (
 from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
+from gateway.experts.xpert_files import upload_files
 from gateway.experts.xpert_input import changed_state, files_of, with_history
 from gateway.experts.xpert_principals import Principal, refused, resolve
 from gateway.experts.xpert_settings import XpertExpertSettings
@@ -62,6 +63,7 @@ class XpertExpert(Expert):
     settings_model = XpertExpertSettings
     supports_steer = True
     accepts_images = True  # the runner hands pictures over as data: URLs
+    accepts_files = True  # uploaded before the run (xpert_files), whatever their type
     # No bundle_options: a run takes no model and no tool list (docs/xpertai.md, "Access
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
@@ -116,8 +118,12 @@ class XpertExpert(Expert):
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             yield Finished("error", _user_error(refused(exc, principal, turn)))
             return
+        files = files_of(turn)  # pictures inline; other files uploaded first, as AgentFiles
+        http, s = self._session(), self.settings
+        async for event in upload_files(http, s, turn, principal.headers, thread_id, files):
+            yield event
         message: dict[str, Any] = {"input": with_history(turn)}
-        if files := files_of(turn):
+        if files:
             message["files"] = files
         state, holds = changed_state(turn, self.settings.memory_variable)
         body_input = {

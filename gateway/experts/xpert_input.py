@@ -1,5 +1,6 @@
 """What a turn sends XpertAI: the message (with recent group chatter before it), pictures as
-inline files, and the conversation variables the thread does not hold yet."""
+inline files (other files are uploaded first: xpert_files.py), and the conversation variables
+the thread does not hold yet."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def files_of(turn: TurnInput) -> list[dict[str, Any]]:
     files = []
     for attachment in turn.attachments:
         url = str(attachment.get("url") or "")
-        if not url.startswith("data:"):
+        if attachment.get("kind") != "image" or not url.startswith("data:"):
             continue
         entry = {"fileUrl": url, "mimeType": attachment.get("mime") or url[5:].split(";")[0]}
         if attachment.get("name"):

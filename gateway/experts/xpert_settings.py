@@ -50,6 +50,13 @@ class XpertExpertSettings(ExpertBase):
     idle_timeout_seconds: float = Field(
         120, gt=0, description="A stream silent this long ends the turn with an error"
     )
+    file_parse_wait_seconds: float = Field(
+        30,
+        ge=0,
+        le=600,
+        description="How long a turn waits for XpertAI to read the files it uploaded (a file "
+        "over 2 MB is parsed in the background) before the run goes on",
+    )
     show_reasoning: bool = False
     memory_variable: str | None = Field(
         None,

@@ -30,7 +30,11 @@ def _types() -> mimetypes.MimeTypes:
     """Python's own table (not the host's mime.types: the same answer everywhere), plus the
     text types it lacks."""
     table = mimetypes.MimeTypes(filenames=())
-    for ext, mime in ((".md", "text/markdown"), (".csv", "text/csv"), (".json", "application/json")):
+    for ext, mime in (
+        (".md", "text/markdown"),
+        (".csv", "text/csv"),
+        (".json", "application/json"),
+    ):
         table.add_type(mime, ext)
     return table
 
@@ -121,6 +125,8 @@ async def collect(
         budget -= len(fetched.data)
         encoded = base64.b64encode(fetched.data).decode()
         entry |= {"url": f"data:{mime};base64,{encoded}", "mime": mime, "size": len(fetched.data)}
+        if not picture and not attachment.name:  # an AI bot's file comes without one
+            entry["name"] = "file" + (_types().guess_extension(mime, strict=False) or "")
         out.append(entry)
     return tuple(out), _notices(max_count, max_bytes, len(every), over_count, left)
 
