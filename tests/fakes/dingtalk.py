@@ -144,6 +144,9 @@ class FakeDingTalk:
         # answers 302 elsewhere: how a hostile or broken storage host would answer (tests).
         self.download_urls: dict[str, str] = {}
         self.file_redirects: dict[str, str] = {}
+        # What /f/<code> serves for a code (bytes, Content-Type), else a PNG: a file's type on
+        # DingTalk's storage host is the test's choice.
+        self.files: dict[str, tuple[bytes, str]] = {}
         self.faults: dict[str, list[Fault]] = {}
         self.flow_controlled = 0  # batchSend lists the recipients as throttled this many times
         self.invalid_staff: set[str] = set()  # staff ids batchSend answers as invalid
@@ -420,9 +423,9 @@ class FakeDingTalk:
         self.calls.append(Call("GET", request.path, {}))
         if request.match_info["code"] in self.file_redirects:
             raise web.HTTPFound(self.file_redirects[request.match_info["code"]])
-        return web.Response(
-            body=PNG + request.match_info["code"].encode(), content_type="image/png"
-        )
+        code = request.match_info["code"]
+        data, content_type = self.files.get(code, (PNG + code.encode(), "image/png"))
+        return web.Response(body=data, content_type=content_type)
 
     # --- sessionWebhook -------------------------------------------------------------------------
     async def _webhook(self, request: web.Request) -> web.Response:

@@ -172,6 +172,9 @@ class FakeLark:
         self.limits = limits
         self.calls: list[Call] = []
         self.messages: dict[str, dict[str, Any]] = {}
+        # A resource's bytes and Content-Type by key (DOC-RES answers the file itself); a key
+        # not here is a small PNG. The type a file comes with is the test's choice.
+        self.resources: dict[str, tuple[bytes, str]] = {}
         self.by_uuid: dict[str, str] = {}
         self.reactions: dict[str, dict[str, str]] = {}  # reaction_id -> {message_id, emoji}
         self.cards: dict[str, dict[str, Any]] = {}
@@ -515,7 +518,8 @@ class FakeLark:
             keys = [key] if f'"{key}"' in text else []
         if key not in keys:
             return refuse(400, 234003, "File not in message.")  # DOC-RES
-        return web.Response(body=b"\x89PNG fake bytes", content_type="image/png")
+        data, content_type = self.resources.get(key, (b"\x89PNG fake bytes", "image/png"))
+        return web.Response(body=data, content_type=content_type)
 
     # --- CardKit ---------------------------------------------------------------------------
     @staticmethod

@@ -15,7 +15,8 @@ user.service.ts l.439-452), the strategy turns it into an error, and the guard, 
 falls back to ``CoreAuthGuard``, which refuses (api-key-or-client-secret.guard.ts l.56-68).
 Each request's ``x-principal-user-id`` (None without one) is kept in ``principal_ids``.
 
-Routes (SA/ai/thread.controller.ts):
+Routes (SA/ai/thread.controller.ts; the file routes ``/contexts/file`` and
+``/files/{id}/status`` are ``xpertai_files.py``'s):
 - ``POST /threads`` → 201 ThreadDTO ``{thread_id, status, created_at, updated_at, metadata:{id:
   <conversation id>, title?, assistant_id}}``: of ``metadata`` only ``title`` is kept; an
   unknown ``assistant_id`` → 404; a given ``thread_id`` that exists with ``if_exists:'raise'`` →
@@ -61,8 +62,9 @@ another assistant → 403 (SA/ai/assistant-request-context.ts l.87-109); then th
 execution's ids, l.398-421, 436-440).
 
 The chat (SA/xpert/commands/handlers/chat.handler.ts = XC):
-- ``send``: files first (data URLs stored, XC l.556-606), then the newest pending follow-up of
-  ANY mode with the send's ``clientMessageId`` (only that one:
+- ``send``: files first (data URLs stored, XC l.556-606; uploaded AgentFiles attached, an
+  unknown one failing the run: ``xpertai_files.py``, XC l.729-791), then the newest pending
+  follow-up of ANY mode with the send's ``clientMessageId`` (only that one:
   SA/shared/agent/persisted-follow-up.ts l.33-35, 155-198) runs with ITS stored input, the send's
   own input ignored (XC l.663-694), and the stream carries ``on_chat_event {type:
   'follow_up_consumed', mode:'queue'}`` right after ``on_conversation_start`` (XC l.855-863). The
@@ -130,6 +132,7 @@ from tests.fakes.xpertai_agent import (
     run_agent,
     run_resume,
 )
+from tests.fakes.xpertai_files import FakeFiles
 from tests.fakes.xpertai_input import (
     MISSING,
     TECHNICAL_USER,
@@ -173,6 +176,7 @@ class FakeXpertAI:
         }
     )
     keepalive_s: float = 30.0
+    files: FakeFiles = field(default_factory=FakeFiles)  # uploads; what runs attach
     threads: dict[str, Thread] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)  # executions by id
     requests: list[dict[str, Any]] = field(default_factory=list)  # run bodies, with thread
@@ -196,6 +200,7 @@ class FakeXpertAI:
         r.add_get("/api/ai/threads/{tid}/runs/{rid}/stream", self.join_stream)
         r.add_post("/api/ai/threads/{tid}/runs/{rid}/cancel", self.cancel)
         r.add_get("/api/ai/threads/{tid}/state", self.state)
+        self.files.mount(app, self._user)
         app.on_shutdown.append(self._stop_runs)
         return app
 
@@ -330,6 +335,7 @@ class FakeXpertAI:
                 raise bad_request("Retry source human message not found")
         else:
             human = human_input(data.get("state", MISSING), data["message"]["input"])
+            self.files.attach(thread.id, human.get("files"))
             thread.files += _files(human.get("files"))
             client_id = data["message"].get("clientMessageId")
             matched = next(
