@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import io
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -112,7 +113,8 @@ async def _upload(
     data: bytes,
 ) -> dict[str, Any]:
     form = aiohttp.FormData(quote_fields=False)  # the name as UTF-8 bytes, as the server reads it
-    form.add_field("file", data, filename=name, content_type=mime)
+    # A stream, not bytes: aiohttp warns of (and in strict mode refuses) a body over 1 MB
+    form.add_field("file", io.BytesIO(data), filename=name, content_type=mime)
     form.add_field("threadId", thread_id)
     form.add_field("xpertId", settings.assistant_id or settings.id)
     url = f"{settings.base_url}/contexts/file"

@@ -192,7 +192,9 @@ class FakeXpertAI:
     _streams: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        # Multer takes uploads without a size limit (xpertai_files.py); aiohttp's default
+        # refuses bodies over 1 MiB.
+        app = web.Application(client_max_size=256 * 1024 * 1024)
         r = app.router
         r.add_post("/api/ai/threads", self.create_thread)
         r.add_post("/api/ai/threads/{tid}/runs/stream", self.run_stream)

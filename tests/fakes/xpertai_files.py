@@ -73,6 +73,10 @@ class StoredFile:
 @dataclass
 class FakeFiles:
     parse_reads: int | None = 2
+    # Multer takes any size; a reverse proxy in front may not: nginx's client_max_body_size is
+    # 1m by default and answers 413 with an HTML page
+    # (https://nginx.org/en/docs/http/ngx_http_core_module.html#client_max_body_size).
+    proxy_max_body: int | None = None
     stored: dict[str, StoredFile] = field(default_factory=dict)  # by FileAsset id
     uploads: list[dict[str, Any]] = field(default_factory=list)  # each request's fields and name
     status_reads: list[str] = field(default_factory=list)
@@ -81,6 +85,10 @@ class FakeFiles:
 
     def mount(self, app: web.Application, user: Callable[[web.Request], Principal | None]) -> None:
         async def upload(request: web.Request) -> web.Response:
+            limit = self.proxy_max_body
+            if limit is not None and (request.content_length or 0) > limit:
+                html = "<html><head><title>413 Request Entity Too Large</title></head></html>"
+                return web.Response(status=413, text=html, content_type="text/html")
             if user(request) is None:
                 return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
             try:
@@ -99,8 +107,11 @@ class FakeFiles:
     async def _upload(self, request: web.Request) -> dict[str, Any]:
         fields: dict[str, str] = {}
         file: tuple[str, str, bytes] | None = None
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
+        if not request.content_type.startswith("multipart/"):  # Express' form parser's fields
+            fields = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+        multipart = request.content_type.startswith("multipart/")
+        reader = await request.multipart() if multipart else None
+        while reader is not None and (part := await reader.next()) is not None:
             if not isinstance(part, aiohttp.BodyPartReader) or not part.name:
                 continue
             if part.name == "file" and file is None:
