@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -21,6 +23,33 @@ from gateway.turns.variables import render_template
 from sessions import HistoryStore
 
 log = structlog.get_logger("gateway.experts.openai")
+PDF = "application/pdf"
+MAX_TEXT_CHARS = 100_000  # of one text file, inlined into the prompt
+TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-yaml"})
+
+
+def is_text(mime: str) -> bool:
+    return mime.startswith("text/") or mime in TEXT_TYPES
+
+
+def file_part(attachment: dict[str, Any]) -> dict[str, Any] | None:
+    """A fetched file as a content part: a PDF as a ``file`` part (``file_data`` a data URL,
+    with its ``filename``; Chat Completions takes only PDFs that way: developers.openai.com/api/
+    docs/guides/file-inputs), a text file as text under its name (that guide's advice for
+    other files)."""
+    url, mime = str(attachment["url"]), str(attachment.get("mime") or "")
+    name = str(attachment.get("name") or "file")
+    if mime == PDF:
+        return {"type": "file", "file": {"filename": name, "file_data": url}}
+    if not is_text(mime):
+        return None
+    try:
+        text = base64.b64decode(url.partition(",")[2]).decode("utf-8", errors="replace")
+    except binascii.Error:
+        return None
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + "\n[… cut off]"
+    return {"type": "text", "text": f"File {name}:\n{text}"}
 
 
 class OpenAIExpertSettings(ExpertBase):
@@ -38,6 +67,12 @@ class OpenAIExpertSettings(ExpertBase):
     max_history_messages: int = Field(20, ge=0, le=1000)
     max_history_chars: int = Field(24_000, ge=0)
     vision: bool = Field(False, description="Pass image attachments to the model")
+    files: bool = Field(
+        False,
+        description="Pass file attachments to the model: PDFs as file content parts (Chat "
+        "Completions takes PDF only), text files (text/*, JSON) as text; others are refused "
+        "with a note on the card",
+    )
     timeout_seconds: float = Field(120, gt=0)
     retries: int = Field(2, ge=0, le=10, description="Retries of 429 / 5xx / connect errors")
     variables: list[VariableDecl] = Field(default_factory=list)
@@ -64,6 +99,7 @@ class OpenAIExpert(Expert):
     def __init__(self, *, settings: OpenAIExpertSettings, history: HistoryStore) -> None:
         self.settings = settings
         self.accepts_images = settings.vision
+        self.accepts_files = settings.files
         self.history = history
         self._http: aiohttp.ClientSession | None = None
 
@@ -87,12 +123,20 @@ class OpenAIExpert(Expert):
             )
         return self._http
 
+    def refuses_file(self, mime: str) -> str | None:
+        if mime == PDF or is_text(mime):
+            return None
+        return "this expert reads only PDF and text files"
+
     def _user_content(self, turn: TurnInput) -> Any:
-        images = [a for a in turn.attachments if a.get("kind") == "image" and a.get("url")]
-        if not (self.settings.vision and images):
+        fetched = [a for a in turn.attachments if str(a.get("url") or "").startswith("data:")]
+        images = [a for a in fetched if a.get("kind") == "image"] if self.settings.vision else []
+        files = [a for a in fetched if a.get("kind") == "file"] if self.settings.files else []
+        if not (images or files):
             return turn.text
         parts: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
         parts += [{"type": "image_url", "image_url": {"url": a["url"]}} for a in images]
+        parts += [part for a in files if (part := file_part(a)) is not None]
         return parts
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:

@@ -1,5 +1,6 @@
 """A fake OpenAI-compatible ``/chat/completions`` stream on 127.0.0.1 that records what it
-receives and can inject errors (the XpertAI fake is ``tests/fakes/xpertai.py``)."""
+receives, refuses file parts that are not PDFs, and can inject errors (the XpertAI fake is
+``tests/fakes/xpertai.py``)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class FakeOpenAI:
         if body["model"] == "missing":
             return web.json_response({"error": {"message": "model not found"}}, status=404)
         content = body["messages"][-1]["content"]
+        if isinstance(content, list) and (refused := _bad_file(content)) is not None:
+            return web.json_response({"error": {"message": refused}}, status=400)
         if isinstance(content, list):  # vision: text and image parts
             content = " ".join(p["text"] for p in content if p.get("type") == "text")
         answer = "Echo: " + content
@@ -48,3 +51,17 @@ class FakeOpenAI:
         usage = {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 7}}
         await response.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         return response
+
+
+def _bad_file(parts: list[dict[str, Any]]) -> str | None:
+    """Chat Completions takes ``{"type": "file", "file": {"filename", "file_data"}}`` parts, the
+    data base64 (a data URL), and only PDFs (developers.openai.com/api/docs/guides/file-inputs,
+    "Chat Completions accepts only PDF files as file content parts"). The refusal's wording
+    is the fake's own."""
+    for part in parts:
+        if part.get("type") != "file":
+            continue
+        file = part.get("file") or {}
+        if not str(file.get("file_data") or "").startswith("data:application/pdf;base64,"):
+            return "Invalid file data: only PDF files are supported as file content parts."
+    return None
