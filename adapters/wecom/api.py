@@ -140,11 +140,11 @@ class WeComApi(PlatformApi):
 
     async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
         """``GET /cgi-bin/media/get``: a received image or file (data, mime type);
-        ``DownloadTooLarge`` when it is larger than ``max_bytes``; None when redirected off ``apiBase``'s origin (scheme, host and
-        port: the request carries the access token, and a redirect must not take the gateway
-        to another address of the operator's network; followed by hand, at most
-        three). An expired token is refreshed and the call retried once; other
-        errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
+        ``DownloadTooLarge`` when it is larger than ``max_bytes``; None when redirected off
+        ``apiBase``'s origin (scheme, host and port: the request carries the access token, and
+        a redirect must not take the gateway to another address of the operator's network;
+        followed by hand, at most three). An expired token is refreshed and the call retried
+        once; other errors (WeCom answers them as JSON) raise :class:`WeComApiError`."""
         home = origin(URL(self.base))
 
         async def send(token: str | None) -> tuple[bytes, str] | None:

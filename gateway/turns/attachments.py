@@ -93,6 +93,7 @@ async def collect(
         picture = attachment.kind == "image"
         if attachment.kind == "file" and not expert.accepts_files:
             left.unread.append(_label(attachment))
+            out.append(entry)  # its key alone, as before: the expert cannot read it
             continue
         if attachment.url or not (expert.accepts_files if not picture else expert.accepts_images):
             out.append(entry)  # audio, video, or a picture the expert does not look at
