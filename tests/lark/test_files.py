@@ -97,3 +97,18 @@ async def test_a_file_past_the_turns_bytes_is_left_out_and_the_card_says_so(
     assert server.files.uploads == []  # nothing was uploaded
     message = server.requests[0]["input"]["message"]["input"]
     assert "files" not in message  # the turn ran on the text
+
+
+async def test_a_file_that_fails_to_download_is_told_and_the_turn_runs_on_the_text(
+    fake: FakeLark, xpert: tuple[FakeXpertAI, str], gateway: Callable[..., Any]
+) -> None:
+    server, _ = xpert
+    lark = await gateway()
+    fake.fail("resource", status=400, code=234003, times=5)  # "File not in message."
+    status, _ = await lark.post(file_message("om_gone1", "file_v3_gone", "gone.pdf"))
+    assert status == 200
+    card = await eventually(final_card(fake, "om_gone1"), timeout=15)
+    shown = json.dumps(card, ensure_ascii=False)
+    assert "gone.pdf was not passed on: the download from the chat failed" in shown
+    assert server.files.uploads == []
+    assert "files" not in server.requests[0]["input"]["message"]["input"]
