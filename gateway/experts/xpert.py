@@ -10,6 +10,7 @@ aimed at the
 running execution; conversation variables live in the thread and are read back from
 ``GET /threads/{t}/state`` after each run (there is no state event). Every request of a turn
 carries the turn's ``x-principal-user-id`` (``xpert_principals``), not one for the session.
+A turn's files are uploaded before its run (``xpert_files``); pictures go inline.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@
 
 Not traced (the fake's choices): ids as uuid4; ``url``/``fileUrl`` on the fake's own origin;
 the tenant id; a queued parse that ends after ``parse_reads`` status reads (None: never); the
-constraint's name in the foreign-key error; ``parsedAt`` as an ISO string.
+constraint's name in the foreign-key error; ``parsedAt`` as an ISO string; the proxy's 413 page
+(``proxy_max_body``).
 """
 
 from __future__ import annotations
