@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +72,12 @@ class Driver:
         expert: Expert,
         turn: TurnInput,
         declared: list[VariableDecl],
+        settle: Callable[[Outcome], Awaitable[None]] | None = None,
     ) -> Outcome:
+        """``settle`` keeps what a waiting or failed card's buttons need (the interrupt, the
+        failed turn) before the card that shows those buttons goes out, and again once it has
+        when only that delivery gave the card its handle: a click can never come before the
+        record it answers."""
         state = progress
         asked: dict[str, Any] = {}
         reducers = {d.name: d.reducer for d in declared}
@@ -107,7 +112,8 @@ class Driver:
                 if run is not None and run.trace is not None:
                     run.trace.see(event)
                 state = state.apply(event)
-                renderer.push(state)
+                if state.status not in ("waiting", "error"):  # those cards go out in close()
+                    renderer.push(state)
                 if state.final or (state.status == "waiting" and isinstance(event, Finished)):
                     break
             return state
@@ -158,5 +164,11 @@ class Driver:
                 run.consume = None
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
+        outcome = Outcome(state, asked)
+        shown = renderer.handle
+        if settle is not None:
+            await settle(outcome)
         await renderer.close(state)
-        return Outcome(state, asked)
+        if settle is not None and renderer.handle != shown:
+            await settle(outcome)
+        return outcome

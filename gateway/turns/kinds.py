@@ -234,8 +234,8 @@ class TurnKinds:
             expert,
             turn,
             session.snapshot.declared,
+            settle=lambda done: self._finish(claim, session, done, renderer, turn.text, last),
         )
-        await self._finish(claim, session, outcome, renderer, turn.text, last)
         if self.event_cards is not None:
             handle = renderer.handle
             kept = handle if handle and adapter.reuses_card(handle) else None
@@ -315,8 +315,10 @@ class TurnKinds:
             expert,
             turn,
             snapshot.declared,
+            settle=lambda done: self._finish(
+                claim, session, done, renderer, interrupt.text, reply_to
+            ),
         )
-        await self._finish(claim, session, outcome, renderer, interrupt.text, reply_to)
         log.info("resumed turn finished", decision=decision, status=outcome.progress.status)
         return TurnResult(
             session_id,

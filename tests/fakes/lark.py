@@ -64,6 +64,7 @@ import re
 import time
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,6 +187,9 @@ class FakeLark:
         self.frames: dict[str, bytes] = {}  # pushed frames, for a re-push
         self.sockets: list[web.WebSocketResponse] = []
         self.endpoint_calls = 0
+        # Awaited as each call arrives, before it is answered: a test looks at the gateway's
+        # state at the moment a card goes out (not a platform behaviour).
+        self.watchers: list[Callable[[Call], Awaitable[None]]] = []
         self._patches: dict[str, deque[float]] = {}
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -343,7 +347,10 @@ class FakeLark:
         body = None
         if request.body_exists:  # read already by the limits' middleware: aiohttp keeps it
             body = await request.json()
-        self.calls.append(Call(op, request.method, request.path, dict(request.query), body))
+        call = Call(op, request.method, request.path, dict(request.query), body)
+        self.calls.append(call)
+        for watch in self.watchers:
+            await watch(call)
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             return body, refuse(400, 99991661, "Need a token")  # DOC-ERR; status ⚠

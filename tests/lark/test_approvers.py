@@ -4,6 +4,7 @@ not resume; the asker's click then resumes it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -47,3 +48,25 @@ async def test_a_lark_confirm_by_another_member_gets_a_toast_and_does_not_resume
     assert len(reply_to(fake, "om_a1")) == 1
     done = await eventually(final_card(fake, "om_a1"))
     assert "deploy" in answer(done)
+
+
+async def test_a_confirm_card_goes_out_only_once_its_interrupt_is_stored(
+    make_lark: Callable[..., Any], fake: FakeLark, redis_client: Any, prefix: str
+) -> None:
+    """A click on Confirm is checked against the stored interrupt: were the card shown first, a
+    quick click by someone else would pass intake's check and get a "Confirmed" toast."""
+    stored_when_shown: list[bool] = []
+
+    async def watch(call: Any) -> None:
+        if "Please confirm" in json.dumps(call.body or {}, ensure_ascii=False):
+            pending = [
+                await redis_client.hget(key, "interrupt")
+                async for key in redis_client.scan_iter(f"{prefix}*binding*")
+            ]
+            stored_when_shown.append(any(pending))
+
+    fake.watchers.append(watch)
+    lark = await make_lark()
+    await lark.post(message_event("[confirm] deploy", message_id="om_a2"))
+    await eventually(final_card(fake, "om_a2", "Please confirm: shall I go ahead?"))
+    assert stored_when_shown and all(stored_when_shown), stored_when_shown
