@@ -19,13 +19,7 @@ from tests.fakes.xpertai import FakeXpertAI
 from tests.support.helpers import InProcessGateway, serve
 from tests.support.lark import LarkHarness, answer, final_card, lark_integration, message_event
 from tests.support.waits import eventually
-from tests.support.xpert import config
-
-SOURCES = (
-    "**Sources**\n\n- [1] Refund policy.pdf\n- [2] document doc-b\n\n"
-    "(The agent did not name every source; those are listed by document id.)"
-)
-CITED = "Refunds take 14 days [1]. Digital goods are final [2][1].\n\n" + SOURCES
+from tests.support.xpert import CITED, config
 
 
 @pytest.fixture

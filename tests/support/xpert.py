@@ -27,3 +27,18 @@ def config(
     ]
     cfg["admin"] = {"token": TOKEN}
     return cfg
+
+
+# What the fake XpertAI's "[kb]" run (tests/fakes/xpertai_agent.py ``retrieve``) answers once
+# its citation links are footnotes: the text, then the sources the run named.
+SOURCES = (
+    "**Sources**\n\n- [1] Refund policy.pdf\n- [2] document doc-b\n\n"
+    "(The agent did not name every source; those are listed by document id.)"
+)
+CITED = "Refunds take 14 days [1]. Digital goods are final [2][1].\n\n" + SOURCES
+
+
+def xpert_expert(url: str) -> dict[str, Any]:
+    """The ``sales`` expert of :func:`config`, for a platform test's own config."""
+    expert: dict[str, Any] = config("unused", url)["experts"][0]
+    return expert
