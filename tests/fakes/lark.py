@@ -31,13 +31,14 @@ same pages are mirrored with their ``source_url`` in the wxkingstar/doc-hub-mcp 
 - DOC-CB     /document/feishu-cards/card-callback-communication (answer within 3 s; toast type
   info|success|error|warning; card ``raw``/``template``; a non-200 answer shows the user error
   200671, a malformed body 200672)
-- DOC-IMG    /document/server-docs/im-v1/image/create (multipart ``image_type`` message|avatar
-  and ``image``; JPEG PNG WEBP GIF TIFF BMP ICO; at most 10 MB; 234001 bad param, 234006 too
-  large (file 30 MB, image 10 MB), 234010 size 0; answers ``data.image_key``) and
-  /document/server-docs/im-v1/file/create (multipart ``file_type``
-  opus|mp4|pdf|doc|xls|ppt|stream, ``file_name``, ``file``; answers ``data.file_key``); the
-  field names as lark_oapi 1.7.5 api/im/v1/model/create_image_request_body.py and
-  create_file_request_body.py send them
+- DOC-IMG    /document/server-docs/im-v1/image/create, mirrored as doc-hub-mcp
+  feishu/003-服务端API/消息/图片信息/上传图片.md (multipart ``image_type`` message|avatar and
+  ``image``; JPG JPEG PNG WEBP GIF BMP ICO TIFF HEIC, else 234011 l.174; at most 10 MB, else
+  234006; 234001 bad param; 234010 size 0; answers ``data.image_key``) and .../im-v1/file/create,
+  mirrored as feishu/003-服务端API/消息/文件信息/上传文件.md (multipart ``file_type``
+  opus|mp4|pdf|doc|xls|ppt|stream l.47-56, ``file_name``, ``file``; at most 30 MB l.19, not
+  empty; answers ``data.file_key``); the field names as lark_oapi 1.7.5
+  api/im/v1/model/create_image_request_body.py and create_file_request_body.py send them
 - DOC-BOT    /document/client-docs/bot-v3/obtain-bot-info (``bot`` at top level, not in ``data``)
 - DOC-USER   /document/server-docs/contact-v3/user/get (41050 no user authority)
 - DOC-AT     /document/uAjLw4CM/ukTMukTMukTM/im-v1/message/create_json (text: ``<at
@@ -91,6 +92,16 @@ TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$", re.MUL
 TEXT_BYTES = 150 * 1024  # DOC-SEND 230025
 IMAGE_BYTES = 10 * 1024 * 1024  # DOC-IMG
 FILE_BYTES = 30 * 1024 * 1024  # DOC-IMG 234006
+# DOC-IMG's formats by their first bytes (JPEG, PNG, GIF, BMP, ICO, TIFF; WEBP is RIFF….WEBP)
+IMAGE_MAGIC = (
+    b"\xff\xd8\xff",
+    b"\x89PNG",
+    b"GIF8",
+    b"BM",
+    b"\x00\x00\x01\x00",
+    b"II*\x00",
+    b"MM\x00*",
+)
 FILE_TYPES = {"opus", "mp4", "pdf", "doc", "xls", "ppt", "stream"}  # DOC-IMG (file/create)
 PATCH_QPS = 5  # DOC-PATCH
 TOAST_TYPES = {"info", "success", "error", "warning"}  # DOC-CB
@@ -570,6 +581,8 @@ class FakeLark:
             return refuse(400, 234010, "File's size can't be 0.")  # DOC-IMG
         if len(data) > IMAGE_BYTES:
             return refuse(400, 234006, "The file size exceed the max value.")  # DOC-IMG
+        if not data.startswith(IMAGE_MAGIC) and data[8:12] != b"WEBP":
+            return refuse(400, 234011, "Can't regonnize the image format.")  # DOC-IMG
         key = f"img_v3_fake{next(self._ids)}"
         self.images[key] = (data, image.content_type, image.filename)
         return self._ok({"image_key": key})
