@@ -141,3 +141,25 @@ async def test_an_image_lark_refuses_stays_a_link_and_the_card_lands(
     card, others = await eventually(final_reply(fake, "om_media2"), timeout=15)
     assert f"[chart]({url})" in answer(card)
     assert others == [] and fake.images == {}
+
+
+async def test_a_final_card_lark_refuses_becomes_text_with_the_links(
+    fake: FakeLark, own: FakeMediaHost, gateway: Callable[..., Any]
+) -> None:
+    own.files["/files/chart.png"] = (PNG, "image/png")
+    fake.fail("patch", status=400, code=230099, times=50)  # every card update refused
+    lark = await gateway(cardMode="patch")
+    url = f"{own.url}/files/chart.png"
+    status, _ = await lark.post(message_event(f"![chart]({url})", message_id="om_media3"))
+    assert status == 200
+
+    def final_text() -> str | None:
+        texts = [
+            json.loads(m["content"])["text"]
+            for m in fake.messages.values()
+            if m["parent_id"] == "om_media3" and m["msg_type"] == "text"
+        ]
+        return texts[0] if texts else None
+
+    text = await eventually(final_text, timeout=15)
+    assert f"[chart]({url})" in text and "img_v3" not in text

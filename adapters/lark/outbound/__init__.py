@@ -124,6 +124,8 @@ class LarkOutbound:
         and in text (``images`` False)."""
         keys = await self.media.images(progress) if images and progress.media else {}
         answer = shown(progress.answer, keys)
+        if keys:  # a final text instead of the card shows the links (``_final_text``)
+            self.media.plain[progress.turn_id] = shown(progress.answer)
         return progress if answer == progress.answer else replace(progress, answer=answer)
 
     async def send_card(self, env: Envelope, progress: Progress, *, idempotency_key: str) -> str:
@@ -303,6 +305,7 @@ class LarkOutbound:
             key = f"{handle}#{progress.turn_id}#p{i}"
             await self._send(env, "text", _json({"text": part}), key)
         await self._files(env, handle, progress)
+        self.media.plain.pop(progress.turn_id, None)
         self.pacer.cards.pop(handle, None)
         await self._typing_off(env)
 
@@ -313,6 +316,9 @@ class LarkOutbound:
 
     async def _final_text(self, env: Envelope, handle: str, progress: Progress) -> None:
         title = STATUS_TITLES.get(progress.status, progress.title)
+        plain = self.media.plain.pop(progress.turn_id, None)
+        if plain is not None:  # the answer was made for the card: its images by image_key
+            progress = replace(progress, answer=plain)
         body = progress.answer or progress.error or title
         if progress.error and progress.answer:
             body = f"{progress.answer}\n\n{progress.error}"

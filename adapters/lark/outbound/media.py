@@ -38,6 +38,8 @@ class LarkMedia:
     def __init__(self, api: LarkApi) -> None:
         self.api = api
         self._keys: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        # turn_id -> the final answer with its images as links, for a final text reply
+        self.plain: dict[str, str] = {}
 
     async def _key(self, turn_id: str, item: Media) -> str | None:
         key = (turn_id, item.kind, item.url)
@@ -57,6 +59,8 @@ class LarkMedia:
         self._keys[key] = uploaded
         while len(self._keys) > KEPT:
             self._keys.popitem(last=False)
+        if len(self.plain) > KEPT:
+            self.plain.clear()
         return uploaded
 
     async def images(self, progress: Progress) -> dict[str, str]:
