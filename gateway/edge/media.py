@@ -208,14 +208,21 @@ async def _fetch(
     limit = caps.image_bytes if ref.kind == "image" else caps.file_bytes
     host = _host(ref.url)
     try:
+        allowed = sources.allows(URL(ref.url))
+    except ValueError:
+        allowed = False
+    if not allowed:
+        log.info("media left as a link", kind=ref.kind, host=host, reason="origin not allowed")
+        return None
+    try:
         async with get_checked(http, ref.url, sources.allows) as resp:
             if resp.status != 200:
                 log.info("media left as a link", kind=ref.kind, host=host, reason=resp.status)
                 return None
             data = await read_body(resp, limit)
             mime, name = body_type(resp).lower(), _name(resp, ref)
-    except RedirectRefused as exc:
-        reason = exc.reason if exc.host == host or exc.host is None else "redirected off"
+    except RedirectRefused as exc:  # the first URL was allowed: a redirect was not
+        reason = "redirected off" if exc.host is not None else exc.reason
         log.info("media left as a link", kind=ref.kind, host=exc.host or host, reason=reason)
         return None
     except DownloadTooLarge:

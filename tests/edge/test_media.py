@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 from yarl import URL
 
 from gateway.config.model import media_host
@@ -99,8 +100,19 @@ async def test_a_redirect_is_followed_only_while_it_stays_allowed(
     own.redirects["/away.png"] = f"{other.url}/x.png"
     other.files["/x.png"] = (PNG, "image/png")
     answer = f"![moved]({own.url}/moved.png) ![away]({own.url}/away.png)"
-    media = await fetch_media(answer, MediaSources.of([own.url]))
+    with capture_logs() as logs:
+        media = await fetch_media(answer, MediaSources.of([own.url]))
     assert [m.alt for m in media] == ["moved"]
+    # one line for the one refused, naming the host it was sent to and why; no URL path
+    [line] = [e for e in logs if e["event"] == "media left as a link"]
+    assert line["host"] == "127.0.0.1" and line["reason"] == "redirected off"
+    assert "away.png" not in str(line)
+    own.redirects["/loop.png"] = "/loop.png"
+    with capture_logs() as logs:
+        assert await fetch_media(f"![l]({own.url}/loop.png)", MediaSources.of([own.url])) == ()
+    [line] = [e for e in logs if e["event"] == "media left as a link"]
+    assert line["reason"] == "redirected too often"
+    assert own.hits.count("/loop.png") == 4  # the first request and three redirects
     assert other.hits == []  # the redirect off the origin was not followed
     assert shown(answer, {m.url: "k" for m in media}).endswith(f"[away]({own.url}/away.png)")
 
