@@ -106,7 +106,7 @@ class MediaSources:
             try:
                 hosts.add(media_host(entry))
             except ValueError as exc:
-                log.info("media source left out", reason=str(exc))
+                log.debug("media source left out", reason=str(exc))
         return cls(hosts=frozenset(hosts))
 
     def __bool__(self) -> bool:
