@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 from gateway.events import (
@@ -59,6 +59,19 @@ class Button:
 
 
 @dataclass(frozen=True, slots=True)
+class Media:
+    """An image or a file the answer's Markdown names, fetched from an allowed origin for the
+    final card (gateway/edge/media.py); ``url`` is where the answer named it."""
+
+    kind: Literal["image", "file"]
+    url: str
+    data: bytes = field(repr=False)
+    mime: str
+    name: str
+    alt: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """Immutable; ``apply`` returns the next state so renderers can hold a consistent snapshot."""
 
@@ -71,6 +84,7 @@ class Progress:
     error: str = ""
     prompt: str = ""
     artifacts: tuple[ArtifactEvent, ...] = ()
+    media: tuple[Media, ...] = ()  # the answer's images and files, fetched for the final card
     input_tokens: int = 0
     output_tokens: int = 0
     version: int = 0
@@ -187,6 +201,10 @@ class Progress:
             prompt="",
             version=self.version + 1,
         )
+
+    def with_media(self, media: tuple[Media, ...]) -> Progress:
+        """This state with the answer's fetched images and files (its version one up)."""
+        return self._next(media=media)
 
     def resumed(self, decision: Decision) -> Progress:
         """The waiting card carrying on after Confirm / Reject: its steps, tools and answer so far

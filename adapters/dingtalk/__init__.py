@@ -58,6 +58,7 @@ class DingTalkAdapter(RobotAdapter):
             base=settings.base,
             client_id=settings.client_id,
             client_secret=secret,
+            oapi_base=settings.oapi_base,
             observe=self.api_calls(),
         )
         self.api.budget = self.platform_budget(settings.client_id)

@@ -30,6 +30,9 @@ TOKEN_MARGIN_S = 300  # refresh 5 min early, like the SDK (§2.4)
 FLOW_CONTROL_CODES = ("QpsLimit", "QpmLimit")  # 403 Forbidden.AccessDenied.{QpsLimitFor…}
 ROBOT_THROTTLED = {"send.too.fast", "send.byToken.tooFast", "too.many.group", "too.many.people"}
 TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fetch a new one
+# The oapi's own (errcode in a 200 answer): 40014 不合法的access_token, 42001 access_token超时
+# (DOC:server-api-error-codes-1).
+TOKEN_REFUSED |= {"40014", "42001"}
 # sessionWebhook answers are HTTP 200 with errcode: -1 "系统繁忙" and 410100 "发送速度太快而限流"
 # (…/custom-robots-send-group-messages); 130101/130102 are the older "send too fast" codes.
 WEBHOOK_THROTTLED = {410100, 130101, 130102}
@@ -44,6 +47,7 @@ ENDPOINTS = {
     "/v1.0/card/instances/createAndDeliver": "card_create",
     "/v1.0/card/instances": "card_update",
     "/v1.0/card/streaming": "card_stream",
+    "/media/upload": "media_upload",
 }
 
 
@@ -125,6 +129,7 @@ class DingTalkApi(PlatformApi):
         base: str,
         client_id: str,
         client_secret: str,
+        oapi_base: str = "https://oapi.dingtalk.com",
         attempts: int = 5,
         backoff_s: float = 0.25,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -135,6 +140,7 @@ class DingTalkApi(PlatformApi):
         )
         self.client_id = client_id
         self._secret = client_secret
+        self.oapi_base = oapi_base.rstrip("/")
         self.backoff_s = backoff_s
 
     # --- PlatformApi hooks ---------------------------------------------------------------------
@@ -207,6 +213,36 @@ class DingTalkApi(PlatformApi):
 
         endpoint = ENDPOINTS.get(path, "other")
         return await self.exchange(endpoint, send, auth=auth, metered=endpoint != "token")
+
+    async def upload_media(self, kind: str, data: bytes, name: str, mime: str) -> str:
+        """``POST oapi /media/upload?access_token=`` (multipart ``type`` and the file as
+        ``media``): a ``media_id`` for ``sampleImageMsg`` / ``sampleFile``. The oapi answers
+        ``{errcode, errmsg, media_id}`` (DOC:upload-media-files); it takes the same access
+        token as the OpenAPI (the official SDK does so: dingtalk_stream/stream.py
+        ``upload_to_dingtalk``). The form is built again for each attempt."""
+
+        async def send(token: str | None) -> str:
+            form = aiohttp.FormData()
+            form.add_field("type", kind)
+            form.add_field("media", data, filename=name, content_type=mime)
+            try:
+                async with self.http.post(
+                    f"{self.oapi_base}/media/upload",
+                    params={"access_token": token or ""},
+                    data=form,
+                    allow_redirects=False,  # the token must not follow a redirect
+                ) as resp:
+                    answer = await resp.json(content_type=None)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise DingTalkApiError(0, type(exc).__name__, str(exc)) from exc
+            answer = answer if isinstance(answer, dict) else {}
+            errcode = answer.get("errcode", -1)
+            if resp.status < 300 and errcode == 0 and answer.get("media_id"):
+                return str(answer["media_id"])
+            status = resp.status if resp.status >= 300 else 400
+            raise DingTalkApiError(status, str(errcode), str(answer.get("errmsg", "")))
+
+        return await self.exchange("media_upload", send)
 
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works. A

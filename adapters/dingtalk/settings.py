@@ -69,6 +69,12 @@ class DingTalkIntegration(IntegrationBase):
         return self.api_base.rstrip("/")
 
     @property
+    def oapi_base(self) -> str:
+        """Where the older oapi lives (``/media/upload``): oapi.dingtalk.com, or apiBase when
+        apiBase is a local fake (one fake serves both)."""
+        return self.base if _local(self.api_base) else SESSION_WEBHOOK_ORIGIN
+
+    @property
     def webhook_origins(self) -> frozenset[str]:
         """The origins a sessionWebhook may be on: DingTalk's own, and apiBase's when apiBase is
         a local fake (tests, a local DingTalk stand-in)."""

@@ -117,6 +117,54 @@ class LarkApi(PlatformApi):
             wait = max(wait, min(float(error.retry_after), 10.0))
         return wait
 
+    async def _answer(self, resp: aiohttp.ClientResponse) -> dict[str, Any]:
+        """An OpenAPI answer's ``data``, or :class:`LarkApiError` (its code, the reset)."""
+        try:
+            data = await resp.json(content_type=None)
+        except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
+            data = None
+        reset = resp.headers.get("x-ogw-ratelimit-reset")
+        code = _code(data)
+        if resp.status == 200 and code == 0:
+            result = data.get("data") if isinstance(data, dict) else None
+            return result if isinstance(result, dict) else {}
+        msg = str(data.get("msg", "")) if isinstance(data, dict) else f"HTTP {resp.status}"
+        reset_s = float(reset) if reset and reset.isdigit() else None
+        raise LarkApiError(code, msg, resp.status, reset_s=reset_s)
+
+    async def upload(
+        self, path: str, fields: dict[str, str], part: str, data: bytes, name: str, mime: str
+    ) -> dict[str, Any]:
+        """A multipart upload (``POST /open-apis/im/v1/images`` or ``/files``); the form is
+        built again for each attempt (aiohttp sends a form once)."""
+
+        async def send(token: str | None) -> dict[str, Any]:
+            form = aiohttp.FormData()
+            for key, value in fields.items():
+                form.add_field(key, value)
+            form.add_field(part, data, filename=name, content_type=mime)
+            async with self.http.post(
+                self.base_url + path, data=form, headers={"Authorization": f"Bearer {token}"}
+            ) as resp:
+                return await self._answer(resp)
+
+        return await self.exchange(part + "_upload", send)
+
+    async def upload_image(self, data: bytes, name: str, mime: str) -> str:
+        """An image for messages and cards (``image_type=message``, at most 10 MB; lark_oapi
+        api/im/v1/model/create_image_request.py, im-v1/image/create): its ``image_key``."""
+        fields = {"image_type": "message"}
+        answer = await self.upload("/open-apis/im/v1/images", fields, "image", data, name, mime)
+        return str(answer["image_key"])
+
+    async def upload_file(self, data: bytes, name: str, mime: str, file_type: str) -> str:
+        """A file for a file message (``file_type`` opus|mp4|pdf|doc|xls|ppt|stream, at most
+        30 MB; lark_oapi api/im/v1/model/create_file_request_body.py, im-v1/file/create): its
+        ``file_key``."""
+        fields = {"file_type": file_type, "file_name": name}
+        answer = await self.upload("/open-apis/im/v1/files", fields, "file", data, name, mime)
+        return str(answer["file_key"])
+
     async def call(
         self,
         method: str,
@@ -137,18 +185,7 @@ class LarkApi(PlatformApi):
                 json=body,
                 headers={"Authorization": f"Bearer {token}"},
             ) as resp:
-                try:
-                    data = await resp.json(content_type=None)
-                except (json.JSONDecodeError, aiohttp.ContentTypeError):
-                    data = None
-                reset = resp.headers.get("x-ogw-ratelimit-reset")
-            code = _code(data)
-            if resp.status == 200 and code == 0:
-                result = data.get("data") if isinstance(data, dict) else None
-                return result if isinstance(result, dict) else {}
-            msg = str(data.get("msg", "")) if isinstance(data, dict) else f"HTTP {resp.status}"
-            reset_s = float(reset) if reset and reset.isdigit() else None
-            raise LarkApiError(code, msg, resp.status, reset_s=reset_s)
+                return await self._answer(resp)
 
         return await self.exchange(endpoint, send)
 

@@ -43,6 +43,9 @@ TOKEN_ERRORS = {40001, 40014, 42001}  # invalid / expired access token: refetch,
 RATE_LIMITS = {45009, 45033}  # API frequency / concurrency limit: back off, retry
 # The metrics' name of each server API the gateway calls.
 ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "card_update"}
+# Temporary media (wecom 011-素材管理/002-上传临时素材.md, doc 90253): image JPG/PNG up to
+# 10 MB, file up to 20 MB, each over 5 bytes; the media_id lasts three days.
+UPLOAD_TYPES = ("image", "file")
 
 
 class WeComApiError(PlatformApiError):
@@ -137,6 +140,30 @@ class WeComApi(PlatformApi):
             return data
 
         return await self.exchange(ENDPOINTS.get(path, "other"), send)
+
+    async def upload(self, kind: str, data: bytes, name: str, mime: str) -> str:
+        """``POST /cgi-bin/media/upload?type=image|file`` (multipart, the part named ``media``
+        with its filename, doc 90253): the ``media_id`` of an image or file message. The form
+        is built again for each attempt (aiohttp sends a form once)."""
+        assert kind in UPLOAD_TYPES
+
+        async def send(token: str | None) -> str:
+            form = aiohttp.FormData()
+            form.add_field("media", data, filename=name, content_type=mime)
+            async with self.http.post(
+                f"{self.base}/cgi-bin/media/upload",
+                params={"access_token": token or "", "type": kind},
+                data=form,
+            ) as resp:
+                if resp.status >= 500:
+                    raise WeComApiError(-resp.status, "server error", status=resp.status)
+                answer: dict[str, Any] = await resp.json(content_type=None)
+            code = _errcode(answer)
+            if code != 0:
+                raise WeComApiError(code, str(answer.get("errmsg", "")))
+            return str(answer["media_id"])
+
+        return await self.exchange("media_upload", send)
 
     async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
         """``GET /cgi-bin/media/get``: a received image or file (data, mime type);

@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from gateway.edge.media import shown
 from gateway.edge.parts import Room, numbered, split_answer
 from gateway.envelope import Action
 from gateway.progress import Progress
@@ -99,8 +100,10 @@ def clicked_card(action: Action, user: str) -> dict[str, Any]:
 
 
 def final_text(progress: Progress) -> str:
-    """What is sent as markdown after the final card update."""
-    parts = [progress.answer.strip()] if progress.answer.strip() else []
+    """What is sent as markdown after the final card update. WeCom markdown shows no images
+    (limits.md, WeCom "images"): an image in the answer is a plain link there."""
+    answer = shown(progress.answer).strip()
+    parts = [answer] if answer else []
     if progress.status == "error" and progress.error:
         parts.append(f"**{progress.title}**: {progress.error}")
     elif progress.status == "cancelled" and parts:
@@ -118,7 +121,7 @@ def _stream_text(progress: Progress) -> str:
     lines = [] if progress.status == "done" else [f"**{progress.title}**"]
     lines += [f"- {line}" for line in steps_text(progress).splitlines()]
     head = "\n".join(lines)
-    body = final_text(progress) if progress.final else progress.answer
+    body = final_text(progress) if progress.final else shown(progress.answer)
     return "\n\n".join(p for p in (head, body) if p)
 
 

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from gateway.config.model import ID_PATTERN, GatewayModel
+from gateway.config.model import ID_PATTERN, GatewayModel, media_host
 from gateway.policy.limits import Limits
 from gateway.policy.platform_limits import PlatformLimits
 from gateway.policy.route import Route
@@ -24,6 +24,20 @@ class ExpertBase(GatewayModel):
 
     id: str = Field(pattern=ID_PATTERN)
     kind: str
+    media_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts the answer's images and files may be fetched from, besides the "
+        "expert's own origin (its baseUrl): 'files.example.com', 'files.example.com:8443' or "
+        "'https://files.example.com'; https only, except a local host "
+        "('http://127.0.0.1:9000')",
+    )
+
+    @field_validator("media_hosts")
+    @classmethod
+    def _media_hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            media_host(entry)
+        return value
 
 
 class VariableDecl(GatewayModel):

@@ -5,7 +5,8 @@ lends it), ``ingest`` (intake and its errors), ``stores`` (records and timelines
 (who may answer a button), ``platform_api`` (the API client base; how its failures are logged),
 ``call_budget`` (the app's platform budget each call waits on), ``calls`` (how a call is
 asked for: its priority, chat and update slot), ``leases`` (one owner for a long connection),
-``downloads`` (checked downloads), ``parts`` (a long answer in numbered parts that fit a
+``downloads`` (checked downloads), ``media`` (the answer's images and files, fetched
+from allowed origins), ``parts`` (a long answer in numbered parts that fit a
 platform's limits), ``inbound``
 (the one shape of a way in, webhook or long connection), ``webhook`` (the skeleton of an HTTP
 intake), ``body`` (bounded reading and parsing), ``server_log``

@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from gateway.config.model import LOCAL_HOSTS as LOCAL_HOSTS  # a local fake may be plain http
 from gateway.errors import GatewayError
 
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")  # a local fake's apiBase may be plain http
 MAX_REDIRECTS = 3
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 

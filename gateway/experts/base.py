@@ -91,6 +91,19 @@ class Expert(abc.ABC):
         the turn runs without the file), or None when it takes it."""
         return None
 
+    def media_sources(self) -> tuple[str, ...]:
+        """Where an answer's images and files may be fetched from (gateway/edge/media.py): the
+        expert's own origin (its ``base_url``, when it has one) and its ``mediaHosts``."""
+        settings = getattr(self, "settings", None)
+        if not isinstance(settings, ExpertBase):
+            return ()
+        base = getattr(settings, "base_url", None)
+        own: tuple[str, ...] = ()
+        if isinstance(base, str) and "://" in base:
+            scheme, rest = base.split("://", 1)
+            own = (f"{scheme}://{rest.split('/', 1)[0]}",)
+        return (*own, *settings.media_hosts)
+
     async def steer(self, turn: TurnInput, text: str) -> None:
         """Hand a follow-up message to the running run (busyPolicy steer)."""
         raise NotImplementedError(f"{self.kind} experts cannot be steered")

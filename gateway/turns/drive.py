@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from gateway.config.bases import VariableDecl
+from gateway.edge.media import MediaSources, fetch_media, find
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
@@ -81,6 +82,7 @@ class Driver:
         state = progress
         asked: dict[str, Any] = {}
         reducers = {d.name: d.reducer for d in declared}
+        sources = MediaSources.of(expert.media_sources())
 
         async def consume() -> Progress:
             nonlocal state, asked
@@ -112,8 +114,9 @@ class Driver:
                 if run is not None and run.trace is not None:
                     run.trace.see(event)
                 state = state.apply(event)
-                if state.status not in ("waiting", "error"):  # those cards go out in close()
-                    renderer.push(state)
+                held = state.final and sources and find(state.answer)  # waits for its images
+                if state.status not in ("waiting", "error") and not held:
+                    renderer.push(state)  # waiting and error cards go out in close()
                 if state.final or (state.status == "waiting" and isinstance(event, Finished)):
                     break
             return state
@@ -164,6 +167,8 @@ class Driver:
                 run.consume = None
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
+        if state.status in ("done", "rejected") and sources and state.answer:
+            state = await self._media(state, sources)
         outcome = Outcome(state, asked)
         shown = renderer.handle
         if settle is not None:
@@ -172,3 +177,14 @@ class Driver:
         if settle is not None and renderer.handle != shown:
             await settle(outcome)
         return outcome
+
+    async def _media(self, state: Progress, sources: MediaSources) -> Progress:
+        """The final state with the answer's images and files the final card shows, fetched
+        from the expert's allowed origins (gateway/edge/media.py; bounded in count, bytes and
+        time); a live card showed them as links."""
+        try:
+            media = await fetch_media(state.answer, sources)
+        except Exception as exc:  # the card goes out with links rather than not at all
+            log.warning("answer media not fetched", error=type(exc).__name__)
+            return state
+        return state.with_media(media) if media else state

@@ -44,6 +44,19 @@ OpenAPI (api.dingtalk.com), each refusal as ``{"code", "message", "requestid"}``
 - ``POST /v1.0/robot/messageFiles/download`` -> ``{downloadUrl}``; another robot's code 400
   ``invalidParameter.robotCode.auth``
   [DOC:download-the-file-content-of-the-robot-receiving-message].
+oapi (``https://oapi.dingtalk.com``; served here on the same port, as the adapter's
+``oapi_base`` is apiBase when apiBase is local):
+- ``POST /media/upload?access_token=`` multipart ``type`` image|voice|video|file and the file
+  as ``media`` -> ``{errcode 0, errmsg "ok", media_id, created_at, type}``; images jpg gif png
+  bmp, files doc docx xls xlsx ppt pptx zip pdf rar, each at most 20 MB
+  [DOC:upload-media-files]; refusals as ``{errcode, errmsg}`` (HTTP 200, ⚠ the status is not
+  documented): a token not issued 40014, another ``type`` 40004, a file of another format
+  40005, a size past the limit 40006 [DOC:server-api-error-codes-1]. The same access token as
+  the OpenAPI's is taken (the official SDK uploads with it: open-dingtalk/
+  dingtalk-stream-sdk-python dingtalk_stream/stream.py ``upload_to_dingtalk``).
+  ``sampleImageMsg``'s ``photoURL`` takes a URL or such a ``media_id``; ``sampleFile`` is
+  ``{mediaId, fileName, fileType}``, fileType one of xlsx pdf zip rar doc docx
+  [DOC:robot-message-type].
 sessionWebhook (``https://oapi.dingtalk.com/robot/sendBySession?session=…``, DOC:receive-message):
   HTTP 200 with ``{"errcode", "errmsg"}`` like the robot webhook it is (errcode 0 = sent;
   400105 unsupported msgtype; 410100 throttled) [DOC:custom-robots-send-group-messages].
@@ -97,10 +110,13 @@ MSG_KEYS = {
     },
     "sampleActionCard6": ("title", "text", "buttonTitle1", "buttonUrl1", "buttonTitle2"),
     "sampleAudio": ("mediaId",),
-    "sampleFile": ("mediaId",),
+    "sampleFile": ("mediaId", "fileName", "fileType"),
     "sampleVideo": ("videoMediaId",),
 }
 WEBHOOK_TYPES = {"text", "markdown", "actionCard", "feedCard", "link"}
+UPLOAD_BYTES = 20 * 1024 * 1024  # DOC:upload-media-files (image, video, file; voice 2 MB)
+UPLOAD_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")  # jpg png gif bmp
+UPLOAD_FILE_TYPES = {"doc", "docx", "xls", "xlsx", "ppt", "pptx", "zip", "pdf", "rar"}
 PNG = b"\x89PNG\r\n\x1a\n"  # the signature is enough for a fake image
 
 
@@ -157,17 +173,22 @@ class FakeDingTalk:
         self.token = uuid.uuid4().hex
         self.token_requests = 0
         self.cards: dict[str, Card] = {}
+        self.media: dict[str, tuple[str, str, bytes]] = {}  # media_id -> (type, filename, data)
         self._guids: set[str] = set()
         self.gateway = FakeStreamGateway(
             client_id=CLIENT_ID, client_secret=CLIENT_SECRET, ws_base=f"ws://127.0.0.1:{self.port}"
         )
         self._runner: web.AppRunner | None = None
-        app = web.Application(middlewares=[limits.middleware()] if limits is not None else [])
+        app = web.Application(
+            middlewares=[limits.middleware()] if limits is not None else [],
+            client_max_size=UPLOAD_BYTES + 1024 * 1024,
+        )
         app.router.add_post("/v1.0/oauth2/accessToken", self._token)
         app.router.add_post("/v1.0/gateway/connections/open", self._open)
         self.gateway.routes(app)
         app.router.add_get("/f/{code}", self._file)
         app.router.add_post(WEBHOOK_PATH, self._webhook)
+        app.router.add_post("/media/upload", self._upload)
         app.router.add_route("*", "/v1.0/{tail:.*}", self._openapi)
         self.app = app
 
@@ -267,6 +288,42 @@ class FakeDingTalk:
         if body.get("appKey") != CLIENT_ID or body.get("appSecret") != CLIENT_SECRET:
             return self._refuse(400, "invalidClientIdOrSecret", "无效的clientId或者clientSecret")
         return web.json_response({"accessToken": self.token, "expireIn": 7200})
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """oapi ``/media/upload`` (the module docstring, "oapi")."""
+        form = await request.post()
+        kind, media = form.get("type"), form.get("media")
+        name = media.filename if isinstance(media, web.FileField) else ""
+        self.calls.append(Call("POST", request.path, {"type": kind, "filename": name}))
+
+        def refuse(errcode: int, errmsg: str) -> web.Response:
+            self.calls[-1].status = 400  # refused (the answer itself is HTTP 200)
+            return web.json_response({"errcode": errcode, "errmsg": errmsg})
+
+        if request.query.get("access_token") != self.token:
+            return refuse(40014, "不合法的access_token")
+        if kind not in ("image", "voice", "video", "file") or not isinstance(media, web.FileField):
+            return refuse(40004, "不合法的媒体文件类型")
+        data = media.file.read()
+        suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+        if (kind == "image" and not data.startswith(UPLOAD_IMAGE_MAGIC)) or (
+            kind == "file" and suffix not in UPLOAD_FILE_TYPES
+        ):
+            return refuse(40005, "不合法的文件类型")
+        if not data or len(data) > UPLOAD_BYTES:
+            return refuse(40006, "不合法的文件大小")
+        media_id = f"@fake{uuid.uuid4().hex[:16]}"
+        self.media[media_id] = (str(kind), name, data)
+        created = int(self.clock() * 1000)
+        return web.json_response(
+            {
+                "errcode": 0,
+                "errmsg": "ok",
+                "media_id": media_id,
+                "created_at": created,
+                "type": kind,
+            }
+        )
 
     async def _open(self, request: web.Request) -> web.Response:
         """The stream's connection registration: no access token, the app credentials in the

@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible ``/chat/completions`` stream on 127.0.0.1 that records what it
 receives, refuses file parts that are not PDFs, and can inject errors (the XpertAI fake is
-``tests/fakes/xpertai.py``)."""
+``tests/fakes/xpertai.py``). With ``media``, it also serves files under ``/files/`` on its own
+origin (an agent's answer linking to them: tests/fakes/media.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.media import FakeMediaHost
 
 OPENAI_KEY = "sk-openai-test"
 
@@ -19,10 +22,13 @@ class FakeOpenAI:
 
     requests: list[dict[str, Any]] = field(default_factory=list)
     fail_with: list[int] = field(default_factory=list)
+    media: FakeMediaHost | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.completions)
+        if self.media is not None:
+            app.router.add_get("/files/{tail:.*}", self.media.get)
         return app
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

@@ -31,6 +31,14 @@ same pages are mirrored with their ``source_url`` in the wxkingstar/doc-hub-mcp 
 - DOC-CB     /document/feishu-cards/card-callback-communication (answer within 3 s; toast type
   info|success|error|warning; card ``raw``/``template``; a non-200 answer shows the user error
   200671, a malformed body 200672)
+- DOC-IMG    /document/server-docs/im-v1/image/create, mirrored as doc-hub-mcp
+  feishu/003-服务端API/消息/图片信息/上传图片.md (multipart ``image_type`` message|avatar and
+  ``image``; JPG JPEG PNG WEBP GIF BMP ICO TIFF HEIC, else 234011 l.174; at most 10 MB, else
+  234006; 234001 bad param; 234010 size 0; answers ``data.image_key``) and .../im-v1/file/create,
+  mirrored as feishu/003-服务端API/消息/文件信息/上传文件.md (multipart ``file_type``
+  opus|mp4|pdf|doc|xls|ppt|stream l.47-56, ``file_name``, ``file``; at most 30 MB l.19, not
+  empty; answers ``data.file_key``); the field names as lark_oapi 1.7.5
+  api/im/v1/model/create_image_request_body.py and create_file_request_body.py send them
 - DOC-BOT    /document/client-docs/bot-v3/obtain-bot-info (``bot`` at top level, not in ``data``)
 - DOC-USER   /document/server-docs/contact-v3/user/get (41050 no user authority)
 - DOC-AT     /document/uAjLw4CM/ukTMukTMukTM/im-v1/message/create_json (text: ``<at
@@ -83,6 +91,19 @@ TOKEN_RENEW_S = 1800  # DOC-TOKEN: under 30 min left, a new token is issued
 CARD_BYTES = 30 * 1024  # DOC-SEND 230025, DOC-CK 200860
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$", re.MULTILINE)
 TEXT_BYTES = 150 * 1024  # DOC-SEND 230025
+IMAGE_BYTES = 10 * 1024 * 1024  # DOC-IMG
+FILE_BYTES = 30 * 1024 * 1024  # DOC-IMG 234006
+# DOC-IMG's formats by their first bytes (JPEG, PNG, GIF, BMP, ICO, TIFF; WEBP is RIFF….WEBP)
+IMAGE_MAGIC = (
+    b"\xff\xd8\xff",
+    b"\x89PNG",
+    b"GIF8",
+    b"BM",
+    b"\x00\x00\x01\x00",
+    b"II*\x00",
+    b"MM\x00*",
+)
+FILE_TYPES = {"opus", "mp4", "pdf", "doc", "xls", "ppt", "stream"}  # DOC-IMG (file/create)
 PATCH_QPS = 5  # DOC-PATCH
 TOAST_TYPES = {"info", "success", "error", "warning"}  # DOC-CB
 CARD_KINDS = {"raw", "template"}  # DOC-CB
@@ -179,6 +200,10 @@ class FakeLark:
         self.by_uuid: dict[str, str] = {}
         self.reactions: dict[str, dict[str, str]] = {}  # reaction_id -> {message_id, emoji}
         self.cards: dict[str, dict[str, Any]] = {}
+        # Uploads (DOC-IMG): image_key -> (bytes, Content-Type, filename); file_key -> (bytes,
+        # file_type, file_name).
+        self.images: dict[str, tuple[bytes, str, str]] = {}
+        self.files: dict[str, tuple[bytes, str, str]] = {}
         self.users: dict[str, dict[str, Any]] = {}  # open_id -> contact profile
         self.tokens: dict[str, float] = {}  # token -> monotonic expiry
         self.failures: list[Failure] = []
@@ -211,7 +236,9 @@ class FakeLark:
 
     async def start(self) -> None:
         limits = [self.limits.middleware(self)] if self.limits is not None else []
-        app = web.Application(middlewares=[self._note_refusal, *limits])
+        app = web.Application(
+            middlewares=[self._note_refusal, *limits], client_max_size=FILE_BYTES + 1024 * 1024
+        )
         r = app.router
         r.add_post("/open-apis/auth/v3/tenant_access_token/internal", self.token)
         r.add_get("/open-apis/bot/v3/info", self.bot_info)
@@ -222,6 +249,8 @@ class FakeLark:
         r.add_post("/open-apis/im/v1/messages/{mid}/reactions", self.add_reaction)
         r.add_delete("/open-apis/im/v1/messages/{mid}/reactions/{rid}", self.delete_reaction)
         r.add_get("/open-apis/im/v1/messages/{mid}/resources/{key}", self.resource)
+        r.add_post("/open-apis/im/v1/images", self.upload_image)
+        r.add_post("/open-apis/im/v1/files", self.upload_file)
         r.add_post("/open-apis/cardkit/v1/cards", self.card_create)
         r.add_put("/open-apis/cardkit/v1/cards/{cid}/elements/{eid}/content", self.card_content)
         r.add_patch("/open-apis/cardkit/v1/cards/{cid}/settings", self.card_settings)
@@ -351,11 +380,28 @@ class FakeLark:
         self.calls.append(call)
         for watch in self.watchers:
             await watch(call)
+        return body, self._check(request, op)
+
+    async def _enter_form(
+        self, request: web.Request, op: str
+    ) -> tuple[dict[str, Any], web.Response | None]:
+        """A multipart call (DOC-IMG): its fields, a file part as a ``web.FileField``; the call
+        records the file part by its name and size."""
+        form = dict(await request.post())
+        shown = {
+            k: v if isinstance(v, str) else {"filename": v.filename, "type": v.content_type}
+            for k, v in form.items()
+        }
+        self.calls.append(Call(op, request.method, request.path, dict(request.query), shown))
+        return form, self._check(request, op)
+
+    def _check(self, request: web.Request, op: str) -> web.Response | None:
+        """The token and the injected failures of a call."""
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
-            return body, refuse(400, 99991661, "Need a token")  # DOC-ERR; status ⚠
+            return refuse(400, 99991661, "Need a token")  # DOC-ERR; status ⚠
         if self.tokens.get(auth.removeprefix("Bearer "), 0.0) <= time.monotonic():
-            return body, refuse(400, 99991663, "Invalid access token for authorization")  # ⚠
+            return refuse(400, 99991663, "Invalid access token for authorization")  # ⚠
         for failure in self.failures:
             if failure.op == op and failure.times > 0:
                 failure.times -= 1
@@ -365,8 +411,8 @@ class FakeLark:
                         "x-ogw-ratelimit-limit": "50",
                         "x-ogw-ratelimit-reset": str(failure.reset),
                     }
-                return body, refuse(failure.status, failure.code, "injected", headers)
-        return body, None
+                return refuse(failure.status, failure.code, "injected", headers)
+        return None
 
     @staticmethod
     def _ok(data: dict[str, Any] | None = None) -> web.Response:
@@ -527,6 +573,46 @@ class FakeLark:
             return refuse(400, 234003, "File not in message.")  # DOC-RES
         data, content_type = self.resources.get(key, (b"\x89PNG fake bytes", "image/png"))
         return web.Response(body=data, content_type=content_type)
+
+    async def upload_image(self, request: web.Request) -> web.Response:
+        form, error = await self._enter_form(request, "image_upload")
+        if error:
+            return error
+        image = form.get("image")
+        if form.get("image_type") not in ("message", "avatar") or not isinstance(
+            image, web.FileField
+        ):
+            return refuse(400, 234001, "Invalid request param.")  # DOC-IMG
+        data = image.file.read()
+        if not data:
+            return refuse(400, 234010, "File's size can't be 0.")  # DOC-IMG
+        if len(data) > IMAGE_BYTES:
+            return refuse(400, 234006, "The file size exceed the max value.")  # DOC-IMG
+        if not data.startswith(IMAGE_MAGIC) and data[8:12] != b"WEBP":
+            return refuse(400, 234011, "Can't regonnize the image format.")  # DOC-IMG
+        key = f"img_v3_fake{next(self._ids)}"
+        self.images[key] = (data, image.content_type, image.filename)
+        return self._ok({"image_key": key})
+
+    async def upload_file(self, request: web.Request) -> web.Response:
+        form, error = await self._enter_form(request, "file_upload")
+        if error:
+            return error
+        file, name = form.get("file"), form.get("file_name")
+        if (
+            form.get("file_type") not in FILE_TYPES
+            or not name
+            or not isinstance(file, web.FileField)
+        ):
+            return refuse(400, 234001, "Invalid request param.")  # DOC-IMG
+        data = file.file.read()
+        if not data:
+            return refuse(400, 234010, "File's size can't be 0.")  # DOC-IMG
+        if len(data) > FILE_BYTES:
+            return refuse(400, 234006, "The file size exceed the max value.")  # DOC-IMG
+        key = f"file_v3_fake{next(self._ids)}"
+        self.files[key] = (data, str(form["file_type"]), str(name))
+        return self._ok({"file_key": key})
 
     # --- CardKit ---------------------------------------------------------------------------
     @staticmethod

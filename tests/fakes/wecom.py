@@ -26,6 +26,14 @@ path/<n>; [wechatpy] is the installed wechatpy 1.8.18):
    fresh code a click callback carries [94888].
 6. ``GET /cgi-bin/media/get`` answers the bytes with their content type, or JSON 40007 "不合法的
    media_id参数" [90455; wechatpy ``INVALID_MEDIA_ID``].
+6b. ``POST /cgi-bin/media/upload?access_token&type=image|voice|video|file`` takes multipart
+   with the file as the part named ``media`` (its filename the name a file message shows) and
+   answers ``{errcode 0, errmsg, type, media_id, created_at}``; an image is JPG or PNG of at
+   most 10 MB, a file at most 20 MB, every upload over 5 bytes; the media_id serves
+   ``media/get`` for three days [90253, 上传临时素材]. Refusals [全局错误码 l.22-27]: a bad
+   ``type`` 40005, a file not of its type's format 40004, an image's size 40009, another
+   size 40006. ``message/send`` of ``image`` / ``file`` is ``{msgtype, <msgtype>: {media_id}}``
+   [90236, 发送应用消息]; an unknown media_id is 40007 [90455; wechatpy ``INVALID_MEDIA_ID``].
 7. The AI bot's ``response_url`` is ``/cgi-bin/aibot/response?response_code=…``, usable once and
    for one hour [101138: "每个 response_url 用户可以调用接口一次，该 response_url 有效期为 1 个
    小时"]; body ``{"msgtype": "markdown" | "template_card", …}`` [101138], another msgtype is
@@ -60,6 +68,12 @@ from tests.fakes.wecom_ws import FakeAibotSocket
 TASK_ID_EXISTS = 40099  # not traced (see the module docstring)
 RESPONSE_CODE_USED = 40098  # not traced
 FREQUENCY_LIMIT = 45009
+UPLOAD_BYTES = {
+    "image": 10 * 1024 * 1024,
+    "voice": 2 * 1024 * 1024,
+    "video": 10 * 1024 * 1024,
+    "file": 20 * 1024 * 1024,
+}  # [90253, 上传临时素材]
 INTERACTIVE = {"button_interaction", "vote_interaction", "multiple_interaction"}
 
 
@@ -88,6 +102,7 @@ class FakeWeCom:
         self.codes: dict[str, float] = {}  # unused response_code -> issued at
         self.response_urls: dict[str, tuple[str, float]] = {}  # code -> (label, issued at)
         self.media: dict[str, tuple[bytes, str]] = {}  # media_id -> (data, content type)
+        self.uploads: dict[str, tuple[str, str]] = {}  # uploaded media_id -> (type, filename)
         self.files: dict[str, bytes] = {}  # AI-bot download links: name -> ciphertext
         self.downloads: list[str] = []  # what was fetched: media ids and file names
         self.redirects: dict[str, str] = {}  # link name -> Location (redirect_link)
@@ -189,12 +204,13 @@ class FakeWeCom:
 
     # --- server -------------------------------------------------------------------------------
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=UPLOAD_BYTES["file"] + 1024 * 1024)
         app.router.add_get("/cgi-bin/gettoken", self._gettoken)
         app.router.add_post("/cgi-bin/message/send", self._send)
         app.router.add_post("/cgi-bin/message/update_template_card", self._update)
         app.router.add_post("/cgi-bin/aibot/response", self._response)
         app.router.add_get("/cgi-bin/media/get", self._media)
+        app.router.add_post("/cgi-bin/media/upload", self._upload)
         app.router.add_get("/files/{name}", self._file)
         app.router.add_get("/ws", self.ws.handle)
         self._runner = web.AppRunner(app, handle_signals=False)
@@ -296,12 +312,44 @@ class FakeWeCom:
             headers={"Content-Disposition": disposition},
         )
 
+    async def _upload(self, request: web.Request) -> web.Response:
+        kind = request.query.get("type", "")
+        form = await request.post()
+        media = form.get("media")
+        name = media.filename if isinstance(media, web.FileField) else ""
+        self.calls.append(("media/upload", {"type": kind, "filename": name}))
+        refused = self._check(request, "media/upload")
+        if refused is not None:
+            return refused
+        if kind not in UPLOAD_BYTES or not isinstance(media, web.FileField):
+            return self._error(40005, "invalid type")  # docstring 6b.
+        data = media.file.read()
+        if len(data) <= 5 or len(data) > UPLOAD_BYTES[kind]:
+            return self._error(40009 if kind == "image" else 40006, "invalid size")  # 6b.
+        if kind == "image" and not data.startswith((b"\x89PNG", b"\xff\xd8\xff")):
+            return self._error(40004, "invalid media file type")  # 6b.: JPG, PNG
+        media_id = f"up-{next(self._ids)}"
+        self.media[media_id] = (data, media.content_type)
+        self.uploads[media_id] = (kind, name)
+        body = {
+            "errcode": 0,
+            "errmsg": "",
+            "type": kind,
+            "media_id": media_id,
+            "created_at": str(int(time.time())),
+        }
+        return web.json_response(body)
+
     async def _send(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.calls.append(("message/send", body))
         refused = self._check(request, "message/send")
         if refused is not None:
             return refused
+        msgtype = body.get("msgtype")
+        if msgtype in ("image", "file"):
+            if (body.get(msgtype) or {}).get("media_id") not in self.media:
+                return self._error(40007, "invalid media_id")
         result: dict[str, Any] = {
             "errcode": 0,
             "errmsg": "ok",

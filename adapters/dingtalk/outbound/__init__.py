@@ -1,19 +1,24 @@
 """How a DingTalk integration answers (the adapter's ``Outbound``): the turn's AI card when a
 template is configured and it reached a chat (``ai_card``), else markdown messages (``robot``),
-whose Confirm / Reject links go privately, in a group, to each person who may answer."""
+whose Confirm / Reject links go privately, in a group, to each person who may answer. The
+answer's images show as links, and once it is final its fetched images and files follow as
+image and file messages (``media``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from adapters.dingtalk.cards import Message, as_messages, phase, private_message, render_messages
 from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.outbound.ai_card import CardOutbound
+from adapters.dingtalk.outbound.media import DingTalkMedia
 from adapters.dingtalk.outbound.robot import Sender, reply_extras, target
 from adapters.dingtalk.settings import DingTalkIntegration
 from gateway.edge.approvers import answerers
 from gateway.edge.context import AdapterContext
+from gateway.edge.media import shown
 from gateway.envelope import Envelope
 from gateway.progress import (
     ACTION_CONFIRM,
@@ -51,6 +56,18 @@ class DingTalkOutbound:
         self.cards = cards
         self.context = context
         self.clock = clock
+        self.media = DingTalkMedia(sender=sender, api=sender.api)
+
+    @staticmethod
+    def _shown(progress: Progress) -> Progress:
+        """The answer's images as links: robot markdown and AI cards show only images DingTalk
+        can fetch itself, and the fetched ones follow as image messages (``media``)."""
+        answer = shown(progress.answer)
+        return progress if answer == progress.answer else replace(progress, answer=answer)
+
+    async def _after(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        if progress.final and progress.media:
+            await self.media.send(reply_to, f"{handle}:{progress.turn_id}", progress)
 
     def _links(
         self, reply_to: Envelope, progress: Progress, handle: str, user: str | None = None
@@ -129,9 +146,11 @@ class DingTalkOutbound:
     async def send_card(
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
+        progress = self._shown(progress)
         if self.cards is not None:
             card = await self.cards.create(reply_to, progress, idempotency_key)
             if card is not None:
+                await self._after(reply_to, card, progress)
                 return card
             # The card reached no chat: this turn is told in markdown messages instead.
         handle = f"md:{idempotency_key}"
@@ -140,11 +159,14 @@ class DingTalkOutbound:
         key = f"{idempotency_key}:{phase(progress) or 'start'}"
         messages = await self._messages(reply_to, progress, handle, key)
         await self.sender.once(key, messages, reply_to)
+        await self._after(reply_to, handle, progress)
         return handle
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        progress = self._shown(progress)
         if handle.startswith("card:") and self.cards is not None:
             await self.cards.update(handle, progress)
+            await self._after(reply_to, handle, progress)
             return
         step = phase(progress)
         if step is None:  # messages can't be edited: intermediate states are not sent
@@ -152,6 +174,7 @@ class DingTalkOutbound:
         key = f"{handle.removeprefix('md:')}:{step}"
         messages = await self._messages(reply_to, progress, handle, key)
         await self.sender.once(key, messages, reply_to)
+        await self._after(reply_to, handle, progress)
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         title = text.splitlines()[0][:30] if text else "Xpert"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -16,6 +16,13 @@ from adapters.dingtalk.cards import Message
 from adapters.dingtalk.settings import SESSION_WEBHOOK_ORIGIN, origin_of
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
+
+
+class OpenApiMessage(Protocol):
+    """A robot message only the OpenAPI sends (an image, a file): its msgKey and msgParam."""
+
+    def openapi_param(self) -> tuple[str, str]: ...
+
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -78,16 +85,21 @@ class Sender:
                 await self.records.delete(SENT_NS, claim)
                 raise
 
-    async def deliver(self, reply_to: Envelope, message: Message) -> None:
+    async def deliver(self, reply_to: Envelope, message: Message | OpenApiMessage) -> None:
         extras = reply_extras(reply_to)
-        webhook = extras.get("sessionWebhook")
+        # A sessionWebhook takes text, markdown, actionCard, feedCard and link only.
+        webhook = extras.get("sessionWebhook") if isinstance(message, Message) else None
         expires = int(extras.get("sessionWebhookExpiredTime") or 0)
         if webhook and not webhook_allowed(str(webhook), self.webhook_origins):
             # Never a request to where a message body points (stream frames, envelopes stored
             # before the HTTP intake checked it): the robot OpenAPI reaches the chat instead.
             log.warning("sessionWebhook not on DingTalk's origin; using the robot OpenAPI")
             webhook = None
-        if webhook and expires - WEBHOOK_MARGIN_MS > self.clock_ms():
+        if (
+            isinstance(message, Message)
+            and webhook
+            and expires - WEBHOOK_MARGIN_MS > self.clock_ms()
+        ):
             try:
                 await self.api.post_webhook(str(webhook), message.webhook_body())
                 return
@@ -109,7 +121,7 @@ class Sender:
             return
         await self.to_user(staff, message)
 
-    async def to_user(self, staff: str, message: Message) -> bool:
+    async def to_user(self, staff: str, message: Message | OpenApiMessage) -> bool:
         """A 1:1 robot message to ``staff`` (``oToMessages/batchSend``); False when DingTalk
         lists the id in ``invalidStaffIdList`` (nothing was sent: DOC:chatbots-send-one-on-one-
         chat-messages-in-batches). Raises ``DingTalkApiError`` when refused."""

@@ -32,6 +32,7 @@ import structlog
 
 import adapters.wecom.cards as cards
 from adapters.wecom.connection.link import STREAM_EXPIRED, WsRefused
+from adapters.wecom.outbound.media import msg_items
 from adapters.wecom.outbound.stream import CUT_NOTE, STREAM_TTL_MS
 from adapters.wecom.settings import WeComIntegration
 from gateway.edge.stores import RecordStore
@@ -88,12 +89,21 @@ class WsReplies:
         if self._watchdogs:
             await asyncio.wait(list(self._watchdogs), timeout=5)
 
-    def _frame(self, reply_to: Envelope, stream_id: str, content: str, finish: bool) -> Any:
-        stream = {
+    def _frame(
+        self,
+        reply_to: Envelope,
+        stream_id: str,
+        content: str,
+        finish: bool,
+        items: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        stream: dict[str, Any] = {
             "id": stream_id,
             "finish": finish,
             "content": cards.clip_bytes(content, cards.STREAM_BYTES),
         }
+        if items and finish:  # images only in the last frame (004-被动回复消息.md l.136-144)
+            stream["msg_item"] = items
         return {
             "cmd": "aibot_respond_msg",
             "headers": {"req_id": req_id_of(reply_to)},
@@ -144,7 +154,8 @@ class WsReplies:
             if not progress.final and self._remaining(reply_to) <= 0:
                 await self._cut(handle, live, first)
                 return
-            if not await self._push(handle, live, first, progress.final):
+            items = msg_items(progress) if progress.final else None
+            if not await self._push(handle, live, first, progress.final, items):
                 if progress.final:
                     await self._send_markdown(
                         reply_to, cards.final_text(progress), f"late:{handle}"
@@ -161,10 +172,18 @@ class WsReplies:
                 self._watchdogs.add(task)
                 task.add_done_callback(self._watchdogs.discard)
 
-    async def _push(self, handle: str, live: _Live, content: str, finish: bool) -> bool:
-        """One stream frame; False when WeCom takes no more frames on this stream (846608)."""
+    async def _push(
+        self,
+        handle: str,
+        live: _Live,
+        content: str,
+        finish: bool,
+        items: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """One stream frame (the last with the answer's images, ``items``); False when WeCom
+        takes no more frames on this stream (846608)."""
         try:
-            await self._send(self._frame(live.reply_to, handle, content, finish))
+            await self._send(self._frame(live.reply_to, handle, content, finish, items))
         except WsRefused as exc:
             if exc.errcode != STREAM_EXPIRED:
                 raise

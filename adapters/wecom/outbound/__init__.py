@@ -5,7 +5,9 @@ WeCom app messages cannot be edited: the only change a sent card allows is one
 ``update_template_card`` per ``response_code`` (single use, 72 h; each click hands out a new
 one). So the turn's card is sent once with a Stop button, updated once more when the turn waits
 for a confirmation and once when it ends, and the answer then arrives as markdown messages.
-Intermediate progress is not shown live on this platform.
+Intermediate progress is not shown live on this platform. The answer's images (JPG, PNG) and
+files then follow as ``image`` / ``file`` messages of temporary media (``media``): app
+markdown shows no images (limits.md, WeCom "images").
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import structlog
 
 import adapters.wecom.cards as cards
 from adapters.wecom.api import WeComApi, WeComApiError
+from adapters.wecom.outbound.media import app_media
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
-from gateway.progress import Progress
+from gateway.progress import Media, Progress
 
 log = structlog.get_logger("adapters.wecom")
 
@@ -121,7 +124,27 @@ class AppOutbound:
                     reply_to.chat.id,
                     {"msgtype": "markdown", "markdown": {"content": part}},
                 )
+            for i, (kind, item) in enumerate(app_media(progress)):
+                await self._media(f"media:{handle}:{i}", reply_to.chat.id, kind, item)
             log.info("turn answer sent", task_id=handle, status=progress.status)
+
+    async def _media(self, guard: str, touser: str, kind: str, item: Media) -> None:
+        """One image or file message of the answer, uploaded as temporary media first (once
+        per ``guard`` across replicas); an upload or send WeCom refuses is logged and the
+        answer keeps its link."""
+        if not await self.records.put_new(NS, self._key("sent", guard), "1", ttl_ms=TTL_MS):
+            return
+        try:
+            media_id = await self.api.upload(kind, item.data, item.name, item.mime)
+            await self._send(touser, {"msgtype": kind, kind: {"media_id": media_id}})
+        except WeComApiError as exc:
+            if exc.rate_limited or exc.errcode < 0:
+                await self.records.delete(NS, self._key("sent", guard))
+                raise  # worth the renderer's retry
+            log.warning("answer media not sent", kind=kind, errcode=exc.errcode)
+        except BaseException:
+            await self.records.delete(NS, self._key("sent", guard))
+            raise
 
     async def _update_template_card(
         self, reply_to: Envelope, task_id: str, progress: Progress

@@ -18,6 +18,7 @@ import structlog
 
 import adapters.wecom.cards as cards
 from adapters.wecom.api import LinkDownloads
+from adapters.wecom.outbound.media import msg_items
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
@@ -96,7 +97,10 @@ class StreamOutbound:
         raw = await self.records.get(NS, self._key("stream", stream_id))
         state = json.loads(raw) if raw else {"content": "", "finish": False}
         if state["finish"]:
-            return {"id": stream_id, "finish": True, "content": state["content"]}
+            done = {"id": stream_id, "finish": True, "content": state["content"]}
+            if state.get("msg_item"):  # the answer's images, in the last frame only
+                done["msg_item"] = state["msg_item"]
+            return done
         cut = await self.records.get(NS, self._key("cut", stream_id))
         if cut is None:
             started = await self.records.get(NS, self._key("start", stream_id))
@@ -128,7 +132,13 @@ class StreamOutbound:
         if not stream_id:  # nothing WeCom polls for (a scheduled task): no way to deliver
             log.info("no stream to answer on; turn not shown", event_id=reply_to.event_id)
             return ""
-        value = json.dumps({"content": cards.stream_clipped(progress), "finish": progress.final})
+        state: dict[str, Any] = {
+            "content": cards.stream_clipped(progress),
+            "finish": progress.final,
+        }
+        if progress.final and (items := msg_items(progress)):
+            state["msg_item"] = items  # 004-被动回复消息.md l.136-144: with finish=true only
+        value = json.dumps(state)
         await self.records.put(NS, self._key("stream", stream_id), value, ttl_ms=STREAM_TTL_MS)
         if progress.final and await self.records.get(NS, self._key("cut", stream_id)) is not None:
             await self._send_rest(reply_to, stream_id, cards.final_text(progress))

@@ -4,7 +4,8 @@ Handles, so any replica can continue a card: ``om_…`` (a card updated with PAT
 ``ck:<card_id>:<om_…>`` (a CardKit card streamed by sequence), ``tx:<om_…>`` (cards failed and
 the turn degraded to plain text; the final answer follows as text). Lark allows 5 updates/s per
 message and 10 CardKit operations/s per card; the pacer keeps each card below that, on top of
-the core's ``updateIntervalMs``.
+the core's ``updateIntervalMs``. The answer's images are links while the card is live and
+uploaded images in the final card; its files follow the card as file messages (``media``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -28,7 +29,9 @@ from adapters.lark.cards import (
     inert,
     render_card,
 )
+from adapters.lark.outbound.media import LarkMedia
 from adapters.lark.settings import LarkIntegration
+from gateway.edge.media import shown
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import ACTION_NEW, STATUS_TITLES, Progress
@@ -99,6 +102,7 @@ class LarkOutbound:
         self.spawn = spawn
         self.clock = clock
         self.pacer = Pacer()
+        self.media = LarkMedia(api)
         self.ns = f"lark:{settings.id}"
 
     # --- sending ------------------------------------------------------------------------------
@@ -114,7 +118,18 @@ class LarkOutbound:
             key = idempotency_key if i == 0 else f"{idempotency_key}#p{i}"
             await self._send(env, "text", _json({"text": part}), key)
 
+    async def _shown(self, progress: Progress, *, images: bool = True) -> Progress:
+        """``progress`` with its answer as the card shows it: the answer's images by their
+        ``image_key`` once the final state carries them (uploaded here), plain links before,
+        and in text (``images`` False)."""
+        keys = await self.media.images(progress) if images and progress.media else {}
+        answer = shown(progress.answer, keys)
+        if keys:  # a final text instead of the card shows the links (``_final_text``)
+            self.media.plain[progress.turn_id] = shown(progress.answer)
+        return progress if answer == progress.answer else replace(progress, answer=answer)
+
     async def send_card(self, env: Envelope, progress: Progress, *, idempotency_key: str) -> str:
+        progress = await self._shown(progress)
         if self.settings.typing_reaction and not progress.final:
             await self._typing_on(env)
         chat_type = env.chat.type
@@ -155,6 +170,7 @@ class LarkOutbound:
 
     # --- updating -----------------------------------------------------------------------------
     async def update_card(self, env: Envelope, handle: str, progress: Progress) -> None:
+        progress = await self._shown(progress, images=not handle.startswith("tx:"))
         await self._update(env, handle, progress)
         if progress.status == "waiting":  # the bot waits for the user: not typing any more
             await self._typing_off(env)
@@ -282,20 +298,32 @@ class LarkOutbound:
 
     # --- the end of a turn --------------------------------------------------------------------
     async def _finish(self, env: Envelope, handle: str, progress: Progress) -> None:
-        """Overflowing answer parts as follow-up text, then the typing reaction comes off."""
+        """Overflowing answer parts as follow-up text, the answer's files as file messages,
+        then the typing reaction comes off."""
         for i, part in enumerate(answer_parts(progress.answer)[1:], start=1):
             # per turn: an external object's card shows several turns (event_cards.py)
             key = f"{handle}#{progress.turn_id}#p{i}"
             await self._send(env, "text", _json({"text": part}), key)
+        await self._files(env, handle, progress)
+        self.media.plain.pop(progress.turn_id, None)
         self.pacer.cards.pop(handle, None)
         await self._typing_off(env)
 
+    async def _files(self, env: Envelope, handle: str, progress: Progress) -> None:
+        for i, file_key in enumerate(await self.media.files(progress)):
+            key = f"{handle}#{progress.turn_id}#f{i}"
+            await self._send(env, "file", _json({"file_key": file_key}), key)
+
     async def _final_text(self, env: Envelope, handle: str, progress: Progress) -> None:
         title = STATUS_TITLES.get(progress.status, progress.title)
+        plain = self.media.plain.pop(progress.turn_id, None)
+        if plain is not None:  # the answer was made for the card: its images by image_key
+            progress = replace(progress, answer=plain)
         body = progress.answer or progress.error or title
         if progress.error and progress.answer:
             body = f"{progress.answer}\n\n{progress.error}"
         await self.send_text(env, body, idempotency_key=f"{handle}#final")
+        await self._files(env, handle, progress)
         self.pacer.cards.pop(handle, None)
         await self._typing_off(env)
 
