@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from gateway.archive.archiver import LEASE_NS, Archiver
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.migrations import SchemaTooNew, migrate
+from gateway.archive.reader import ArchiveReader
 from gateway.config.settings import Settings
 from gateway.edge.leases import OwnerLease
 from gateway.errors import GatewayError
@@ -87,6 +88,7 @@ class ArchiveService:
             migrated=migrated,
         )
         self.collector = ArchiveCollector(self)
+        self.reader = ArchiveReader(db)  # the admin API's read-back
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -76,7 +76,7 @@ class Gateway:
         self.embedded_redis_url = embedded_redis_url
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis: RedisHandle | None = None
-        self.archive: ArchiveService | None = None  # archive.enabled: gateway.archive
+        self.archive: ArchiveService | None = None  # with archive.enabled
         self.adapters: dict[str, Adapter] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.clock = clock  # epoch ms of pipeline, runner, flusher and scheduler (tests move it)
@@ -324,6 +324,7 @@ class Gateway:
             records=self.records, watch=self.pipeline.watch, book=self.pipeline.schedules.book,
             schedules_changed=self.scheduler.wake, budgets=self.budgets,
             factories=self.factories, adapters=self.adapters,
+            archive=self.archive.reader if self.archive is not None else None,
         )  # fmt: skip
 
     # --- what /readyz reads (gateway.ops.health) -----------------------------------------------
@@ -388,8 +389,7 @@ class Gateway:
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
-        # 4: the spool last (adapters may spool to the end); what it holds waits for a restart.
-        # The archiver's batch under way ends before Redis closes; the rest waits in the outbox.
+        # 4: the spool last (adapters may spool to the end), then the archiver (before Redis).
         await self.spooler.close()
         if self.archive is not None:
             await self.archive.close()
