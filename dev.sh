@@ -62,6 +62,45 @@ PY
   echo "no Redis reachable; started one at $REDIS_URL" >&2
 }
 
+ensure_postgres() {
+  # The archive's tests use a real PostgreSQL: $DATABASE_URL, else 127.0.0.1:5432, else one we
+  # start ourselves (Debian's postgresql: initdb into a temporary directory, a free port).
+  export DATABASE_URL=${DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres}
+  if "$VENV/bin/python" - <<'PY'
+import asyncio, os, sys, asyncpg
+async def main():
+    conn = await asyncpg.connect(os.environ["DATABASE_URL"], timeout=3)
+    await conn.close()
+try:
+    asyncio.run(main())
+except Exception:
+    sys.exit(1)
+PY
+  then return 0; fi
+  local bin; bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+    echo "warning: no PostgreSQL at \$DATABASE_URL and none installed (apt-get install postgresql); the archive's tests will fail" >&2
+    return 0
+  fi
+  local dir; dir=$(mktemp -d)
+  local port; port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  PG_AS=()
+  if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; PG_AS=(runuser -u postgres --); fi  # initdb refuses root
+  "${PG_AS[@]}" "$bin/initdb" -D "$dir/data" -U postgres -A trust >/dev/null
+  "${PG_AS[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+  export DATABASE_URL="postgresql://postgres@127.0.0.1:$port/postgres"
+  TEST_PG_STOP="$bin/pg_ctl -D $dir/data -m immediate stop" TEST_PG_DIR="$dir"
+  echo "no PostgreSQL reachable; started one at $DATABASE_URL" >&2
+}
+
+stop_test_servers() {
+  [ -n "$TEST_REDIS_PIDFILE" ] && kill "$(cat "$TEST_REDIS_PIDFILE")" 2>/dev/null || true
+  # shellcheck disable=SC2086
+  [ -n "$TEST_PG_STOP" ] && "${PG_AS[@]}" $TEST_PG_STOP >/dev/null 2>&1 || true
+  [ -n "${TEST_PG_DIR:-}" ] && rm -rf "$TEST_PG_DIR" || true
+}
+
 case "${1:-}" in
   run)
     shift
@@ -72,9 +111,10 @@ case "${1:-}" in
     shift
     setup dev
     ensure_chromium
-    TEST_REDIS_PIDFILE=""
+    TEST_REDIS_PIDFILE="" TEST_PG_STOP="" TEST_PG_DIR="" PG_AS=()
+    trap stop_test_servers EXIT
     ensure_redis
-    trap '[ -n "$TEST_REDIS_PIDFILE" ] && kill "$(cat "$TEST_REDIS_PIDFILE")" 2>/dev/null || true' EXIT
+    ensure_postgres
     "$VENV/bin/ruff" check gateway sessions adapters tests bench
     "$VENV/bin/ruff" format --check gateway sessions adapters tests bench
     "$VENV/bin/mypy"

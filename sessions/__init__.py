@@ -11,6 +11,7 @@ from sessions.external import EventCardStore
 from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.layout import LayoutMismatch
+from sessions.outbox import Outbox, OutboxEntry
 from sessions.platform_budget import MonthUsage, PlatformBudgets, Take, Window
 from sessions.principals import PrincipalStore
 from sessions.pubsub import PubSubHub
@@ -40,6 +41,8 @@ __all__ = [
     "KeyBuilder",
     "LayoutMismatch",
     "MonthUsage",
+    "Outbox",
+    "OutboxEntry",
     "PlatformBudgets",
     "PrincipalStore",
     "PubSubHub",

@@ -6,7 +6,9 @@ chat, per session and per outcome, the sessions with a small summary each, and t
 of its turns' short rows. One script (``audit_put.lua``) stores a record, indexes it, adds the
 turn's row and trims the trail past ``retention_ms`` and ``max_records``; reads take one page
 of an index with its records in one round trip (``audit_page.lua``), so a query reads what it
-answers, not the whole trail.
+answers, not the whole trail. With an archive (``AuditLimits.outbox_max``), the same script
+queues the record in the integration's outbox (``sessions/outbox.py``); a new session and a
+change of group memory are queued by their own calls.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ EVENTS_MAXLEN = 10_000  # rows kept (about) per event stream: the global one, ea
 class AuditLimits:
     retention_ms: int = 7 * DAY_MS
     max_records: int = 100_000
+    outbox_max: int = 0  # the archive outbox's bound (sessions/outbox.py); 0: no archive
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class AuditStore:
         self.pipe: ScriptPipe | None = None  # the store's auto-pipeline, for the writes
         self._page = client.register_script(lua("audit_page.lua"))
         self._session_open = client.register_script(lua("audit_session.lua"))
+        self._outbox_add = client.register_script(lua("outbox_add.lua"))
+        self.outbox_refused = 0  # entries a full outbox did not take (xgw_archive_dropped_total)
 
     # --- writes ------------------------------------------------------------------------------
     async def put(
@@ -90,6 +95,8 @@ class AuditStore:
             k.audit_outcome(i, entry.outcome),
             k.audit_sessions(i),
             k.audit_session_info(i),
+            k.audit_events(i),
+            k.audit_outbox(i),
         ]
         args: list[Any] = [
             entry.record_id,
@@ -101,32 +108,60 @@ class AuditStore:
             entry.session_id,
             json.dumps(session, separators=(",", ":"), ensure_ascii=False),
             entry.outcome,
+            maxlen if row else 0,
+            limits.outbox_max,
         ]
-        if row:
-            keys.append(k.audit_events(i))
-            args.append(maxlen)
-            for name, value in row.items():
-                args += (name, value)
-        kept = await call(keys=keys, args=args)
+        for name, value in (row or {}).items():
+            args += (name, value)
+        kept, queued = await call(keys=keys, args=args)
+        self._queued(int(queued))
         return int(kept)
 
+    def _queued(self, queued: int) -> None:
+        if queued < 0:
+            self.outbox_refused += 1
+
+    async def outbox_add(self, integration_id: str, kind: str, entry_id: str, body: str) -> None:
+        """Queue an entry for the archive alone (a change of group memory, a session's end):
+        nothing when there is no archive, counted when the outbox is full."""
+        bound = self.limits().outbox_max
+        if bound <= 0:
+            return
+        keys = [self.keys.audit_outbox(integration_id)]
+        args: list[str | int] = [bound, kind, entry_id, body]
+        if self.pipe is not None:
+            queued = await self.pipe.evalsha(self._outbox_add, keys, args)
+        else:
+            queued = await self._outbox_add(keys=keys, args=args)
+        self._queued(int(queued))
+
     async def session_opened(
-        self, integration_id: str, session_id: str, info: dict[str, Any], *, at_ms: int
+        self,
+        integration_id: str,
+        session_id: str,
+        info: dict[str, Any],
+        *,
+        at_ms: int,
+        archived: dict[str, Any] | None = None,
     ) -> None:
         """List a new session at once (its first turn may run for a while): one
-        script on the integration's slot; the turn's record later adds to its summary."""
-        k, ttl = self.keys, self.limits().retention_ms
-        body = json.dumps(
-            {**info, "turns": 0, "startedAt": at_ms, "lastActiveAt": at_ms},
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
-        keys = [k.audit_session_info(integration_id), k.audit_sessions(integration_id)]
-        args: list[str | int] = [session_id, body, at_ms, ttl]
+        script on the integration's slot; the turn's record later adds to its summary.
+        ``archived``: the session's row for the archive, queued in the same call."""
+        k, limits = self.keys, self.limits()
+        body = _json({**info, "turns": 0, "startedAt": at_ms, "lastActiveAt": at_ms})
+        keys = [
+            k.audit_session_info(integration_id),
+            k.audit_sessions(integration_id),
+            k.audit_outbox(integration_id),
+        ]
+        row = _json(archived or {**info, "sessionId": session_id, "openedAt": at_ms})
+        args: list[str | int] = [session_id, body, at_ms, limits.retention_ms]
+        args += [limits.outbox_max, row]
         if self.pipe is not None:
-            await self.pipe.evalsha(self._session_open, keys, args)
+            queued = await self.pipe.evalsha(self._session_open, keys, args)
         else:
-            await self._session_open(keys=keys, args=args)
+            queued = await self._session_open(keys=keys, args=args)
+        self._queued(int(queued))
 
     # --- reads -------------------------------------------------------------------------------
     def _index(self, integration_id: str, kind: IndexKind, value: str) -> str:
@@ -264,6 +299,10 @@ class AuditStore:
                 if len(out) == count:
                     break
         return out
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _stream_order(row: tuple[str, Any]) -> tuple[int, int]:

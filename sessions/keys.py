@@ -313,6 +313,11 @@ class KeyBuilder:
         the script that stores the turn's record (bounded by MAXLEN, and the retention as TTL)."""
         return self._audit(integration_id, "events")
 
+    def audit_outbox(self, integration_id: str) -> str:
+        """What the archive has yet to commit (sessions/outbox.py): no TTL, bounded by
+        ``archive.outboxMaxLength``; an entry leaves once the database committed it."""
+        return self._audit(integration_id, "outbox")
+
     # --- platform budgets (sessions/platform_budget.py): one hash tag per app ----------------
     # An app's (``lark:cli_x``) call logs, pauses and month ledgers carry the app as hash tag, so
     # one script checks and records its calls on one slot. TTLs: a log just over its window, a

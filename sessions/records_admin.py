@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from importlib import resources
 from types import MappingProxyType
@@ -88,7 +89,20 @@ class SessionRecords:
             self._call(self._hash_put, [self.keys.session_record(session_id)], flat),
             # the newest thousand sessions per chat
             self._call(self._index_add, [index], [at_ms, session_id, 1000, self.retention_ms]),
-            self.audit.session_opened(fields["integrationId"], session_id, summary, at_ms=at_ms),
+            self.audit.session_opened(
+                fields["integrationId"],
+                session_id,
+                summary,
+                at_ms=at_ms,
+                archived={**fields, "sessionId": session_id, "openedAt": at_ms},
+            ),
+        )
+
+    async def ended(self, integration_id: str, session_id: str, *, at_ms: int, by: str) -> None:
+        """A session's end, for the archive (its Redis records simply expire)."""
+        body = {"sessionId": session_id, "integrationId": integration_id, "endedAt": at_ms}
+        await self.audit.outbox_add(
+            integration_id, "session_end", session_id, json.dumps({**body, "by": by})
         )
 
     async def get(self, session_id: str) -> dict[str, str]:
@@ -261,12 +275,31 @@ class SessionRecords:
             pipe.pexpire(key, self.memory_ttl_ms)
             pipe.llen(key)
             *_, count = await pipe.execute()
+        await self._memory_changed(integration_id, chat_id, "remember", item)
         return int(count)
+
+    async def _memory_changed(
+        self, integration_id: str, chat_id: str, action: str, item: dict[str, Any], **extra: Any
+    ) -> None:
+        """A change of group memory, for the archive: its own call after the change (the
+        memory is on the chat's slot, the outbox on the integration's)."""
+        change: dict[str, Any] = {"integrationId": integration_id, "chatId": chat_id}
+        change["action"] = action
+        change |= {"item": item, "by": item.get("by"), "at": item.get("at"), **extra}
+        body = json.dumps(change, ensure_ascii=False)
+        await self.audit.outbox_add(integration_id, "memory", uuid.uuid4().hex, body)
 
     async def memory(self, integration_id: str, chat_id: str) -> list[dict[str, Any]]:
         raw = await self.redis.lrange(self.keys.memory(integration_id, chat_id), 0, -1)
         return [json.loads(r) for r in cast(list[str], raw)]
 
-    async def forget(self, integration_id: str, chat_id: str, n: int) -> dict[str, Any] | None:
+    async def forget(
+        self, integration_id: str, chat_id: str, n: int, *, by: str = "", at_ms: int = 0
+    ) -> dict[str, Any] | None:
+        """Remove the ``n``-th item; ``by`` and ``at_ms`` say who and when, for the archive."""
         removed = await self._forget(keys=[self.keys.memory(integration_id, chat_id)], args=[n])
-        return json.loads(removed) if removed else None
+        if not removed:
+            return None
+        item: dict[str, Any] = json.loads(removed)
+        await self._memory_changed(integration_id, chat_id, "forget", item, by=by, at=at_ms)
+        return item

@@ -27,7 +27,10 @@ class AuditSettings(GatewayModel):
         "written",
     )
 
-    def limits(self) -> AuditLimits:
+    def limits(self, *, outbox_max: int = 0) -> AuditLimits:
+        """``outbox_max``: the archive outbox's bound (0: no archive)."""
         return AuditLimits(
-            retention_ms=int(self.retention_days * DAY_MS), max_records=self.max_records
+            retention_ms=int(self.retention_days * DAY_MS),
+            max_records=self.max_records,
+            outbox_max=outbox_max,
         )

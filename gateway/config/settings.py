@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Union
 
 from pydantic import AfterValidator, Field, SecretStr, create_model, model_validator
 
+from gateway.config.archive import ArchiveSettings
 from gateway.config.audit import AuditSettings
 from gateway.config.bases import ExpertBase, IntegrationBase
 from gateway.config.model import GatewayModel
@@ -21,6 +22,7 @@ from gateway.experts.base import Expert
 from gateway.policy.checks import bundle_problems
 from gateway.triggers.schedule_settings import Schedules
 from gateway.triggers.watch import watch_problems
+from sessions.audit import AuditLimits
 
 
 def _secrets(expert: ExpertBase) -> dict[str, str]:
@@ -59,6 +61,7 @@ class Settings(GatewayModel):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     experts: list[ExpertBase] = Field(min_length=1)
     integrations: list[IntegrationBase] = Field(default_factory=list)
     schedules: Schedules = Field(default_factory=list, description="Turns started by a cron")
@@ -69,6 +72,7 @@ class Settings(GatewayModel):
     @model_validator(mode="after")
     def _cross_check(self) -> Settings:
         problems: list[str] = self.redis.problems() + self.admin.problems()
+        problems += self.archive.problems()
         for section in ("experts", "integrations"):
             seen: set[str] = set()
             for i, item in enumerate(getattr(self, section)):
@@ -112,6 +116,11 @@ class Settings(GatewayModel):
         if not kinds:
             return "an expert that can be steered, and no installed expert kind can be"
         return f"an expert of kind {' or '.join(kinds)}"
+
+    def audit_limits(self) -> AuditLimits:
+        """The audit trail's bounds, with the archive outbox's when the archive is on."""
+        outbox = self.archive.outbox_max_length if self.archive.enabled else 0
+        return self.audit.limits(outbox_max=outbox)
 
     def integration(self, integration_id: str) -> IntegrationBase | None:
         for integ in self.integrations:

@@ -101,5 +101,7 @@ class ChatCommands:
         if not rest.isdigit() or int(rest) < 1:
             reply(env, "Usage: /forget <n> (see /memory for the numbers)")
             return
-        removed = await self.records.forget(integ.id, chat, int(rest))
+        removed = await self.records.forget(
+            integ.id, chat, int(rest), by=env.sender.id, at_ms=self.clock()
+        )
         reply(env, f"Forgot: {removed['text']}" if removed else f"There is no item {rest}.")

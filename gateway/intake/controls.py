@@ -10,7 +10,7 @@ from gateway.config.settings import Settings
 from gateway.envelope import Envelope
 from gateway.intake.replies import Replies
 from gateway.turns.control import Control
-from sessions import SessionStore
+from sessions import SessionRecords, SessionStore
 
 
 class Controls:
@@ -18,12 +18,14 @@ class Controls:
         self,
         *,
         store: SessionStore,
+        records: SessionRecords,
         control: Control,
         settings: Callable[[], Settings],
         replies: Replies,
         clock: Callable[[], int],
     ) -> None:
         self.store = store
+        self.records = records
         self.control = control
         self._settings = settings
         self.replies = replies
@@ -61,5 +63,10 @@ class Controls:
                     "by": "user",
                 }
             )
+            if old.get("sessionId"):
+                integration_id = env.integration_id
+                await self.records.ended(
+                    integration_id, old["sessionId"], at_ms=self.clock(), by="user"
+                )
         if announce:
             self.replies.text(env, "Started a new conversation. What can I do for you?")

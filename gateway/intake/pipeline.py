@@ -76,8 +76,9 @@ class Pipeline:
             clock=clock, on_change=on_schedule_change,
         )  # fmt: skip
         controls = Controls(
-            store=store, control=self.control, settings=settings, replies=replies, clock=clock
-        )
+            store=store, records=records, control=self.control, settings=settings,
+            replies=replies, clock=clock,
+        )  # fmt: skip
         self.burst = burst = Burst(
             store=store, records=records, budgets=self.budgets, control=self.control,
             replies=replies, wake=wake, spawn=spawn, clock=clock, claims=claims,

@@ -98,15 +98,18 @@ class AdminApi:
         if binding.get("sessionId") != session_id:
             return fail(409, "not_active", "the session has already ended")
         await self.store.end_session(record["conversation"])
+        at = int(time.time() * 1000)
         await self.store.audit(
             {
                 "event": "session.end",
                 "session": session_id,
                 "conversation": record["conversation"],
-                "at": int(time.time() * 1000),
+                "at": at,
                 "by": "admin",
             }
         )
+        if record.get("integrationId"):
+            await self.records.ended(record["integrationId"], session_id, at_ms=at, by="admin")
         return ok({"sessionId": session_id, "status": "ended"})
 
     async def memory(self, request: web.Request) -> web.Response:

@@ -10,8 +10,10 @@
 - ``GET /v1.0/sessions/{id}/audit`` a session's turns in order.
 
 Each query reads one index per integration (``sessions.audit``): a chat's, a session's, an
-outcome's or the integration's, never the whole trail. A bad parameter is a 400 with one log
-line.
+outcome's or the integration's, never the whole trail. With the archive on, the turn and session
+routes also read it (``gateway.archive.reader``) and answer one list, newest first, each record
+once (Redis' copy where both have it); they take ``q=`` (a text in the input or the answer, any
+case) and ``until=`` (as ``since``). A bad parameter is a 400 with one log line.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, cast
 import structlog
 from aiohttp import web
 
+from gateway.archive.reader import ArchiveReader, Filters, matches
 from gateway.config.model import ID_PATTERN
 from gateway.config.settings import Settings
 from gateway.errors import Refused
@@ -79,9 +82,19 @@ class Query:
             raise Refused(400, "status: live or recent")
         return value
 
-    def since(self) -> int:
+    def text(self) -> str | None:
+        """``q``: the text searched for in inputs and answers."""
+        value = self.q.get("q") or None
+        if value is not None and not (len(value) <= 200 and value.isprintable()):
+            raise Refused(400, "q: at most 200 printable characters")
+        return value
+
+    def until(self) -> int | None:
+        return self.since("until") if self.q.get("until") else None
+
+    def since(self, name: str = "since") -> int:
         """``since``: epoch milliseconds, or an ISO 8601 time (UTC unless it says)."""
-        raw = self.q.get("since") or ""
+        raw = self.q.get(name) or ""
         if not raw:
             return 0
         if raw.isascii() and raw.isdigit() and len(raw) <= 15:
@@ -92,7 +105,7 @@ class Query:
                 return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
         except (ValueError, OverflowError):
             pass
-        raise Refused(400, "since: epoch milliseconds or an ISO 8601 time")
+        raise Refused(400, f"{name}: epoch milliseconds or an ISO 8601 time")
 
     def limit(self, default: int, names: tuple[str, ...] = ("limit", "count")) -> int:
         """A whole number from 1; above the maximum it is the maximum."""
@@ -107,10 +120,17 @@ class Query:
 
 
 class AuditApi:
-    def __init__(self, *, settings: Callable[[], Settings], records: SessionRecords) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Callable[[], Settings],
+        records: SessionRecords,
+        archive: ArchiveReader | None = None,
+    ) -> None:
         self.settings = settings  # read per request: a reload changes integrations, retention
         self.records = records
         self.audit = records.audit
+        self.archive = archive
 
     def setup(self, app: web.Application, guarded: Callable[[Handler], Handler]) -> None:
         r = app.router
@@ -144,10 +164,17 @@ class AuditApi:
         q = Query(request)
         integration, chat, session = q.integration(), q.chat(), q.session()
         outcome, since, limit = q.outcome(), q.since(), q.limit(100)
+        until, text = q.until(), q.text()
+        archived: list[dict[str, Any]] = []
+        if self.archive is not None:
+            wanted = Filters(
+                self._integrations(integration), chat, session, outcome, since, until, text
+            )
+            archived = await self.archive.turns(wanted, limit=limit)
         if session and not integration:
             integration = await self._integration_of(session)
             if integration is None:
-                return ok([])
+                return ok(archived)
         oldest = self._oldest(since)
 
         def keep(r: dict[str, Any]) -> bool:
@@ -155,6 +182,8 @@ class AuditApi:
                 (chat is None or r.get("chatId") == chat)
                 and (session is None or r.get("sessionId") == session)
                 and (outcome is None or r.get("outcome") == outcome)
+                and (until is None or int(r["timings"]["finishedAt"]) <= until)
+                and matches(r, text)
             )
 
         index: IndexKind = "ends"
@@ -175,6 +204,7 @@ class AuditApi:
                 limit=limit,
                 keep=keep,
             )
+        found = _once(found, archived, "id")
         found.sort(key=lambda r: int(r["timings"]["finishedAt"]), reverse=True)
         return ok(found[:limit])
 
@@ -185,17 +215,27 @@ class AuditApi:
         q = Query(request)
         limit = q.limit(MAX_LIMIT)
         integration = await self._integration_of(session_id)
-        if integration is None:
+        archived: list[dict[str, Any]] = []
+        if self.archive is not None:
+            wanted = Filters(
+                self._integrations(integration), session=session_id, since_ms=q.since()
+            )
+            archived = await self.archive.turns(wanted, limit=limit, newest_first=False)
+        if integration is None and not archived:
             return fail(404, "not_found", "no such session")
-        turns = await self.audit.records(
-            integration,
-            index="session",
-            value=session_id,
-            since_ms=self._oldest(q.since()),
-            limit=limit,
-            order="asc",
-        )
-        return ok(turns)
+        turns: list[dict[str, Any]] = []
+        if integration is not None:
+            turns = await self.audit.records(
+                integration,
+                index="session",
+                value=session_id,
+                since_ms=self._oldest(q.since()),
+                limit=limit,
+                order="asc",
+            )
+        turns = _once(turns, archived, "id")
+        turns.sort(key=lambda r: int(r["timings"]["finishedAt"]))
+        return ok(turns[:limit])
 
     async def events(self, request: web.Request) -> web.Response:
         q = Query(request)
@@ -214,6 +254,15 @@ class AuditApi:
         q = Query(request)
         integration, chat = q.integration(), q.chat()
         status, outcome, since, limit = q.status(), q.outcome(), q.since(), q.limit(50)
+        until, text = q.until(), q.text()
+        archived: list[dict[str, Any]] = []
+        if self.archive is not None and status != "live":
+            asked = Filters(
+                self._integrations(integration), chat, None, outcome, since, until, text
+            )
+            archived = await self.archive.sessions(asked, limit=limit)
+        if text:  # a text search is the archive's (Redis keeps no session's words)
+            return ok(archived)
         oldest = self._oldest(since)
         wanted: list[tuple[str, str]] = []  # (integration, session id)
         for integ in self._integrations(integration):
@@ -231,9 +280,11 @@ class AuditApi:
             e
             for e in entries
             if e["lastActiveAt"] >= oldest
+            and (until is None or e["lastActiveAt"] <= until)
             and (status is None or e["live"] == (status == "live"))
             and (outcome is None or e["outcomes"].get(outcome))
         ]
+        found = _sessions(found, archived)
         found.sort(key=lambda e: (e["live"], e["lastActiveAt"]), reverse=True)
         return ok(found[:limit])
 
@@ -241,6 +292,9 @@ class AuditApi:
         session_id = request.match_info["sessionId"]
         integration = await self._integration_of(session_id)
         entries = await self._entries([(integration, session_id)]) if integration else []
+        if self.archive is not None and SESSION_ID.fullmatch(session_id):
+            wanted = Filters(self._integrations(integration), session=session_id)
+            entries = _sessions(entries, await self.archive.sessions(wanted, limit=1))
         return ok(entries[0]) if entries else fail(404, "not_found", "no such session")
 
     async def _integration_of(self, session_id: str) -> str | None:
@@ -301,3 +355,26 @@ class AuditApi:
                 entry["threadId"] = binding.get("threadId")
             out.append(entry)
         return out
+
+
+def _once(
+    live: list[dict[str, Any]], archived: list[dict[str, Any]], key: str
+) -> list[dict[str, Any]]:
+    """Redis' entries and the archive's not among them."""
+    seen = {e[key] for e in live}
+    return live + [e for e in archived if e[key] not in seen]
+
+
+def _sessions(live: list[dict[str, Any]], archived: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Redis' sessions, each completed by its archived row (what Redis no longer counts: turns
+    past its retention, the final answer, artifacts), and the archive's others."""
+    kept = {e["sessionId"]: e for e in archived}
+    out = []
+    for entry in live:
+        row = kept.pop(entry["sessionId"], None)
+        if row is not None and row["turns"] >= entry["turns"]:
+            keep = ("status", "live", "threadId")
+            entry = {**entry, **row, **{k: entry[k] for k in keep if k in entry}}
+            entry["lastActiveAt"] = max(entry["lastActiveAt"], row["lastActiveAt"])
+        out.append(entry)
+    return out + list(kept.values())

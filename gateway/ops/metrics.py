@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Literal
 
 from aiohttp import web
@@ -241,10 +241,16 @@ class Metrics:
         self._endpoints: dict[str, set[str]] = {}
         self._known: set[tuple[str, str, str]] = set()  # integrations whose series are made
         self.collector: GatewayCollector | None = None
+        self._refresh: list[Callable[[], Awaitable[None]]] = []
 
     # --- wiring ----------------------------------------------------------------------------
     def track_spool(self, spooler: Spooler) -> None:
         self.registry.register(SpoolCollector(spooler))
+
+    def track_archive(self, collector: Collector, refresh: Callable[[], Awaitable[None]]) -> None:
+        """The archive's series (gateway.archive.metrics), read after ``refresh`` when scraped."""
+        self.registry.register(collector)
+        self._refresh.append(refresh)
 
     def track(self, collector: GatewayCollector) -> None:
         """Read the replica's state when scraped (its Redis script exchanges are timed by
@@ -373,6 +379,8 @@ class Metrics:
         if self.collector is not None:
             self.prepare(self.collector.settings())
             await self.collector.refresh()
+        for refresh in self._refresh:
+            await refresh()
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

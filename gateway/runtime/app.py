@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from gateway.archive.service import ArchiveService, open_migrated
 from gateway.clock import now_ms
 from gateway.config.bases import IntegrationBase
 from gateway.config.live import LiveSettings
@@ -75,6 +76,7 @@ class Gateway:
         self.embedded_redis_url = embedded_redis_url
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.redis: RedisHandle | None = None
+        self.archive: ArchiveService | None = None  # with archive.enabled
         self.adapters: dict[str, Adapter] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.clock = clock  # epoch ms of pipeline, runner, flusher and scheduler (tests move it)
@@ -122,7 +124,8 @@ class Gateway:
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
-        for part in (getattr(self, "spooler", None), getattr(self, "store", None)):
+        parts = (getattr(self, "spooler", None), self.archive, getattr(self, "store", None))
+        for part in parts:
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.close()
@@ -152,8 +155,15 @@ class Gateway:
         )
         await self.store.prepare()  # LayoutMismatch (a RedisStartupError): another dueShards
         self.records = SessionRecords(
-            client=client, keys=keys, audit_limits=lambda: self.live().audit.limits()
+            client=client, keys=keys, audit_limits=lambda: self.live().audit_limits()
         )
+        if s.archive.enabled:  # a schema newer than this release: ArchiveRefused
+            db, migrated = await open_migrated(s)
+            self.archive = archive = ArchiveService(
+                settings=self.live, db=db, client=client, keys=keys, records=self.records,
+                migrated=migrated,
+            )  # fmt: skip
+            self.metrics.track_archive(archive.collector, archive.collector.refresh)
         self.timeline = TimelineStore(
             client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
         )
@@ -167,17 +177,11 @@ class Gateway:
             max_runs=s.runtime.max_concurrent_runs,
         )
         self.runner = Runner(
-            store=self.store,
-            settings=self.live,
-            adapters=self.adapters,
-            replica_id=self.replica_id,
-            history=HistoryStore(client=client, keys=keys),
-            records=self.records,
-            claims=self.claims,
-            observer=self.metrics,
-            budgets=self.budgets,
-            clock=self.clock,
-        )
+            store=self.store, settings=self.live, adapters=self.adapters,
+            replica_id=self.replica_id, history=HistoryStore(client=client, keys=keys),
+            records=self.records, claims=self.claims, observer=self.metrics,
+            budgets=self.budgets, clock=self.clock,
+        )  # fmt: skip
         self.flusher = Flusher(
             store=self.store,
             runner=self.runner,
@@ -261,6 +265,8 @@ class Gateway:
             if integ.enabled:
                 await self._add_adapter(integ)
         self.spooler.start()
+        if self.archive is not None:
+            self.archive.start()
         self._loops = [
             asyncio.create_task(self.flusher.run(), name="flusher"),
             asyncio.create_task(self.control.listen(self.runner, self._stop_event), name="control"),
@@ -314,18 +320,12 @@ class Gateway:
     def web_app(self) -> web.Application:
         """What this replica serves (gateway.runtime.http); after :meth:`start`."""
         return http.web_app(
-            settings=self.live,
-            replica=self,
-            metrics=self.metrics,
-            store=self.store,
-            records=self.records,
-            watch=self.pipeline.watch,
-            book=self.pipeline.schedules.book,
-            schedules_changed=self.scheduler.wake,
-            budgets=self.budgets,
-            factories=self.factories,
-            adapters=self.adapters,
-        )
+            settings=self.live, replica=self, metrics=self.metrics, store=self.store,
+            records=self.records, watch=self.pipeline.watch, book=self.pipeline.schedules.book,
+            schedules_changed=self.scheduler.wake, budgets=self.budgets,
+            factories=self.factories, adapters=self.adapters,
+            archive=self.archive.reader if self.archive is not None else None,
+        )  # fmt: skip
 
     # --- what /readyz reads (gateway.ops.health) -----------------------------------------------
     async def ping_redis(self) -> None:
@@ -389,8 +389,10 @@ class Gateway:
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
-        # 4: the spool last (adapters may spool to the end); what it holds waits for a restart.
+        # 4: the spool last (adapters may spool to the end), then the archiver (before Redis).
         await self.spooler.close()
+        if self.archive is not None:
+            await self.archive.close()
         if self.store is not None:
             await self.store.close()
         if self.redis is not None:

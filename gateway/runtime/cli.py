@@ -1,4 +1,4 @@
-"""Command line: ``xpert-gateway run|check|schema`` (also ``python -m gateway``).
+"""Command line: ``xpert-gateway run|check|migrate|schema`` (also ``python -m gateway``).
 
 Its imports are lazy: ``--version`` and ``--help`` load argparse and nothing of the gateway
 but its version; each command imports what it needs (settings models, adapters, the daemon)."""
@@ -115,6 +115,7 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.config}: OK")
     print(f"redis: {redis_summary(settings)}")
+    print(f"archive: {settings.archive.describe(settings.data_dir)}")
     workers = settings.server.worker_count()
     processes = f" ({workers} worker processes)" if workers > 1 else ""
     print(f"server: http://{settings.server.host}:{settings.server.port}{processes}")
@@ -152,6 +153,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import structlog
 
+    from gateway.archive.service import ArchiveRefused
     from gateway.config.hints import config_warnings
     from gateway.logging import configure_logging
     from gateway.runtime.daemon import StartupError, Worker, serve
@@ -183,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         _event_loop_runner()(
             serve(settings, port=args.port, reload=lambda: _load(args.config), worker=worker)
         )
-    except (StartupError, RedisStartupError, OSError) as exc:
+    except (StartupError, RedisStartupError, ArchiveRefused, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -211,6 +213,51 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
     return uvloop.run
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    """Bring the archive's schema to this release's (``--check``: only say where it is)."""
+    import asyncio
+
+    from gateway.archive.database import ArchiveDatabase
+    from gateway.archive.migrations import LATEST, SchemaTooNew, migrate
+
+    settings = _load_or_report(args.config)
+    if settings is None:
+        return 1
+    a = settings.archive
+    where = a.describe(settings.data_dir)
+    if not a.enabled:
+        print("archive: off (archive.enabled is false): nothing to migrate")
+        return 0
+
+    async def run() -> str:
+        db = ArchiveDatabase.open(
+            a.database_url(settings.data_dir), connect_timeout_s=a.connect_timeout_seconds
+        )
+        try:
+            done = await migrate(db, apply=not args.check)
+        finally:
+            await db.close()
+        if args.check:
+            behind = "" if done.before == LATEST else f" (this release's: {LATEST}; run migrate)"
+            return f"schema version {done.before}{behind}"
+        if not done.applied:
+            return f"schema version {done.after}, up to date"
+        return f"schema version {done.before} -> {done.after}"
+
+    try:
+        print(f"archive ({where}): {asyncio.run(run())}")
+    except SchemaTooNew as exc:
+        print(f"error: archive ({where}): {exc}", file=sys.stderr)
+        return 1
+    except (OSError, TimeoutError) as exc:
+        print(f"error: archive ({where}) not reachable: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the driver's own (refused login, no such database, ...)
+        print(f"error: archive ({where}): {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     print(json.dumps(json_schema(), indent=2, sort_keys=True))
     return 0
@@ -235,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--config", required=True)
     check.add_argument("-v", "--verbose", action="store_true", help="print the resolved config")
     check.set_defaults(func=_check)
+    migrate = sub.add_parser("migrate", help="bring the archive database's schema up to date")
+    migrate.add_argument("--config", required=True)
+    migrate.add_argument("--check", action="store_true", help="only print the schema version")
+    migrate.set_defaults(func=_migrate)
     schema = sub.add_parser("schema", help="print the config JSON Schema")
     schema.set_defaults(func=_schema)
     try:

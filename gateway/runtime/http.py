@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
+from gateway.archive.reader import ArchiveReader
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.factory import AdapterFactory
@@ -41,6 +42,7 @@ def web_app(
     budgets: Budgets,
     factories: Mapping[str, AdapterFactory],
     adapters: dict[str, Adapter],
+    archive: ArchiveReader | None = None,
 ) -> web.Application:
     """``settings`` is read per request where a reload may change the answer (the admin token,
     the integrations); the server's limits are those of the start (a restart changes them)."""
@@ -60,7 +62,7 @@ def web_app(
     app.router.add_get("/metrics", metrics.handler)
     admin = AdminApi(settings=settings, store=store, records=records)
     admin.setup(app)
-    AuditApi(settings=settings, records=records).setup(app, admin.guarded)
+    AuditApi(settings=settings, records=records, archive=archive).setup(app, admin.guarded)
     WatchAdmin(settings=settings, watch=watch).setup(app, admin.guarded)
     ScheduleApi(book=book, on_change=schedules_changed).setup(app, admin.guarded)
     UsageApi(settings=settings, budgets=budgets).setup(app, admin.guarded)

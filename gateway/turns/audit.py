@@ -27,6 +27,7 @@ from gateway.turns.audit_record import (
     DETAIL_CHARS,
     ERROR_CHARS,
     INPUT_BYTES,
+    MAX_ARTIFACTS,
     MAX_STEPS,
     MAX_VARIABLES,
     TITLE_CHARS,
@@ -268,6 +269,14 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
         "outcome": facts.outcome,
         "error": short(error, ERROR_CHARS),
         "answer": answer,
+        "artifacts": [
+            {
+                "kind": a.kind,
+                "url": short(a.url, DETAIL_CHARS * 7),
+                "name": short(a.name, TITLE_CHARS),
+            }
+            for a in (final.artifacts[:MAX_ARTIFACTS] if final else ())
+        ],
         "timings": {
             "receivedAt": t.received,
             "claimedAt": t.claimed,

@@ -19,6 +19,7 @@ TITLE_CHARS = 200
 DETAIL_CHARS = 300
 MAX_STEPS = 100
 MAX_VARIABLES = 100
+MAX_ARTIFACTS = 50
 
 TriggerKind = Literal["message", "schedule", "watch", "event", "button"]
 
@@ -82,6 +83,12 @@ class AuditStep(_Model):
     ms: int | None = None
 
 
+class AuditArtifact(_Model):
+    kind: Literal["image", "file", "link"]
+    url: str
+    name: str = ""
+
+
 class AuditUsage(_Model):
     input_tokens: int
     output_tokens: int
@@ -123,6 +130,7 @@ class AuditRecord(_Model):
     outcome: TurnOutcome
     error: str
     answer: str
+    artifacts: list[AuditArtifact] = []  # what the run produced (images, files, links)
     timings: AuditTimings
     replica: str
 

@@ -12,6 +12,7 @@ import structlog
 
 from gateway.config.bases import IntegrationBase
 from gateway.config.settings import Settings
+from gateway.conversation import ConversationId
 from gateway.envelope import Envelope
 from gateway.policy.bundles import bundled
 from gateway.policy.routing import named_expert, route
@@ -94,6 +95,7 @@ class Binder:
                     "xpertId": xpert_id,
                     "senderId": last.sender.id,
                     "snapshot": snapshot.digest,
+                    "scope": integ.session_scope,
                 },
                 at_ms=self.clock(),
             )
@@ -171,6 +173,12 @@ class Binder:
                     "by": "trigger",
                 }
             )
+            parsed = ConversationId.parse(conversation)
+            if parsed is not None:
+                at = self.clock()
+                await self.records.ended(
+                    parsed.integration_id, bound["sessionId"], at_ms=at, by="trigger"
+                )
 
     async def snapshot(self, digest: str) -> SessionSnapshot | None:
         stored = await self.store.get_snapshot(digest)

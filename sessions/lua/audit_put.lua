@@ -1,12 +1,13 @@
 -- Store one audit record of an integration, index it, and trim the trail (sessions/audit.py).
 -- Every key carries the integration's hash tag: one slot (keys.py).
 -- KEYS: 1 records hash, 2 ends index, 3 chat index, 4 session index, 5 outcome index,
---       6 sessions index, 7 session info hash, 8 (optional) the integration's event stream
+--       6 sessions index, 7 session info hash, 8 the integration's event stream, 9 its archive
+--       outbox (sessions/outbox.py)
 -- ARGV: 1 record id, 2 record json, 3 end ms, 4 now ms, 5 retention ms, 6 max records,
 --       7 session id ('' for none), 8 session info json (used when the session has none yet),
---       9 outcome; with KEYS[8]: 10 the stream's max length (MAXLEN ~), 11.. the turn's row as
---       field, value pairs
--- Returns the number of records the integration keeps.
+--       9 outcome, 10 the event stream's max length (MAXLEN ~; 0: no row), 11 the outbox's
+--       bound (0: no archive), 12.. the turn's row as field, value pairs
+-- Returns {records the integration keeps, 1 queued for the archive | 0 not asked | -1 full}.
 local id, end_ms = ARGV[1], tonumber(ARGV[3])
 local cutoff = tonumber(ARGV[4]) - tonumber(ARGV[5])
 local max = tonumber(ARGV[6])
@@ -53,10 +54,23 @@ for _, index in ipairs({KEYS[3], KEYS[4], KEYS[5]}) do
   redis.call('ZREMRANGEBYRANK', index, 0, -(max + 1))
 end
 -- The turn's row in the integration's event stream (GET /v1.0/audit/events), in this call.
-if #KEYS >= 8 then
+if tonumber(ARGV[10]) > 0 and #ARGV >= 12 then
   local fv = {}
-  for i = 11, #ARGV do fv[#fv + 1] = ARGV[i] end
+  for i = 12, #ARGV do fv[#fv + 1] = ARGV[i] end
   redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[10], '*', unpack(fv))
 end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
-return redis.call('ZCARD', KEYS[2])
+-- The record for the archive, in the same step that stores it: nothing recorded is missed.
+-- Bounded: a full outbox (the database away too long) takes no more and says so.
+local queued = 0
+local bound = tonumber(ARGV[11])
+if bound > 0 then
+  if redis.call('XLEN', KEYS[9]) >= bound then
+    queued = -1
+  else
+    redis.call('XADD', KEYS[9], '*', 'kind', 'turn', 'id', id, 'body', ARGV[2])
+    queued = 1
+  end
+end
+-- The outbox has no expiry: its entries leave once the archive committed them.
+for i = 1, 8 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+return {redis.call('ZCARD', KEYS[2]), queued}

@@ -49,10 +49,13 @@ async def fake_lark() -> AsyncIterator[FakeLark]:
 
 
 @pytest.fixture
-async def scrape(prefix: str, redis_client: aioredis.Redis, fake_lark: FakeLark) -> Scrape:
+async def scrape(
+    prefix: str, redis_client: aioredis.Redis, fake_lark: FakeLark, tmp_path: Path
+) -> Scrape:
     """``/metrics`` of a replica after a console turn, a Lark turn over the long connection and
-    a schedule fire."""
+    a schedule fire, archived in a SQLite file."""
     cfg = base_config(prefix)
+    cfg["archive"] = {"url": f"sqlite:///{tmp_path / 'archive.sqlite3'}", "leaseSeconds": 1}
     cfg["integrations"].append(
         lark_integration(
             fake_lark,
@@ -81,7 +84,8 @@ async def scrape(prefix: str, redis_client: aioredis.Redis, fake_lark: FakeLark)
             s = await scrape_of(base)
             turns = s.value("xgw_turns_total", outcome="done")
             lark = s.value("xgw_turns_total", integration=INTEGRATION)
-            return s if turns >= 3 and lark >= 1 else None
+            archived = s.value("xgw_archive_written_total") >= 3
+            return s if turns >= 3 and lark >= 1 and archived else None
 
         return await eventually(ready, timeout=20)
     finally:

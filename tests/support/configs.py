@@ -28,6 +28,9 @@ def base_config(prefix: str, **integration: Any) -> dict[str, Any]:
             {"id": "echo", "kind": "echo", "stepDelayMs": 20, "charDelayMs": 2, "chunkChars": 4}
         ],
         "integrations": [console],
+        # The archive (on by default) is off here: tests that are about it turn it on with a
+        # database of their own (tests/archive), the rest leave no SQLite file behind.
+        "archive": {"enabled": False},
     }
 
 

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from tests.support.cluster import LocalCluster
 from tests.support.configs import base_config
 from tests.support.helpers import ConsoleClient, Gateways
+from tests.support.postgres import own_database
 from tests.support.redis_targets import (
     STANDALONE,
     RedisTarget,
@@ -124,3 +125,20 @@ async def make_gateway(prefix: str, gateways: Gateways) -> Callable[..., Awaitab
 async def console(make_gateway: Callable[..., Any]) -> ConsoleClient:
     client: ConsoleClient = await make_gateway()
     return client
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """A PostgreSQL database of this test's own (tests/support/postgres.py), dropped after."""
+    async with own_database() as url:
+        yield url
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+async def archive_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty archive database, once on PostgreSQL and once on a SQLite file."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'archive.sqlite3'}"
+        return
+    async with own_database() as url:
+        yield url

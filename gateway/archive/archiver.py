@@ -1,0 +1,178 @@
+"""The archiver: moves the Redis outbox (sessions/outbox.py) into the archive database, on one
+replica of all at a time.
+
+One owner lease (``gateway.edge.leases.OwnerLease``, as a long connection's) decides who
+archives; the others stand by and one takes over within about a lease after the owner died. The
+owner, per integration, takes a batch (what is pending first: a dead owner's unacknowledged
+entries, claimed with ``XAUTOCLAIM``), writes it in one transaction of idempotent upserts
+(``gateway.archive.writer``), and only then acknowledges and deletes it. So an owner killed
+before its commit leaves the entries to the next owner, and one killed after its commit and
+before its acknowledgement has them written again, to the same rows: nothing lost, nothing
+twice. While the database is away the outbox grows (bounded by ``archive.outboxMaxLength``,
+which the writers enforce) and the archiver retries with a growing pause; it drains when the
+database answers again. The schema is migrated (or checked) before the first write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Literal
+
+import structlog
+
+from gateway.archive.database import ArchiveDatabase
+from gateway.archive.migrations import SchemaTooNew, migrate
+from gateway.archive.writer import batch_of, write
+from gateway.clock import now_ms
+from gateway.config.archive import ArchiveSettings
+from gateway.edge.leases import OwnerLease
+from sessions import Outbox
+
+log = structlog.get_logger("gateway.archive")
+
+LEASE_NS = "archive-lease"
+MAX_BACKOFF_S = 5.0
+
+Role = Literal["starting", "owner", "standby", "stopped", "refused"]
+
+
+class Archiver:
+    def __init__(
+        self,
+        *,
+        db: ArchiveDatabase,
+        outbox: Outbox,
+        lease: OwnerLease,
+        integrations: Callable[[], list[str]],
+        settings: Callable[[], ArchiveSettings],
+        clock: Callable[[], int] = now_ms,
+        poll_s: float = 0.5,
+        migrated: bool = False,
+    ) -> None:
+        self.db = db
+        self.outbox = outbox
+        self.lease = lease
+        self.integrations = integrations
+        self.settings = settings
+        self.clock = clock
+        self.poll_s = poll_s
+        self.migrated = migrated
+        self.role: Role = "starting"
+        self.written = 0  # entries committed (xgw_archive_written_total)
+        self.write_errors = 0  # failed writes (xgw_archive_write_errors_total)
+        self.rejected = 0  # unreadable entries skipped
+        self.busy = False  # a batch under way (``Gateway.idle``)
+        self._failures = 0
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    @property
+    def consumer(self) -> str:
+        return self.lease.me
+
+    def wake(self) -> None:
+        """Look at the outbox now, not after the poll interval."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Until :meth:`stop`: hold or wait for the lease, archive while holding it. A graceful
+        stop releases the lease (another replica takes over at once); a killed process's lapses."""
+        try:
+            while not self._stopping.is_set():
+                await self._pause(await self._tick())
+        finally:
+            if self.role == "owner":
+                with contextlib.suppress(Exception):
+                    await self.lease.release()
+            self.role = "stopped"
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _tick(self) -> float:
+        """One round; returns how long to pause before the next."""
+        try:
+            mine = await self.lease.take()
+        except Exception as exc:  # Redis away: nothing to move either
+            log.warning("archive lease not taken (storage unavailable)", error=str(exc))
+            return self.lease.standby_s
+        if not mine:
+            self.role = "standby"
+            return self.lease.standby_s
+        if self.role != "owner":
+            log.info("archiver lease taken", consumer=self.consumer)
+        self.role = "owner"
+        if not self.migrated:
+            try:
+                await migrate(self.db)
+                self.migrated = True
+            except SchemaTooNew as exc:
+                log.error("archive not written: schema newer than this release", error=str(exc))
+                self.role = "refused"
+                await self.lease.release()
+                return float(self.lease.ttl_ms / 1000)
+            except Exception as exc:
+                return self._failed("archive database not migrated", exc)
+        try:
+            moved = await self.drain(budget_s=self.lease.renew_s / 2)
+        except Exception as exc:
+            return self._failed("archive batch not written", exc)
+        self._failures = 0
+        return 0.0 if moved else self.poll_s
+
+    def _failed(self, what: str, exc: Exception) -> float:
+        self.write_errors += 1
+        self._failures += 1
+        pause: float = min(MAX_BACKOFF_S, 0.2 * 2.0 ** min(self._failures, 10))
+        if self._failures in (1, 10) or self._failures % 100 == 0:
+            log.warning(what, error=str(exc) or type(exc).__name__, failures=self._failures)
+        return pause
+
+    async def drain(self, *, budget_s: float) -> int:
+        """Batches of every integration's outbox until they are empty or ``budget_s`` passed
+        (the lease is renewed between rounds); returns the entries committed."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + budget_s
+        moved = 0
+        pending = list(dict.fromkeys(self.integrations()))
+        while pending and loop.time() < until:
+            for integration_id in list(pending):
+                done = await self.move(integration_id)
+                moved += done
+                if done < self.settings().batch_size:
+                    pending.remove(integration_id)
+        return moved
+
+    async def move(self, integration_id: str) -> int:
+        """One batch of one integration: taken, written, then acknowledged."""
+        entries = await self.outbox.take(
+            integration_id, consumer=self.consumer, count=self.settings().batch_size
+        )
+        if not entries:
+            return 0
+        self.busy = True
+        try:
+            batch = batch_of(entries, now_ms=self.clock())
+            await write(self.db, batch, now_ms=self.clock())
+            await self.outbox.ack(entries)
+        finally:
+            self.busy = False
+        self.rejected += len(batch.rejected)
+        self.written += len(entries) - len(batch.rejected)
+        return len(entries)
+
+    async def _pause(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                stop = asyncio.ensure_future(self._stopping.wait())
+                wake = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await asyncio.wait([stop, wake], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                    wake.cancel()
+        self._wake.clear()

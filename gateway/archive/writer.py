@@ -1,0 +1,250 @@
+"""Writing a batch of outbox entries into the archive: one transaction, every row an upsert
+keyed by its id (a turn's record id, a session id, a memory change's id), so a batch written
+twice - an archiver that died after the commit and before its acknowledgement, two archivers
+for a moment - leaves the same rows as once. A session's counts are recomputed from its turns
+in the same transaction rather than incremented, for the same reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import structlog
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.archive.database import ArchiveDatabase
+from gateway.archive.schema import memory_changes, sessions, turns
+from sessions import OutboxEntry
+
+log = structlog.get_logger("gateway.archive")
+MAX_ARTIFACTS = 200  # kept per session
+
+
+@dataclass
+class Batch:
+    """A batch's rows by table, and the entries that could not be read (skipped, logged)."""
+
+    turns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    opened: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rejected: list[OutboxEntry] = field(default_factory=list)
+
+
+def batch_of(entries: Sequence[OutboxEntry], *, now_ms: int) -> Batch:
+    batch = Batch()
+    for entry in entries:
+        try:
+            body = orjson.loads(entry.body)
+            _add(batch, entry, body, now_ms)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            log.error(
+                "archive entry unreadable, skipped",
+                integration_id=entry.integration_id,
+                kind=entry.kind,
+                entry=entry.stream_id,
+                error=type(exc).__name__,
+            )
+            batch.rejected.append(entry)
+    return batch
+
+
+def _add(batch: Batch, entry: OutboxEntry, body: dict[str, Any], now_ms: int) -> None:
+    if entry.kind == "turn":
+        row = turn_row(body, now_ms)
+        batch.turns[row["id"]] = row
+        if row["session_id"]:
+            found = [a for a in body.get("artifacts") or [] if isinstance(a, dict)]
+            batch.artifacts.setdefault(row["session_id"], []).extend(found)
+    elif entry.kind == "session":
+        row = session_row(body, now_ms)
+        batch.opened[row["id"]] = row
+    elif entry.kind == "session_end":
+        batch.ended[str(body["sessionId"])] = body
+    elif entry.kind == "memory":
+        batch.memory[entry.id] = memory_row(entry.id, body, now_ms)
+    else:
+        raise ValueError(f"unknown kind {entry.kind!r}")
+
+
+def turn_row(record: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    """An audit record as the row of ``turns`` (the record itself kept whole)."""
+    expert = record.get("expert") or {}
+    usage = record.get("usage") or {}
+    timings = record["timings"]
+    return {
+        "id": str(record["id"]),
+        "turn_id": str(record["turnId"]),
+        "integration_id": str(record["integrationId"]),
+        "platform": str(record["platform"]),
+        "chat_id": str(record["chatId"]),
+        "chat_type": str(record["chatType"]),
+        "conversation": str(record["conversation"]),
+        "session_id": str(record.get("sessionId") or ""),
+        "sender_id": str(record["senderId"]),
+        "trigger_kind": str((record.get("trigger") or {}).get("kind", "message")),
+        "input_text": str((record.get("input") or {}).get("text", "")),
+        "expert_id": expert.get("id"),
+        "model": expert.get("model"),
+        "input_tokens": usage.get("inputTokens"),
+        "output_tokens": usage.get("outputTokens"),
+        "cost": usage.get("cost"),
+        "outcome": str(record["outcome"]),
+        "error": str(record.get("error") or ""),
+        "answer": str(record.get("answer") or ""),
+        "received_at": int(timings["receivedAt"]),
+        "finished_at": int(timings["finishedAt"]),
+        "replica": str(record.get("replica") or ""),
+        "record": record,
+        "archived_at": now_ms,
+    }
+
+
+def session_row(body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    return {
+        "id": str(body["sessionId"]),
+        "integration_id": str(body["integrationId"]),
+        "chat_id": str(body["chatId"]),
+        "chat_type": body.get("chatType"),
+        "conversation": body.get("conversation"),
+        "scope": body.get("scope"),
+        "xpert_id": body.get("xpertId"),
+        "snapshot_hash": body.get("snapshot"),
+        "sender_id": body.get("senderId"),
+        "opened_at": int(body["openedAt"]),
+        "archived_at": now_ms,
+    }
+
+
+def memory_row(change_id: str, body: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    item = body.get("item") or {}
+    return {
+        "id": change_id,
+        "integration_id": str(body["integrationId"]),
+        "chat_id": str(body["chatId"]),
+        "action": str(body["action"]),
+        "by": body.get("by") or None,
+        "text": str(item.get("text", "")),
+        "item": item,
+        "at": int(body.get("at") or now_ms),
+        "archived_at": now_ms,
+    }
+
+
+async def write(db: ArchiveDatabase, batch: Batch, *, now_ms: int) -> None:
+    """The batch's rows, in one transaction."""
+    async with db.engine.begin() as conn:
+        await _write(db, conn, batch, now_ms)
+
+
+async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_ms: int) -> None:
+    if batch.opened:
+        stmt = db.insert(sessions)
+        opened = [{**row, "turns": 0, "artifacts": []} for row in batch.opened.values()]
+        await conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[sessions.c.id],
+                set_={k: stmt.excluded[k] for k in next(iter(batch.opened.values())) if k != "id"},
+            ),
+            opened,
+        )
+    if batch.turns:
+        stmt = db.insert(turns)
+        rows = list(batch.turns.values())
+        await conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[turns.c.id],
+                set_={k: stmt.excluded[k] for k in rows[0] if k != "id"},
+            ),
+            rows,
+        )
+        # A session the archive has no row of yet (opened before the archive was on, or its
+        # opening entry was refused by a full outbox): made from its turn.
+        stubs = {
+            r["session_id"]: {
+                "id": r["session_id"],
+                "integration_id": r["integration_id"],
+                "chat_id": r["chat_id"],
+                "chat_type": r["chat_type"],
+                "conversation": r["conversation"],
+                "xpert_id": r["expert_id"],
+                "turns": 0,
+                "artifacts": [],
+                "archived_at": now_ms,
+            }
+            for r in rows
+            if r["session_id"]
+        }
+        if stubs:
+            await conn.execute(
+                db.insert(sessions).on_conflict_do_nothing(index_elements=[sessions.c.id]),
+                list(stubs.values()),
+            )
+        for session_id in stubs:
+            await _recount(conn, session_id, batch.artifacts.get(session_id, []), now_ms)
+    for session_id, end in batch.ended.items():
+        await conn.execute(
+            db.insert(sessions)
+            .values(
+                id=session_id,
+                integration_id=str(end["integrationId"]),
+                chat_id="",
+                turns=0,
+                artifacts=[],
+                ended_at=int(end["endedAt"]),
+                ended_by=end.get("by"),
+                archived_at=now_ms,
+            )
+            .on_conflict_do_update(
+                index_elements=[sessions.c.id],
+                set_={"ended_at": int(end["endedAt"]), "ended_by": end.get("by")},
+            )
+        )
+    if batch.memory:
+        await conn.execute(
+            db.insert(memory_changes).on_conflict_do_nothing(index_elements=[memory_changes.c.id]),
+            list(batch.memory.values()),
+        )
+
+
+async def _recount(
+    conn: AsyncConnection, session_id: str, artifacts: list[dict[str, Any]], now_ms: int
+) -> None:
+    """A session's turns, last activity, last outcome and final answer from its archived
+    turns; its artifacts with the batch's added (each once)."""
+    of = turns.c.session_id == session_id
+    count, last = (
+        await conn.execute(select(func.count(), func.max(turns.c.finished_at)).where(of))
+    ).one()
+    newest = (
+        await conn.execute(
+            select(turns.c.outcome, turns.c.answer)
+            .where(of)
+            .order_by(turns.c.finished_at.desc(), turns.c.id.desc())
+            .limit(1)
+        )
+    ).one()
+    values: dict[str, Any] = {
+        "turns": int(count),
+        "last_active_at": last,
+        "last_outcome": newest.outcome,
+        "final_text": newest.answer,
+        "archived_at": now_ms,
+    }
+    if artifacts:
+        held = (
+            await conn.execute(select(sessions.c.artifacts).where(sessions.c.id == session_id))
+        ).scalar_one()
+        merged = list(held or [])
+        seen = {(a.get("kind"), a.get("url")) for a in merged}
+        for a in artifacts:
+            if (a.get("kind"), a.get("url")) not in seen and len(merged) < MAX_ARTIFACTS:
+                seen.add((a.get("kind"), a.get("url")))
+                merged.append({k: a.get(k) for k in ("kind", "url", "name")})
+        values["artifacts"] = merged
+    await conn.execute(sessions.update().where(sessions.c.id == session_id).values(**values))
