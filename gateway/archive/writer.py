@@ -186,7 +186,7 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
                 list(stubs.values()),
             )
         for session_id in stubs:
-            await _recount(conn, session_id, batch.artifacts.get(session_id, []), now_ms)
+            await recount(conn, session_id, batch.artifacts.get(session_id, []), now_ms)
     for session_id, end in batch.ended.items():
         await conn.execute(
             db.insert(sessions)
@@ -212,7 +212,7 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
         )
 
 
-async def _recount(
+async def recount(
     conn: AsyncConnection, session_id: str, artifacts: list[dict[str, Any]], now_ms: int
 ) -> None:
     """A session's turns, last activity, last outcome and final answer from its archived

@@ -15,6 +15,7 @@ from gateway.edge.factory import AdapterFactory
 from gateway.edge.server_log import ServerLog
 from gateway.ops.admin import AdminApi
 from gateway.ops.audit_api import AuditApi
+from gateway.ops.erasure_api import ErasureApi
 from gateway.ops.health import Health, Replica
 from gateway.ops.metrics import Metrics
 from gateway.ops.principals_api import PrincipalsApi
@@ -27,6 +28,7 @@ from gateway.triggers.schedule_book import ScheduleBook
 from gateway.triggers.watch_admin import WatchAdmin
 from gateway.triggers.watch_intake import GroupWatch
 from sessions import PrincipalStore, SessionRecords, SessionStore
+from sessions.erasure import RedisErasure
 
 
 def web_app(
@@ -63,6 +65,9 @@ def web_app(
     admin = AdminApi(settings=settings, store=store, records=records)
     admin.setup(app)
     AuditApi(settings=settings, records=records, archive=archive).setup(app, admin.guarded)
+    erasure = RedisErasure(client=store.redis, keys=store.keys)
+    db = archive.db if archive is not None else None
+    ErasureApi(settings=settings, redis=erasure, archive=db).setup(app, admin.guarded)
     WatchAdmin(settings=settings, watch=watch).setup(app, admin.guarded)
     ScheduleApi(book=book, on_change=schedules_changed).setup(app, admin.guarded)
     UsageApi(settings=settings, budgets=budgets).setup(app, admin.guarded)

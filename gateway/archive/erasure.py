@@ -1,0 +1,53 @@
+"""Erasure in the archive: a chat's rows (its turns, sessions and memory changes) or a sender's
+(the turns that ran as them, the memory changes they made, and the sessions they opened that
+have no turn left; the others' counts and final answer recounted from what is left), in one
+transaction. Redis' side is ``sessions.erasure``; the admin route does both."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, select
+
+from gateway.archive.database import ArchiveDatabase
+from gateway.archive.schema import memory_changes, sessions, turns
+from gateway.archive.writer import recount
+from gateway.clock import now_ms
+
+
+async def erase_chat(db: ArchiveDatabase, integration_id: str, chat_id: str) -> dict[str, int]:
+    async with db.engine.begin() as conn:
+        counts = {}
+        for name, table in (("turns", turns), ("sessions", sessions)):
+            where = (table.c.integration_id == integration_id) & (table.c.chat_id == chat_id)
+            counts[name] = (await conn.execute(delete(table).where(where))).rowcount
+        where = (memory_changes.c.integration_id == integration_id) & (
+            memory_changes.c.chat_id == chat_id
+        )
+        counts["memoryChanges"] = (await conn.execute(delete(memory_changes).where(where))).rowcount
+    return counts
+
+
+async def erase_sender(db: ArchiveDatabase, integration_id: str, sender_id: str) -> dict[str, int]:
+    async with db.engine.begin() as conn:
+        of_turns = (turns.c.integration_id == integration_id) & (turns.c.sender_id == sender_id)
+        touched = set((await conn.execute(select(turns.c.session_id).where(of_turns))).scalars())
+        removed = (await conn.execute(delete(turns).where(of_turns))).rowcount
+        of_memory = (memory_changes.c.integration_id == integration_id) & (
+            memory_changes.c.by == sender_id
+        )
+        memory = (await conn.execute(delete(memory_changes).where(of_memory))).rowcount
+        opened = (sessions.c.integration_id == integration_id) & (sessions.c.sender_id == sender_id)
+        touched |= set((await conn.execute(select(sessions.c.id).where(opened))).scalars())
+        gone = 0
+        for session_id in sorted(s for s in touched if s):
+            left = (
+                await conn.execute(select(func.count()).where(turns.c.session_id == session_id))
+            ).scalar_one()
+            if left:
+                await recount(conn, session_id, [], now_ms())
+                mine = (sessions.c.id == session_id) & (sessions.c.sender_id == sender_id)
+                await conn.execute(sessions.update().where(mine).values(sender_id=None))
+                continue
+            gone += (
+                await conn.execute(delete(sessions).where(sessions.c.id == session_id))
+            ).rowcount
+    return {"turns": removed, "sessions": gone, "memoryChanges": memory}
