@@ -23,6 +23,7 @@ from typing import Literal
 import structlog
 
 from gateway.archive.database import ArchiveDatabase
+from gateway.archive.erasure import purge_before
 from gateway.archive.migrations import SchemaTooNew, migrate
 from gateway.archive.writer import batch_of, write
 from gateway.clock import now_ms
@@ -33,6 +34,7 @@ from sessions import Outbox
 log = structlog.get_logger("gateway.archive")
 
 LEASE_NS = "archive-lease"
+DAY_MS = 86_400_000
 MAX_BACKOFF_S = 5.0
 
 Role = Literal["starting", "owner", "standby", "stopped", "refused"]
@@ -64,6 +66,7 @@ class Archiver:
         self.write_errors = 0  # failed writes (xgw_archive_write_errors_total)
         self.rejected = 0  # unreadable entries skipped
         self.busy = False  # a batch under way (``Gateway.idle``)
+        self.purged_at = 0  # when the owner last purged past archive.retentionDays (epoch ms)
         self._failures = 0
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -117,6 +120,7 @@ class Archiver:
                 return self._failed("archive database not migrated", exc)
         try:
             moved = await self.drain(budget_s=self.lease.renew_s / 2)
+            await self.purge()
         except Exception as exc:
             return self._failed("archive batch not written", exc)
         self._failures = 0
@@ -144,6 +148,20 @@ class Archiver:
                 if done < self.settings().batch_size:
                     pending.remove(integration_id)
         return moved
+
+    async def purge(self) -> None:
+        """Daily (or every half retention, when shorter) while owner: rows past
+        ``archive.retentionDays``."""
+        days = self.settings().retention_days
+        if days is None:
+            return
+        retention_ms, now = int(days * DAY_MS), self.clock()
+        if now - self.purged_at < min(DAY_MS, retention_ms // 2):
+            return
+        purged = await purge_before(self.db, now - retention_ms)
+        self.purged_at = now
+        if any(purged.values()):
+            log.info("archive purged past its retention", days=days, **purged)
 
     async def move(self, integration_id: str) -> int:
         """One batch of one integration: taken, written, then acknowledged."""
