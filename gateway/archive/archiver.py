@@ -36,6 +36,7 @@ log = structlog.get_logger("gateway.archive")
 LEASE_NS = "archive-lease"
 DAY_MS = 86_400_000
 MAX_BACKOFF_S = 5.0
+WRITE_TIMEOUT_S = 60.0
 
 Role = Literal["starting", "owner", "standby", "stopped", "refused"]
 
@@ -173,7 +174,9 @@ class Archiver:
         self.busy = True
         try:
             batch = batch_of(entries, now_ms=self.clock())
-            await write(self.db, batch, now_ms=self.clock())
+            # A database that hangs rather than refuses: the batch is taken again next round.
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await write(self.db, batch, now_ms=self.clock())
             await self.outbox.ack(entries)
         finally:
             self.busy = False
