@@ -68,7 +68,11 @@ class Outbox:
             claimed = await self.redis.xautoclaim(
                 key, GROUP, consumer, min_idle_time=0, start_id="0-0", count=count
             )
-            rows = cast(list[tuple[str, dict[str, str]]], claimed[1])
+            rows = cast(list[tuple[str, dict[str, str] | None]], claimed[1])
+            # Entries deleted while pending: Redis 6.2 still lists them (7 drops them itself).
+            if dead := [stream_id for stream_id, fields in rows if not fields]:
+                await self.redis.xack(key, GROUP, *dead)
+            rows = [row for row in rows if row[1]]
             if not rows:
                 answer: Any = await self.redis.xreadgroup(GROUP, consumer, {key: ">"}, count=count)
                 rows = answer[0][1] if answer else []
@@ -77,7 +81,7 @@ class Outbox:
                 raise
             self._groups.discard(key)  # the stream went (erased, flushed): made again next time
             return []
-        return [_entry(integration_id, stream_id, fields) for stream_id, fields in rows if fields]
+        return [_entry(integration_id, sid, fields) for sid, fields in rows if fields is not None]
 
     async def ack(self, entries: Sequence[OutboxEntry]) -> None:
         """The entries are committed: acknowledged and deleted, per stream one MULTI."""

@@ -23,6 +23,7 @@ from typing import Literal
 import structlog
 
 from gateway.archive.database import ArchiveDatabase
+from gateway.archive.erasure import purge_before
 from gateway.archive.migrations import SchemaTooNew, migrate
 from gateway.archive.writer import batch_of, write
 from gateway.clock import now_ms
@@ -33,7 +34,9 @@ from sessions import Outbox
 log = structlog.get_logger("gateway.archive")
 
 LEASE_NS = "archive-lease"
+DAY_MS = 86_400_000
 MAX_BACKOFF_S = 5.0
+WRITE_TIMEOUT_S = 60.0
 
 Role = Literal["starting", "owner", "standby", "stopped", "refused"]
 
@@ -64,6 +67,7 @@ class Archiver:
         self.write_errors = 0  # failed writes (xgw_archive_write_errors_total)
         self.rejected = 0  # unreadable entries skipped
         self.busy = False  # a batch under way (``Gateway.idle``)
+        self.purged_at = 0  # when the owner last purged past archive.retentionDays (epoch ms)
         self._failures = 0
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -117,6 +121,7 @@ class Archiver:
                 return self._failed("archive database not migrated", exc)
         try:
             moved = await self.drain(budget_s=self.lease.renew_s / 2)
+            await self.purge()
         except Exception as exc:
             return self._failed("archive batch not written", exc)
         self._failures = 0
@@ -145,6 +150,20 @@ class Archiver:
                     pending.remove(integration_id)
         return moved
 
+    async def purge(self) -> None:
+        """Daily (or every half retention, when shorter) while owner: rows past
+        ``archive.retentionDays``."""
+        days = self.settings().retention_days
+        if days is None:
+            return
+        retention_ms, now = int(days * DAY_MS), self.clock()
+        if now - self.purged_at < min(DAY_MS, retention_ms // 2):
+            return
+        purged = await purge_before(self.db, now - retention_ms)
+        self.purged_at = now
+        if any(purged.values()):
+            log.info("archive purged past its retention", days=days, **purged)
+
     async def move(self, integration_id: str) -> int:
         """One batch of one integration: taken, written, then acknowledged."""
         entries = await self.outbox.take(
@@ -155,7 +174,9 @@ class Archiver:
         self.busy = True
         try:
             batch = batch_of(entries, now_ms=self.clock())
-            await write(self.db, batch, now_ms=self.clock())
+            # A database that hangs rather than refuses: the batch is taken again next round.
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await write(self.db, batch, now_ms=self.clock())
             await self.outbox.ack(entries)
         finally:
             self.busy = False

@@ -46,7 +46,8 @@ class ArchiveDatabase:
         else:
             args["connect_args"] = {"timeout": connect_timeout_s}
             args["pool_pre_ping"] = True
-        engine = create_async_engine(parsed, **args)
+        # Errors never carry the rows' values (message bodies) into a log line.
+        engine = create_async_engine(parsed, hide_parameters=True, **args)
         if engine.dialect.name == "sqlite":
             _sqlite_transactions(engine)
         return cls(engine)

@@ -51,3 +51,18 @@ async def erase_sender(db: ArchiveDatabase, integration_id: str, sender_id: str)
                 await conn.execute(delete(sessions).where(sessions.c.id == session_id))
             ).rowcount
     return {"turns": removed, "sessions": gone, "memoryChanges": memory}
+
+
+async def purge_before(db: ArchiveDatabase, cutoff_ms: int) -> dict[str, int]:
+    """``archive.retentionDays``: turns that ended, memory changes made and sessions last active
+    before ``cutoff_ms`` (a session only once none of its turns is left)."""
+    async with db.engine.begin() as conn:
+        old_turns = delete(turns).where(turns.c.finished_at < cutoff_ms)
+        counts = {"turns": (await conn.execute(old_turns)).rowcount}
+        old_memory = delete(memory_changes).where(memory_changes.c.at < cutoff_ms)
+        counts["memoryChanges"] = (await conn.execute(old_memory)).rowcount
+        active = func.coalesce(sessions.c.last_active_at, sessions.c.opened_at, 0)
+        has_turns = select(turns.c.id).where(turns.c.session_id == sessions.c.id).exists()
+        old_sessions = delete(sessions).where(active < cutoff_ms, ~has_turns)
+        counts["sessions"] = (await conn.execute(old_sessions)).rowcount
+    return counts

@@ -40,6 +40,13 @@ class ArchiveSettings(GatewayModel):
         description="Entries the Redis outbox holds per integration while the database is "
         "away; past it new records are not archived (xgw_archive_dropped_total)",
     )
+    retention_days: float | None = Field(
+        None,
+        gt=0,
+        le=36_600,
+        description="Archived turns, sessions and memory changes older than this are purged "
+        "(daily); unset: kept until erased",
+    )
     batch_size: int = Field(200, ge=1, le=5000, description="Entries written per transaction")
     lease_seconds: float = Field(
         15,

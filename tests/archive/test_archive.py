@@ -23,6 +23,7 @@ from gateway.archive.schema import memory_changes, sessions, turns
 from gateway.archive.writer import batch_of, write
 from gateway.config.archive import ArchiveSettings
 from sessions import KeyBuilder, OutboxEntry
+from tests.support.cli import quickstart
 from tests.support.configs import base_config
 from tests.support.helpers import DaemonProcess, Gateways
 from tests.support.metrics import scrape
@@ -257,3 +258,38 @@ def _memory() -> str:
         '{"integrationId":"c","chatId":"g1","action":"remember",'
         '"item":{"text":"rule","by":"alice","at":7},"by":"alice","at":7}'
     )
+
+
+async def test_rows_past_the_archive_retention_are_purged(
+    archive_url: str, prefix: str, gateways: Gateways
+) -> None:
+    gw = await gateways(archive_config(prefix, archive_url, retentionDays=8 / 86_400))
+    await gw.client.send("soon gone")
+    await gw.client.wait_cards()
+    await gw.client.send("/remember briefly")
+    await eventually(lambda: _has(archive_url, memory_changes), timeout=20)
+    assert await rows(archive_url, turns)  # archived, then purged 8 s after it ended
+
+    async def purged() -> bool:
+        return not any([await rows(archive_url, t) for t in (turns, sessions, memory_changes)])
+
+    await eventually(purged, timeout=30)
+
+
+async def _has(url: str, table: Any) -> bool:
+    return bool(await rows(url, table))
+
+
+async def test_the_quick_start_archives_in_sqlite_under_data_dir_with_the_embedded_redis(
+    tmp_path: Path, gateways: Gateways
+) -> None:
+    """No archive settings, no redis.url: the embedded Redis (6.2) feeds dataDir's SQLite file."""
+    config = quickstart(tmp_path)
+    config["integrations"][0] |= {"summaryWindowSeconds": 0, "updateIntervalMs": 100}
+    config["experts"][0] |= {"stepDelayMs": 20, "charDelayMs": 2}
+    gw = await gateways(config)
+    await gw.client.send("kept across restarts")
+    await gw.client.wait_cards()
+    url = f"sqlite:///{tmp_path / 'archive.sqlite3'}"
+    found = await eventually(lambda: rows(url, turns), timeout=20)
+    assert [r["input_text"] for r in found] == ["kept across restarts"]

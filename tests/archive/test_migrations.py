@@ -144,3 +144,19 @@ def test_a_wrong_archive_url_is_a_config_error(
     result = cli("check", "--config", str(path))
     assert result.returncode == 1
     assert problem in result.stderr
+
+
+def test_check_says_where_the_archive_is_without_its_password(prefix: str, tmp_path: Path) -> None:
+    config = base_config(prefix)
+    config["archive"] = {"url": "postgresql://xgw:s3cret-pw@db.example:5433/xgw"}
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = cli("check", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "archive: PostgreSQL at db.example:5433/xgw\n" in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr
+    del config["archive"]
+    config["dataDir"] = str(tmp_path / "data")
+    path.write_text(yaml.safe_dump(config))
+    shown = cli("check", "--config", str(path)).stdout
+    assert f"archive: embedded SQLite at {tmp_path / 'data' / 'archive.sqlite3'}\n" in shown

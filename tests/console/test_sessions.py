@@ -138,6 +138,13 @@ async def test_sessions_page_lists_filters_and_shows_a_turns_timeline(
     await expect(page.locator("#sessions-empty")).to_be_visible()
     await page.locator("#f-outcome").select_option("")
     await page.locator("#f-chat").fill("")
+    # Search (the archive, the daemon's SQLite file): what was said in the team chat.
+    await page.locator("#f-q").fill("SUMMARISE the incident")
+    await page.locator("#f-apply").click()
+    await expect(page.locator("#session-list tbody tr")).to_have_count(1, timeout=20_000)
+    await expect(team).to_have_count(1)
+    await expect(page.locator("#sessions-more")).to_be_hidden()
+    await page.locator("#f-q").fill("")
     await page.locator("#f-apply").click()
     await expect(page.locator("#session-list tbody tr")).to_have_count(2)
 

@@ -9,7 +9,8 @@
   const OUTCOMES = ["done", "error", "cancelled", "interrupted", "handback", "gave_up", "refused"];
   const MARK = { done: "✓", failed: "✗", cancelled: "–", running: "…" };
   const REFRESH_MS = 5000;
-  const state = { open: null, sessions: [], timer: null, gen: 0, run: 0, integrations: new Set() };
+  const state = { open: null, sessions: [], timer: null, gen: 0, run: 0, integrations: new Set(), limit: 100 };
+  const PAGE = 100, MAX_LIMIT = 1000;  // the admin API answers at most 1000 sessions
 
   class ApiError extends Error {
     constructor(status, code, msg) { super(msg); this.status = status; this.code = code; }
@@ -154,12 +155,16 @@
       chatId: $("#f-chat").value.trim(),
       outcome: $("#f-outcome").value,
       status: $("#f-status").value,
+      q: $("#f-q").value.trim(),
     };
   }
+  // Archived sessions (the archive database) come after Redis' in the same list: "Older"
+  // asks for the next hundred.
   async function loadList(gen) {
-    const list = await admin("sessions", { ...filters(), limit: "100" });
+    const list = await admin("sessions", { ...filters(), limit: String(state.limit) });
     if (gen !== state.gen) return;
     state.sessions = list;
+    $("#sessions-more").hidden = list.length < state.limit || state.limit >= MAX_LIMIT;
     for (const s of list) state.integrations.add(s.integrationId);
     renderIntegrations();
     renderList();
@@ -361,7 +366,11 @@
       $("#token").value = "";
       start();
     });
-    $("#filters").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
+    $("#filters").addEventListener("submit", (e) => { e.preventDefault(); state.limit = PAGE; refresh(); });
+    $("#sessions-more").addEventListener("click", () => {
+      state.limit = Math.min(MAX_LIMIT, state.limit + PAGE);
+      refresh();
+    });
     for (const id of ["#f-integration", "#f-outcome", "#f-status"]) $(id).addEventListener("change", refresh);
     $("#sign-out").addEventListener("click", () => {
       sessionStorage.removeItem(TOKEN_KEY);
