@@ -30,6 +30,13 @@ TOKEN_MARGIN_S = 300  # refresh 5 min early, like the SDK (§2.4)
 FLOW_CONTROL_CODES = ("QpsLimit", "QpmLimit")  # 403 Forbidden.AccessDenied.{QpsLimitFor…}
 ROBOT_THROTTLED = {"send.too.fast", "send.byToken.tooFast", "too.many.group", "too.many.people"}
 TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fetch a new one
+# oapi.dingtalk.com answers HTTP 200 with ``errcode``: 40014 "不合法的access_token", 60011
+# "没有调用该接口的权限" (the app lacks the API's permission), -1 "系统繁忙", 90018 / 90002
+# QPS limits (…/server-api-error-codes-1; 60011's wording as DingTalk answers it, quoted in
+# capricornxl/ad-password-self-service#13).
+OAPI_TOKEN_REFUSED = {"40014"}
+OAPI_RETRY = {"-1", "90018", "90002"}
+NO_PERMISSION = "60011"
 # sessionWebhook answers are HTTP 200 with errcode: -1 "系统繁忙" and 410100 "发送速度太快而限流"
 # (…/custom-robots-send-group-messages); 130101/130102 are the older "send too fast" codes.
 WEBHOOK_THROTTLED = {410100, 130101, 130102}
@@ -44,6 +51,7 @@ ENDPOINTS = {
     "/v1.0/card/instances/createAndDeliver": "card_create",
     "/v1.0/card/instances": "card_update",
     "/v1.0/card/streaming": "card_stream",
+    "/topapi/v2/user/get": "user_get",
 }
 
 
@@ -66,6 +74,8 @@ class DingTalkApiError(PlatformApiError):
         if self.status == 429:
             return True
         if self.status == 400 and self.code in ROBOT_THROTTLED:
+            return True
+        if self.status == 200 and self.code in OAPI_RETRY:  # an oapi errcode
             return True
         code = self.code.lower()
         return self.status == 403 and any(c.lower() in code for c in FLOW_CONTROL_CODES)
@@ -123,6 +133,7 @@ class DingTalkApi(PlatformApi):
         self,
         *,
         base: str,
+        oapi_base: str = "https://oapi.dingtalk.com",
         client_id: str,
         client_secret: str,
         attempts: int = 5,
@@ -133,6 +144,7 @@ class DingTalkApi(PlatformApi):
         super().__init__(
             base_url=base, observe=observe, timeout_s=15, attempts=attempts, sleep=sleep
         )
+        self.oapi_base = oapi_base.rstrip("/")
         self.client_id = client_id
         self._secret = client_secret
         self.backoff_s = backoff_s
@@ -158,7 +170,7 @@ class DingTalkApi(PlatformApi):
 
     def token_refused(self, error: PlatformApiError) -> bool:
         return isinstance(error, DingTalkApiError) and (
-            error.status == 401 or error.code in TOKEN_REFUSED
+            error.status == 401 or error.code in TOKEN_REFUSED or error.code in OAPI_TOKEN_REFUSED
         )
 
     def retryable(self, error: PlatformApiError) -> bool:
@@ -207,6 +219,38 @@ class DingTalkApi(PlatformApi):
 
         endpoint = ENDPOINTS.get(path, "other")
         return await self.exchange(endpoint, send, auth=auth, metered=endpoint != "token")
+
+    async def user(self, user_id: str) -> dict[str, Any]:
+        """``POST https://oapi.dingtalk.com/topapi/v2/user/get?access_token=…`` ``{userid}``: the
+        user's details (``result``: name, ``email``, ``org_email``, …), needing the contact
+        permission (通讯录个人信息读权限, ``qyapi_get_member``). The new-style access token is
+        accepted by oapi (https://open.dingtalk.com/document/orgapp/query-user-details). A
+        refusal raises DingTalkApiError with the HTTP status (200) and the errcode as code."""
+        url = f"{self.oapi_base}/topapi/v2/user/get"
+
+        async def send(token: str | None) -> dict[str, Any]:
+            try:
+                async with self.http.post(
+                    url,
+                    params={"access_token": token or ""},
+                    data=dumps({"userid": user_id, "language": "zh_CN"}),
+                    headers=JSON_UTF8,
+                    allow_redirects=False,
+                ) as resp:
+                    data = await resp.json(content_type=None)
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise DingTalkApiError(0, type(exc).__name__, str(exc)) from exc
+            data = data if isinstance(data, dict) else {}
+            errcode = str(data.get("errcode", "-2"))
+            if status < 300 and errcode == "0":
+                result = data.get("result")
+                return result if isinstance(result, dict) else {}
+            raise DingTalkApiError(
+                status, errcode, str(data.get("errmsg", "")), str(data.get("request_id", ""))
+            )
+
+        return await self.exchange("user_get", send)
 
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works. A

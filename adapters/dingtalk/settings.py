@@ -35,6 +35,11 @@ class DingTalkIntegration(IntegrationBase):
     card_template_id: str | None = Field(
         None, description="AI card template id; without it replies are markdown messages"
     )
+    lookup_sender_email: bool = Field(
+        True,
+        description="Look up the sender's email (topapi/v2/user/get, cached a day) for "
+        "sys.user_email and principals; needs the app's contact permission",
+    )
     action_token_ttl_seconds: int = Field(
         LINK_TTL_MAX_S,
         ge=60,
@@ -67,6 +72,12 @@ class DingTalkIntegration(IntegrationBase):
     @property
     def base(self) -> str:
         return self.api_base.rstrip("/")
+
+    @property
+    def oapi_base(self) -> str:
+        """DingTalk's older API host (``topapi/…``, the user look-up); apiBase itself when that
+        is a local fake, which serves both."""
+        return self.base if _local(self.api_base) else SESSION_WEBHOOK_ORIGIN
 
     @property
     def webhook_origins(self) -> frozenset[str]:
