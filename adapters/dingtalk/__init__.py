@@ -13,7 +13,7 @@ from yarl import URL
 
 import adapters.dingtalk.inbound as inbound
 import adapters.dingtalk.links as links
-from adapters.dingtalk.api import DingTalkApi
+from adapters.dingtalk.api import NO_PERMISSION, DingTalkApi, DingTalkApiError
 from adapters.dingtalk.connection import StreamConnection, StreamFrames
 from adapters.dingtalk.inbound import DingTalkInbound, RobotAdapter
 from adapters.dingtalk.outbound import DingTalkOutbound
@@ -37,12 +37,60 @@ from gateway.envelope import Attachment, Envelope
 
 log = structlog.get_logger("adapters.dingtalk")
 
+EMAIL_TTL_MS = 86_400_000  # a directory entry rarely changes within a day
+NO_EMAIL_TTL_MS = 3_600_000  # none, or a look-up that failed: asked again after an hour
+# Without the contact permission every look-up is refused alike: one record for the app keeps
+# the monthly API quota (docs/platform-limits.md) from paying a refused call per sender.
+DENIED_KEY = "*"
+
 
 class DingTalkAdapter(RobotAdapter):
+    _email_denied_told: bool  # the missing contact permission logged once (sender_email)
+
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:
         return await _fetch(self, attachment, max_bytes)
+
+    async def sender_email(self, envelope: Envelope) -> str | None:
+        """The sender's ``email`` (else ``org_email``) from ``topapi/v2/user/get`` by staff id,
+        cached in the records store a day (an hour when there is none or the call failed). An
+        app without the contact permission (errcode 60011) is told once in the log and not
+        asked again for an hour, for any sender."""
+        if envelope.sender.email or not self.settings.lookup_sender_email:
+            return envelope.sender.email
+        staff = str(reply_extras(envelope).get("senderStaffId") or "")
+        if not staff:
+            return None
+        ns = f"dingtalk:{self.settings.id}:email"
+        cached = await self.context.records.get(ns, staff)
+        if cached is not None:
+            return cached or None
+        if await self.context.records.get(ns, DENIED_KEY) is not None:
+            return None
+        try:
+            user = await self.api.user(staff)
+        except DingTalkApiError as exc:
+            if exc.code == NO_PERMISSION:
+                await self.context.records.put(ns, DENIED_KEY, "", ttl_ms=NO_EMAIL_TTL_MS)
+                if not self._email_denied_told:
+                    self._email_denied_told = True
+                    log.warning(
+                        "sender email unavailable: the app lacks the contact permission",
+                        integration_id=self.settings.id,
+                        code=exc.code,
+                    )
+                return None
+            log.info(
+                "sender email unavailable", integration_id=self.settings.id, **exc.log_fields()
+            )
+            await self.context.records.put(ns, staff, "", ttl_ms=NO_EMAIL_TTL_MS)
+            return None
+        email = str(user.get("email") or user.get("org_email") or "")
+        await self.context.records.put(
+            ns, staff, email, ttl_ms=EMAIL_TTL_MS if email else NO_EMAIL_TTL_MS
+        )
+        return email or None
 
     def __init__(
         self,
@@ -54,11 +102,12 @@ class DingTalkAdapter(RobotAdapter):
         super().__init__(settings=settings, context=context)
         self.clock = clock
         secret = settings.client_secret.get_secret_value()
-        self.api = DingTalkApi(
+        self._email_denied_told = False
+        self.api: DingTalkApi = DingTalkApi(
             base=settings.base,
+            oapi_base=settings.oapi_base,
             client_id=settings.client_id,
             client_secret=secret,
-            oapi_base=settings.oapi_base,
             observe=self.api_calls(),
         )
         self.api.budget = self.platform_budget(settings.client_id)

@@ -33,6 +33,13 @@ TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fet
 # The oapi's own (errcode in a 200 answer): 40014 不合法的access_token, 42001 access_token超时
 # (DOC:server-api-error-codes-1).
 TOKEN_REFUSED |= {"40014", "42001"}
+# oapi.dingtalk.com answers HTTP 200 with ``errcode``: 40014 "不合法的access_token", 60011
+# "没有调用该接口的权限" (the app lacks the API's permission), -1 "系统繁忙", 90018 / 90002
+# QPS limits (…/server-api-error-codes-1; 60011's wording as DingTalk answers it, quoted in
+# capricornxl/ad-password-self-service#13).
+OAPI_TOKEN_REFUSED = {"40014"}
+OAPI_RETRY = {"-1", "90018", "90002"}
+NO_PERMISSION = "60011"
 # sessionWebhook answers are HTTP 200 with errcode: -1 "系统繁忙" and 410100 "发送速度太快而限流"
 # (…/custom-robots-send-group-messages); 130101/130102 are the older "send too fast" codes.
 WEBHOOK_THROTTLED = {410100, 130101, 130102}
@@ -48,6 +55,7 @@ ENDPOINTS = {
     "/v1.0/card/instances": "card_update",
     "/v1.0/card/streaming": "card_stream",
     "/media/upload": "media_upload",
+    "/topapi/v2/user/get": "user_get",
 }
 
 
@@ -70,6 +78,8 @@ class DingTalkApiError(PlatformApiError):
         if self.status == 429:
             return True
         if self.status == 400 and self.code in ROBOT_THROTTLED:
+            return True
+        if self.status == 200 and self.code in OAPI_RETRY:  # an oapi errcode
             return True
         code = self.code.lower()
         return self.status == 403 and any(c.lower() in code for c in FLOW_CONTROL_CODES)
@@ -127,9 +137,9 @@ class DingTalkApi(PlatformApi):
         self,
         *,
         base: str,
+        oapi_base: str = "https://oapi.dingtalk.com",
         client_id: str,
         client_secret: str,
-        oapi_base: str = "https://oapi.dingtalk.com",
         attempts: int = 5,
         backoff_s: float = 0.25,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -138,9 +148,9 @@ class DingTalkApi(PlatformApi):
         super().__init__(
             base_url=base, observe=observe, timeout_s=15, attempts=attempts, sleep=sleep
         )
+        self.oapi_base = oapi_base.rstrip("/")
         self.client_id = client_id
         self._secret = client_secret
-        self.oapi_base = oapi_base.rstrip("/")
         self.backoff_s = backoff_s
 
     # --- PlatformApi hooks ---------------------------------------------------------------------
@@ -164,7 +174,7 @@ class DingTalkApi(PlatformApi):
 
     def token_refused(self, error: PlatformApiError) -> bool:
         return isinstance(error, DingTalkApiError) and (
-            error.status == 401 or error.code in TOKEN_REFUSED
+            error.status == 401 or error.code in TOKEN_REFUSED or error.code in OAPI_TOKEN_REFUSED
         )
 
     def retryable(self, error: PlatformApiError) -> bool:
@@ -243,6 +253,38 @@ class DingTalkApi(PlatformApi):
             raise DingTalkApiError(status, str(errcode), str(answer.get("errmsg", "")))
 
         return await self.exchange("media_upload", send)
+
+    async def user(self, user_id: str) -> dict[str, Any]:
+        """``POST https://oapi.dingtalk.com/topapi/v2/user/get?access_token=…`` ``{userid}``: the
+        user's details (``result``: name, ``email``, ``org_email``, …), needing the contact
+        permission (通讯录个人信息读权限, ``qyapi_get_member``). The new-style access token is
+        accepted by oapi (https://open.dingtalk.com/document/orgapp/query-user-details). A
+        refusal raises DingTalkApiError with the HTTP status (200) and the errcode as code."""
+        url = f"{self.oapi_base}/topapi/v2/user/get"
+
+        async def send(token: str | None) -> dict[str, Any]:
+            try:
+                async with self.http.post(
+                    url,
+                    params={"access_token": token or ""},
+                    data=dumps({"userid": user_id, "language": "zh_CN"}),
+                    headers=JSON_UTF8,
+                    allow_redirects=False,
+                ) as resp:
+                    data = await resp.json(content_type=None)
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise DingTalkApiError(0, type(exc).__name__, str(exc)) from exc
+            data = data if isinstance(data, dict) else {}
+            errcode = str(data.get("errcode", "-2"))
+            if status < 300 and errcode == "0":
+                result = data.get("result")
+                return result if isinstance(result, dict) else {}
+            raise DingTalkApiError(
+                status, errcode, str(data.get("errmsg", "")), str(data.get("request_id", ""))
+            )
+
+        return await self.exchange("user_get", send)
 
     async def post_webhook(self, url: str, body: dict[str, Any]) -> None:
         """Post to a conversation's sessionWebhook; WebhookGone when it no longer works. A

@@ -35,6 +35,11 @@ class DingTalkIntegration(IntegrationBase):
     card_template_id: str | None = Field(
         None, description="AI card template id; without it replies are markdown messages"
     )
+    lookup_sender_email: bool = Field(
+        True,
+        description="Look up the sender's email (topapi/v2/user/get, cached a day) for "
+        "sys.user_email and principals; needs the app's contact permission",
+    )
     action_token_ttl_seconds: int = Field(
         LINK_TTL_MAX_S,
         ge=60,
@@ -70,8 +75,8 @@ class DingTalkIntegration(IntegrationBase):
 
     @property
     def oapi_base(self) -> str:
-        """Where the older oapi lives (``/media/upload``): oapi.dingtalk.com, or apiBase when
-        apiBase is a local fake (one fake serves both)."""
+        """DingTalk's older API host (``/media/upload``, ``topapi/…`` the user look-up):
+        oapi.dingtalk.com, or apiBase itself when that is a local fake, which serves both."""
         return self.base if _local(self.api_base) else SESSION_WEBHOOK_ORIGIN
 
     @property

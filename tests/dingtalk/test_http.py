@@ -18,9 +18,11 @@ from structlog.testing import capture_logs
 
 from adapters.dingtalk.cards import MAX_CHARS
 from adapters.dingtalk.crypto import sign_action, verify_action
-from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.dingtalk import USER_GET_PATH, WEBHOOK_PATH, FakeDingTalk
 from tests.support.dingtalk import SECRET, DingTalkHarness, robot_message, running
 from tests.support.waits import eventually
+
+TOKEN_PATH = "/v1.0/oauth2/accessToken"
 
 Harness = tuple[FakeDingTalk, DingTalkHarness]
 MARK = re.compile(r"\n\n\(\d+/\d+\)$")  # a part's marker (i/n)
@@ -48,7 +50,9 @@ async def test_signed_message_gets_working_then_final_answer_by_webhook(dt: Harn
     assert final["buttons"] == ["New conversation"]
     await h.idle()  # intermediate states are not sent: messages can't be edited
     assert len(fake.sent()) == 2
-    assert fake.token_requests == 0  # the webhook needs no token
+    # The webhook needs no token: only the sender's email look-up (oapi) fetched one.
+    assert {c.path for c in fake.calls} == {WEBHOOK_PATH, TOKEN_PATH, USER_GET_PATH}
+    assert fake.token_requests == 1
 
 
 async def test_bad_sign_and_stale_timestamp_are_401_and_store_nothing(dt: Harness) -> None:

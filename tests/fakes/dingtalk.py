@@ -64,6 +64,15 @@ sessionWebhook (``https://oapi.dingtalk.com/robot/sendBySession?session=…``, D
   code DingTalk gives for an unknown robot webhook token (third-party reports; no DingTalk page
   documents the expired-session answer — untraced). A body over 20,000 bytes is refused
   (observed, secondary: ``MAX_WEBHOOK_BYTES``).
+oapi (``https://oapi.dingtalk.com``, served here on the same port): ``POST /topapi/v2/user/get
+?access_token=…`` ``{userid, language}`` -> HTTP 200 ``{errcode: 0, errmsg: "ok", result: {userid,
+name, email, org_email, …}, request_id}`` [DOC:query-user-details, the Java SDK's
+``OapiV2UserGetRequest`` / ``OapiV2UserGetResponse.UserGetResponse``]; refusals are HTTP 200 with
+an errcode: 40014 "不合法的access_token" [DOC:server-api-error-codes-1], 60011 "没有调用该接口的
+权限" when the app lacks the contact permission (``contact_permission = False``; the wording as
+quoted in capricornxl/ad-password-self-service#13), 60121 "找不到该用户" for an unknown userid
+(⚠ untraced: the code as third-party SDK error tables give it). The new-style access token is
+taken there (DOC:query-user-details calls it with the internal app's token).
 Stream gateway: tests/fakes/dingtalk_stream.py.
 
 Not traced to a source (kept because the tests need an answer): any path not listed -> 404
@@ -89,6 +98,7 @@ CLIENT_SECRET = "dt-app-secret"
 SEND_PATHS = ("/v1.0/robot/groupMessages/send", "/v1.0/robot/oToMessages/batchSend")
 WEBHOOK_PATH = "/robot/sendBySession"
 MAX_PARAM_BYTES = 15_000
+USER_GET_PATH = "/topapi/v2/user/get"
 # A sessionWebhook body over 20,000 bytes is refused: an observed error, secondary
 # (/work/shared/reference/limits.md, DingTalk "content limits"; no DingTalk page gives it). The
 # errcode it answers is not traced: 40035 (oapi's "不合法的参数") stands in, and the gateway
@@ -174,6 +184,9 @@ class FakeDingTalk:
         self.token_requests = 0
         self.cards: dict[str, Card] = {}
         self.media: dict[str, tuple[str, str, bytes]] = {}  # media_id -> (type, filename, data)
+        # The org's directory (topapi/v2/user/get) by userid, and whether the app may read it.
+        self.users: dict[str, dict[str, Any]] = {}
+        self.contact_permission = True
         self._guids: set[str] = set()
         self.gateway = FakeStreamGateway(
             client_id=CLIENT_ID, client_secret=CLIENT_SECRET, ws_base=f"ws://127.0.0.1:{self.port}"
@@ -189,6 +202,7 @@ class FakeDingTalk:
         app.router.add_get("/f/{code}", self._file)
         app.router.add_post(WEBHOOK_PATH, self._webhook)
         app.router.add_post("/media/upload", self._upload)
+        app.router.add_post(USER_GET_PATH, self._user_get)
         app.router.add_route("*", "/v1.0/{tail:.*}", self._openapi)
         self.app = app
 
@@ -483,6 +497,27 @@ class FakeDingTalk:
         code = request.match_info["code"]
         data, content_type = self.files.get(code, (PNG + code.encode(), "image/png"))
         return web.Response(body=data, content_type=content_type)
+
+    # --- oapi ----------------------------------------------------------------------------------
+    async def _user_get(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.calls.append(Call("POST", request.path, body))
+
+        def refuse(code: int, message: str) -> web.Response:
+            self.calls[-1].delivered = False
+            return web.json_response({"errcode": code, "errmsg": message, "request_id": "r"})
+
+        if request.query.get("access_token") != self.token:
+            return refuse(40014, "不合法的access_token")
+        if not self.contact_permission:
+            return refuse(60011, "没有调用该接口的权限，接口权限申请参考：…")
+        user = self.users.get(str(body.get("userid")))
+        if user is None:
+            return refuse(60121, "找不到该用户")
+        result = {"userid": body["userid"], "email": "", "org_email": "", **user}
+        return web.json_response(
+            {"errcode": 0, "errmsg": "ok", "result": result, "request_id": uuid.uuid4().hex}
+        )
 
     # --- sessionWebhook -------------------------------------------------------------------------
     async def _webhook(self, request: web.Request) -> web.Response:

@@ -117,6 +117,8 @@ def robot_message(
 ) -> dict[str, Any]:
     now = int(time.time() * 1000)
     url, expires = fake.session_webhook(expired=expired_webhook)
+    # Whoever writes to the robot is a member of the org: in its directory (topapi/v2/user/get).
+    fake.users.setdefault(sender, {"name": sender.capitalize()})
     body: dict[str, Any] = {
         "msgId": msg_id or f"msg{uuid.uuid4().hex[:12]}",
         "msgtype": "text",
