@@ -5,13 +5,20 @@ the call's arguments in a stream component; and the option buttons a Progress ma
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
 
 from gateway.events import Clarification, TextDelta
 from gateway.experts.sse import SseEvent
 from gateway.experts.xpert_clarify import from_args, from_output, from_state
 from gateway.experts.xpert_stream import XpertStream
 from gateway.progress import Progress, option_of
+from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_agent import format_clarification, lc_message
+from tests.support.helpers import serve
+from tests.support.xpert import config
 
 ASKED = Clarification("Which region?", ("China", "Europe"), "Sales are per region.", True)
 
@@ -86,3 +93,37 @@ def test_the_card_asks_with_one_button_per_option() -> None:
     many = Clarification("Pick", tuple(f"option {i} " + "x" * 50 for i in range(9)))
     shown = Progress(turn_id="t").apply(many).finish("success")
     assert len(shown.buttons) == 6 and all(len(b.label) <= 40 for b in shown.buttons)
+
+
+@pytest.fixture
+async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
+    fake = FakeXpertAI(keepalive_s=0.2)
+    async for url in serve(fake.app()):
+        yield fake, url + "/api/ai"
+
+
+def _inputs(fake: FakeXpertAI) -> list[str]:
+    return [r["input"]["message"]["input"]["input"] for r in fake.requests]
+
+
+async def test_in_the_console_an_option_click_answers_and_clarifications_can_be_off(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    console = await make_gateway(config(prefix, url))
+    await console.send("[clarify] report")
+    [card] = await console.wait_cards()
+    labels = [(b["actionId"], b["label"]) for b in card["card"]["buttons"]]
+    assert labels[:3] == [("answer_1", "China"), ("answer_2", "Europe"), ("answer_3", "Americas")]
+    assert card["card"]["title"] == "A question for you"
+    assert await console.click("dm-alice", card["id"], "answer_3") == 202
+    await console.wait_cards(count=2)
+    assert _inputs(fake) == ["[clarify] report", "Americas"]
+    assert await console.click("dm-alice", card["id"], "answer_9") == 400  # not on the card
+    # Off: the run's state is not read for it, and the card just says Done.
+    quiet = await make_gateway(config(prefix, url, {"clarifications": False}))
+    reads = len(fake.state_reads)
+    await quiet.send("[clarify] again", chat="dm-bob", sender="bob")
+    [plain] = await quiet.wait_cards(chat="dm-bob")
+    assert [b["actionId"] for b in plain["card"]["buttons"]] == ["new"]
+    assert len(fake.state_reads) == reads
