@@ -50,6 +50,18 @@ class Interrupt:
 
 
 @dataclass(frozen=True, slots=True)
+class Clarification:
+    """The agent asks the user before it goes on, and the run ends (XpertAI's
+    ``ask_clarification``): the card shows the question, each option a button whose click is
+    the user's next message; a typed answer works as well."""
+
+    question: str
+    options: tuple[str, ...] = ()
+    context: str = ""
+    free_text: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class VariablesEvent:
     """Conversation variables from the expert. ``write``: the agent wrote these, apply the
     declared reducers. ``backend``: the backend's own state after its reducers ran (authoritative:
@@ -86,6 +98,7 @@ RunEvent = (
     | StepEvent
     | ToolEvent
     | Interrupt
+    | Clarification
     | VariablesEvent
     | UsageEvent
     | ArtifactEvent

@@ -7,6 +7,7 @@ from typing import Literal
 
 from gateway.events import (
     ArtifactEvent,
+    Clarification,
     Decision,
     Finished,
     Interrupt,
@@ -28,6 +29,11 @@ ACTION_NEW = "new"
 ACTION_CONFIRM = "confirm"
 ACTION_REJECT = "reject"
 ACTION_RETRY = "retry"
+# An option of the agent's question (``Clarification``): ``answer_<n>``, n from 1.
+ACTION_ANSWER = "answer_"
+MAX_OPTIONS = 5  # option buttons on one card (WeCom cards take 6 buttons, New is one)
+OPTION_LABEL_CHARS = 40
+ASKING_TITLE = "A question for you"
 # A routine said in plain words waits for these (gateway/triggers/routines.py).
 ACTION_ROUTINE_CONFIRM = "routine_confirm"
 ACTION_ROUTINE_CANCEL = "routine_cancel"
@@ -92,12 +98,18 @@ class Progress:
     # A card that is no turn's (a routine's confirmation): its own title and buttons.
     headline: str = ""
     actions: tuple[Button, ...] | None = None
+    # The agent's question when the run ended asking one (its text is also in ``answer``),
+    # and its options: buttons once the turn is done.
+    question: str = ""
+    options: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
         """The card's headline: the question while waiting, else the status."""
         if self.headline:
             return self.headline
+        if self.status == "done" and self.question:
+            return ASKING_TITLE
         return self.prompt if self.status == "waiting" and self.prompt else self.status_title
 
     @property
@@ -122,6 +134,8 @@ class Progress:
             )
         if self.status == "ended":
             return ()
+        if self.status == "done" and self.options:
+            return (*option_buttons(self.options), Button(ACTION_NEW, "New conversation"))
         if self.status == "error":
             return (
                 Button(ACTION_RETRY, "Retry", "primary"),
@@ -145,6 +159,14 @@ class Progress:
             return self._next(tools=_upsert(self.tools, tool))
         if isinstance(event, Interrupt):
             return self._next(status="waiting", prompt=event.prompt)
+        if isinstance(event, Clarification):
+            shown = asked_text(event)
+            answer = self.answer.rstrip()
+            if event.question not in answer:
+                answer = f"{answer}\n\n{shown}" if answer else shown
+            return self._next(
+                answer=answer, question=event.question, options=event.options[:MAX_OPTIONS]
+            )
         if isinstance(event, UsageEvent):
             return self._next(
                 input_tokens=self.input_tokens + event.input_tokens,
@@ -215,6 +237,39 @@ class Progress:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Progress))
+
+
+def asked_text(event: Clarification) -> str:
+    """The question as the card's answer shows it: its context, the question, the options
+    numbered (for platforms whose cards take no buttons: type the option) and, unless the
+    agent allows only its options, that a reply in one's own words works too."""
+    parts = [event.context] if event.context else []
+    parts.append(f"**{event.question}**")
+    if event.options:
+        parts.append("\n".join(f"{i}. {o}" for i, o in enumerate(event.options, 1)))
+    if event.free_text:
+        parts.append("_You can also reply in your own words._")
+    return "\n\n".join(parts)
+
+
+def option_buttons(options: tuple[str, ...]) -> tuple[Button, ...]:
+    def label(text: str) -> str:
+        return text if len(text) <= OPTION_LABEL_CHARS else text[: OPTION_LABEL_CHARS - 1] + "…"
+
+    return tuple(
+        Button(f"{ACTION_ANSWER}{i}", label(o), "primary" if i == 1 else "default")
+        for i, o in enumerate(options[:MAX_OPTIONS], 1)
+    )
+
+
+def option_of(action_id: str, options: list[str] | tuple[str, ...]) -> str | None:
+    """The option an ``answer_<n>`` click chose, None when it names none."""
+    if not action_id.startswith(ACTION_ANSWER):
+        return None
+    digits = action_id[len(ACTION_ANSWER) :]
+    if not digits.isdigit() or not 1 <= int(digits) <= min(len(options), MAX_OPTIONS):
+        return None
+    return options[int(digits) - 1]
 
 
 def _upsert(items: tuple[Step, ...], step: Step) -> tuple[Step, ...]:

@@ -21,6 +21,8 @@ from gateway.progress import (
     ACTION_ROUTINE_CANCEL,
     ACTION_ROUTINE_CONFIRM,
     ACTION_STOP,
+    MAX_OPTIONS,
+    option_of,
 )
 
 PLATFORM = "lark"
@@ -34,6 +36,7 @@ ACTIONS = (
     ACTION_ROUTINE_CONFIRM,
     ACTION_ROUTINE_CANCEL,
 )
+OPTION_SLOTS = tuple(str(i) for i in range(MAX_OPTIONS))  # answer_1 .. answer_<MAX_OPTIONS>
 # message_type -> (attachment kind, content key holding the resource key)
 RESOURCES: dict[str, tuple[str, str]] = {
     "image": ("image", "image_key"),
@@ -253,7 +256,7 @@ def action_envelope(integration_id: str, payload: dict[str, Any]) -> Envelope:
     context = _dict(event.get("context"), "event.context")
     operator = _dict(event.get("operator"), "event.operator")
     action_id = str(value.get("action") or "")
-    if action_id not in ACTIONS:
+    if action_id not in ACTIONS and option_of(action_id, OPTION_SLOTS) is None:
         raise BadEvent("event.action.value.action: not a button of ours")
     message_id = _str(context.get("open_message_id"), "event.context.open_message_id")
     chat_id = _str(context.get("open_chat_id"), "event.context.open_chat_id")

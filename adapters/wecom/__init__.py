@@ -7,7 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from adapters.wecom.api import WeComApi
+import aiohttp
+import structlog
+
+from adapters.wecom.api import WeComApi, WeComApiError
 from adapters.wecom.connection import AibotConnection
 from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import (
@@ -24,6 +27,11 @@ from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.factory import Factory
 from gateway.envelope import Attachment, Envelope
+
+log = structlog.get_logger("adapters.wecom")
+
+EMAIL_TTL_MS = 86_400_000  # a directory entry rarely changes within a day
+NO_EMAIL_TTL_MS = 3_600_000  # none, or refused: asked again after an hour
 
 
 def _secret(value: Any) -> str:
@@ -42,6 +50,8 @@ class WeComAdapter(CallbackAdapter):
         self.clock: Callable[[], float] = time.time  # tests move it to the sample vectors' time
         self.callbacks = None
         self.outbound: Outbound
+        self.api: WeComApi | None = None  # app mode: the server API (sender emails)
+        self._refusals: set[int] = set()  # user/get errcodes already logged
         mode = settings.connection_mode
         if mode == "aibot_ws":
             self.outbound = AibotConnection(settings=settings, context=context)
@@ -65,6 +75,7 @@ class WeComAdapter(CallbackAdapter):
                 observe=self.api_calls(),
             )
             api.budget = self.platform_budget(settings.corp_id)
+            self.api = api
             app = AppOutbound(
                 integration_id=settings.id,
                 agent_id=settings.agent_id,
@@ -101,6 +112,50 @@ class WeComAdapter(CallbackAdapter):
         aibot callback mode only answers what WeCom polls for, so it cannot (platforms.md §3)."""
         mode = self.settings.connection_mode
         return mode == "aibot_ws" or (mode == "app" and chat_type == "p2p")
+
+    async def sender_email(self, envelope: Envelope) -> str | None:
+        """App mode: the sender's ``email``, else ``biz_mail``, from ``user/get`` (doc 90196),
+        cached in the records store a day (none for an hour). WeCom gives them only to apps
+        that see the member and, for apps made since 2022-06-20, not without the member's
+        consent: a refusal (e.g. 60011, outside the visible range) is logged once per code
+        and the turn runs without an email. The AI bot modes have no server API to ask."""
+        if envelope.sender.email or self.api is None or not self.settings.lookup_sender_email:
+            return envelope.sender.email
+        userid = envelope.sender.id
+        if not userid or envelope.sender.is_bot:
+            return None
+        ns = f"wecom:{self.settings.id}:email"
+        cached = await self.context.records.get(ns, userid)
+        if cached is not None:
+            return cached or None
+        try:
+            user = await self.api.user(userid)
+        except WeComApiError as exc:
+            if exc.rate_limited or exc.errcode < 0:  # worth asking again on the next turn
+                log.info(
+                    "sender email look-up failed", integration_id=self.settings.id, code=exc.errcode
+                )
+                return None
+            if exc.errcode not in self._refusals:
+                self._refusals.add(exc.errcode)
+                log.warning(
+                    "sender email look-up refused; turns run without it",
+                    integration_id=self.settings.id,
+                    code=exc.errcode,
+                )
+            await self.context.records.put(ns, userid, "", ttl_ms=NO_EMAIL_TTL_MS)
+            return None
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            log.info(
+                "sender email look-up failed",
+                integration_id=self.settings.id,
+                error=type(exc).__name__,
+            )
+            return None
+        email = str(user.get("email") or user.get("biz_mail") or "")
+        ttl = EMAIL_TTL_MS if email else NO_EMAIL_TTL_MS
+        await self.context.records.put(ns, userid, email, ttl_ms=ttl)
+        return email or None
 
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int

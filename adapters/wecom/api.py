@@ -42,7 +42,11 @@ log = structlog.get_logger("adapters.wecom")
 TOKEN_ERRORS = {40001, 40014, 42001}  # invalid / expired access token: refetch, retry once
 RATE_LIMITS = {45009, 45033}  # API frequency / concurrency limit: back off, retry
 # The metrics' name of each server API the gateway calls.
-ENDPOINTS = {"message/send": "message_send", "message/update_template_card": "card_update"}
+ENDPOINTS = {
+    "message/send": "message_send",
+    "message/update_template_card": "card_update",
+    "user/get": "user_get",
+}
 # Temporary media (wecom 011-素材管理/002-上传临时素材.md, doc 90253): image JPG/PNG up to
 # 10 MB, file up to 20 MB, each over 5 bytes; the media_id lasts three days.
 UPLOAD_TYPES = ("image", "file")
@@ -164,6 +168,25 @@ class WeComApi(PlatformApi):
             return str(answer["media_id"])
 
         return await self.exchange("media_upload", send)
+
+    async def user(self, userid: str) -> dict[str, Any]:
+        """``GET /cgi-bin/user/get?userid=``: a member as the app may see them ("读取成员", doc
+        90196). Apps see only members in their visible range (else 60011); apps made since
+        2022-06-20 get no ``email`` / ``biz_mail`` (empty, without the members' oauth2 consent),
+        so either may be missing."""
+
+        async def send(token: str | None) -> dict[str, Any]:
+            params = {"access_token": token or "", "userid": userid}
+            async with self.http.get(f"{self.base}/cgi-bin/user/get", params=params) as resp:
+                if resp.status >= 500:
+                    raise WeComApiError(-resp.status, "server error", status=resp.status)
+                data: dict[str, Any] = await resp.json(content_type=None)
+            code = _errcode(data)
+            if code != 0:
+                raise WeComApiError(code, str(data.get("errmsg", "")))
+            return data
+
+        return await self.exchange("user_get", send)
 
     async def media(self, media_id: str, *, max_bytes: int) -> tuple[bytes, str] | None:
         """``GET /cgi-bin/media/get``: a received image or file (data, mime type);

@@ -111,13 +111,22 @@ def final_text(progress: Progress) -> str:
     return "\n\n".join(parts)
 
 
-def stream_clipped(progress: Progress) -> str:
-    """The stream content cut at STREAM_BYTES: for callback mode, where WeCom takes one
-    ``response_url`` message after the stream and so no continuation of n parts."""
-    return clip_bytes(_stream_text(progress), STREAM_BYTES)
+# Callback mode parts leave room for the note that tells how to get the next one.
+MORE_ROOM = 160
 
 
-def _stream_text(progress: Progress) -> str:
+def callback_parts(text: str) -> list[str]:
+    """``text`` in parts for AI-bot callback mode (stream, ``response_url``, a ``more``
+    reply's stream), each with room left for ``more_note``, marked (1/n)..(n/n)."""
+    return numbered(split_answer(text, Room(STREAM_BYTES - MORE_ROOM))) if text.strip() else []
+
+
+def more_note(next_part: int, total: int) -> str:
+    return f"\n\n_Reply **more** for part {next_part}/{total}._"
+
+
+def stream_text(progress: Progress) -> str:
+    """The status and steps, then the answer so far (the final text once the turn is over)."""
     lines = [] if progress.status == "done" else [f"**{progress.title}**"]
     lines += [f"- {line}" for line in steps_text(progress).splitlines()]
     head = "\n".join(lines)
@@ -129,7 +138,7 @@ def stream_parts(progress: Progress) -> list[str]:
     """The AI-bot stream content - the status and steps, then the answer so far - in parts of
     at most STREAM_BYTES, marked (1/n)..(n/n) when there are several: the stream shows the
     first, the others follow as messages of their own once the turn is over."""
-    return split_bytes(_stream_text(progress), STREAM_BYTES)
+    return split_bytes(stream_text(progress), STREAM_BYTES)
 
 
 def stream_markdown(progress: Progress) -> str:

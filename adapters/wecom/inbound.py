@@ -24,12 +24,14 @@ from aiohttp import web
 import adapters.wecom.cards as cards
 from adapters.wecom.crypto import CryptoError, WeComCrypto
 from adapters.wecom.events import (
+    LEADING_MENTION,
     BadPayload,
     aibot_envelope,
     aibot_message,
     app_envelope,
     event_type,
     parse_app_xml,
+    stream_id_for,
 )
 from adapters.wecom.outbound import AppOutbound
 from adapters.wecom.outbound.stream import StreamOutbound
@@ -180,11 +182,26 @@ class AibotCallbacks(AibotInbound[Reply], Callbacks):
                 if stream is None or not stream.id:
                     raise BadPayload("stream refresh without id")
                 return {"msgtype": "stream", "stream": await self.stream.refresh(stream.id)}
+            if m.get("msgtype") == "text":
+                more = await self._more(aibot_message(m))
+                if more is not None:
+                    return {"msgtype": "stream", "stream": more}
         except BadPayload as exc:
             raise _unreadable(exc) from None
         if event_type(m) == "enter_chat":
             return {"msgtype": "text", "text": {"content": cards.WELCOME}}
         return None
+
+    async def _more(self, m: Any) -> dict[str, Any] | None:
+        """``more`` after a long answer: its next part, without a turn (StreamOutbound.more)."""
+        text = m.text.content if m.text else ""
+        sender = m.sender.userid if m.sender else ""
+        if not m.msgid or len(text) > 40 or not (m.chatid or sender):
+            return None
+        if m.chattype == "group":
+            text = LEADING_MENTION.sub("", text, count=1)
+        stream_id = stream_id_for(self.integration_id, m.msgid)
+        return await self.stream.more(m.chatid or sender, m.msgid, stream_id, text)
 
     async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> Reply:
         if envelope.kind == "action":

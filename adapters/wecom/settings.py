@@ -28,6 +28,10 @@ class WeComIntegration(IntegrationBase):
     encoding_aes_key: SecretStr | None = Field(
         None, description="Callback EncodingAESKey (43 characters)"
     )
+    lookup_sender_email: bool = Field(
+        True,
+        description="app: look up the sender's email (user/get, cached a day) for sys.user_email",
+    )
     bot_id: str = Field("", description="AI bot id (aibot_ws)")
     bot_secret: SecretStr | None = Field(None, description="AI bot long-connection secret")
     api_base: str = "https://qyapi.weixin.qq.com"

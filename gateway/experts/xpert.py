@@ -6,10 +6,9 @@ the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); S
 ``POST /threads/{t}/runs/{executionId}/cancel``; a dropped stream rejoins with
 ``GET /threads/{t}/runs/{executionId}/stream`` and ``Last-Event-ID`` (exclusive); a resume
 carries ``target`` (without it the server refuses the run); a steer is ``follow_up``/``steer``
-aimed at the
-running execution; conversation variables live in the thread and are read back from
-``GET /threads/{t}/state`` after each run (there is no state event). Every request of a turn
-carries the turn's ``x-principal-user-id`` (``xpert_principals``), not one for the session.
+aimed at the running execution; conversation variables (and an ``ask_clarification``
+question) live in the thread and are read from ``GET /threads/{t}/state`` after each run.
+Every request of a turn carries the turn's ``x-principal-user-id`` (``xpert_principals``).
 A turn's files are uploaded before its run (``xpert_files``); pictures go inline.
 """
 
@@ -38,6 +37,7 @@ from gateway.events import (
 from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
+from gateway.experts.xpert_clarify import from_state
 from gateway.experts.xpert_files import upload_files
 from gateway.experts.xpert_input import changed_state, files_of, with_history
 from gateway.experts.xpert_principals import Principal, refused, resolve
@@ -240,10 +240,16 @@ class XpertExpert(Expert):
         if asked is not None and final.outcome == "interrupted":
             yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
         if stream.execution_id is not None:
-            # The agent's writes (and XpertAI's reducers) live in the thread: read them back.
-            values = await self._read_state(thread_id, turn, principal)
-            if values:
-                yield VariablesEvent(values=values, mode="backend")
+            # The agent's writes (and XpertAI's reducers) live in the thread: read them back;
+            # so does the question of a run that ended asking one (xpert_clarify.py).
+            ask = final.outcome == "success" and self.settings.clarifications and stream.agent_ran
+            values = await self._read_state(thread_id, turn, principal, ask)
+            declared = {n: values[n] for n in turn.declared_variables if n in values}
+            if declared:
+                yield VariablesEvent(values=declared, mode="backend")
+            question = stream.clarification or (from_state(values) if ask else None)
+            if ask and question:
+                yield question
         yield final
 
     async def _follow(self, run: _Run, body: dict[str, Any]) -> AsyncIterator[RunEvent]:
@@ -327,11 +333,11 @@ class XpertExpert(Expert):
                         yield event
 
     async def _read_state(
-        self, thread_id: str, turn: TurnInput, principal: Principal
+        self, thread_id: str, turn: TurnInput, principal: Principal, whole: bool
     ) -> dict[str, Any]:
-        """The declared variables as the thread holds them now (``GET /threads/{t}/state``
-        → ``values``); a failed read costs only the write-back."""
-        if not turn.declared_variables:
+        """The thread's values now (``GET /threads/{t}/state``), read when variables are
+        declared or ``whole``; a failed read costs only the write-back (and the question)."""
+        if not (turn.declared_variables or whole):
             return {}
         try:
             url = self._url(f"/threads/{thread_id}/state")
@@ -343,9 +349,7 @@ class XpertExpert(Expert):
             log.warning("xpert state read failed", error=str(exc), thread_id=thread_id)
             return {}
         values = data.get("values") if isinstance(data, dict) else None
-        if not isinstance(values, dict):
-            return {}
-        return {name: values[name] for name in turn.declared_variables if name in values}
+        return values if isinstance(values, dict) else {}
 
     async def steer(self, turn: TurnInput, text: str) -> None:
         """``follow_up`` / ``steer`` aimed at the running execution (chat.handler.ts); the

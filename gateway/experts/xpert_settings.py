@@ -58,6 +58,12 @@ class XpertExpertSettings(ExpertBase):
         "over 2 MB is parsed in the background) before the run goes on",
     )
     show_reasoning: bool = False
+    clarifications: bool = Field(
+        True,
+        description="After a run that ended well, read the thread's state for an "
+        "ask_clarification question (clarification middleware): shown with its options as "
+        "buttons",
+    )
     memory_variable: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",

@@ -46,6 +46,7 @@ from typing import Any
 
 from gateway.citations import Sources, render
 from gateway.events import (
+    Clarification,
     Finished,
     Interrupt,
     RunEvent,
@@ -56,6 +57,8 @@ from gateway.events import (
     UsageEvent,
 )
 from gateway.experts.sse import SseEvent
+from gateway.experts.xpert_clarify import TOOL as CLARIFY
+from gateway.experts.xpert_clarify import from_args, from_output
 
 # on_chat_event types that are not steps of the run (contracts/src/ai/chat-event.model.ts).
 NOT_STEPS = frozenset(
@@ -87,9 +90,12 @@ class XpertStream:
     consumed: set[str] = field(default_factory=set)  # clientMessageIds of steers taken in
     prefix: str = ""  # the card's answer before this run (a resume, a steer sent after a run)
     started: bool = False  # this run's on_message_start was read
+    agent_ran: bool = False  # on_agent_start was read (a memory reply runs no agent)
+    clarification: Clarification | None = None  # an ask_clarification the stream showed
     _segments: list[list[str]] = field(default_factory=list)  # [stream id, text] per stream
     _tools: dict[str, tuple[str, StepStatus]] = field(default_factory=dict)  # id -> title, status
     _asked: bool = False
+    _asks: set[str] = field(default_factory=set)  # ask_clarification components' ids
     _reasoning: str = ""
     _sources: Sources = field(default_factory=Sources)
     _shown: str | None = None  # the answer as the card has it (None: the prefix)
@@ -201,6 +207,12 @@ class XpertStream:
         body = data.get("data")
         if not ident or not isinstance(body, dict):
             return []
+        if body.get("tool") == CLARIFY or ident in self._asks:
+            # Not a step: the question it asks ends the run (xpert_clarify.py).
+            self._asks.add(ident)
+            found = from_output(body.get("output")) or from_args(body.get("input"))
+            self.clarification = found or self.clarification
+            return []
         known = self._tools.get(ident)
         if known is not None:
             # A retrieval's end: its output (the tool's, agent.ts l.340-343) or its documents
@@ -230,6 +242,9 @@ class XpertStream:
             self.started = True
             self.ai_message_id = str(data.get("id") or "") or self.ai_message_id
             self.execution_id = str(data.get("executionId") or "") or self.execution_id
+            return []
+        if name == "on_agent_start":
+            self.agent_ran = True
             return []
         if name == "on_chat_event" and isinstance(data, dict):
             return self._chat_event(data)

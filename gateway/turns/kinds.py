@@ -1,11 +1,12 @@
-"""The kinds of turn: a message (the burst's messages), a Retry (a failed turn's input again, in
-its card), a Confirm / Reject (the interrupted run resumed, in its card) and giving up (a turn
-whose replicas crashed too often). They share one start: a Progress, a renderer that owns the
-card, the first card on screen."""
+"""The kinds of turn: a message (the burst's messages; an option of the agent's question
+clicked is one), a Retry (a failed turn's input again, in its card), a Confirm / Reject (the
+interrupted run resumed, in its card) and giving up (a turn whose replicas crashed too often).
+They share one start: a Progress, a renderer that owns the card, the first card on screen."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TypeVar
@@ -156,6 +157,11 @@ class TurnKinds:
         """A failed turn can be retried and a waiting one resumed: what either needs is kept
         with the session."""
         final = outcome.progress
+        if final.status == "done" and final.options:  # what its option buttons answer
+            asked = {"turnId": final.turn_id, "options": list(final.options)}
+            await self.store.set_binding_fields(
+                claim.conversation, session.id, clarification=json.dumps(asked)
+            )
         if final.status not in ("error", "waiting"):
             return
         record: dict[str, str | None] = {

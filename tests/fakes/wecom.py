@@ -42,6 +42,13 @@ path/<n>; [wechatpy] is the installed wechatpy 1.8.18):
    encrypted with AES-256-CBC, the IV the key's first 16 bytes, PKCS#7 padded to 32 bytes
    [aibot-node-sdk src/crypto.ts ``decryptFile``], with its name in Content-Disposition
    [aibot-node-sdk src/api.ts ``downloadFileRaw``].
+9. ``GET /cgi-bin/user/get?userid=`` ("读取成员", 90196) answers the member with ``errcode 0``,
+   ``userid``, ``name`` and, where the app may read them, ``email`` and ``biz_mail`` (apps made
+   since 2022-06-20 get neither: ``users`` then holds the member without them). A member outside
+   the app's visible range ("应用只能获取可见范围内的成员信息") is 60011 "指定的成员/部门/标签参数
+   无权限" [90313, 全局错误码]. Both checked against the
+   doc-hub-mcp copies (``wecom/001-企业内部开发/002-服务端API/004-通讯录管理/002-成员管理/
+   003-读取成员.md`` l.9-27, 42-43, 123-124; ``005-附录/003-全局错误码.md`` l.313).
 
 (Longer than 300 lines because each behaviour carries its source.)
 
@@ -110,6 +117,8 @@ class FakeWeCom:
         # relative Location on this server, the query kept): as a server taken over would.
         self.media_redirects: dict[str, str] = {}
         self._names: dict[str, str] = {}  # download link -> file name
+        self.users: dict[str, dict[str, Any]] = {}  # userid -> member (user/get, 9.)
+        self.hidden: set[str] = set()  # userids outside the app's visible range (60011)
         self.minute_s = 60.0
         self.limits: dict[str, int] = {}
         self._calls_at: dict[str, deque[float]] = defaultdict(deque)
@@ -211,6 +220,7 @@ class FakeWeCom:
         app.router.add_post("/cgi-bin/aibot/response", self._response)
         app.router.add_get("/cgi-bin/media/get", self._media)
         app.router.add_post("/cgi-bin/media/upload", self._upload)
+        app.router.add_get("/cgi-bin/user/get", self._user)
         app.router.add_get("/files/{name}", self._file)
         app.router.add_get("/ws", self.ws.handle)
         self._runner = web.AppRunner(app, handle_signals=False)
@@ -297,6 +307,20 @@ class FakeWeCom:
             return self._error(40007, "invalid media_id")
         data, content_type = self.media[media_id]
         return web.Response(body=data, content_type=content_type)
+
+    async def _user(self, request: web.Request) -> web.Response:
+        userid = request.query.get("userid", "")
+        self.calls.append(("user/get", {"userid": userid}))
+        refused = self._check(request, "user/get")
+        if refused is not None:
+            return refused
+        if userid in self.hidden:
+            self.refusals.append(("user/get", 60011))
+            return self._error(60011, "no privilege to access/modify contact/party/agent")
+        # Anyone else who messages the app is a member it sees; an app made since 2022-06-20
+        # gets them without email (9.). Unknown userids (60111) are not modelled.
+        member = self.users.get(userid, {"name": userid})
+        return web.json_response({"errcode": 0, "errmsg": "ok", "userid": userid, **member})
 
     async def _file(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

@@ -98,12 +98,15 @@ model call holds until ``release()``: a steer then is not taken), ``[hold-comple
 ``complete`` entry waits for ``release()``), ``[fail]`` (the model call fails), ``[web]`` (a
 Tavily-like tool adds a status-less ``Computer`` update), ``[big]`` (a 1.5 MB tool output),
 ``[memory]`` (a memory reply: one bare string, no agent), ``[set name=value]`` (the agent writes
-a variable).
+a variable), ``[clarify]`` (the clarification middleware's ``ask_clarification`` ends the run:
+``xpertai_agent.clarify``).
 
 Not traced to a source (the fake's own choices or simplifications): the agent's script, its
 texts, step titles and token counts; the exact ``datetime`` (the host's ``toLocaleString``) and
-workspace strings in ``sys``; ``values`` holding only the declared variables, ``sys``, ``human``
-and ``input`` (no ``messages``) and ``metadata: {source:'loop'}``; declared variables without
+workspace strings in ``sys``; ``values`` holding only the declared variables, ``sys``, ``human``,
+``input`` and ``messages`` (each run's human message, the answer of a run that answers through
+the last model step, a clarification's AI and tool messages: ``xpertai_agent.lc_message``) and
+``metadata: {source:'loop'}``; declared variables without
 defaults; follow-up ``references`` counted only as present; the TypeError text for a non-string
 follow-up input; a missing ``assistant_id`` answered as unknown (TypeORM would query without the
 id); an input ``conversationId`` ignored; a resume with nothing waiting running the resume
@@ -128,6 +131,7 @@ from tests.fakes.xpertai_agent import (
     Turn,
     dumps,
     iso_now,
+    lc_message,
     parse_stream_id,
     run_agent,
     run_resume,
@@ -431,6 +435,8 @@ class FakeXpertAI:
         )
         if message is None:
             thread.values |= {"human": human, "input": human.get("input")}
+            human_message = lc_message("HumanMessage", content=str(human.get("input") or ""))
+            thread.values.setdefault("messages", []).append(human_message)
         thread.checkpointed, thread.status = True, "busy"
         text = (
             str(human.get("input") or "")

@@ -372,6 +372,9 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
     if "[interrupt]" in text:
         await interrupt(turn)
         return
+    if "[clarify]" in text:
+        await clarify(turn)
+        return
     if "[kb]" in text:
         await retrieve(turn)
         return
@@ -440,6 +443,8 @@ async def answer(turn: Turn, reply: str) -> None:
     turn.text_chunks(parts + ([f" (steer: {steer})"] if steer else []))
     if "[late]" in turn.text:
         await turn.hold()  # the model is still finishing: a steer that comes now is not taken
+    messages = turn.thread.values.setdefault("messages", [])
+    messages.append(lc_message("AIMessage", content=reply))
     for name, value in SET.findall(turn.text):
         if name in turn.variables:
             kind, operation = turn.variables[name]
@@ -512,3 +517,66 @@ async def run_resume(turn: Turn, decision: str) -> None:
         await answer(turn, "Email sent to the team.")
     else:
         await answer(turn, "Not sent: you rejected it.")
+
+
+def lc_message(cls: str, **kwargs: Any) -> dict[str, Any]:
+    """A message of the thread's ``values.messages`` as ``GET /threads/{t}/state`` answers it:
+    the checkpoint's channel values revived by its serde (X: SA/copilot-checkpoint/
+    checkpoint-saver.ts l.101-112, ai/thread.controller.ts l.431-439), then JSON-encoded.
+    ⚠ untraced: the encoded form is taken to be LangChain's ``Serializable.toJSON`` (``{lc: 1,
+    type: 'constructor', id: [..., cls], kwargs}``), not seen from a live server."""
+    base = {"additional_kwargs": {}, "response_metadata": {}}
+    return {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain_core", "messages", cls],
+        "kwargs": {**base, **kwargs},
+    }
+
+
+# The clarification middleware (xpert-ai/xpert-plugins xpertai/middlewares/clarification/src/
+# lib/, P: clarification.service.ts, T: clarification.types.ts).
+CLARIFY_ARGS: dict[str, Any] = {
+    "question": "Which region should the report cover?",
+    "context": "Sales are kept per region.",
+    "options": ["China", " Europe ", "", "Americas"],
+}
+
+
+def format_clarification(question: str, context: str, options: list[str], free: bool) -> str:
+    """``formatMessage`` (P l.99-131), English (no CJK in the input: P l.253-256), required."""
+    lines = ["I need to confirm the following before continuing:"]
+    if context:
+        lines += ["", context]
+    lines += ["", question]
+    if options:
+        lines += ["", "Options:", *(f"{i}. {o}" for i, o in enumerate(options, 1))]
+    if free:
+        lines += ["", "You can also reply in your own words."]
+    return "\n".join(lines)
+
+
+async def clarify(turn: Turn) -> None:
+    """``[clarify]``: the model calls ``ask_clarification``. The middleware answers the call
+    in ``wrapToolCall`` without running the tool (clarification.middleware.ts l.82-94; the
+    tool node runs a tool only through that handler: X: SA/xpert-agent/commands/handlers/
+    tool_node.ts l.84-115), so no tool callback fires and the stream carries no tool component
+    (the components come from ``on_tool_start`` / ``on_tool_end``, AG l.278-364); the model's
+    tool-call chunks are not streamed either (AG l.212-216). The run ends (``goto: 'end'``, P
+    l.171-183) as a success; what it asked is only in the thread: the AI message with the call
+    and the ``ToolMessage`` of ``buildToolMessage`` (P l.133-152: the readable text, and
+    ``metadata.clarification`` with the resolved input, P l.89-97: options trimmed, empty ones
+    dropped, ``allowFreeText``/``required`` true by default, T l.18-25)."""
+    args = dict(CLARIFY_ARGS)
+    options = [o.strip() for o in args["options"] if o.strip()]
+    resolved = {"question": args["question"], "context": args["context"], "options": options}
+    resolved |= {"clarificationType": "missing_info", "allowFreeText": True, "required": True}
+    call = {"name": "ask_clarification", "args": args, "id": "call_ask", "type": "tool_call"}
+    content = format_clarification(args["question"], args["context"], options, True)
+    messages = turn.thread.values.setdefault("messages", [])
+    messages.append(lc_message("AIMessage", content="", tool_calls=[call]))
+    meta = {"clarification": {"version": "v1", "kind": "clarification", **resolved}}
+    tool = {"name": "ask_clarification", "tool_call_id": "call_ask", "content": content}
+    messages.append(lc_message("ToolMessage", **tool, status="success", metadata=meta))
+    await pause(turn)
+    await turn.finish("success")

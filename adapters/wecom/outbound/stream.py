@@ -4,6 +4,13 @@ The user's message is answered at once with a stream id; WeCom then POSTs refres
 that id and each is answered with the current full content, kept in ``context.records`` so any
 replica can answer. WeCom stops polling 6 minutes after the message: a turn still running near
 that point ends its stream with a note, and its answer is sent through ``response_url`` when done.
+
+Long answers: a stream holds 20,480 bytes, and the one other way this mode has to send is the
+message's ``response_url``, usable ONCE within an hour (doc 101138 "主动回复消息": "每个
+response_url 用户可以调用接口一次"; refresh callbacks carry none, doc 100719). So an answer in
+n parts shows part (1/n) in the stream and part (2/n) through ``response_url``; parts (3/n) on
+wait for the user: a message ``more`` (or ``继续``) in that chat is answered, without a turn,
+with the next part as its own stream, each telling how to get the one after.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ log = structlog.get_logger("adapters.wecom")
 NS = "wecom"
 STREAM_TTL_MS = 15 * 60_000  # past WeCom's 6-minute polling window
 PENDING = "⏳"
+MORE_TTL_MS = 3_600_000  # the parts left wait as long as a response_url would
+MORE_WORDS = frozenset({"more", "/more", "继续", "更多"})
 CUT_NOTE = "\n\n_(This is taking longer; the answer will follow in a new message.)_"
 
 
@@ -132,30 +141,42 @@ class StreamOutbound:
         if not stream_id:  # nothing WeCom polls for (a scheduled task): no way to deliver
             log.info("no stream to answer on; turn not shown", event_id=reply_to.event_id)
             return ""
-        state: dict[str, Any] = {
-            "content": cards.stream_clipped(progress),
-            "finish": progress.final,
-        }
+        parts = cards.callback_parts(cards.stream_text(progress))
+        state: dict[str, Any] = {"content": (parts or [""])[0], "finish": progress.final}
         if progress.final and (items := msg_items(progress)):
             state["msg_item"] = items  # 004-被动回复消息.md l.136-144: with finish=true only
         value = json.dumps(state)
         await self.records.put(NS, self._key("stream", stream_id), value, ttl_ms=STREAM_TTL_MS)
-        if progress.final and await self.records.get(NS, self._key("cut", stream_id)) is not None:
-            await self._send_rest(reply_to, stream_id, cards.final_text(progress))
+        if progress.final:
+            if await self.records.get(NS, self._key("cut", stream_id)) is not None:
+                # The stream closed with a note: the whole answer follows.
+                await self._send_rest(
+                    reply_to, stream_id, cards.callback_parts(cards.final_text(progress)), 1
+                )
+            elif len(parts) > 1:
+                await self._send_rest(reply_to, stream_id, parts[1:], 2)
         return stream_id
 
-    async def _send_rest(self, reply_to: Envelope, stream_id: str, text: str) -> None:
+    async def _send_rest(
+        self, reply_to: Envelope, stream_id: str, parts: list[str], first: int
+    ) -> None:
+        """Part ``first`` of the answer through ``response_url`` (once); the parts after it
+        wait for a ``more`` in the chat."""
         url = _extra(reply_to, "response_url")
-        if not url or not text:
+        if not url or not parts:
             return
         if not await self.records.put_new(
             NS, self._key("rest", stream_id), "1", ttl_ms=STREAM_TTL_MS
         ):
             return
-        body = {
-            "msgtype": "markdown",
-            "markdown": {"content": cards.clip_bytes(text, cards.STREAM_BYTES)},
-        }
+        head, later = parts[0], parts[1:]
+        total = first + len(parts) - 1
+        if later:
+            left = {"batch": stream_id, "first": first + 1, "total": total, "parts": later}
+            chat = self._key("more", reply_to.chat.id)
+            await self.records.put(NS, chat, json.dumps(left), ttl_ms=MORE_TTL_MS)
+            head += cards.more_note(first + 1, total)
+        body = {"msgtype": "markdown", "markdown": {"content": head}}
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         try:
@@ -166,7 +187,40 @@ class StreamOutbound:
         except BaseException:
             await self.records.delete(NS, self._key("rest", stream_id))
             raise
-        log.info("late answer sent through response_url", stream=stream_id)
+        log.info("answer part sent through response_url", stream=stream_id, part=first)
+
+    async def more(
+        self, chat_id: str, msg_id: str, stream_id: str, text: str
+    ) -> dict[str, Any] | None:
+        """The answer to a ``more`` message: the next part of the chat's last long answer as
+        the message's own stream (finished), claimed once across replicas (and the same part
+        again for WeCom's retry of the same message); None when nothing waits (the message then
+        goes to the expert like any other)."""
+        if text.strip().lower() not in MORE_WORDS:
+            return None
+        again = await self.records.get(NS, self._key("moreof", msg_id))
+        if again is not None:
+            return {"id": stream_id, "finish": True, "content": again}
+        raw = await self.records.get(NS, self._key("more", chat_id))
+        if raw is None:
+            return None
+        left = json.loads(raw)
+        parts, batch = list(left["parts"]), str(left["batch"])
+        for i, part in enumerate(parts):
+            if not await self.records.put_new(
+                NS, self._key("taken", batch, str(i)), "1", ttl_ms=MORE_TTL_MS
+            ):
+                continue
+            if i + 1 < len(parts):
+                part += cards.more_note(int(left["first"]) + i + 1, int(left["total"]))
+            else:
+                await self.records.delete(NS, self._key("more", chat_id))
+            await self.records.put(NS, self._key("moreof", msg_id), part, ttl_ms=MORE_TTL_MS)
+            await self.finish_with(stream_id, part, overwrite=True)
+            log.info("answer part sent on 'more'", stream=stream_id, part=int(left["first"]) + i)
+            return {"id": stream_id, "finish": True, "content": part}
+        await self.records.delete(NS, self._key("more", chat_id))
+        return None
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         stream_id = _extra(reply_to, "stream_id")

@@ -1,0 +1,65 @@
+"""An XpertAI agent's ``ask_clarification`` on a WeCom app (tests/fakes/xpertai_agent.py
+``clarify``): the final template card carries the options as buttons, the answer message the
+question; a click (``template_card_event``) is the clicker's next message in the session."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fakes.wecom import FakeWeCom
+from tests.fakes.xpertai import API_KEY, FakeXpertAI
+from tests.support.helpers import serve
+from tests.support.waits import eventually
+from tests.support.wecom import app_message, card_click, encrypt_xml, post, start_gateway, url
+
+
+@pytest.fixture
+async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
+    fake = FakeXpertAI(keepalive_s=0.2)
+    async for base in serve(fake.app()):
+        yield fake, base + "/api/ai"
+
+
+def inputs(server: FakeXpertAI) -> list[str]:
+    return [r["input"]["message"]["input"]["input"] for r in server.requests]
+
+
+async def test_an_option_button_on_the_app_card_answers_the_question(
+    gateways: list[Any], prefix: str, fake: FakeWeCom, xpert: tuple[FakeXpertAI, str]
+) -> None:
+    server, base = xpert
+    expert = {"id": "sales", "kind": "xpert", "baseUrl": base, "apiKey": API_KEY}
+    gw = await start_gateway(prefix, fake, expert=expert, xpertId="sales")
+    gateways.append(gw)
+    async with aiohttp.ClientSession() as http:
+        query, body = encrypt_xml(app_message("zoe", "[clarify] the report", "6001"))
+        assert await post(http, url(gw), query, body) == (200, "")
+        await eventually(lambda: fake.updates, timeout=15)
+        [update] = fake.updates
+        card = update["template_card"]
+        assert card["main_title"]["title"] == "A question for you"
+        keys = {b["text"]: json.loads(b["key"]) for b in card["button_list"]}
+        assert list(keys) == ["China", "Europe", "Americas", "New conversation"]
+        await eventually(lambda: fake.texts("zoe"))
+        assert "**Which region should the report cover?**" in fake.texts("zoe")[0]
+        click = card_click(
+            "zoe",
+            card["button_list"][2]["key"],
+            card["task_id"],
+            fake.issue_code(),
+            int(time.time()),
+        )
+        query, body = encrypt_xml(click)
+        assert await post(http, url(gw), query, body) == (200, "")
+        await eventually(lambda: len(server.requests) == 2, timeout=15)
+        assert inputs(server) == ["[clarify] the report", "Americas"]
+        assert len({r["thread"] for r in server.requests}) == 1  # the same session
+        await eventually(
+            lambda: any("Hello from xpert [Americas]" in t for t in fake.texts("zoe")), timeout=15
+        )
