@@ -41,6 +41,7 @@ TOASTS = {
     "retry": ("info", "Retrying…"),
     "routine_confirm": ("success", "Scheduling…"),
     "routine_cancel": ("info", "Cancelled"),
+    "answer": ("success", "Answer sent"),
 }
 # What a click shows at once: (header title, header template, note); None keeps it as it was.
 CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
@@ -51,6 +52,7 @@ CLICKED: dict[str, tuple[str | None, str | None, str | None]] = {
     "retry": ("Retrying…", "blue", None),
     "routine_confirm": ("Scheduling…", "blue", None),
     "routine_cancel": ("Cancelled", "grey", None),
+    "answer": (None, None, "_Answer sent; the reply follows._"),  # an option of a question
 }
 
 
@@ -168,7 +170,8 @@ def clicked_card(card: dict[str, Any], action_id: str, turn_id: str) -> dict[str
     buttons = [_value(e) for e in elements if isinstance(e, dict) and e.get("tag") == "button"]
     if not any(v.get("action") == action_id and v.get("turnId") == turn_id for v in buttons):
         return None
-    title, template, note = CLICKED.get(action_id, (None, None, None))
+    clicked = CLICKED.get("answer" if action_id.startswith("answer_") else action_id)
+    title, template, note = clicked or (None, None, None)
     kept = [e for e in elements if not (isinstance(e, dict) and e.get("tag") == "button")]
     if note:
         kept.append({"tag": "markdown", "element_id": "clicked", "content": note})
@@ -191,7 +194,9 @@ def toast(
     """The callback answer (within Lark's 3 s): a toast and, when the click changes the card,
     the updated card, which Lark shows at once; later states arrive through the renderer.
     ``notice``: a refused click's warning toast (who may answer instead)."""
-    kind, text = TOASTS.get(action_id, ("info", "OK"))
+    kind, text = TOASTS.get(
+        "answer" if action_id.startswith("answer_") else action_id, ("info", "OK")
+    )
     if duplicate:
         kind, text = "info", "Already received"
     if notice:

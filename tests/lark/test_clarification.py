@@ -84,7 +84,9 @@ async def test_the_question_shows_with_option_buttons_and_a_click_answers_it(
     assert "ask_clarification" not in str(card)  # not a tool step of its own
     card_id = reply_to(fake, "om_q1")[0]
     status, body = await lark.post(card_click(found["answer_2"][1], message_id=card_id))
-    assert status == 200 and "toast" in body
+    assert status == 200 and body["toast"]["content"] == "Answer sent"
+    clicked = body["card"]["data"]
+    assert buttons(clicked) == {} and "Answer sent" in str(clicked["body"]["elements"][-1])
     await eventually(lambda: len(server.requests) == 2, timeout=15)
     assert inputs(server) == ["[clarify] the sales report", "Europe"]
     [thread] = {r["thread"] for r in server.requests}  # the same session's thread
