@@ -42,12 +42,15 @@ from gateway.edge.ingest import IngestOutcome
 from gateway.edge.webhook import EventWebhook, Webhook
 from gateway.envelope import Envelope
 from gateway.errors import Refused
+from gateway.progress import ACTION_ANSWER
 
 log = structlog.get_logger("adapters.wecom")
 
 Answer = Envelope | web.StreamResponse | None
 Reply = dict[str, Any] | None  # an AI bot's reply, encrypted by the route; None: an empty 200
 R = TypeVar("R")
+# A click on an option the gateway took as the clicker's answer (gateway/intake/buttons.py).
+ANSWERED = ("queued", "busy", "spooled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,16 @@ class AppCallbacks(Callbacks):
             )
 
     async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> Reply:
+        action = envelope.action
+        if (
+            action is not None
+            and action.id.startswith(ACTION_ANSWER)
+            and action.message_id
+            and outcome.status in ANSWERED
+        ):
+            # The question is answered: its card's buttons become one grey label, with the
+            # click's own response_code (the answer's turn sends a card of its own).
+            await self.outbound.close_buttons(action.message_id, envelope.sender.id, "Answer sent")
         return None
 
 

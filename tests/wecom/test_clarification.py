@@ -63,3 +63,7 @@ async def test_an_option_button_on_the_app_card_answers_the_question(
         await eventually(
             lambda: any("Hello from xpert [Americas]" in t for t in fake.texts("zoe")), timeout=15
         )
+        # The question card's buttons became one grey label, with the click's code.
+        closed = await eventually(lambda: fake.updates[1:] or None, timeout=15)
+        assert closed[0]["button"] == {"replace_name": "Answer sent"}
+        assert "template_card" not in closed[0]

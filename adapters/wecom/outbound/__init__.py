@@ -12,6 +12,7 @@ markdown shows no images (limits.md, WeCom "images").
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ log = structlog.get_logger("adapters.wecom")
 
 NS = "wecom"
 TTL_MS = 72 * 3_600_000  # a response_code's lifetime
+CLOSE_WITHIN_S = 3.0  # a question card's buttons closed within the click's callback, or not
 
 
 class Outbound(Protocol):
@@ -167,6 +169,28 @@ class AppOutbound:
             # A spent or expired code will not work on retry; the answer still goes out.
             log.warning("card update refused", task_id=task_id, errcode=exc.errcode)
         await self.records.delete(NS, self._key("rc", task_id))
+
+    async def close_buttons(self, task_id: str, user: str, label: str) -> None:
+        """A card's buttons replaced by one grey ``label`` (update_template_card's
+        ``button.replace_name``, doc 94888), with the newest response_code (the click's); the
+        card stays as it was when WeCom refuses."""
+        rc = await self.records.get(NS, self._key("rc", task_id))
+        if rc is None:
+            return
+        body = {
+            "userids": [user],
+            "agentid": self.agent_id,
+            "response_code": rc,
+            "button": {"replace_name": label},
+        }
+        await self.records.delete(NS, self._key("rc", task_id))  # single use, whatever comes
+        try:
+            async with asyncio.timeout(CLOSE_WITHIN_S):  # inside the click's 5 s callback
+                await self.api.call("message/update_template_card", body)
+        except WeComApiError as exc:
+            log.warning("card buttons not closed", task_id=task_id, errcode=exc.errcode)
+        except TimeoutError:
+            log.warning("card buttons not closed", task_id=task_id, errcode="timeout")
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         for i, part in enumerate(cards.split_bytes(text)):

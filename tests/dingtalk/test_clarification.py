@@ -1,0 +1,52 @@
+"""An XpertAI agent's ``ask_clarification`` on DingTalk robot messages (tests/fakes/
+xpertai_agent.py ``clarify``): the answer shows the question and its numbered options, each
+option a signed action link; opening one and pressing its page's button (as a person does) is
+the clicker's next message in the same session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.xpertai import FakeXpertAI
+from tests.support.dingtalk import robot_message, start_harness
+from tests.support.helpers import serve
+from tests.support.waits import eventually
+from tests.support.xpert import xpert_expert
+
+
+def inputs(server: FakeXpertAI) -> list[str]:
+    return [r["input"]["message"]["input"]["input"] for r in server.requests]
+
+
+async def test_an_option_link_on_a_dingtalk_message_answers_the_question(prefix: str) -> None:
+    xpert = FakeXpertAI(keepalive_s=0.2)
+    fake = FakeDingTalk()
+    await fake.start()
+    async for url in serve(xpert.app()):
+        _gw, h = await start_harness(
+            prefix, fake, experts=[xpert_expert(url + "/api/ai")], xpertId="sales"
+        )
+        try:
+            status, _ = await h.post(robot_message(fake, "[clarify] the report"))
+            assert status == 200
+
+            def asked() -> dict[str, Any] | None:
+                got = [m for m in fake.sent() if "Which region" in (m.get("text") or "")]
+                return got[-1] if got else None
+
+            question = await eventually(asked, timeout=15)
+            assert "**Which region should the report cover?**" in question["text"]
+            links = dict(zip(question["buttons"], question["urls"], strict=True))
+            assert list(links)[:3] == ["China", "Europe", "Americas"]
+            status, page = await h.click(links["Americas"])
+            assert status == 200, page
+            await eventually(lambda: len(xpert.requests) == 2, timeout=15)
+            assert inputs(xpert) == ["[clarify] the report", "Americas"]
+            assert len({r["thread"] for r in xpert.requests}) == 1  # the same session
+            await eventually(
+                lambda: any("[Americas]" in (m.get("text") or "") for m in fake.sent()), timeout=15
+            )
+        finally:
+            await h.close()
+    await fake.stop()
