@@ -107,10 +107,12 @@ def write_config(
     expert: dict[str, Any] | None = None,
     integration: dict[str, Any] | None = None,
     runtime: dict[str, Any] | None = None,
+    archive: dict[str, Any] | None = None,
 ) -> None:
     """The daemon's config: one console integration answered by the echo expert (zero delays,
-    window 0, 100 ms card updates unless ``expert`` / ``integration`` / ``runtime`` override)."""
-    config = {
+    window 0, 100 ms card updates unless ``expert`` / ``integration`` / ``runtime`` override);
+    ``archive``: the archive section (unset: the default, SQLite under ``dataDir``)."""
+    config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port},
         "redis": {"url": redis_url, "keyPrefix": prefix, "connectTimeoutSeconds": 10},
         "dataDir": str(data_dir),
@@ -139,6 +141,8 @@ def write_config(
             }
         ],
     }
+    if archive is not None:
+        config["archive"] = archive
     # JSON is YAML; no ${...} appears in it, so the loader's substitution leaves it alone.
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
@@ -393,6 +397,23 @@ def metric_delta(before: str | None, after: str | None, name: str) -> float | No
     return None if a is None or b is None else b - a
 
 
+def archive_section(choice: str) -> dict[str, Any] | None:
+    if choice == "off":
+        return {"enabled": False}
+    return None if choice == "sqlite" else {"url": choice}
+
+
+async def archive_drained(bench: Any, deadline: float) -> float | None:
+    """Seconds until the daemon's archive outbox is empty (``xgw_archive_outbox_length``, all
+    integrations), from now; None when it is not by ``deadline``."""
+    start = now()
+    while now() < deadline:
+        if metric_sum(await bench.metrics(), "xgw_archive_outbox_length") == 0:
+            return round(now() - start, 2)
+        await asyncio.sleep(0.1)
+    return None
+
+
 def diff(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {
         k: after.get(k, 0) - before.get(k, 0)
@@ -619,6 +640,7 @@ async def with_redis(args: argparse.Namespace, redis_url: str, tmpdir: Path) -> 
         data_dir=tmpdir / "data",
         expert=expert_options(args),
         integration={"summaryWindowSeconds": args.window_s, "maxWindowSeconds": args.window_s},
+        archive=archive_section(args.archive),
     )
     daemon = Daemon(config, port, tmpdir / "daemon.log")
     probe = RedisProbe(redis_url, prefix)
@@ -779,6 +801,7 @@ async def measure(
                 break
 
         quiet = await wait_quiet(probe, now() + 20)
+        drained_s = await archive_drained(bench, now() + 60) if args.archive != "off" else None
         cpu_window_end, t_window_end, wall_window_end = daemon.cpu_seconds(), now(), time.time()
         stats_after = await probe.commandstats()
         stats_window = now() - t_stats
@@ -937,6 +960,8 @@ async def measure(
         "script_calls_per_write": (
             round(script_calls / script_writes, 2) if script_calls and script_writes else None
         ),
+        "archive": args.archive if "://" not in args.archive else urlsplit(args.archive).scheme,
+        "archive_drained_after_s": drained_s,
         "binding_key_type": binding_type,
         "sse_records": stream.records,
     }
@@ -982,7 +1007,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--keep-daemon-log", action="store_true", help="print the daemon's log to stderr at the end"
     )
+    parser.add_argument(
+        "--archive",
+        default="sqlite",
+        help="off, sqlite (the default: under the daemon's dataDir) or a postgresql:// URL; the "
+        "CPU window then lasts until the archive's outbox is empty",
+    )
     args = parser.parse_args(argv)
+    if args.archive not in ("off", "sqlite") and not args.archive.startswith("postgresql://"):
+        parser.error("--archive: off, sqlite or a postgresql:// URL")
     if args.conversations < 1 or args.messages < 1 or args.rate <= 0 or args.duration_cap <= 0:
         parser.error("--conversations, --messages, --rate and --duration-cap must be positive")
     if args.zero_delays:

@@ -63,9 +63,11 @@ async def test_a_mapped_dingtalk_sender_runs_as_their_xpertai_user_by_email(
         # carol by her org email (any case), dave by nothing: principalUserId.
         assert principal_of(agent) == ["u-9", "u-42"]
         assert [b["userid"] for b in lookups(fake)] == ["carol", "dave"]
-        # carol again: read from Redis, not asked again.
-        await h.post(robot_message(fake, "again", sender="carol"))
+        # carol again: read from Redis, not asked again. (dave's turn ends first: its last
+        # requests, the thread state read after the run, come after its thread's.)
+        await h.idle()
         runs = len(agent.principal_ids)
+        await h.post(robot_message(fake, "again", sender="carol"))
         await eventually(lambda: len(agent.principal_ids) > runs, timeout=20)
         await h.idle()
         assert len(lookups(fake)) == 2
