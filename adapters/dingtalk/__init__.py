@@ -45,6 +45,8 @@ DENIED_KEY = "*"
 
 
 class DingTalkAdapter(RobotAdapter):
+    _email_denied_told: bool  # the missing contact permission was logged (once per replica)
+
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:
@@ -100,7 +102,7 @@ class DingTalkAdapter(RobotAdapter):
         super().__init__(settings=settings, context=context)
         self.clock = clock
         secret = settings.client_secret.get_secret_value()
-        self._email_denied_told: bool = False
+        self._email_denied_told = False
         self.api: DingTalkApi = DingTalkApi(
             base=settings.base,
             oapi_base=settings.oapi_base,
@@ -121,12 +123,13 @@ class DingTalkAdapter(RobotAdapter):
             CardOutbound(
                 integration_id=settings.id,
                 robot_code=settings.robot,
-                template_id=settings.card_template_id,
+                template_id=settings.card_template,
+                public=settings.public_card,
                 api=self.api,
                 records=context.records,
                 card_ttl_ms=settings.action_token_ttl_seconds * 1000,
             )
-            if settings.card_template_id
+            if settings.card_template
             else None
         )
         self.outbound: DingTalkOutbound = DingTalkOutbound(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.edge.parts import MARK_ROOM, Room, numbered, split_answer
+from gateway.edge.parts import MARK_ROOM, Room, mark, numbered, split_answer
 from gateway.progress import Progress
 
 MAX_PARAM_BYTES = 15_000  # one robot message (msgParam / webhook body), see above
@@ -222,6 +222,67 @@ def card_content(progress: Progress) -> str:
     if progress.answer:
         return progress.answer
     return "" if progress.status == "running" else progress.title
+
+
+# The public AI markdown card's flowStatus (AICardStatus of the stream SDK's card_replier.py:
+# 1 processing, 2 inputting, 3 finished, 4 executing, 5 failed); a stopped or rejected turn is
+# finished, not failed.
+AI_FLOW_STATUS = {"waiting": "4", "done": "3", "rejected": "3", "ended": "3", "cancelled": "3"}
+
+
+def ai_card_markdown(progress: Progress) -> str:
+    """What the public AI markdown card shows in ``msgContent``: the answer, or the steps while
+    there is none yet, with the outcome under a rule as the markdown messages show it."""
+    answer, title = progress.answer, progress.title
+    if progress.status == "running":
+        return answer or steps_markdown(progress)
+    if progress.status == "error":
+        tail = f"**{title}**\n\n{progress.error or ''}".rstrip()
+    elif progress.status == "waiting":
+        tail = f"**{title}**"
+    elif progress.status in ("cancelled", "rejected", "ended"):
+        tail = f"*{title}*"
+    else:
+        return answer or f"*{title}*"
+    return f"{answer}\n\n---\n{tail}" if answer else tail
+
+
+def ai_card_params(progress: Progress, content: str) -> dict[str, str]:
+    """The public AI markdown card's variables besides the streamed ``msgContent``: running is
+    2 (inputting) once there is something to show, else 1 (processing)."""
+    if progress.status == "running":
+        flow = "2" if content else "1"
+    else:
+        flow = AI_FLOW_STATUS.get(progress.status, "5")
+    return {"flowStatus": flow}
+
+
+def ai_card_create_params(content: str) -> dict[str, str]:
+    """The public card's first variables, as the SDK's ``AIMarkdownCardInstance.get_card_data``
+    sets them (``sys_full_json_obj`` orders the card's blocks; only the markdown is used)."""
+    return {
+        "flowStatus": "1",
+        "msgContent": content,
+        "staticMsgContent": "",
+        "sys_full_json_obj": json.dumps({"order": ["msgContent"]}),
+    }
+
+
+def card_parts(text: str, title: str) -> list[str]:
+    """A card's answer in parts: the first is shown on the card, the others follow as markdown
+    messages. Each part fits one robot message (MAX_PARAM_BYTES, MAX_CHARS): no AI card size
+    limit was found, so the card holds no more than a message does. Several parts are marked
+    (1/n)..(n/n)."""
+    budget = MAX_PARAM_BYTES - Message(title, "").size()
+    return numbered(split(text, budget)) if text else []
+
+
+def first_part(text: str, title: str) -> str:
+    """The part of a still growing answer that the card shows (no marker yet: n is unknown)."""
+    parts = card_parts(text, title)
+    if len(parts) < 2:
+        return text
+    return parts[0].removesuffix(mark(1, len(parts)))
 
 
 def clicked_params(action_id: str) -> dict[str, str]:

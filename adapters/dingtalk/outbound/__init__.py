@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
-from adapters.dingtalk.cards import Message, as_messages, phase, private_message, render_messages
+from adapters.dingtalk.cards import (
+    Message,
+    as_messages,
+    fit,
+    phase,
+    private_message,
+    render_messages,
+)
 from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.robot import Sender, reply_extras, target
@@ -144,7 +152,18 @@ class DingTalkOutbound:
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
         if handle.startswith("card:") and self.cards is not None:
-            await self.cards.update(handle, progress)
+            rest = await self.cards.update(handle, progress)
+            key = handle.removeprefix("card:")
+            if rest:  # a long answer's parts past the card's: markdown messages, in order
+                title = fit(progress.title, 200)
+                await self.sender.once(f"{key}:more", [Message(title, p) for p in rest], reply_to)
+            step = phase(progress)
+            if self.cards.public and step is not None and step.startswith("waiting"):
+                # The public card has no buttons: Confirm / Reject go as a markdown message
+                # (privately in a group), as without a card.
+                ask = replace(progress, answer="")
+                messages = await self._messages(reply_to, ask, handle, f"{key}:{step}")
+                await self.sender.once(f"{key}:{step}", messages, reply_to)
             return
         step = phase(progress)
         if step is None:  # messages can't be edited: intermediate states are not sent
