@@ -1,5 +1,6 @@
-"""Progress -> DingTalk message bodies: markdown / actionCard (no template) and the AI card's
-template variables (with ``cardTemplateId``). See docs/dingtalk.md for the template.
+"""Progress -> DingTalk message bodies: markdown / actionCard (``cards: markdown``, or a card
+refused), the variables of the operator's AI card template (``cardTemplateId``) and of the
+public AI markdown card (the default). See docs/dingtalk.md for the templates.
 
 DingTalk measures sizes in UTF-8 bytes: a robot message's ``msgParam`` may hold at most
 15000 bytes ("长度限制 15000 字节以内", https://open.dingtalk.com/document/development/
@@ -277,9 +278,10 @@ def card_parts(text: str, title: str) -> list[str]:
     return numbered(split(text, budget)) if text else []
 
 
-def first_part(text: str, title: str) -> str:
-    """The part of a still growing answer that the card shows (no marker yet: n is unknown)."""
-    parts = card_parts(text, title)
+def first_part(text: str, title: str, parts: list[str] | None = None) -> str:
+    """The part of a still growing answer that the card shows (no marker yet: n is unknown);
+    ``parts`` when ``card_parts`` was already called."""
+    parts = card_parts(text, title) if parts is None else parts
     if len(parts) < 2:
         return text
     return parts[0].removesuffix(mark(1, len(parts)))

@@ -42,8 +42,8 @@ PRIVATE = ANSWERS | ROUTINE_ANSWERS
 
 
 class DingTalkOutbound:
-    """One integration's cards and replies: ``cards`` (None without a template) and ``sender``;
-    button links need the context's ``public_url``."""
+    """One integration's cards and replies: ``cards`` (None with ``cards: markdown``) and
+    ``sender``; button links need the context's ``public_url``."""
 
     def __init__(
         self,

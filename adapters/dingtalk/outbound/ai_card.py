@@ -189,11 +189,12 @@ class CardOutbound:
         """Show ``progress`` on the card; the answer's parts past the first when final (to
         be sent as messages), else nothing."""
         track = handle.removeprefix("card:")
-        parts = card_parts(self._content(progress), progress.title)
         text = self._content(progress)
-        content = (
-            "" if not parts else parts[0] if progress.final else first_part(text, progress.title)
-        )
+        parts = card_parts(text, progress.title)
+        if not parts:
+            content = ""
+        else:
+            content = parts[0] if progress.final else first_part(text, progress.title, parts)
         params = self._params(progress, content)
         shown_params, shown_content = self._shown.get(handle, ({}, None))
         if params.get("status") != shown_params.get("status"):
