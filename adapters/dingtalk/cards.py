@@ -248,25 +248,31 @@ def ai_card_markdown(progress: Progress) -> str:
     return f"{answer}\n\n---\n{tail}" if answer else tail
 
 
-def ai_card_params(progress: Progress, content: str) -> dict[str, str]:
+def ai_card_params(progress: Progress, content: str, links: str) -> dict[str, str]:
     """The public AI markdown card's variables besides the streamed ``msgContent``: running is
-    2 (inputting) once there is something to show, else 1 (processing)."""
+    2 (inputting) once there is something to show, else 1 (processing); ``links`` the buttons
+    as markdown links, in ``staticMsgContent`` (the SDK's non-streamed markdown block)."""
     if progress.status == "running":
         flow = "2" if content else "1"
     else:
         flow = AI_FLOW_STATUS.get(progress.status, "5")
-    return {"flowStatus": flow}
+    return {"flowStatus": flow, "staticMsgContent": links}
 
 
-def ai_card_create_params(content: str) -> dict[str, str]:
+def ai_card_create_params(content: str, links: str) -> dict[str, str]:
     """The public card's first variables, as the SDK's ``AIMarkdownCardInstance.get_card_data``
-    sets them (``sys_full_json_obj`` orders the card's blocks; only the markdown is used)."""
+    sets them (``sys_full_json_obj`` orders the card's blocks: the answer, then the links)."""
     return {
         "flowStatus": "1",
         "msgContent": content,
-        "staticMsgContent": "",
-        "sys_full_json_obj": json.dumps({"order": ["msgContent"]}),
+        "staticMsgContent": links,
+        "sys_full_json_obj": json.dumps({"order": ["msgContent", "staticMsgContent"]}),
     }
+
+
+def link_line(labels: list[tuple[str, str]]) -> str:
+    """Buttons as one line of markdown links (the public card has no buttons of its own)."""
+    return " · ".join(f"[{label}]({url})" for label, url in labels)
 
 
 def card_parts(text: str, title: str) -> list[str]:

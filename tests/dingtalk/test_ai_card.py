@@ -6,6 +6,7 @@ makes no card call; Confirm / Reject go as a markdown message beside the card.""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -44,8 +45,8 @@ async def test_without_a_template_the_answer_streams_into_the_public_ai_card(
         assert created["cardTemplateId"] == AI_MARKDOWN_TEMPLATE
         assert created["openSpaceId"] == "dtv1.card//IM_GROUP.cidGROUP"
         first = created["cardData"]["cardParamMap"]
-        assert first["flowStatus"] == "1" and first["staticMsgContent"] == ""
-        assert first["sys_full_json_obj"] == '{"order": ["msgContent"]}'
+        assert first["flowStatus"] == "1" and first["staticMsgContent"].startswith("[Stop](")
+        assert first["sys_full_json_obj"] == '{"order": ["msgContent", "staticMsgContent"]}'
         shown = frames(fake)
         assert {f["key"] for f in shown} == {"msgContent"}
         assert [f["isFinalize"] for f in shown][-1] is True
@@ -63,6 +64,30 @@ async def test_without_a_template_the_answer_streams_into_the_public_ai_card(
         )
         assert last_put > last_stream
         assert fake.sent() == []  # no markdown messages beside the card
+        assert card.params["staticMsgContent"].startswith("[New conversation](")  # final links
+
+
+async def test_the_public_cards_stop_link_stops_the_turn(prefix: str, redis_client: Any) -> None:
+    slow = [{"id": "echo", "kind": "echo", "stepDelayMs": 400, "charDelayMs": 40}]
+    async with running(prefix, experts=slow, **DEFAULT) as (fake, h):
+        await h.post(robot_message(fake, "stop me " * 8))
+        [created] = await eventually(lambda: fake.bodies(CREATE), timeout=20)
+        line = created["cardData"]["cardParamMap"]["staticMsgContent"]
+        stop = re.fullmatch(r"\[Stop\]\((\S+)\)", line)
+        assert stop is not None
+        await eventually(lambda: any(p["flowStatus"] == "2" for p in puts(fake)), timeout=20)
+        status, _ = await h.click(stop[1])
+        assert status == 200
+        await eventually(lambda: finished(fake), timeout=20)
+        card = fake.cards[created["outTrackId"]]
+        assert card.params["flowStatus"] == "3" and "Stopped" in card.params["msgContent"]
+        # While running, the card keeps the Stop link it was created with.
+        live = {
+            p["staticMsgContent"]
+            for p in puts(fake)
+            if p["flowStatus"] in ("1", "2") and "staticMsgContent" in p
+        }
+        assert live == {line}
 
 
 async def test_a_failed_turn_finishes_the_card_at_flow_status_5(

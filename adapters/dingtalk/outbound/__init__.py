@@ -12,6 +12,7 @@ from adapters.dingtalk.cards import (
     Message,
     as_messages,
     fit,
+    link_line,
     phase,
     private_message,
     render_messages,
@@ -59,6 +60,25 @@ class DingTalkOutbound:
         self.cards = cards
         self.context = context
         self.clock = clock
+        # The public card's link line per card handle, kept while its buttons stay the same (a
+        # link's token changes with the clock: a new line would be a card update each render).
+        self._link_lines: dict[str, tuple[tuple[str, ...], str]] = {}
+
+    def _card_links(self, reply_to: Envelope, progress: Progress, handle: str) -> str:
+        """The public card's buttons as markdown links (Stop, Retry, New conversation; Confirm /
+        Reject go as a message: ``update_card``); "" without publicUrl or another card."""
+        links = self._links(reply_to, progress, handle)
+        if self.cards is None or not self.cards.public or links is None:
+            return ""
+        shown = tuple(b.action_id for b in progress.buttons if b.action_id not in PRIVATE)
+        kept = self._link_lines.get(handle)
+        if kept is None or kept[0] != shown:
+            labels = {b.action_id: b.label for b in progress.buttons}
+            line = link_line([(labels[a], links(a)) for a in shown])
+            kept = self._link_lines[handle] = (shown, line)
+        if progress.final:
+            self._link_lines.pop(handle, None)
+        return kept[1]
 
     def _links(
         self, reply_to: Envelope, progress: Progress, handle: str, user: str | None = None
@@ -138,7 +158,8 @@ class DingTalkOutbound:
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
         if self.cards is not None:
-            card = await self.cards.create(reply_to, progress, idempotency_key)
+            links = self._card_links(reply_to, progress, self.cards.handle_of(idempotency_key))
+            card = await self.cards.create(reply_to, progress, idempotency_key, links=links)
             if card is not None:
                 return card
             # The card reached no chat: this turn is told in markdown messages instead.
@@ -152,7 +173,8 @@ class DingTalkOutbound:
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
         if handle.startswith("card:") and self.cards is not None:
-            rest = await self.cards.update(handle, progress)
+            links = self._card_links(reply_to, progress, handle)
+            rest = await self.cards.update(handle, progress, links=links)
             key = handle.removeprefix("card:")
             if rest:  # a long answer's parts past the card's: markdown messages, in order
                 title = fit(progress.title, 200)

@@ -98,14 +98,21 @@ class CardOutbound:
     def _content(self, progress: Progress) -> str:
         return ai_card_markdown(progress) if self.public else card_content(progress)
 
-    def _params(self, progress: Progress, content: str) -> dict[str, str]:
-        return ai_card_params(progress, content) if self.public else card_params(progress)
+    def _params(self, progress: Progress, content: str, links: str) -> dict[str, str]:
+        if self.public:
+            return ai_card_params(progress, content, links)
+        return card_params(progress)
 
-    def _first_params(self, progress: Progress) -> dict[str, str]:
+    def _first_params(self, progress: Progress, links: str) -> dict[str, str]:
         content = fit(first_part(self._content(progress), progress.title))
         if self.public:
-            return ai_card_create_params(content)
+            return ai_card_create_params(content, links)
         return {**card_params(progress), "content": content}
+
+    @staticmethod
+    def handle_of(key: str) -> str:
+        """The handle ``create`` gives the card of the send keyed ``key``."""
+        return f"card:{f'xgw-{key}'[:64]}"
 
     async def _refused_for_all(self, exc: DingTalkApiError, track: str) -> None:
         if exc.status != 403 and not exc.code.startswith("param.template"):
@@ -122,12 +129,15 @@ class CardOutbound:
                 **exc.log_fields(),
             )
 
-    async def create(self, reply_to: Envelope, progress: Progress, key: str) -> str | None:
+    async def create(
+        self, reply_to: Envelope, progress: Progress, key: str, *, links: str = ""
+    ) -> str | None:
         """Create and deliver the turn's card; its handle, or None when the card reached no
         chat and the turn must go out as markdown. The outcome is kept with the claim, so a
-        retry (any replica) decides the same way and never sends the card twice."""
-        track = f"xgw-{key}"[:64]
-        handle = f"card:{track}"
+        retry (any replica) decides the same way and never sends the card twice. ``links``:
+        the public card's buttons as markdown links."""
+        handle = self.handle_of(key)
+        track = handle.removeprefix("card:")
         claim = f"{self.integration_id}:{track}"
         if not await self.records.put_new(SENT_NS, claim, "pending", ttl_ms=SENT_TTL_MS):
             outcome = await self.records.get(SENT_NS, claim)
@@ -140,7 +150,7 @@ class CardOutbound:
             "cardTemplateId": self.template_id,
             "outTrackId": track,
             "callbackType": "STREAM",
-            "cardData": {"cardParamMap": self._first_params(progress)},
+            "cardData": {"cardParamMap": self._first_params(progress, links)},
             "userIdType": 1,
         }
         if group:
@@ -179,13 +189,13 @@ class CardOutbound:
             await self.records.delete(CARD_NS, claim)
             bound.warning("card delivered nowhere; replying with markdown")
             return None
-        first = self._first_params(progress)
+        first = self._first_params(progress, links)
         shown_text = first_part(self._content(progress), progress.title)
-        self._shown[handle] = ({k: first[k] for k in self._params(progress, "")}, shown_text)
+        self._shown[handle] = ({k: first[k] for k in self._params(progress, "", "")}, shown_text)
         bound.info("card created")
         return handle
 
-    async def update(self, handle: str, progress: Progress) -> list[str]:
+    async def update(self, handle: str, progress: Progress, *, links: str = "") -> list[str]:
         """Show ``progress`` on the card; the answer's parts past the first when final (to
         be sent as messages), else nothing."""
         track = handle.removeprefix("card:")
@@ -195,7 +205,7 @@ class CardOutbound:
             content = ""
         else:
             content = parts[0] if progress.final else first_part(text, progress.title, parts)
-        params = self._params(progress, content)
+        params = self._params(progress, content, links)
         shown_params, shown_content = self._shown.get(handle, ({}, None))
         if params.get("status") != shown_params.get("status"):
             log.info(
