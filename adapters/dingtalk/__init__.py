@@ -45,7 +45,7 @@ DENIED_KEY = "*"
 
 
 class DingTalkAdapter(RobotAdapter):
-    _email_denied_told: bool  # the missing contact permission logged once (sender_email)
+    _email_denied_told: bool  # the missing contact permission was logged (once per replica)
 
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
@@ -123,12 +123,13 @@ class DingTalkAdapter(RobotAdapter):
             CardOutbound(
                 integration_id=settings.id,
                 robot_code=settings.robot,
-                template_id=settings.card_template_id,
+                template_id=settings.card_template,
+                public=settings.public_card,
                 api=self.api,
                 records=context.records,
                 card_ttl_ms=settings.action_token_ttl_seconds * 1000,
             )
-            if settings.card_template_id
+            if settings.card_template
             else None
         )
         self.outbound: DingTalkOutbound = DingTalkOutbound(

@@ -1,5 +1,6 @@
-"""Progress -> DingTalk message bodies: markdown / actionCard (no template) and the AI card's
-template variables (with ``cardTemplateId``). See docs/dingtalk.md for the template.
+"""Progress -> DingTalk message bodies: markdown / actionCard (``cards: markdown``, or a card
+refused), the variables of the operator's AI card template (``cardTemplateId``) and of the
+public AI markdown card (the default). See docs/dingtalk.md for the templates.
 
 DingTalk measures sizes in UTF-8 bytes: a robot message's ``msgParam`` may hold at most
 15000 bytes ("长度限制 15000 字节以内", https://open.dingtalk.com/document/development/
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.edge.parts import MARK_ROOM, Room, numbered, split_answer
+from gateway.edge.parts import MARK_ROOM, Room, mark, numbered, split_answer
 from gateway.progress import Progress
 
 MAX_PARAM_BYTES = 15_000  # one robot message (msgParam / webhook body), see above
@@ -222,6 +223,74 @@ def card_content(progress: Progress) -> str:
     if progress.answer:
         return progress.answer
     return "" if progress.status == "running" else progress.title
+
+
+# The public AI markdown card's flowStatus (AICardStatus of the stream SDK's card_replier.py:
+# 1 processing, 2 inputting, 3 finished, 4 executing, 5 failed); a stopped or rejected turn is
+# finished, not failed.
+AI_FLOW_STATUS = {"waiting": "4", "done": "3", "rejected": "3", "ended": "3", "cancelled": "3"}
+
+
+def ai_card_markdown(progress: Progress) -> str:
+    """What the public AI markdown card shows in ``msgContent``: the answer, or the steps while
+    there is none yet, with the outcome under a rule as the markdown messages show it."""
+    answer, title = progress.answer, progress.title
+    if progress.status == "running":
+        return answer or steps_markdown(progress)
+    if progress.status == "error":
+        tail = f"**{title}**\n\n{progress.error or ''}".rstrip()
+    elif progress.status == "waiting":
+        tail = f"**{title}**"
+    elif progress.status in ("cancelled", "rejected", "ended"):
+        tail = f"*{title}*"
+    else:
+        return answer or f"*{title}*"
+    return f"{answer}\n\n---\n{tail}" if answer else tail
+
+
+def ai_card_params(progress: Progress, content: str, links: str) -> dict[str, str]:
+    """The public AI markdown card's variables besides the streamed ``msgContent``: running is
+    2 (inputting) once there is something to show, else 1 (processing); ``links`` the buttons
+    as markdown links, in ``staticMsgContent`` (the SDK's non-streamed markdown block)."""
+    if progress.status == "running":
+        flow = "2" if content else "1"
+    else:
+        flow = AI_FLOW_STATUS.get(progress.status, "5")
+    return {"flowStatus": flow, "staticMsgContent": links}
+
+
+def ai_card_create_params(content: str, links: str) -> dict[str, str]:
+    """The public card's first variables, as the SDK's ``AIMarkdownCardInstance.get_card_data``
+    sets them (``sys_full_json_obj`` orders the card's blocks: the answer, then the links)."""
+    return {
+        "flowStatus": "1",
+        "msgContent": content,
+        "staticMsgContent": links,
+        "sys_full_json_obj": json.dumps({"order": ["msgContent", "staticMsgContent"]}),
+    }
+
+
+def link_line(labels: list[tuple[str, str]]) -> str:
+    """Buttons as one line of markdown links (the public card has no buttons of its own)."""
+    return " · ".join(f"[{label}]({url})" for label, url in labels)
+
+
+def card_parts(text: str, title: str) -> list[str]:
+    """A card's answer in parts: the first is shown on the card, the others follow as markdown
+    messages. Each part fits one robot message (MAX_PARAM_BYTES, MAX_CHARS): no AI card size
+    limit was found, so the card holds no more than a message does. Several parts are marked
+    (1/n)..(n/n)."""
+    budget = MAX_PARAM_BYTES - Message(title, "").size()
+    return numbered(split(text, budget)) if text else []
+
+
+def first_part(text: str, title: str, parts: list[str] | None = None) -> str:
+    """The part of a still growing answer that the card shows (no marker yet: n is unknown);
+    ``parts`` when ``card_parts`` was already called."""
+    parts = card_parts(text, title) if parts is None else parts
+    if len(parts) < 2:
+        return text
+    return parts[0].removesuffix(mark(1, len(parts)))
 
 
 def clicked_params(action_id: str) -> dict[str, str]:

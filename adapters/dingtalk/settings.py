@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from yarl import URL
 
 from gateway.config.bases import IntegrationBase
@@ -15,6 +15,11 @@ from gateway.edge.downloads import LOCAL_HOSTS
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
 # lived longer could be clicked again once that record is gone (links.py).
 LINK_TTL_MAX_S = 8 * 3600
+# The AI markdown card of DingTalk's own stream SDK (open-dingtalk/dingtalk-stream-sdk-python
+# dingtalk_stream/card_instance.py ``AIMarkdownCardInstance``, l.159): a template every app may
+# use, with the keys msgContent, staticMsgContent, flowStatus, sys_full_json_obj. No DingTalk
+# page documents it (limits.md, "public AI card template").
+AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"
 
 
 class DingTalkIntegration(IntegrationBase):
@@ -33,7 +38,20 @@ class DingTalkIntegration(IntegrationBase):
         "https://api.dingtalk.com", description="OpenAPI and stream-open base URL"
     )
     card_template_id: str | None = Field(
-        None, description="AI card template id; without it replies are markdown messages"
+        None,
+        description="Your own AI card template id (docs/dingtalk.md); without it the public AI "
+        "markdown card (aiCardTemplateId) answers, or markdown messages with cards: markdown",
+    )
+    cards: Literal["ai", "markdown"] = Field(
+        "ai",
+        description="ai: one live AI card per turn (cardTemplateId, else the public AI markdown "
+        "card); markdown: plain markdown messages, no card permission needed",
+    )
+    ai_card_template_id: str = Field(
+        AI_MARKDOWN_TEMPLATE,
+        min_length=1,
+        description="The public AI markdown card used without cardTemplateId (the official "
+        "stream SDK's AIMarkdownCardInstance template)",
     )
     lookup_sender_email: bool = Field(
         True,
@@ -55,6 +73,24 @@ class DingTalkIntegration(IntegrationBase):
         "doc allows up to 1 h); the sign covers the timestamp only, so a shorter window bounds "
         "how long an observed (timestamp, sign) pair can carry a forged body",
     )
+
+    @model_validator(mode="after")
+    def _one_reply_kind(self) -> DingTalkIntegration:
+        if self.cards == "markdown" and self.card_template_id:
+            raise ValueError("cards: markdown and cardTemplateId exclude each other")
+        return self
+
+    @property
+    def card_template(self) -> str | None:
+        """The AI card template a turn is shown in, or None for markdown messages."""
+        if self.cards == "markdown":
+            return None
+        return self.card_template_id or self.ai_card_template_id
+
+    @property
+    def public_card(self) -> bool:
+        """Whether the card is the public AI markdown card (its own keys, no buttons)."""
+        return self.cards == "ai" and not self.card_template_id
 
     @field_validator("api_base")
     @classmethod

@@ -61,3 +61,40 @@ async def test_a_60_kb_answer_arrives_whole_in_numbered_parts(
         assert whole == "You said:\n" + "\n".join(f"> {line}" for line in text.splitlines())
         refused = [c for c in fake.calls if c.status >= 300 or not c.delivered]
         assert refused == []
+
+
+@pytest.mark.parametrize("card", ["public", "template"])
+async def test_a_60_kb_answer_on_an_ai_card_continues_in_numbered_messages(
+    prefix: str, redis_client: Any, card: str
+) -> None:
+    """The card holds the first part, marked (1/n) (no AI card size limit was found, so it
+    holds what one message does); (2/n)..(n/n) follow as markdown messages, in order."""
+    options: dict[str, Any] = (
+        {"cards": None} if card == "public" else {"cardTemplateId": "tpl.schema"}
+    )
+    key = "msgContent" if card == "public" else "content"
+    async with running(prefix, experts=[FAST_ECHO], **options) as (fake, h):
+        text = long_text()
+        status, _ = await h.post(robot_message(fake, text))
+        assert status == 200
+
+        def done() -> list[dict[str, Any]] | None:
+            got = fake.sent()
+            last = MARK.search(got[-1]["text"]) if got else None
+            return got if last and len(got) == int(last[2]) - 1 else None
+
+        rest = await eventually(done, timeout=60)
+        await h.idle()
+        [track] = fake.cards
+        shown = fake.cards[track].stream[key]
+        n = len(rest) + 1
+        assert n >= 8 and shown.endswith(f"\n\n(1/{n})") and len(shown) <= MAX_CHARS
+        if card == "public":
+            assert fake.cards[track].params["msgContent"] == shown  # the final put, the same
+        for i, part in enumerate(rest, start=2):
+            found = MARK.search(part["text"])
+            assert found and found[0] == f"\n\n({i}/{n})" and len(part["text"]) <= MAX_CHARS
+        whole = "".join(MARK.sub("", p) for p in [shown, *(m["text"] for m in rest)])
+        assert whole == "You said:\n" + "\n".join(f"> {line}" for line in text.splitlines())
+        refused = [c for c in fake.calls if c.status >= 300 or not c.delivered]
+        assert refused == []

@@ -33,7 +33,17 @@ OpenAPI (api.dingtalk.com), each refusal as ``{"code", "message", "requestid"}``
   is still created). Refusals: ``param.cardTemplateIdEmpty``, ``param.outTrackIdEmpty``,
   ``param.openSpaceIdEmpty``/``…Invalid``, ``param.openDeliverModelEmpty`` (a space without its
   deliver model), ``param.cardAlreadyExist`` (an outTrackId used before), ``param.invalid``
-  (a non-string cardParamMap value: "属性字段只支持 String 类型").
+  (a non-string cardParamMap value: "属性字段只支持 String 类型"). A template the app may not
+  use -> 400 ``param.templateUnpublished`` (the answer an unpublished template got,
+  zfanswer/dify-on-dingtalk#2; ⚠ untraced for an id that does not exist at all, taken as the
+  same). Known templates (``templates``): the public AI markdown card of the stream SDK
+  (``AIMarkdownCardInstance``, dingtalk_stream/card_instance.py l.159), the connector's
+  (DingTalk-Real-AI/dingtalk-openclaw-connector card.ts l.12) and the tests' own ``tpl.schema``.
+- Card permissions: without Card.Instance.Write (``card_permission = False``) the card calls
+  answer 403 (open-dingtalk/dingtalk-stream-sdk-python#15: 403 on /v1.0/card/instances, fixed
+  by adding 互动卡片实例写权限), the code ``Forbidden.AccessDenied.AccessTokenPermissionDenied``
+  [DOC:server-api-error-codes-1]; without Card.Streaming.Write (``streaming_permission``) the
+  same 403 on ``PUT /v1.0/card/streaming`` (⚠ untraced: assumed alike).
 - ``PUT /v1.0/card/instances`` -> ``{success: true, result: true}``; unknown outTrackId 400
   ``param.cardNotExist``; neither cardData nor privateData 400
   ``param.cardDataAndPrivateDataBothEmpty`` [DOC:interactive-card-update-interface].
@@ -98,6 +108,9 @@ CLIENT_SECRET = "dt-app-secret"
 SEND_PATHS = ("/v1.0/robot/groupMessages/send", "/v1.0/robot/oToMessages/batchSend")
 WEBHOOK_PATH = "/robot/sendBySession"
 MAX_PARAM_BYTES = 15_000
+AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"
+CONNECTOR_TEMPLATE = "02fcf2f4-5e02-4a85-b672-46d1f715543e.schema"
+PERMISSION_DENIED = "Forbidden.AccessDenied.AccessTokenPermissionDenied"
 USER_GET_PATH = "/topapi/v2/user/get"
 # A sessionWebhook body over 20,000 bytes is refused: an observed error, secondary
 # (/work/shared/reference/limits.md, DingTalk "content limits"; no DingTalk page gives it). The
@@ -184,6 +197,9 @@ class FakeDingTalk:
         self.token_requests = 0
         self.cards: dict[str, Card] = {}
         self.media: dict[str, tuple[str, str, bytes]] = {}  # media_id -> (type, filename, data)
+        self.templates = {AI_MARKDOWN_TEMPLATE, CONNECTOR_TEMPLATE, "tpl.schema"}
+        self.card_permission = True
+        self.streaming_permission = True
         # The org's directory (topapi/v2/user/get) by userid, and whether the app may read it.
         self.users: dict[str, dict[str, Any]] = {}
         self.contact_permission = True
@@ -355,6 +371,10 @@ class FakeDingTalk:
             return self._refuse(400, "InvalidAuthentication", "不合法的access_token")
         if (fault := self._fault(request.path)) is not None:
             return fault
+        if request.path.startswith("/v1.0/card/") and not self.card_permission:
+            return self._refuse(403, PERMISSION_DENIED, "没有调用该接口的权限")
+        if request.path == "/v1.0/card/streaming" and not self.streaming_permission:
+            return self._refuse(403, PERMISSION_DENIED, "没有调用该接口的权限")
         route = {
             ("POST", "/v1.0/robot/groupMessages/send"): self._group_send,
             ("POST", "/v1.0/robot/oToMessages/batchSend"): self._batch_send,
@@ -419,6 +439,8 @@ class FakeDingTalk:
             return self._refuse(400, "param.cardTemplateIdEmpty")
         if not track:
             return self._refuse(400, "param.outTrackIdEmpty")
+        if body["cardTemplateId"] not in self.templates:
+            return self._refuse(400, "param.templateUnpublished")
         space_id = str(body.get("openSpaceId") or "")
         if not space_id:
             return self._refuse(400, "param.openSpaceIdEmpty")

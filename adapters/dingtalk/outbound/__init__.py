@@ -10,7 +10,15 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from adapters.dingtalk.cards import Message, as_messages, phase, private_message, render_messages
+from adapters.dingtalk.cards import (
+    Message,
+    as_messages,
+    fit,
+    link_line,
+    phase,
+    private_message,
+    render_messages,
+)
 from adapters.dingtalk.crypto import sign_action
 from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.media import DingTalkMedia
@@ -39,8 +47,8 @@ PRIVATE = ANSWERS | ROUTINE_ANSWERS
 
 
 class DingTalkOutbound:
-    """One integration's cards and replies: ``cards`` (None without a template) and ``sender``;
-    button links need the context's ``public_url``."""
+    """One integration's cards and replies: ``cards`` (None with ``cards: markdown``) and
+    ``sender``; button links need the context's ``public_url``."""
 
     def __init__(
         self,
@@ -57,6 +65,9 @@ class DingTalkOutbound:
         self.context = context
         self.clock = clock
         self.media = DingTalkMedia(sender=sender, api=sender.api)
+        # The public card's link line per card handle, kept while its buttons stay the same (a
+        # link's token changes with the clock: a new line would be a card update each render).
+        self._link_lines: dict[str, tuple[tuple[str, ...], str]] = {}
 
     @staticmethod
     def _shown(progress: Progress) -> Progress:
@@ -68,6 +79,22 @@ class DingTalkOutbound:
     async def _after(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
         if progress.final and progress.media:
             await self.media.send(reply_to, f"{handle}:{progress.turn_id}", progress)
+
+    def _card_links(self, reply_to: Envelope, progress: Progress, handle: str) -> str:
+        """The public card's buttons as markdown links (Stop, Retry, New conversation; Confirm /
+        Reject go as a message: ``update_card``); "" without publicUrl or another card."""
+        links = self._links(reply_to, progress, handle)
+        if self.cards is None or not self.cards.public or links is None:
+            return ""
+        shown = tuple(b.action_id for b in progress.buttons if b.action_id not in PRIVATE)
+        kept = self._link_lines.get(handle)
+        if kept is None or kept[0] != shown:
+            labels = {b.action_id: b.label for b in progress.buttons}
+            line = link_line([(labels[a], links(a)) for a in shown])
+            kept = self._link_lines[handle] = (shown, line)
+        if progress.final:
+            self._link_lines.pop(handle, None)
+        return kept[1]
 
     def _links(
         self, reply_to: Envelope, progress: Progress, handle: str, user: str | None = None
@@ -148,7 +175,8 @@ class DingTalkOutbound:
     ) -> str:
         progress = self._shown(progress)
         if self.cards is not None:
-            card = await self.cards.create(reply_to, progress, idempotency_key)
+            links = self._card_links(reply_to, progress, self.cards.handle_of(idempotency_key))
+            card = await self.cards.create(reply_to, progress, idempotency_key, links=links)
             if card is not None:
                 await self._after(reply_to, card, progress)
                 return card
@@ -165,7 +193,19 @@ class DingTalkOutbound:
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
         progress = self._shown(progress)
         if handle.startswith("card:") and self.cards is not None:
-            await self.cards.update(handle, progress)
+            links = self._card_links(reply_to, progress, handle)
+            rest = await self.cards.update(handle, progress, links=links)
+            key = handle.removeprefix("card:")
+            if rest:  # a long answer's parts past the card's: markdown messages, in order
+                title = fit(progress.title, 200)
+                await self.sender.once(f"{key}:more", [Message(title, p) for p in rest], reply_to)
+            step = phase(progress)
+            if self.cards.public and step is not None and step.startswith("waiting"):
+                # The public card has no buttons: Confirm / Reject go as a markdown message
+                # (privately in a group), as without a card.
+                ask = replace(progress, answer="")
+                messages = await self._messages(reply_to, ask, handle, f"{key}:{step}")
+                await self.sender.once(f"{key}:{step}", messages, reply_to)
             await self._after(reply_to, handle, progress)
             return
         step = phase(progress)

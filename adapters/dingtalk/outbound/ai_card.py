@@ -1,11 +1,20 @@
-"""The AI card (createAndDeliver, streaming, instance updates, §2.6) when a template is
-configured; it shares the send-once claims of the robot messages (``robot.SENT_NS``).
+"""The AI card (createAndDeliver, streaming, instance updates, §2.6): the operator's own
+template (``cardTemplateId``, our variables and buttons) or, by default, the public AI markdown
+card of DingTalk's stream SDK (``msgContent`` streamed, ``flowStatus`` 1 → 2 → 3, or 5 on
+failure: ``AIMarkdownCardInstance`` / ``AICardReplier`` in open-dingtalk/dingtalk-stream-sdk-
+python card_instance.py l.151-315, card_replier.py l.613-760; the same calls and keys in
+DingTalk-Real-AI/dingtalk-openclaw-connector src/services/messaging/card.ts). It shares the
+send-once claims of the robot messages (``robot.SENT_NS``).
 
 createAndDeliver answers HTTP 200 even when the card reached no chat: each target space has
 its own ``result.deliverResults[{spaceType, spaceId, success, errorMsg, carrierId}]``
 (https://open.dingtalk.com/document/development/create-and-deliver-cards; SDK model
 ``CreateAndDeliverResponseBody`` in aliyun/dingtalk-sdk card_1_0). A card delivered nowhere,
-or refused outright (a 4xx other than throttling), makes the turn fall back to markdown."""
+or refused outright (a 4xx other than throttling), makes the turn fall back to markdown. A
+refusal that holds for every chat (403: the app lacks Card.Instance.Write, as
+open-dingtalk/dingtalk-stream-sdk-python#15 found; ``param.template…``: a template the app may
+not use, zfanswer/dify-on-dingtalk#2) is remembered for an hour and logged once, so the turns
+meanwhile go out as markdown without a refused call each (the monthly quota counts calls)."""
 
 from __future__ import annotations
 
@@ -16,7 +25,16 @@ from typing import Any
 import structlog
 
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError
-from adapters.dingtalk.cards import card_content, card_params, fit
+from adapters.dingtalk.cards import (
+    ai_card_create_params,
+    ai_card_markdown,
+    ai_card_params,
+    card_content,
+    card_params,
+    card_parts,
+    first_part,
+    fit,
+)
 from adapters.dingtalk.outbound.robot import SENT_NS, SENT_TTL_MS, reply_extras, target
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
@@ -26,6 +44,8 @@ log = structlog.get_logger("adapters.dingtalk")
 
 CARD_NS = "dingtalk.card"
 CARD_EXISTS = "param.cardAlreadyExist"  # createAndDeliver with an outTrackId already used
+REFUSED_KEY = "*refused*"  # the app's card refusal, one record for every chat
+REFUSED_TTL_MS = 3_600_000
 
 
 def delivered(answer: dict[str, Any]) -> bool:
@@ -46,7 +66,11 @@ class CardOutbound:
 
     ``PUT /v1.0/card/instances`` carries status, steps and button flags when they change; the
     answer goes through ``PUT /v1.0/card/streaming`` as full text with a fresh guid each time,
-    ``isFinalize`` on the final state (§2.6)."""
+    ``isFinalize`` on the final state (§2.6). ``public``: the public AI markdown card, whose
+    final ``flowStatus`` (and whole ``msgContent``) is put after the last stream, as the SDK's
+    ``ai_finish`` and the connector's ``finishAICard`` do. An answer longer than one robot
+    message shows its first part on the card, marked (1/n); ``update`` returns the rest, which
+    the caller sends as markdown messages (``cards.card_parts``)."""
 
     def __init__(
         self,
@@ -57,6 +81,7 @@ class CardOutbound:
         api: DingTalkApi,
         records: RecordStore,
         card_ttl_ms: int,
+        public: bool = False,
     ) -> None:
         self.integration_id = integration_id
         self.robot_code = robot_code
@@ -64,26 +89,68 @@ class CardOutbound:
         self.api = api
         self.records = records
         self.card_ttl_ms = card_ttl_ms
+        self.public = public
+        self.key = "msgContent" if public else "content"
+        self._refusal_told = False
         # handle -> (params, content) last shown, so unchanged parts are not re-sent.
         self._shown: dict[str, tuple[dict[str, str], str]] = {}
 
-    async def create(self, reply_to: Envelope, progress: Progress, key: str) -> str | None:
+    def _content(self, progress: Progress) -> str:
+        return ai_card_markdown(progress) if self.public else card_content(progress)
+
+    def _params(self, progress: Progress, content: str, links: str) -> dict[str, str]:
+        if self.public:
+            return ai_card_params(progress, content, links)
+        return card_params(progress)
+
+    def _first_params(self, progress: Progress, links: str) -> dict[str, str]:
+        content = fit(first_part(self._content(progress), progress.title))
+        if self.public:
+            return ai_card_create_params(content, links)
+        return {**card_params(progress), "content": content}
+
+    @staticmethod
+    def handle_of(key: str) -> str:
+        """The handle ``create`` gives the card of the send keyed ``key``."""
+        return f"card:{f'xgw-{key}'[:64]}"
+
+    async def _refused_for_all(self, exc: DingTalkApiError, track: str) -> None:
+        if exc.status != 403 and not exc.code.startswith("param.template"):
+            return
+        where = f"{self.integration_id}:{REFUSED_KEY}"
+        await self.records.put(CARD_NS, where, exc.code, ttl_ms=REFUSED_TTL_MS)
+        if not self._refusal_told:
+            self._refusal_told = True
+            log.warning(
+                "AI card refused for this app; replying with markdown (see docs/dingtalk.md "
+                "for the card permissions, or set cards: markdown)",
+                integration_id=self.integration_id,
+                out_track_id=track,
+                **exc.log_fields(),
+            )
+
+    async def create(
+        self, reply_to: Envelope, progress: Progress, key: str, *, links: str = ""
+    ) -> str | None:
         """Create and deliver the turn's card; its handle, or None when the card reached no
         chat and the turn must go out as markdown. The outcome is kept with the claim, so a
-        retry (any replica) decides the same way and never sends the card twice."""
-        track = f"xgw-{key}"[:64]
-        handle = f"card:{track}"
+        retry (any replica) decides the same way and never sends the card twice. ``links``:
+        the public card's buttons as markdown links."""
+        handle = self.handle_of(key)
+        track = handle.removeprefix("card:")
         claim = f"{self.integration_id}:{track}"
         if not await self.records.put_new(SENT_NS, claim, "pending", ttl_ms=SENT_TTL_MS):
             outcome = await self.records.get(SENT_NS, claim)
             return None if outcome == "markdown" else handle
+        if await self.records.get(CARD_NS, f"{self.integration_id}:{REFUSED_KEY}") is not None:
+            await self.records.put(SENT_NS, claim, "markdown", ttl_ms=SENT_TTL_MS)
+            return None
         group, conversation, staff = target(reply_to)
-        params = card_params(progress)
         body: dict[str, Any] = {
             "cardTemplateId": self.template_id,
             "outTrackId": track,
             "callbackType": "STREAM",
-            "cardData": {"cardParamMap": {**params, "content": fit(card_content(progress))}},
+            "cardData": {"cardParamMap": self._first_params(progress, links)},
             "userIdType": 1,
         }
         if group:
@@ -109,6 +176,7 @@ class CardOutbound:
                 shown = True
             elif exc.refused:  # no card was made: the answer goes out as markdown
                 bound.warning("card refused", code=exc.code, request_id=exc.request_id)
+                await self._refused_for_all(exc, track)
                 shown = False
             else:
                 await self.records.delete(SENT_NS, claim)
@@ -121,30 +189,35 @@ class CardOutbound:
             await self.records.delete(CARD_NS, claim)
             bound.warning("card delivered nowhere; replying with markdown")
             return None
-        self._shown[handle] = (params, card_content(progress))
+        first = self._first_params(progress, links)
+        shown_text = first_part(self._content(progress), progress.title)
+        self._shown[handle] = ({k: first[k] for k in self._params(progress, "", "")}, shown_text)
         bound.info("card created")
         return handle
 
-    async def update(self, handle: str, progress: Progress) -> None:
+    async def update(self, handle: str, progress: Progress, *, links: str = "") -> list[str]:
+        """Show ``progress`` on the card; the answer's parts past the first when final (to
+        be sent as messages), else nothing."""
         track = handle.removeprefix("card:")
-        params = card_params(progress)
-        content = card_content(progress)
+        text = self._content(progress)
+        parts = card_parts(text, progress.title)
+        if not parts:
+            content = ""
+        else:
+            content = parts[0] if progress.final else first_part(text, progress.title, parts)
+        params = self._params(progress, content, links)
         shown_params, shown_content = self._shown.get(handle, ({}, None))
         if params.get("status") != shown_params.get("status"):
             log.info(
                 "card state", out_track_id=track, turn_id=progress.turn_id, status=progress.status
             )
-        if params != shown_params:
-            await self.api.call(
-                "PUT",
-                "/v1.0/card/instances",
-                {
-                    "outTrackId": track,
-                    "cardData": {"cardParamMap": params},
-                    "cardUpdateOptions": {"updateCardDataByKey": True},
-                },
-            )
+        finish_last = self.public and progress.final
+        if params != shown_params and not finish_last:
+            await self._put(track, params)
             self._shown[handle] = (params, shown_content or "")
+        elif finish_last and content and shown_params.get("flowStatus") == "1":
+            # Inputting before the first stream, as both sources do even when it is the last.
+            await self._put(track, {"flowStatus": "2"})
         # An empty content is refused (400 param.stream.contentEmpty, …/api-streamingupdate).
         if content and (content != shown_content or progress.final):
             await self.api.call(
@@ -153,7 +226,7 @@ class CardOutbound:
                 {
                     "outTrackId": track,
                     "guid": uuid.uuid4().hex,
-                    "key": "content",
+                    "key": self.key,
                     "content": content,
                     "isFull": True,
                     "isFinalize": progress.final,
@@ -161,8 +234,23 @@ class CardOutbound:
                 },
             )
             self._shown[handle] = (params, content)
+        if finish_last:
+            await self._put(track, {**params, "msgContent": content} if content else params)
         if progress.final:
             self._shown.pop(handle, None)
+            return parts[1:]
+        return []
+
+    async def _put(self, track: str, params: dict[str, str]) -> None:
+        await self.api.call(
+            "PUT",
+            "/v1.0/card/instances",
+            {
+                "outTrackId": track,
+                "cardData": {"cardParamMap": params},
+                "cardUpdateOptions": {"updateCardDataByKey": True},
+            },
+        )
 
     async def where(self, track: str) -> dict[str, Any] | None:
         raw = await self.records.get(CARD_NS, f"{self.integration_id}:{track}")

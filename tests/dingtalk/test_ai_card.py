@@ -1,0 +1,161 @@
+"""The public AI markdown card, DingTalk's answer without ``cardTemplateId`` (the stream SDK's
+``AIMarkdownCardInstance``; tests/fakes/dingtalk.py): created at flowStatus 1, put to 2 before
+the answer streams into ``msgContent``, finished at 3 (5 on failure) after the last stream; an
+app without the card permission answers in markdown and is told once; ``cards: markdown``
+makes no card call; Confirm / Reject go as a markdown message beside the card."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from adapters.dingtalk.settings import AI_MARKDOWN_TEMPLATE
+from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
+from tests.support.dingtalk import robot_message, running
+from tests.support.helpers import serve
+from tests.support.waits import eventually
+
+CREATE = "/v1.0/card/instances/createAndDeliver"
+DEFAULT: dict[str, Any] = {"cards": None}  # the integration's default: no cards key at all
+
+
+def puts(fake: FakeDingTalk) -> list[dict[str, str]]:
+    return [b["cardData"]["cardParamMap"] for b in fake.bodies("/v1.0/card/instances", "PUT")]
+
+
+def frames(fake: FakeDingTalk) -> list[dict[str, Any]]:
+    return fake.bodies("/v1.0/card/streaming", "PUT")
+
+
+def finished(fake: FakeDingTalk) -> bool:
+    return any(p.get("flowStatus") in ("3", "5") for p in puts(fake))
+
+
+async def test_without_a_template_the_answer_streams_into_the_public_ai_card(
+    prefix: str, redis_client: Any
+) -> None:
+    async with running(prefix, **DEFAULT) as (fake, h):
+        status, _ = await h.post(robot_message(fake, "card please", group=True))
+        assert status == 200
+        await eventually(lambda: finished(fake), timeout=20)
+        [created] = fake.bodies(CREATE)
+        assert created["cardTemplateId"] == AI_MARKDOWN_TEMPLATE
+        assert created["openSpaceId"] == "dtv1.card//IM_GROUP.cidGROUP"
+        first = created["cardData"]["cardParamMap"]
+        assert first["flowStatus"] == "1" and first["staticMsgContent"].startswith("[Stop](")
+        assert first["sys_full_json_obj"] == '{"order": ["msgContent", "staticMsgContent"]}'
+        shown = frames(fake)
+        assert {f["key"] for f in shown} == {"msgContent"}
+        assert [f["isFinalize"] for f in shown][-1] is True
+        flows = [p["flowStatus"] for p in puts(fake)]
+        assert flows[0] == "2" and flows[-1] == "3" and "5" not in flows
+        card = fake.cards[created["outTrackId"]]
+        assert card.stream["msgContent"] == "You said:\n> card please"
+        assert card.params["msgContent"] == "You said:\n> card please"  # the final put, whole
+        # The final put comes after the last stream, as the SDK's ai_finish does.
+        last_stream = max(i for i, c in enumerate(fake.calls) if c.path == "/v1.0/card/streaming")
+        last_put = max(
+            i
+            for i, c in enumerate(fake.calls)
+            if c.path == "/v1.0/card/instances" and c.method == "PUT"
+        )
+        assert last_put > last_stream
+        assert fake.sent() == []  # no markdown messages beside the card
+        assert card.params["staticMsgContent"].startswith("[New conversation](")  # final links
+
+
+async def test_the_public_cards_stop_link_stops_the_turn(prefix: str, redis_client: Any) -> None:
+    slow = [{"id": "echo", "kind": "echo", "stepDelayMs": 400, "charDelayMs": 40}]
+    async with running(prefix, experts=slow, **DEFAULT) as (fake, h):
+        await h.post(robot_message(fake, "stop me " * 8))
+        [created] = await eventually(lambda: fake.bodies(CREATE), timeout=20)
+        line = created["cardData"]["cardParamMap"]["staticMsgContent"]
+        stop = re.fullmatch(r"\[Stop\]\((\S+)\)", line)
+        assert stop is not None
+        await eventually(lambda: any(p["flowStatus"] == "2" for p in puts(fake)), timeout=20)
+        status, _ = await h.click(stop[1])
+        assert status == 200
+        await eventually(lambda: finished(fake), timeout=20)
+        card = fake.cards[created["outTrackId"]]
+        assert card.params["flowStatus"] == "3" and "Stopped" in card.params["msgContent"]
+        # While running, the card keeps the Stop link it was created with.
+        live = {
+            p["staticMsgContent"]
+            for p in puts(fake)
+            if p["flowStatus"] in ("1", "2") and "staticMsgContent" in p
+        }
+        assert live == {line}
+
+
+async def test_a_failed_turn_finishes_the_card_at_flow_status_5(
+    prefix: str, redis_client: Any
+) -> None:
+    model = FakeOpenAI(fail_with=[401])
+    async for url in serve(model.app()):
+        gpt = {"id": "gpt", "kind": "openai", "baseUrl": url + "/v1", "apiKey": OPENAI_KEY,
+               "model": "m"}  # fmt: skip
+        async with running(prefix, experts=[gpt], xpertId="gpt", **DEFAULT) as (fake, h):
+            await h.post(robot_message(fake, "fail please"))
+            await eventually(lambda: finished(fake), timeout=20)
+            assert puts(fake)[-1]["flowStatus"] == "5"
+            assert [f["isError"] for f in frames(fake)][-1] is True
+
+
+async def test_without_the_card_permission_turns_answer_in_markdown_and_the_log_says_so_once(
+    prefix: str, redis_client: Any
+) -> None:
+    async with running(prefix, **DEFAULT) as (fake, h):
+        fake.card_permission = False
+        with capture_logs() as logs:
+            for i in range(2):
+                await h.post(robot_message(fake, f"turn {i}"))
+                await eventually(lambda n=i: len(fake.sent()) >= 2 * (n + 1), timeout=20)
+                await h.idle()
+        creates = [c for c in fake.calls if c.path == CREATE]
+        assert len(creates) == 1 and creates[0].status == 403  # the second turn asked no card
+        told = [e for e in logs if "AI card refused for this app" in str(e["event"])]
+        assert (
+            len(told) == 1
+            and told[0]["code"] == "Forbidden.AccessDenied.AccessTokenPermissionDenied"
+        )
+        assert [m["text"] for m in fake.sent()][1::2] == [
+            "You said:\n> turn 0",
+            "You said:\n> turn 1",
+        ]
+
+
+async def test_cards_markdown_keeps_plain_markdown_messages(prefix: str, redis_client: Any) -> None:
+    async with running(prefix, cards="markdown") as (fake, h):
+        await h.post(robot_message(fake, "plain"))
+        await eventually(lambda: len(fake.sent()) == 2, timeout=20)
+        await h.idle()
+        assert not [c for c in fake.calls if c.path.startswith("/v1.0/card/")]
+
+
+async def test_an_unknown_template_is_refused_and_the_turn_answers_in_markdown(
+    prefix: str, redis_client: Any
+) -> None:
+    async with running(prefix, aiCardTemplateId="nope.schema", **DEFAULT) as (fake, h):
+        await h.post(robot_message(fake, "which card"))
+        await eventually(lambda: len(fake.sent()) == 2, timeout=20)
+        [create] = [c for c in fake.calls if c.path == CREATE]
+        assert create.status == 400 and fake.cards == {}
+
+
+async def test_confirm_and_reject_go_as_a_markdown_message_beside_the_card(
+    prefix: str, redis_client: Any
+) -> None:
+    async with running(prefix, **DEFAULT) as (fake, h):
+        await h.post(robot_message(fake, "deploy [confirm]"))
+        ask = await eventually(lambda: [m for m in fake.sent() if m["buttons"]], timeout=20)
+        assert ask[0]["buttons"] == ["Confirm", "Reject"]
+        assert "Please confirm" in ask[0]["text"]
+        assert puts(fake)[-1]["flowStatus"] == "4"
+        status, _ = await h.click(ask[0]["urls"][0])
+        assert status == 200
+        await eventually(lambda: finished(fake), timeout=20)
+        [track] = fake.cards
+        assert fake.cards[track].params["msgContent"] == "Confirmed. You said:\n> deploy [confirm]"
