@@ -73,10 +73,13 @@ class SessionRecords:
         return await script(keys=keys, args=args)
 
     # --- sessions --------------------------------------------------------------------------
-    async def opened(self, session_id: str, fields: dict[str, str], *, at_ms: int) -> None:
+    async def opened(
+        self, session_id: str, fields: dict[str, str], *, at_ms: int, timeout_ms: int = 0
+    ) -> None:
         """Record a new session, index it under its chat (both kept ``retention_ms``) and list
         it on the Sessions page at once (its first turn may still run): three scripts, each on
-        its own key's slot, sent together."""
+        its own key's slot, sent together. ``timeout_ms``, its idle timeout, goes to the
+        archive (which ends it by that when nobody does)."""
         record: dict[str, str] = {**fields, "sessionId": session_id, "createdAt": str(at_ms)}
         flat: list[Any] = [self.retention_ms]
         for name, value in record.items():
@@ -94,7 +97,12 @@ class SessionRecords:
                 session_id,
                 summary,
                 at_ms=at_ms,
-                archived={**fields, "sessionId": session_id, "openedAt": at_ms},
+                archived={
+                    **fields,
+                    "sessionId": session_id,
+                    "openedAt": at_ms,
+                    "timeoutMs": timeout_ms,
+                },
             ),
         )
 

@@ -8,9 +8,11 @@ entries, claimed with ``XAUTOCLAIM``), writes it in one transaction of idempoten
 (``gateway.archive.writer``), and only then acknowledges and deletes it. So an owner killed
 before its commit leaves the entries to the next owner, and one killed after its commit and
 before its acknowledgement has them written again, to the same rows: nothing lost, nothing
-twice. While the database is away the outbox grows (bounded by ``archive.outboxMaxLength``,
-which the writers enforce) and the archiver retries with a growing pause; it drains when the
-database answers again. The schema is migrated (or checked) before the first write.
+twice. Between batches it purges past ``archive.retentionDays`` and gives sessions left idle
+their end (``gateway.archive.ends``). While the database is away the outbox grows (bounded by
+``archive.outboxMaxLength``, which the writers enforce) and the archiver retries with a growing
+pause; it drains when the database answers again. The schema is migrated (or checked) before
+the first write.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Literal
 import structlog
 
 from gateway.archive.database import ArchiveDatabase
+from gateway.archive.ends import end_idle
 from gateway.archive.erasure import purge_before
 from gateway.archive.migrations import SchemaTooNew, migrate
 from gateway.archive.writer import batch_of, write
@@ -37,6 +40,7 @@ LEASE_NS = "archive-lease"
 DAY_MS = 86_400_000
 MAX_BACKOFF_S = 5.0
 WRITE_TIMEOUT_S = 60.0
+ENDS_EVERY_MS = 5_000  # how often idle sessions are given their end
 
 Role = Literal["starting", "owner", "standby", "stopped", "refused"]
 
@@ -68,6 +72,7 @@ class Archiver:
         self.rejected = 0  # unreadable entries skipped
         self.busy = False  # a batch under way (``Gateway.idle``)
         self.purged_at = 0  # when the owner last purged past archive.retentionDays (epoch ms)
+        self.ends_at = 0  # when it last ended idle sessions (gateway.archive.ends)
         self._failures = 0
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -122,6 +127,7 @@ class Archiver:
         try:
             moved = await self.drain(budget_s=self.lease.renew_s / 2)
             await self.purge()
+            await self.end_idle()
         except Exception as exc:
             return self._failed("archive batch not written", exc)
         self._failures = 0
@@ -163,6 +169,16 @@ class Archiver:
         self.purged_at = now
         if any(purged.values()):
             log.info("archive purged past its retention", days=days, **purged)
+
+    async def end_idle(self) -> None:
+        """Every few seconds while owner: sessions idle past their timeout get their end."""
+        now = self.clock()
+        if now - self.ends_at < ENDS_EVERY_MS:
+            return
+        ended = await end_idle(self.db, now)
+        self.ends_at = now
+        if ended:
+            log.debug("idle sessions ended in the archive", sessions=ended)
 
     async def move(self, integration_id: str) -> int:
         """One batch of one integration: taken, written, then acknowledged."""

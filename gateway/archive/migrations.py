@@ -11,10 +11,10 @@ release: :class:`SchemaTooNew`, and the gateway refuses to start rather than wri
 release does not expect.
 
 A migration is a function of a synchronous connection (run through ``run_sync``) using
-SQLAlchemy's DDL, so it is written once for both dialects. Version 1 creates the tables of
-``gateway.archive.schema``; a later change of a table is a new migration that alters it, and
-version 1 then keeps a frozen copy of the tables as they were (``tests/archive`` checks that the
-migrated database has exactly the tables and columns of ``schema.py``).
+SQLAlchemy's DDL (or SQL both dialects share), so it is written once for both. Version 1
+creates the tables as they were then (``gateway.archive.schema_v1``, a frozen copy); each later
+version alters them, and ``gateway.archive.schema`` is what the newest leaves (``tests/archive``
+checks that the migrated database has exactly its tables and columns).
 """
 
 from __future__ import annotations
@@ -22,9 +22,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Column, Connection, Integer, MetaData, Table, func, select, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Integer,
+    MetaData,
+    Table,
+    func,
+    select,
+    text,
+)
 
-from gateway.archive import schema
+from gateway.archive import schema_v1
 from gateway.archive.database import ArchiveDatabase
 from gateway.clock import now_ms
 from gateway.errors import GatewayError
@@ -45,11 +55,18 @@ class SchemaTooNew(GatewayError):
 
 
 def _v1(conn: Connection) -> None:
-    schema.metadata.create_all(conn)
+    schema_v1.metadata.create_all(conn)
+
+
+def _v2(conn: Connection) -> None:
+    """A session's idle timeout, and an index to find the sessions not ended yet."""
+    conn.execute(text("ALTER TABLE sessions ADD COLUMN timeout_ms BIGINT"))
+    conn.execute(text("CREATE INDEX sessions_ended ON sessions (ended_at)"))
 
 
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "turns, sessions, memory_changes", _v1),
+    (2, "sessions.timeout_ms: idle sessions get an end", _v2),
 ]
 LATEST = MIGRATIONS[-1][0]
 

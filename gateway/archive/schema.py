@@ -6,7 +6,8 @@ JSON columns are ``jsonb`` on PostgreSQL and text on SQLite.
   its id (``<turnId>-<claim>``), with the columns a query filters on and the record itself.
 - ``sessions``: one row per session, keyed by its id: where it ran, with which expert and
   config snapshot, when it opened, was last active and ended, its turns, its final answer and
-  the artifacts its turns produced.
+  the artifacts its turns produced; its idle timeout, by which a session nobody ended gets
+  ``ended_at`` = last active + timeout (``gateway.archive.ends``).
 - ``memory_changes``: who remembered or forgot what in a chat's memory, and when.
 """
 
@@ -78,15 +79,17 @@ sessions = Table(
     Column("opened_at", BigInteger),
     Column("last_active_at", BigInteger),
     Column("ended_at", BigInteger),
-    Column("ended_by", String(20)),
+    Column("ended_by", String(20)),  # user | admin | trigger | timeout (idle past timeout_ms)
     Column("turns", Integer, nullable=False, default=0),
     Column("last_outcome", String(40)),
     Column("final_text", Text),  # the answer of its newest turn
     Column("artifacts", Json, nullable=False),  # [{kind, url, name}] its turns produced
     Column("archived_at", BigInteger, nullable=False),
+    Column("timeout_ms", BigInteger),  # v2: its sessionTimeoutSeconds when it opened
 )
 Index("sessions_integration_active", sessions.c.integration_id, sessions.c.last_active_at)
 Index("sessions_chat", sessions.c.integration_id, sessions.c.chat_id)
+Index("sessions_ended", sessions.c.ended_at)  # v2: the open ones, for the idle pass
 
 memory_changes = Table(
     "memory_changes",

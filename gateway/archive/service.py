@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import structlog
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import text
 
 from gateway.archive.archiver import LEASE_NS, Archiver
 from gateway.archive.database import ArchiveDatabase
@@ -24,6 +26,7 @@ from sessions import KeyBuilder, Outbox, RecordStore, RedisClient, SessionRecord
 
 log = structlog.get_logger("gateway.archive")
 STATE_CACHE_S = 1.0
+PING_TIMEOUT_S = 2.0
 
 
 class ArchiveRefused(GatewayError):
@@ -94,6 +97,48 @@ class ArchiveService:
     def start(self) -> None:
         self._task = asyncio.create_task(self.archiver.run(), name="archiver")
 
+    async def readiness(self) -> dict[str, Any]:
+        """For ``/readyz``, informative only: a database that is down does not make the replica
+        unready (turns keep going into the outbox), and the answer says so in ``status``."""
+        s = self.settings()
+        ids = [i.id for i in s.integrations]
+        bound = s.archive.outbox_max_length
+        database, outbox, holder = await asyncio.gather(
+            self._ping(),
+            self._read(self.outbox.state(ids)),
+            self._read(self.archiver.lease.holder()),
+        )
+        state: dict[str, Any] = {"where": s.archive.describe(s.data_dir), "database": database}
+        waiting: dict[str, Any] = {}
+        if isinstance(outbox, dict):
+            for integration_id, (length, _oldest) in sorted(outbox.items()):
+                waiting[integration_id] = {"length": length, "max": bound, "full": length >= bound}
+        state["outbox"] = waiting
+        state["archiver"] = {
+            "role": self.archiver.role,
+            "holder": holder if isinstance(holder, str) else None,
+        }
+        state["status"] = _status(database, waiting, self.archiver.role)
+        return state
+
+    async def _ping(self) -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                async with self.db.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            return {"reachable": False, "error": type(exc).__name__}
+        return {"reachable": True}
+
+    @staticmethod
+    async def _read(read: Awaitable[Any]) -> Any:
+        """A Redis read, or None when Redis does not answer (``/readyz`` says Redis' state)."""
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                return await read
+        except Exception:
+            return None
+
     async def close(self) -> None:
         self.archiver.stop()
         if self._task is not None:
@@ -105,6 +150,21 @@ class ArchiveService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
         await self.db.close()
+
+
+def _status(database: dict[str, Any], outbox: dict[str, Any], role: str) -> str:
+    """``/readyz``'s one line on the archive, plainly."""
+    said = []
+    if role == "refused":
+        said.append("not archiving: the database's schema is newer than this release")
+    if not database["reachable"]:
+        said.append(
+            "database unreachable: finished turns wait in the Redis outbox and are archived "
+            "once it answers (readiness does not depend on it)"
+        )
+    if full := sorted(i for i, o in outbox.items() if o["full"]):
+        said.append(f"outbox full ({', '.join(full)}): new records are not archived")
+    return "; ".join(said) or "ok"
 
 
 class ArchiveCollector(Collector):

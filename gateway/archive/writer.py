@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import structlog
-from sqlalchemy import func, select
+from sqlalchemy import case, func, null, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.archive.database import ArchiveDatabase
@@ -117,6 +117,7 @@ def session_row(body: dict[str, Any], now_ms: int) -> dict[str, Any]:
         "snapshot_hash": body.get("snapshot"),
         "sender_id": body.get("senderId"),
         "opened_at": int(body["openedAt"]),
+        "timeout_ms": int(body["timeoutMs"]) if body.get("timeoutMs") else None,
         "archived_at": now_ms,
     }
 
@@ -216,7 +217,7 @@ async def recount(
     conn: AsyncConnection, session_id: str, artifacts: list[dict[str, Any]], now_ms: int
 ) -> None:
     """A session's turns, last activity, last outcome and final answer from its archived
-    turns; its artifacts with the batch's added (each once)."""
+    turns (an idle end cleared); its artifacts with the batch's added (each once)."""
     of = turns.c.session_id == session_id
     count, last = (
         await conn.execute(select(func.count(), func.max(turns.c.finished_at)).where(of))
@@ -229,12 +230,17 @@ async def recount(
             .limit(1)
         )
     ).one()
+    # An end the idle pass gave it (gateway.archive.ends) no longer holds once a later turn is
+    # in: cleared, and set again from the new last activity when that is idle long enough.
+    by_timeout = sessions.c.ended_by == "timeout"
     values: dict[str, Any] = {
         "turns": int(count),
         "last_active_at": last,
         "last_outcome": newest.outcome,
         "final_text": newest.answer,
         "archived_at": now_ms,
+        "ended_at": case((by_timeout, null()), else_=sessions.c.ended_at),
+        "ended_by": case((by_timeout, null()), else_=sessions.c.ended_by),
     }
     if artifacts:
         held = (

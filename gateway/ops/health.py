@@ -1,6 +1,7 @@
 """The replica's unauthenticated probes: ``GET /`` (to the console, or the name and version),
 ``GET /healthz`` (liveness: the process serves) and ``GET /readyz`` (readiness: not stopping,
-Redis answers a PING within 2 s, every adapter ready; 503 otherwise). They hold no secret and no
+Redis answers a PING within 2 s, every adapter ready; 503 otherwise; the archive is shown but
+never decides it). They hold no secret and no
 chat or user id (docs/security.md)."""
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Replica(Protocol):
     async def ping_redis(self) -> None: ...
 
     def probe_state(self) -> dict[str, Any]: ...
+
+    async def archive_state(self) -> dict[str, Any] | None: ...
 
 
 class Health:
@@ -65,4 +68,6 @@ class Health:
             checks[integ_id] = state
             ready = ready and bool(state.get("ready", True))
         body = {"ready": ready, "stopping": r.stopping, "checks": checks, **r.probe_state()}
+        if (archive := await r.archive_state()) is not None:
+            body["archive"] = archive  # informative: the outbox holds turns while it is down
         return web.json_response(body, status=200 if ready else 503)

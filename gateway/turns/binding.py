@@ -98,6 +98,7 @@ class Binder:
                     "scope": integ.session_scope,
                 },
                 at_ms=self.clock(),
+                timeout_ms=integ.session_timeout_seconds * 1000,
             )
             defaults = {d.name: d.default for d in snapshot.declared if d.default is not None}
             defaults.update(snapshot.bundle_variables)  # the route's values win

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from sqlalchemy import inspect, select
 
-from gateway.archive import schema
+from gateway.archive import schema, schema_v1
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.migrations import LATEST, SchemaTooNew, migrate, versions
 from gateway.archive.service import ArchiveRefused
@@ -34,9 +34,9 @@ def columns(sync: Any) -> dict[str, set[str]]:
 async def test_migrations_make_exactly_the_tables_of_the_schema_once(archive_url: str) -> None:
     db = database(archive_url)
     try:
-        # Three replicas starting at once: one applies version 1, the others find it applied.
+        # Three replicas starting at once: one applies every version, the others find it applied.
         done = await asyncio.gather(*(migrate(db) for _ in range(3)))
-        assert sorted(len(d.applied) for d in done) == [0, 0, 1]
+        assert sorted(len(d.applied) for d in done) == [0, 0, LATEST]
         assert {d.after for d in done} == {LATEST}
         async with db.engine.connect() as conn:
             tables = await conn.run_sync(columns)
@@ -160,3 +160,33 @@ def test_check_says_where_the_archive_is_without_its_password(prefix: str, tmp_p
     path.write_text(yaml.safe_dump(config))
     shown = cli("check", "--config", str(path)).stdout
     assert f"archive: embedded SQLite at {tmp_path / 'data' / 'archive.sqlite3'}\n" in shown
+
+
+async def test_a_version_1_archive_is_migrated_with_its_rows_kept(archive_url: str) -> None:
+    """As a database the first release made: version 2 adds the sessions' idle timeout."""
+    db = database(archive_url)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(schema_v1.metadata.create_all)
+            await conn.run_sync(versions.metadata.create_all)
+            await conn.execute(versions.insert().values(version=1, applied_at=0))
+            await conn.execute(
+                schema_v1.sessions.insert().values(
+                    id="s1",
+                    integration_id="c",
+                    chat_id="g",
+                    turns=0,
+                    artifacts=[],
+                    archived_at=1,
+                    last_active_at=5,
+                )
+            )
+        done = await migrate(db)
+        assert (done.before, done.applied) == (1, list(range(2, LATEST + 1)))
+        async with db.engine.connect() as conn:
+            tables = await conn.run_sync(columns)
+            [row] = (await conn.execute(select(schema.sessions))).all()
+        assert "timeout_ms" in tables["sessions"]
+        assert row.id == "s1" and row.last_active_at == 5 and row.timeout_ms is None
+    finally:
+        await db.close()
