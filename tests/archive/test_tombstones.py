@@ -1,25 +1,29 @@
 """An erasure's race with a batch being written (PostgreSQL and SQLite): the archiver read an
 erased sender's and chat's entries out of the outbox before the erasure and commits them after
 it; the erasure's tombstones keep those rows out, while what others did, and what the sender
-does after the erasure, is archived. Tombstones go after a day."""
+does after the erasure, is archived. Tombstones go after a day. On PostgreSQL an erasure waits
+for a batch's transaction (one advisory lock)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from sqlalchemy import select
 
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.erasure import erase_chat, erase_sender
 from gateway.archive.migrations import migrate
 from gateway.archive.schema import erasures, memory_changes, sessions, turns
-from gateway.archive.tombstones import TOMBSTONE_KEEP_MS, expire
+from gateway.archive.tombstones import LOCK_KEY, TOMBSTONE_KEEP_MS, expire
 from gateway.archive.writer import batch_of, write
 from gateway.clock import now_ms
 from gateway.config.archive import ArchiveSettings
 from tests.archive.test_archive import _entry
+from tests.support.waits import eventually
 
 
 def turn(record_id: str, *, chat: str, sender: str, session: str, end: int) -> str:
@@ -107,4 +111,42 @@ async def test_a_batch_read_before_an_erasure_cannot_add_the_erased_records_back
         assert await expire(db, now_ms() + TOMBSTONE_KEEP_MS + 1_000) == 2
         assert await table(erasures) == []
     finally:
+        await db.close()
+
+
+async def test_on_postgresql_an_erasure_waits_for_a_batch_being_written(pg_url: str) -> None:
+    """The batch's transaction holds the lock (as ``write`` takes it first); the erasure waits
+    for its commit, then deletes what it wrote."""
+    db = ArchiveDatabase.open(ArchiveSettings(url=pg_url).database_url(Path(".")))
+    blocker = await asyncpg.connect(pg_url)
+    try:
+        await migrate(db)
+        t = now_ms() - 1_000
+        await blocker.execute("BEGIN")
+        await blocker.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
+        row = turn("tx", chat="team", sender="dave", session="s-x", end=t)
+        await blocker.execute(
+            "INSERT INTO turns (id, turn_id, integration_id, platform, chat_id, chat_type,"
+            " conversation, session_id, sender_id, trigger_kind, input_text, outcome, error,"
+            " answer, received_at, finished_at, replica, record, archived_at) VALUES ($1, $1,"
+            " 'c', 'console', 'team', 'group', 'c:team', '', 'dave', 'message', '', 'done', '',"
+            " '', $2, $2, '', $3, $2)",
+            "tx", t, row,
+        )  # fmt: skip
+        erasing = asyncio.ensure_future(erase_sender(db, "c", "dave"))
+
+        async def waiting() -> bool:
+            """The erasure's connection waits for the advisory lock."""
+            found = await blocker.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+            return bool(found)
+
+        await eventually(waiting, timeout=10)
+        assert not erasing.done()
+        await blocker.execute("COMMIT")
+        assert (await asyncio.wait_for(erasing, 10))["turns"] == 1
+        assert await blocker.fetchval("SELECT count(*) FROM turns") == 0
+    finally:
+        await blocker.close()
         await db.close()
