@@ -24,6 +24,7 @@ from typing import Literal
 
 import structlog
 
+from gateway.archive import tombstones
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.ends import end_idle
 from gateway.archive.erasure import purge_before
@@ -171,14 +172,16 @@ class Archiver:
             log.info("archive purged past its retention", days=days, **purged)
 
     async def end_idle(self) -> None:
-        """Every few seconds while owner: sessions idle past their timeout get their end."""
+        """Every few seconds while owner: sessions idle past their timeout get their end, and
+        erasures' tombstones past a day go."""
         now = self.clock()
         if now - self.ends_at < ENDS_EVERY_MS:
             return
         ended = await end_idle(self.db, now)
+        expired = await tombstones.expire(self.db, now)
         self.ends_at = now
-        if ended:
-            log.debug("idle sessions ended in the archive", sessions=ended)
+        if ended or expired:
+            log.debug("idle sessions ended in the archive", sessions=ended, tombstones=expired)
 
     async def move(self, integration_id: str) -> int:
         """One batch of one integration: taken, written, then acknowledged."""
@@ -197,6 +200,8 @@ class Archiver:
         finally:
             self.busy = False
         self.rejected += len(batch.rejected)
+        if batch.erased:
+            log.info("archive batch: rows of erased chats or senders left out", rows=batch.erased)
         self.written += len(entries) - len(batch.rejected)
         return len(entries)
 

@@ -1,12 +1,15 @@
 """Erasure in the archive: a chat's rows (its turns, sessions and memory changes) or a sender's
 (the turns that ran as them, the memory changes they made, and the sessions they opened that
 have no turn left; the others' counts and final answer recounted from what is left), in one
-transaction. Redis' side is ``sessions.erasure``; the admin route does both."""
+transaction that also leaves a tombstone (``gateway.archive.tombstones``: a batch being written
+at that moment cannot add them back). Redis' side is ``sessions.erasure``; the admin route does
+both."""
 
 from __future__ import annotations
 
 from sqlalchemy import delete, func, select
 
+from gateway.archive import tombstones
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.schema import memory_changes, sessions, turns
 from gateway.archive.writer import recount
@@ -15,6 +18,8 @@ from gateway.clock import now_ms
 
 async def erase_chat(db: ArchiveDatabase, integration_id: str, chat_id: str) -> dict[str, int]:
     async with db.engine.begin() as conn:
+        await tombstones.lock(conn)
+        await tombstones.record(db, conn, integration_id, "chat", chat_id, now_ms())
         counts = {}
         for name, table in (("turns", turns), ("sessions", sessions)):
             where = (table.c.integration_id == integration_id) & (table.c.chat_id == chat_id)
@@ -28,6 +33,8 @@ async def erase_chat(db: ArchiveDatabase, integration_id: str, chat_id: str) -> 
 
 async def erase_sender(db: ArchiveDatabase, integration_id: str, sender_id: str) -> dict[str, int]:
     async with db.engine.begin() as conn:
+        await tombstones.lock(conn)
+        await tombstones.record(db, conn, integration_id, "sender", sender_id, now_ms())
         of_turns = (turns.c.integration_id == integration_id) & (turns.c.sender_id == sender_id)
         touched = set((await conn.execute(select(turns.c.session_id).where(of_turns))).scalars())
         removed = (await conn.execute(delete(turns).where(of_turns))).rowcount

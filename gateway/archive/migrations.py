@@ -34,7 +34,7 @@ from sqlalchemy import (
     text,
 )
 
-from gateway.archive import schema_v1
+from gateway.archive import schema, schema_v1
 from gateway.archive.database import ArchiveDatabase
 from gateway.clock import now_ms
 from gateway.errors import GatewayError
@@ -59,14 +59,17 @@ def _v1(conn: Connection) -> None:
 
 
 def _v2(conn: Connection) -> None:
-    """A session's idle timeout, and an index to find the sessions not ended yet."""
+    """A session's idle timeout, an index to find the sessions not ended yet, and the erasures'
+    tombstones (as ``schema.erasures`` is now: a later change of it alters it in a new version
+    and freezes this one)."""
     conn.execute(text("ALTER TABLE sessions ADD COLUMN timeout_ms BIGINT"))
     conn.execute(text("CREATE INDEX sessions_ended ON sessions (ended_at)"))
+    schema.erasures.create(conn)
 
 
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "turns, sessions, memory_changes", _v1),
-    (2, "sessions.timeout_ms: idle sessions get an end", _v2),
+    (2, "sessions.timeout_ms: idle sessions get an end; erasures' tombstones", _v2),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -9,6 +9,7 @@ JSON columns are ``jsonb`` on PostgreSQL and text on SQLite.
   the artifacts its turns produced; its idle timeout, by which a session nobody ended gets
   ``ended_at`` = last active + timeout (``gateway.archive.ends``).
 - ``memory_changes``: who remembered or forgot what in a chat's memory, and when.
+- ``erasures``: which chat or sender was erased when, for a day (``gateway.archive.tombstones``).
 """
 
 from __future__ import annotations
@@ -105,3 +106,12 @@ memory_changes = Table(
     Column("archived_at", BigInteger, nullable=False),
 )
 Index("memory_changes_chat", memory_changes.c.integration_id, memory_changes.c.chat_id)
+
+erasures = Table(  # v2: tombstones of erasures, kept a day (gateway.archive.tombstones)
+    "erasures",
+    metadata,
+    Column("integration_id", String(ID), primary_key=True),
+    Column("kind", String(20), primary_key=True),  # chat | sender
+    Column("subject", String(ID), primary_key=True),  # the chat's or sender's id
+    Column("erased_at", BigInteger, nullable=False),
+)

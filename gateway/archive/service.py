@@ -26,7 +26,10 @@ from sessions import KeyBuilder, Outbox, RecordStore, RedisClient, SessionRecord
 
 log = structlog.get_logger("gateway.archive")
 STATE_CACHE_S = 1.0
-PING_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 2.0  # Redis' reads for /readyz (as its own PING)
+# The database's: short, so a database that hangs cannot make /readyz miss a probe's timeout
+# (1 s by default in Kubernetes) - which would turn the replica unready over the archive.
+DB_PING_TIMEOUT_S = 0.8
 
 
 class ArchiveRefused(GatewayError):
@@ -123,7 +126,7 @@ class ArchiveService:
 
     async def _ping(self) -> dict[str, Any]:
         try:
-            async with asyncio.timeout(PING_TIMEOUT_S):
+            async with asyncio.timeout(DB_PING_TIMEOUT_S):
                 async with self.db.engine.connect() as conn:
                     await conn.execute(text("SELECT 1"))
         except Exception as exc:

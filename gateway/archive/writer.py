@@ -16,8 +16,10 @@ import structlog
 from sqlalchemy import case, func, null, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.archive import tombstones
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.schema import memory_changes, sessions, turns
+from gateway.archive.tombstones import erased
 from sessions import OutboxEntry
 
 log = structlog.get_logger("gateway.archive")
@@ -32,8 +34,31 @@ class Batch:
     opened: dict[str, dict[str, Any]] = field(default_factory=dict)
     ended: dict[str, dict[str, Any]] = field(default_factory=dict)
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
-    artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    artifacts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by turn row id
     rejected: list[OutboxEntry] = field(default_factory=list)
+    erased: int = 0  # rows dropped: their chat or sender was erased after (tombstones)
+
+    def drop_erased(self, stones: dict[tuple[str, str, str], int]) -> None:
+        """Leave out the rows of chats and senders erased after they were made."""
+        if not stones:
+            return
+        before = len(self.turns) + len(self.opened) + len(self.memory)
+        self.turns = {
+            k: r
+            for k, r in self.turns.items()
+            if not erased(stones, r, chat=r["chat_id"], sender=r["sender_id"], at=r["finished_at"])
+        }
+        self.opened = {
+            k: r
+            for k, r in self.opened.items()
+            if not erased(stones, r, chat=r["chat_id"], sender=r["sender_id"], at=r["opened_at"])
+        }
+        self.memory = {
+            k: r
+            for k, r in self.memory.items()
+            if not erased(stones, r, chat=r["chat_id"], sender=r["by"], at=r["at"])
+        }
+        self.erased += before - len(self.turns) - len(self.opened) - len(self.memory)
 
 
 def batch_of(entries: Sequence[OutboxEntry], *, now_ms: int) -> Batch:
@@ -58,9 +83,8 @@ def _add(batch: Batch, entry: OutboxEntry, body: dict[str, Any], now_ms: int) ->
     if entry.kind == "turn":
         row = turn_row(body, now_ms)
         batch.turns[row["id"]] = row
-        if row["session_id"]:
-            found = [a for a in body.get("artifacts") or [] if isinstance(a, dict)]
-            batch.artifacts.setdefault(row["session_id"], []).extend(found)
+        found = [a for a in body.get("artifacts") or [] if isinstance(a, dict)]
+        batch.artifacts[row["id"]] = found
     elif entry.kind == "session":
         row = session_row(body, now_ms)
         batch.opened[row["id"]] = row
@@ -144,6 +168,11 @@ async def write(db: ArchiveDatabase, batch: Batch, *, now_ms: int) -> None:
 
 
 async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_ms: int) -> None:
+    await tombstones.lock(conn)
+    integrations = {str(r["integration_id"]) for r in batch.turns.values()}
+    integrations |= {str(r["integration_id"]) for r in batch.opened.values()}
+    integrations |= {str(r["integration_id"]) for r in batch.memory.values()}
+    batch.drop_erased(await tombstones.of(conn, integrations))
     if batch.opened:
         stmt = db.insert(sessions)
         opened = [{**row, "turns": 0, "artifacts": []} for row in batch.opened.values()]
@@ -186,8 +215,11 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
                 db.insert(sessions).on_conflict_do_nothing(index_elements=[sessions.c.id]),
                 list(stubs.values()),
             )
+        produced: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            produced.setdefault(r["session_id"], []).extend(batch.artifacts.get(r["id"], []))
         for session_id in stubs:
-            await recount(conn, session_id, batch.artifacts.get(session_id, []), now_ms)
+            await recount(conn, session_id, produced.get(session_id, []), now_ms)
     for session_id, end in batch.ended.items():
         await conn.execute(
             db.insert(sessions)

@@ -16,6 +16,10 @@ from gateway import __version__
 from gateway.edge.adapter import Adapter
 
 
+class ArchiveProbe(Protocol):
+    async def readiness(self) -> dict[str, Any]: ...
+
+
 class Replica(Protocol):
     """What the probes read of a replica (gateway.runtime.app.Gateway)."""
 
@@ -28,7 +32,8 @@ class Replica(Protocol):
 
     def probe_state(self) -> dict[str, Any]: ...
 
-    async def archive_state(self) -> dict[str, Any] | None: ...
+    @property
+    def archive(self) -> ArchiveProbe | None: ...  # gateway.archive.service.ArchiveService
 
 
 class Health:
@@ -68,6 +73,6 @@ class Health:
             checks[integ_id] = state
             ready = ready and bool(state.get("ready", True))
         body = {"ready": ready, "stopping": r.stopping, "checks": checks, **r.probe_state()}
-        if (archive := await r.archive_state()) is not None:
-            body["archive"] = archive  # informative: the outbox holds turns while it is down
+        if r.archive is not None:  # informative: the outbox holds turns while it is down
+            body["archive"] = await r.archive.readiness()
         return web.json_response(body, status=200 if ready else 503)

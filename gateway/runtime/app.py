@@ -335,9 +335,6 @@ class Gateway:
     def probe_state(self) -> dict[str, Any]:
         return {"activeRuns": len(self.runner.active), "spool": self.spooler.state()}
 
-    async def archive_state(self) -> dict[str, Any] | None:
-        return await self.archive.readiness() if self.archive is not None else None
-
     # --- shutdown --------------------------------------------------------------------------
     def force_stop(self) -> None:
         """A second SIGINT/SIGTERM: the grace period ends now, unfinished runs are handed back."""

@@ -128,9 +128,10 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
 
 @asynccontextmanager
 async def browse(
-    daemon: Daemon, viewport: dict[str, int], **options: object
+    daemon: Daemon, viewport: dict[str, int], *, path: str = "/console/", **options: object
 ) -> AsyncIterator[Page]:
-    """The console open in a fresh headless Chromium, live; no JavaScript error may happen."""
+    """The console (``path``) open in a fresh headless Chromium, live; no JavaScript error may
+    happen."""
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -140,7 +141,7 @@ async def browse(
             expect.set_options(timeout=TIMEOUT_MS)
             errors: list[str] = []
             pg.on("pageerror", lambda exc: errors.append(str(exc)))
-            await pg.goto(daemon.url + "/console/")
+            await pg.goto(daemon.url + path)
             await expect(pg.locator("#conn")).to_have_attribute("data-state", "live")
             yield pg
             assert not errors, f"JavaScript errors on the page: {errors}"

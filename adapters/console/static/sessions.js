@@ -9,8 +9,13 @@
   const OUTCOMES = ["done", "error", "cancelled", "interrupted", "handback", "gave_up", "refused"];
   const MARK = { done: "✓", failed: "✗", cancelled: "–", running: "…" };
   const REFRESH_MS = 5000;
-  const state = { open: null, sessions: [], timer: null, gen: 0, run: 0, integrations: new Set(), limit: 100 };
-  const PAGE = 100, MAX_LIMIT = 1000;  // the admin API answers at most 1000 sessions
+  const MAX_LIMIT = 1000;  // the admin API answers at most 1000 sessions
+  // Sessions per page (and per "Older sessions" click): 100, or the page's ?pageSize=N (1-1000).
+  const PAGE = (() => {
+    const n = Number(new URLSearchParams(location.search).get("pageSize"));
+    return Number.isInteger(n) && n >= 1 && n <= MAX_LIMIT ? n : 100;
+  })();
+  const state = { open: null, sessions: [], timer: null, gen: 0, run: 0, integrations: new Set(), limit: PAGE };
 
   class ApiError extends Error {
     constructor(status, code, msg) { super(msg); this.status = status; this.code = code; }
@@ -159,7 +164,7 @@
     };
   }
   // Archived sessions (the archive database) come after Redis' in the same list: "Older"
-  // asks for the next hundred.
+  // asks for the next page (limit= grows by PAGE).
   async function loadList(gen) {
     const list = await admin("sessions", { ...filters(), limit: String(state.limit) });
     if (gen !== state.gen) return;
