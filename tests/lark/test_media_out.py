@@ -119,6 +119,8 @@ async def test_an_answers_images_are_uploaded_and_its_file_follows_the_card(
     assert f"[the report]({own.url}/files/q3.pdf)" in shown  # the link stays in the text
     [upload] = [c for c in fake.of("image_upload") if c.body["image"]["filename"] == "chart.png"]
     assert upload.body["image_type"] == "message"
+    # The file message follows the final card (it is sent after it): wait for it.
+    _, others = await eventually(lambda: (r := final_reply(fake, "om_media1")()) and r[1] and r)
     [message] = others
     assert message["msg_type"] == "file"
     file_key = json.loads(message["content"])["file_key"]
