@@ -54,8 +54,15 @@ async def listed(daemon: Daemon) -> list[dict[str, Any]]:
 
 
 async def test_older_sessions_pages_through_the_archive(page: Page, daemon: Daemon) -> None:
+    # One at a time: a session's place in the list is its last activity, and turns posted
+    # together finish in any order.
     for chat in OLD:
         post_message(daemon, chat, f"a question in {chat}")
+
+        async def answered(chat: str = chat) -> bool:
+            return any(s["chatId"] == chat and s["turns"] for s in await listed(daemon))
+
+        await eventually(answered, timeout=20)
 
     async def only_archived() -> list[dict[str, Any]] | None:
         """Every old session is the archive's alone: ended there, past Redis' retention."""
