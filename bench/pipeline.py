@@ -403,14 +403,19 @@ def archive_section(choice: str) -> dict[str, Any] | None:
     return None if choice == "sqlite" else {"url": choice}
 
 
-async def archive_drained(bench: Any, deadline: float) -> float | None:
-    """Seconds until the daemon's archive outbox is empty (``xgw_archive_outbox_length``, all
-    integrations), from now; None when it is not by ``deadline``."""
+async def archive_drained(probe: RedisProbe, deadline: float) -> float | None:
+    """Seconds until the daemon's archive outboxes (``<prefix>:audit:{<integration>}:outbox``,
+    read in Redis: the metric is cached for a second) are empty, from now; None when they are
+    not by ``deadline``."""
     start = now()
     while now() < deadline:
-        if metric_sum(await bench.metrics(), "xgw_archive_outbox_length") == 0:
+        waiting = 0
+        for key in await probe.scan(f"{probe.prefix}:audit:*:outbox", limit_s=5):
+            probe.count("xlen")
+            waiting += int(await probe.client.xlen(key))
+        if waiting == 0:
             return round(now() - start, 2)
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.05)
     return None
 
 
@@ -801,7 +806,7 @@ async def measure(
                 break
 
         quiet = await wait_quiet(probe, now() + 20)
-        drained_s = await archive_drained(bench, now() + 60) if args.archive != "off" else None
+        drained_s = await archive_drained(probe, now() + 60) if args.archive != "off" else None
         cpu_window_end, t_window_end, wall_window_end = daemon.cpu_seconds(), now(), time.time()
         stats_after = await probe.commandstats()
         stats_window = now() - t_stats

@@ -44,19 +44,20 @@ async def erase_sender(db: ArchiveDatabase, integration_id: str, sender_id: str)
         memory = (await conn.execute(delete(memory_changes).where(of_memory))).rowcount
         opened = (sessions.c.integration_id == integration_id) & (sessions.c.sender_id == sender_id)
         touched |= set((await conn.execute(select(sessions.c.id).where(opened))).scalars())
-        gone = 0
+        gone, kept = 0, set[str]()
         for session_id in sorted(s for s in touched if s):
             left = (
                 await conn.execute(select(func.count()).where(turns.c.session_id == session_id))
             ).scalar_one()
             if left:
-                await recount(conn, session_id, [], now_ms())
+                kept.add(session_id)
                 mine = (sessions.c.id == session_id) & (sessions.c.sender_id == sender_id)
                 await conn.execute(sessions.update().where(mine).values(sender_id=None))
                 continue
             gone += (
                 await conn.execute(delete(sessions).where(sessions.c.id == session_id))
             ).rowcount
+        await recount(conn, kept, {}, now_ms())
     return {"turns": removed, "sessions": gone, "memoryChanges": memory}
 
 

@@ -218,6 +218,7 @@ class ArchiveCollector(Collector):
         a = self.service.archiver
         for name, doc, value in (
             ("xgw_archive_written", "Outbox entries this replica committed", a.written),
+            ("xgw_archive_batches", "Archive transactions this replica committed", a.batches),
             (
                 "xgw_archive_write_errors",
                 "Archive writes (or migrations) that failed on this replica; retried",

@@ -7,7 +7,7 @@ in the same transaction rather than incremented, for the same reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,8 +218,7 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
         produced: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             produced.setdefault(r["session_id"], []).extend(batch.artifacts.get(r["id"], []))
-        for session_id in stubs:
-            await recount(conn, session_id, produced.get(session_id, []), now_ms)
+        await recount(conn, stubs.keys(), produced, now_ms)
     for session_id, end in batch.ended.items():
         await conn.execute(
             db.insert(sessions)
@@ -246,43 +245,53 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
 
 
 async def recount(
-    conn: AsyncConnection, session_id: str, artifacts: list[dict[str, Any]], now_ms: int
+    conn: AsyncConnection,
+    session_ids: Collection[str],
+    artifacts: Mapping[str, list[dict[str, Any]]],
+    now_ms: int,
 ) -> None:
-    """A session's turns, last activity, last outcome and final answer from its archived
-    turns (an idle end cleared); its artifacts with the batch's added (each once)."""
-    of = turns.c.session_id == session_id
-    count, last = (
-        await conn.execute(select(func.count(), func.max(turns.c.finished_at)).where(of))
-    ).one()
-    newest = (
-        await conn.execute(
-            select(turns.c.outcome, turns.c.answer)
-            .where(of)
-            .order_by(turns.c.finished_at.desc(), turns.c.id.desc())
-            .limit(1)
-        )
-    ).one()
+    """Sessions' turns, last activity, last outcome and final answer from their archived turns
+    (an idle end cleared), in one statement for all of them; each one's artifacts with the
+    batch's added (each once)."""
+    if not session_ids:
+        return
+    of = turns.c.session_id == sessions.c.id  # correlated to the row being updated
+    newest = select(turns.c.outcome, turns.c.answer).where(of)
+    newest = newest.order_by(turns.c.finished_at.desc(), turns.c.id.desc()).limit(1)
     # An end the idle pass gave it (gateway.archive.ends) no longer holds once a later turn is
     # in: cleared, and set again from the new last activity when that is idle long enough.
     by_timeout = sessions.c.ended_by == "timeout"
-    values: dict[str, Any] = {
-        "turns": int(count),
-        "last_active_at": last,
-        "last_outcome": newest.outcome,
-        "final_text": newest.answer,
-        "archived_at": now_ms,
-        "ended_at": case((by_timeout, null()), else_=sessions.c.ended_at),
-        "ended_by": case((by_timeout, null()), else_=sessions.c.ended_by),
-    }
-    if artifacts:
-        held = (
-            await conn.execute(select(sessions.c.artifacts).where(sessions.c.id == session_id))
-        ).scalar_one()
-        merged = list(held or [])
-        seen = {(a.get("kind"), a.get("url")) for a in merged}
-        for a in artifacts:
-            if (a.get("kind"), a.get("url")) not in seen and len(merged) < MAX_ARTIFACTS:
-                seen.add((a.get("kind"), a.get("url")))
-                merged.append({k: a.get(k) for k in ("kind", "url", "name")})
-        values["artifacts"] = merged
-    await conn.execute(sessions.update().where(sessions.c.id == session_id).values(**values))
+    await conn.execute(
+        sessions.update()
+        .where(sessions.c.id.in_(sorted(session_ids)))
+        .values(
+            turns=select(func.count()).where(of).scalar_subquery(),
+            last_active_at=select(func.max(turns.c.finished_at)).where(of).scalar_subquery(),
+            last_outcome=newest.with_only_columns(turns.c.outcome).scalar_subquery(),
+            final_text=newest.with_only_columns(turns.c.answer).scalar_subquery(),
+            archived_at=now_ms,
+            ended_at=case((by_timeout, null()), else_=sessions.c.ended_at),
+            ended_by=case((by_timeout, null()), else_=sessions.c.ended_by),
+        )
+    )
+    for session_id, produced in artifacts.items():
+        if produced and session_id in session_ids:
+            await _add_artifacts(conn, session_id, produced)
+
+
+async def _add_artifacts(
+    conn: AsyncConnection, session_id: str, artifacts: list[dict[str, Any]]
+) -> None:
+    held = (
+        await conn.execute(select(sessions.c.artifacts).where(sessions.c.id == session_id))
+    ).scalar_one()
+    merged = list(held or [])
+    seen = {(a.get("kind"), a.get("url")) for a in merged}
+    for a in artifacts:
+        if (a.get("kind"), a.get("url")) not in seen and len(merged) < MAX_ARTIFACTS:
+            seen.add((a.get("kind"), a.get("url")))
+            merged.append({k: a.get(k) for k in ("kind", "url", "name")})
+    if len(merged) != len(held or []):
+        await conn.execute(
+            sessions.update().where(sessions.c.id == session_id).values(artifacts=merged)
+        )
