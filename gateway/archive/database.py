@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Table, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -46,8 +47,16 @@ class ArchiveDatabase:
         else:
             args["connect_args"] = {"timeout": connect_timeout_s}
             args["pool_pre_ping"] = True
-        # Errors never carry the rows' values (message bodies) into a log line.
-        engine = create_async_engine(parsed, hide_parameters=True, **args)
+        # Errors never carry the rows' values (message bodies) into a log line. JSON columns
+        # through orjson: a batch's records are encoded on the event loop (json.dumps took
+        # about a third of a batch's time there).
+        engine = create_async_engine(
+            parsed,
+            hide_parameters=True,
+            json_serializer=_dumps,
+            json_deserializer=orjson.loads,
+            **args,
+        )
         if engine.dialect.name == "sqlite":
             _sqlite_transactions(engine)
         return cls(engine)
@@ -62,6 +71,10 @@ class ArchiveDatabase:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _sqlite_transactions(engine: AsyncEngine) -> None:
