@@ -240,7 +240,21 @@ async def _fetch(
             log.info("media left as a link", kind="image", host=host, reason="not an image")
             return None
         return Media("image", ref.url, data, kind, name, ref.alt)
+    if _web_page(mime, data):  # a sign-in or error page where the file was: not that file
+        log.info("media left as a link", kind="file", host=host, reason="a web page")
+        return None
     return Media("file", ref.url, data, _file_type(mime, name), name, ref.alt)
+
+
+def _web_page(mime: str, data: bytes) -> bool:
+    """Whether a file link answered with an HTML page (no suffix of FILE_SUFFIXES is one): by
+    its type, or by its first bytes when the type says nothing."""
+    if mime in ("text/html", "application/xhtml+xml"):
+        return True
+    if mime not in ("", "application/octet-stream", "binary/octet-stream"):
+        return False
+    head = data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    return head.startswith((b"<!doctype html", b"<html"))
 
 
 def _host(url: str) -> str:

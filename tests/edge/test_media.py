@@ -140,3 +140,19 @@ async def test_sizes_counts_and_time_are_capped(own: FakeMediaHost) -> None:
         own.files[f"/f{i}.pdf"] = (PDF, "application/pdf")
     media = await fetch_media(files, sources, caps=MediaCaps(files=2))
     assert [m.alt for m in media] == ["f0", "f1"]
+
+
+async def test_a_file_link_that_answers_with_a_web_page_stays_a_link(own: FakeMediaHost) -> None:
+    """A sign-in or error page served where the file was (an XpertAI artifact link that wants a
+    session answers 302 to its own sign-in page, ``artifacts/artifacts.controller.ts:77-93`` at
+    5135ce25) is not sent as ``report.pdf``."""
+    own.files["/report.pdf"] = (b"<!DOCTYPE html><html>Sign in</html>", "text/html; charset=utf-8")
+    own.files["/sheet.xlsx"] = (b"\n  <HTML><body>Not found</body></HTML>", "")
+    own.files["/notes.txt"] = (b"<html> is how a page starts", "text/plain")
+    own.files["/ok.pdf"] = (PDF, "application/pdf")
+    answer = " ".join(f"[{n[1:]}]({own.url}{n})" for n in own.files)
+    with capture_logs() as logs:
+        media = await fetch_media(answer, MediaSources.of([own.url]))
+    assert [m.name for m in media] == ["notes.txt", "ok.pdf"]
+    refused = [e for e in logs if e["event"] == "media left as a link"]
+    assert [e["reason"] for e in refused] == ["a web page", "a web page"]  # they stay links
