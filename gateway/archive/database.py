@@ -63,7 +63,7 @@ class ArchiveDatabase:
 
     def insert(self, table: Table) -> Any:
         """``INSERT`` of the dialect, with ``on_conflict_do_update`` / ``_do_nothing``."""
-        return (pg_insert if self.dialect == "postgresql" else sqlite_insert)(table)
+        return insert_of(self.dialect, table)
 
     def where(self) -> str:
         """Where it is, for logs: the URL without its password."""
@@ -71,6 +71,11 @@ class ArchiveDatabase:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+def insert_of(dialect: str, table: Table) -> Any:
+    """``INSERT`` of ``dialect`` ("postgresql" | "sqlite") with its ``ON CONFLICT`` clauses."""
+    return (pg_insert if dialect == "postgresql" else sqlite_insert)(table)
 
 
 def _dumps(value: Any) -> str:

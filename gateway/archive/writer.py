@@ -7,17 +7,18 @@ in the same transaction rather than incremented, for the same reason.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import structlog
-from sqlalchemy import case, func, null, select
+from sqlalchemy import Table, bindparam, case, func, null, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.archive import tombstones
-from gateway.archive.database import ArchiveDatabase
+from gateway.archive.database import ArchiveDatabase, insert_of
 from gateway.archive.schema import memory_changes, sessions, turns
 from gateway.archive.tombstones import erased
 from sessions import OutboxEntry
@@ -174,25 +175,13 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
     integrations |= {str(r["integration_id"]) for r in batch.memory.values()}
     batch.drop_erased(await tombstones.of(conn, integrations))
     if batch.opened:
-        stmt = db.insert(sessions)
         opened = [{**row, "turns": 0, "artifacts": []} for row in batch.opened.values()]
-        await conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[sessions.c.id],
-                set_={k: stmt.excluded[k] for k in next(iter(batch.opened.values())) if k != "id"},
-            ),
-            opened,
-        )
+        keys = tuple(k for k in next(iter(batch.opened.values())) if k != "id")
+        await conn.execute(_upsert(db.dialect, sessions, keys), opened)
     if batch.turns:
-        stmt = db.insert(turns)
         rows = list(batch.turns.values())
-        await conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[turns.c.id],
-                set_={k: stmt.excluded[k] for k in rows[0] if k != "id"},
-            ),
-            rows,
-        )
+        keys = tuple(k for k in rows[0] if k != "id")
+        await conn.execute(_upsert(db.dialect, turns, keys), rows)
         # A session the archive has no row of yet (opened before the archive was on, or its
         # opening entry was refused by a full outbox): made from its turn.
         stubs = {
@@ -211,37 +200,66 @@ async def _write(db: ArchiveDatabase, conn: AsyncConnection, batch: Batch, now_m
             if r["session_id"]
         }
         if stubs:
-            await conn.execute(
-                db.insert(sessions).on_conflict_do_nothing(index_elements=[sessions.c.id]),
-                list(stubs.values()),
-            )
+            await conn.execute(_upsert(db.dialect, sessions, ()), list(stubs.values()))
         produced: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             produced.setdefault(r["session_id"], []).extend(batch.artifacts.get(r["id"], []))
         await recount(conn, stubs.keys(), produced, now_ms)
-    for session_id, end in batch.ended.items():
-        await conn.execute(
-            db.insert(sessions)
-            .values(
-                id=session_id,
-                integration_id=str(end["integrationId"]),
-                chat_id="",
-                turns=0,
-                artifacts=[],
-                ended_at=int(end["endedAt"]),
-                ended_by=end.get("by"),
-                archived_at=now_ms,
-            )
-            .on_conflict_do_update(
-                index_elements=[sessions.c.id],
-                set_={"ended_at": int(end["endedAt"]), "ended_by": end.get("by")},
-            )
-        )
+    if batch.ended:
+        ends: list[dict[str, Any]] = [
+            {
+                "id": session_id,
+                "integration_id": str(end["integrationId"]),
+                "chat_id": "",
+                "turns": 0,
+                "artifacts": [],
+                "ended_at": int(end["endedAt"]),
+                "ended_by": end.get("by"),
+                "archived_at": now_ms,
+            }
+            for session_id, end in batch.ended.items()
+        ]
+        await conn.execute(_upsert(db.dialect, sessions, ("ended_at", "ended_by")), ends)
     if batch.memory:
-        await conn.execute(
-            db.insert(memory_changes).on_conflict_do_nothing(index_elements=[memory_changes.c.id]),
-            list(batch.memory.values()),
+        await conn.execute(_upsert(db.dialect, memory_changes, ()), list(batch.memory.values()))
+
+
+@functools.cache
+def _upsert(dialect: str, table: Table, update: tuple[str, ...]) -> Any:
+    """``INSERT`` of rows keyed by ``id`` that sets ``update`` from the new row on a conflict
+    (none: the row kept as it is). Built once per shape: a statement made per batch cost its
+    construction and cache key on the event loop each time."""
+    stmt = insert_of(dialect, table)
+    if not update:
+        return stmt.on_conflict_do_nothing(index_elements=[table.c.id])
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c.id], set_={k: stmt.excluded[k] for k in update}
+    )
+
+
+def _recount() -> Any:
+    of = turns.c.session_id == sessions.c.id  # correlated to the row being updated
+    newest = select(turns.c.outcome, turns.c.answer).where(of)
+    newest = newest.order_by(turns.c.finished_at.desc(), turns.c.id.desc()).limit(1)
+    # An end the idle pass gave it (gateway.archive.ends) no longer holds once a later turn is
+    # in: cleared, and set again from the new last activity when that is idle long enough.
+    by_timeout = sessions.c.ended_by == "timeout"
+    return (
+        sessions.update()
+        .where(sessions.c.id.in_(bindparam("ids", expanding=True)))
+        .values(
+            turns=select(func.count()).where(of).scalar_subquery(),
+            last_active_at=select(func.max(turns.c.finished_at)).where(of).scalar_subquery(),
+            last_outcome=newest.with_only_columns(turns.c.outcome).scalar_subquery(),
+            final_text=newest.with_only_columns(turns.c.answer).scalar_subquery(),
+            archived_at=bindparam("now"),
+            ended_at=case((by_timeout, null()), else_=sessions.c.ended_at),
+            ended_by=case((by_timeout, null()), else_=sessions.c.ended_by),
         )
+    )
+
+
+_RECOUNT = _recount()  # one statement for every batch (SQLAlchemy caches its compiled form)
 
 
 async def recount(
@@ -255,25 +273,7 @@ async def recount(
     batch's added (each once)."""
     if not session_ids:
         return
-    of = turns.c.session_id == sessions.c.id  # correlated to the row being updated
-    newest = select(turns.c.outcome, turns.c.answer).where(of)
-    newest = newest.order_by(turns.c.finished_at.desc(), turns.c.id.desc()).limit(1)
-    # An end the idle pass gave it (gateway.archive.ends) no longer holds once a later turn is
-    # in: cleared, and set again from the new last activity when that is idle long enough.
-    by_timeout = sessions.c.ended_by == "timeout"
-    await conn.execute(
-        sessions.update()
-        .where(sessions.c.id.in_(sorted(session_ids)))
-        .values(
-            turns=select(func.count()).where(of).scalar_subquery(),
-            last_active_at=select(func.max(turns.c.finished_at)).where(of).scalar_subquery(),
-            last_outcome=newest.with_only_columns(turns.c.outcome).scalar_subquery(),
-            final_text=newest.with_only_columns(turns.c.answer).scalar_subquery(),
-            archived_at=now_ms,
-            ended_at=case((by_timeout, null()), else_=sessions.c.ended_at),
-            ended_by=case((by_timeout, null()), else_=sessions.c.ended_by),
-        )
-    )
+    await conn.execute(_RECOUNT, {"ids": sorted(session_ids), "now": now_ms})
     for session_id, produced in artifacts.items():
         if produced and session_id in session_ids:
             await _add_artifacts(conn, session_id, produced)
