@@ -1,15 +1,17 @@
-"""An XpertAI agent's ``ask_clarification`` on DingTalk robot messages (tests/fakes/
-xpertai_agent.py ``clarify``): the answer shows the question and its numbered options, each
-option a signed action link; opening one and pressing its page's button (as a person does) is
-the clicker's next message in the same session."""
+"""An XpertAI agent's ``ask_clarification`` on DingTalk (tests/fakes/xpertai_agent.py
+``clarify``), as robot markdown messages and on the public AI card (the default): the answer
+shows the question and its numbered options, each option a signed action link (the card's in
+``staticMsgContent``); opening one and pressing its page's button (as a person does) is the
+clicker's next message in the same session."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.xpertai import FakeXpertAI
-from tests.support.dingtalk import robot_message, start_harness
+from tests.support.dingtalk import robot_message, running, start_harness
 from tests.support.helpers import serve
 from tests.support.waits import eventually
 from tests.support.xpert import xpert_expert
@@ -50,3 +52,29 @@ async def test_an_option_link_on_a_dingtalk_message_answers_the_question(prefix:
         finally:
             await h.close()
     await fake.stop()
+
+
+async def test_an_option_link_on_the_public_ai_card_answers_the_question(prefix: str) -> None:
+    xpert = FakeXpertAI(keepalive_s=0.2)
+    async for url in serve(xpert.app()):
+        experts = [xpert_expert(url + "/api/ai")]
+        async with running(prefix, experts=experts, cards=None, xpertId="sales") as (fake, h):
+            status, _ = await h.post(robot_message(fake, "[clarify] the report"))
+            assert status == 200
+
+            def asked() -> dict[str, str] | None:
+                for card in fake.cards.values():
+                    if "Which region" in card.params.get("msgContent", ""):
+                        return card.params
+                return None
+
+            params = await eventually(asked, timeout=15)
+            assert "**Which region should the report cover?**" in params["msgContent"]
+            links = dict(re.findall(r"\[([^\]]+)\]\((\S+?)\)", params["staticMsgContent"]))
+            assert list(links)[:3] == ["China", "Europe", "Americas"]
+            assert fake.sent() == []  # on the card, no message beside it
+            status, page = await h.click(links["Americas"])
+            assert status == 200, page
+            await eventually(lambda: len(xpert.requests) == 2, timeout=15)
+            assert inputs(xpert) == ["[clarify] the report", "Americas"]
+            assert len({r["thread"] for r in xpert.requests}) == 1  # the same session
