@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import structlog
@@ -29,7 +29,7 @@ from gateway.archive.database import ArchiveDatabase
 from gateway.archive.ends import end_idle
 from gateway.archive.erasure import purge_before
 from gateway.archive.migrations import SchemaTooNew, migrate
-from gateway.archive.writer import batch_of, write
+from gateway.archive.writer import Batch, batch_of, write
 from gateway.clock import now_ms
 from gateway.config.archive import ArchiveSettings
 from gateway.edge.leases import OwnerLease
@@ -58,8 +58,11 @@ class Archiver:
         clock: Callable[[], int] = now_ms,
         poll_s: float = 0.5,
         migrated: bool = False,
+        writer: Callable[[Batch, int], Awaitable[None]] | None = None,
     ) -> None:
         self.db = db
+        # How a batch is written (ArchiveService: on a thread's loop, gateway.archive.offloop).
+        self.write = writer or (lambda batch, at: write(db, batch, now_ms=at))
         self.outbox = outbox
         self.lease = lease
         self.integrations = integrations
@@ -195,7 +198,7 @@ class Archiver:
             batch = batch_of(entries, now_ms=self.clock())
             # A database that hangs rather than refuses: the batch is taken again next round.
             async with asyncio.timeout(WRITE_TIMEOUT_S):
-                await write(self.db, batch, now_ms=self.clock())
+                await self.write(batch, self.clock())
             self.batches += 1
             await self.outbox.ack(entries)
         finally:

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from gateway.archive.archiver import LEASE_NS, Archiver
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.migrations import SchemaTooNew, migrate
+from gateway.archive.offloop import WriterThread
 from gateway.archive.reader import ArchiveReader
 from gateway.config.settings import Settings
 from gateway.edge.leases import OwnerLease
@@ -85,8 +86,12 @@ class ArchiveService:
             key="archiver",
             ttl_ms=int(a.lease_seconds * 1000),
         )
+        self.writer = WriterThread(
+            a.database_url(settings().data_dir), connect_timeout_s=a.connect_timeout_seconds
+        )
         self.archiver = Archiver(
             db=db,
+            writer=self.writer.write,
             outbox=self.outbox,
             lease=lease,
             integrations=lambda: [i.id for i in self.settings().integrations],
@@ -152,6 +157,7 @@ class ArchiveService:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
+        await self.writer.close()
         await self.db.close()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -67,3 +68,27 @@ async def test_entries_trickling_in_are_gathered_into_few_transactions(
     found: list[dict[str, Any]] = await rows(archive_url, memory_changes)
     assert sorted(r["text"] for r in found) == sorted(f"fact {n}" for n in range(TRICKLE + 1))
     assert await redis_client.xlen(outbox) == 0
+
+
+async def test_batches_are_written_on_a_thread_that_ends_with_the_gateway(
+    archive_url: str, prefix: str, gateways: Gateways, redis_client: aioredis.Redis
+) -> None:
+    """The writes run on a loop of their own (gateway/archive/offloop.py), so a batch's
+    statements never hold the replica's event loop; a stopped gateway leaves no thread."""
+    gw = await gateways(archive_config(prefix, archive_url))
+    base = f"http://127.0.0.1:{gw.port}"
+    outbox = KeyBuilder(prefix=prefix).audit_outbox("console")
+    service = gw.gateway.archive
+    assert service is not None and not service.writer.running  # started by the first batch
+    await redis_client.xadd(outbox, change(0))  # type: ignore[arg-type]
+
+    async def written() -> bool:
+        return (await scrape(base)).value("xgw_archive_written_total") == 1
+
+    await eventually(written, timeout=20)
+    [thread] = [t for t in threading.enumerate() if t is service.writer.thread]
+    assert thread.name == "archive-writer" and thread is not threading.current_thread()
+    assert [r["text"] for r in await rows(archive_url, memory_changes)] == ["fact 0"]
+    await gw.stop()
+    gateways.started.remove(gw)
+    assert not thread.is_alive() and not service.writer.running
