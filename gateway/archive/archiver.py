@@ -59,10 +59,12 @@ class Archiver:
         poll_s: float = 0.5,
         migrated: bool = False,
         writer: Callable[[Batch, int], Awaitable[None]] | None = None,
+        on_owner: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         # How a batch is written (ArchiveService: on a thread's loop, gateway.archive.offloop).
         self.write = writer or (lambda batch, at: write(db, batch, now_ms=at))
+        self.on_owner = on_owner  # called (not awaited) each time the lease is taken
         self.outbox = outbox
         self.lease = lease
         self.integrations = integrations
@@ -117,6 +119,8 @@ class Archiver:
             return self.lease.standby_s
         if self.role != "owner":
             log.info("archiver lease taken", consumer=self.consumer)
+            if self.on_owner is not None:
+                self.on_owner()
         self.role = "owner"
         if not self.migrated:
             try:

@@ -92,6 +92,7 @@ class ArchiveService:
         self.archiver = Archiver(
             db=db,
             writer=self.writer.write,
+            on_owner=self.writer.warm,
             outbox=self.outbox,
             lease=lease,
             integrations=lambda: [i.id for i in self.settings().integrations],

@@ -74,12 +74,15 @@ async def test_batches_are_written_on_a_thread_that_ends_with_the_gateway(
     archive_url: str, prefix: str, gateways: Gateways, redis_client: aioredis.Redis
 ) -> None:
     """The writes run on a loop of their own (gateway/archive/offloop.py), so a batch's
-    statements never hold the replica's event loop; a stopped gateway leaves no thread."""
+    statements never hold the replica's event loop; the thread starts when the archiver takes
+    its lease, and a stopped gateway leaves none."""
     gw = await gateways(archive_config(prefix, archive_url))
     base = f"http://127.0.0.1:{gw.port}"
     outbox = KeyBuilder(prefix=prefix).audit_outbox("console")
     service = gw.gateway.archive
-    assert service is not None and not service.writer.running  # started by the first batch
+    assert service is not None
+    # Started (and connected) when the archiver took the lease, before any batch.
+    await eventually(lambda: service.writer.running, timeout=20)
     await redis_client.xadd(outbox, change(0))  # type: ignore[arg-type]
 
     async def written() -> bool:
