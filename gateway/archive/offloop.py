@@ -1,4 +1,6 @@
-"""The archiver's writes on an event loop of their own, in a thread, with their own engine.
+"""The archiver's PostgreSQL writes on an event loop of their own, in a thread, with their own
+engine (``ArchiveService``; SQLite's statements already run in aiosqlite's thread, and a second
+thread there only added GIL hand-offs).
 
 A batch's statements cost the event loop they run on a few milliseconds of CPU at a time: with
 asyncpg its protocol and SQLAlchemy's parameter handling run there (aiosqlite runs the SQLite

@@ -86,13 +86,17 @@ class ArchiveService:
             key="archiver",
             ttl_ms=int(a.lease_seconds * 1000),
         )
-        self.writer = WriterThread(
-            a.database_url(settings().data_dir), connect_timeout_s=a.connect_timeout_seconds
-        )
+        # PostgreSQL's statements run on a loop of their own (asyncpg works on the loop it is
+        # on); SQLite's already run in aiosqlite's thread, and a second thread did not help.
+        self.writer: WriterThread | None = None
+        if db.dialect == "postgresql":
+            self.writer = WriterThread(
+                a.database_url(settings().data_dir), connect_timeout_s=a.connect_timeout_seconds
+            )
         self.archiver = Archiver(
             db=db,
-            writer=self.writer.write,
-            on_owner=self.writer.warm,
+            writer=self.writer.write if self.writer else None,
+            on_owner=self.writer.warm if self.writer else None,
             outbox=self.outbox,
             lease=lease,
             integrations=lambda: [i.id for i in self.settings().integrations],
@@ -158,7 +162,8 @@ class ArchiveService:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
-        await self.writer.close()
+        if self.writer is not None:
+            await self.writer.close()
         await self.db.close()
 
 

@@ -10,6 +10,7 @@ import asyncio
 import json
 import math
 import threading
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -70,28 +71,37 @@ async def test_entries_trickling_in_are_gathered_into_few_transactions(
     assert await redis_client.xlen(outbox) == 0
 
 
-async def test_batches_are_written_on_a_thread_that_ends_with_the_gateway(
-    archive_url: str, prefix: str, gateways: Gateways, redis_client: aioredis.Redis
+async def test_postgresql_batches_are_written_on_a_thread_that_ends_with_the_gateway(
+    pg_url: str, prefix: str, gateways: Gateways, redis_client: aioredis.Redis
 ) -> None:
-    """The writes run on a loop of their own (gateway/archive/offloop.py), so a batch's
-    statements never hold the replica's event loop; the thread starts when the archiver takes
-    its lease, and a stopped gateway leaves none."""
-    gw = await gateways(archive_config(prefix, archive_url))
+    """On PostgreSQL the writes run on a loop of their own (gateway/archive/offloop.py), so a
+    batch's statements never hold the replica's event loop; the thread starts when the archiver
+    takes its lease, and a stopped gateway leaves none. (SQLite's statements already run in
+    aiosqlite's thread: no second one.)"""
+    gw = await gateways(archive_config(prefix, pg_url))
     base = f"http://127.0.0.1:{gw.port}"
     outbox = KeyBuilder(prefix=prefix).audit_outbox("console")
     service = gw.gateway.archive
-    assert service is not None
+    assert service is not None and service.writer is not None
+    writer = service.writer
     # Started (and connected) when the archiver took the lease, before any batch.
-    await eventually(lambda: service.writer.running, timeout=20)
+    await eventually(lambda: writer.running, timeout=20)
     await redis_client.xadd(outbox, change(0))  # type: ignore[arg-type]
 
     async def written() -> bool:
         return (await scrape(base)).value("xgw_archive_written_total") == 1
 
     await eventually(written, timeout=20)
-    [thread] = [t for t in threading.enumerate() if t is service.writer.thread]
+    [thread] = [t for t in threading.enumerate() if t is writer.thread]
     assert thread.name == "archive-writer" and thread is not threading.current_thread()
-    assert [r["text"] for r in await rows(archive_url, memory_changes)] == ["fact 0"]
+    assert [r["text"] for r in await rows(pg_url, memory_changes)] == ["fact 0"]
     await gw.stop()
     gateways.started.remove(gw)
-    assert not thread.is_alive() and not service.writer.running
+    assert not thread.is_alive() and not writer.running
+
+
+async def test_sqlite_batches_are_written_from_the_replicas_loop(
+    tmp_path: Path, prefix: str, gateways: Gateways
+) -> None:
+    gw = await gateways(archive_config(prefix, f"sqlite:///{tmp_path / 'a.sqlite3'}"))
+    assert gw.gateway.archive is not None and gw.gateway.archive.writer is None
