@@ -6,8 +6,8 @@ A batch's statements cost the event loop they run on a few milliseconds of CPU a
 asyncpg its protocol and SQLAlchemy's parameter handling run there (aiosqlite runs the SQLite
 statement itself in its thread, but not the rest). On the replica's loop that held live cards
 back: an event-loop lag probe found 7-15 stalls of 4-5 ms per benchmark run, nearly all during
-the archiver's PostgreSQL statements; with the writes here, 2-4 per run, and the first card's
-p99 went from 7.5-13 ms to 5.3-5.9 ms (docs/performance.md). The replica's loop only waits for
+the archiver's PostgreSQL statements; with the writes here, 2-5 per run, and the first card's
+p99 went from 7.5-13 ms to 4.7-5.9 ms (docs/performance.md). The replica's loop only waits for
 the result; a timeout or a cancellation there cancels the write here (its transaction rolls
 back).
 """
@@ -29,7 +29,8 @@ JOIN_TIMEOUT_S = 5.0
 
 
 class WriterThread:
-    """``write`` a batch on the thread's loop; started on the first write, ended by ``close``."""
+    """``write`` a batch on the thread's loop; started by ``warm`` (the archiver took its lease)
+    or else the first write, ended by ``close``."""
 
     def __init__(self, url: str, *, connect_timeout_s: float) -> None:
         self.url = url
@@ -40,7 +41,7 @@ class WriterThread:
 
     @property
     def thread(self) -> threading.Thread | None:
-        """The thread the writes run on (None before the first write and after ``close``)."""
+        """The thread the writes run on (None before it started and after ``close``)."""
         return self._thread
 
     @property

@@ -19,6 +19,8 @@ from gateway.config.model import LOCAL_HOSTS as LOCAL_HOSTS  # a local fake may 
 from gateway.errors import GatewayError
 
 MAX_REDIRECTS = 3
+# Content types that say nothing of what a download is (the name or the bytes must tell).
+GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 Origin = tuple[str, str, int | None]

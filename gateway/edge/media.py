@@ -26,6 +26,7 @@ from yarl import URL
 
 from gateway.config.model import LOCAL_HOSTS, media_host
 from gateway.edge.downloads import (
+    GENERIC_TYPES,
     DownloadTooLarge,
     RedirectRefused,
     body_type,
@@ -195,7 +196,7 @@ def _image_type(mime: str, data: bytes) -> str | None:
 
 
 def _file_type(mime: str, name: str) -> str:
-    if mime not in ("", "application/octet-stream", "binary/octet-stream"):
+    if mime not in GENERIC_TYPES:
         return mime
     # Python's own table, not the host's mime.types: the same answer everywhere
     guessed = mimetypes.MimeTypes(filenames=()).guess_type(name, strict=False)[0]
@@ -251,7 +252,7 @@ def _web_page(mime: str, data: bytes) -> bool:
     its type, or by its first bytes when the type says nothing."""
     if mime in ("text/html", "application/xhtml+xml"):
         return True
-    if mime not in ("", "application/octet-stream", "binary/octet-stream"):
+    if mime not in GENERIC_TYPES:
         return False
     head = data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     return head.startswith((b"<!doctype html", b"<html"))

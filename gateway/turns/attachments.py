@@ -14,14 +14,13 @@ from typing import Any
 import structlog
 
 from gateway.edge.adapter import Adapter
-from gateway.edge.downloads import DownloadTooLarge, FetchedFile
+from gateway.edge.downloads import GENERIC_TYPES, DownloadTooLarge, FetchedFile
 from gateway.envelope import Attachment, Envelope
 from gateway.experts.base import Expert
 
 log = structlog.get_logger("gateway.turns")
 
 MAX_PICTURE_BYTES = 10 * 1024 * 1024  # one picture at most; files are bounded by the turn's
-GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
 MIB = 1024 * 1024
 
 
