@@ -151,10 +151,15 @@ class A2AExpert(Expert):
                 yield event
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("a2a exchange failed", error=str(exc))
+            self._tasks.pop(turn.turn_id, None)
             yield Finished("error", _user_error(exc))
             return
-        finally:
+        except asyncio.CancelledError:
+            raise  # Stop: cancel() still needs the task's id
+        except BaseException:
             self._tasks.pop(turn.turn_id, None)
+            raise
+        self._tasks.pop(turn.turn_id, None)
         name = endpoint.name or "The agent"
         waiting = stream.state == WAITING and stream.task_id
         thread = f"{stream.context_id}|{stream.task_id}" if waiting else stream.context_id

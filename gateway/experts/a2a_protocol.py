@@ -15,7 +15,7 @@ import json
 import mimetypes
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gateway.events import ArtifactEvent, RunEvent, StepEvent, TextDelta
 
@@ -75,7 +75,9 @@ def endpoint_of(card: Any) -> Endpoint:
         binding=str(chosen["protocolBinding"]),
         streaming=bool((capabilities or {}).get("streaming")),
         name=str(card.get("name") or ""),
-        input_modes=tuple(m for m in modes if isinstance(m, str)) if isinstance(modes, list) else (),
+        input_modes=tuple(m for m in modes if isinstance(m, str))
+        if isinstance(modes, list)
+        else (),
     )
 
 
@@ -136,7 +138,7 @@ def file_parts(parts: Any) -> list[ArtifactEvent]:
         if not mime and name:
             mime = mimetypes.MimeTypes(filenames=()).guess_type(name)[0] or ""
         mime = mime or "application/octet-stream"
-        kind = "image" if mime.startswith("image/") else "file"
+        kind: Literal["image", "file"] = "image" if mime.startswith("image/") else "file"
         if "raw" in p:
             try:
                 base64.b64decode(str(p["raw"]), validate=True)
@@ -199,9 +201,9 @@ class A2AStream:
         self._ids(msg.get("contextId"), msg.get("taskId"))
         if not msg.get("taskId"):
             self.state = DONE  # a message without a task is the whole answer
-        return self._text(parts_text(msg.get("parts")), str(msg.get("messageId"))) + self._new_files(
-            file_parts(msg.get("parts"))
-        )
+        return self._text(
+            parts_text(msg.get("parts")), str(msg.get("messageId"))
+        ) + self._new_files(file_parts(msg.get("parts")))
 
     def _status(self, status: Any) -> list[RunEvent]:
         if not isinstance(status, dict):
@@ -240,9 +242,16 @@ class A2AStream:
         return out
 
     def _new_files(self, files: list[ArtifactEvent]) -> list[RunEvent]:
+        """Each file once: bytes as an artifact the final card sends as a file; a URL also as
+        a Markdown link in the answer, fetched from the allowed origins like any
+        (gateway/edge/media.py)."""
         new: list[RunEvent] = []
         for f in files:
-            if f.url not in self._files:
-                self._files.add(f.url)
-                new.append(f)
+            if f.url in self._files:
+                continue
+            self._files.add(f.url)
+            if not f.url.startswith("data:"):
+                mark = "!" if f.kind == "image" else ""
+                new += self._text(f"{mark}[{f.name}]({f.url})", f"file:{f.url}")
+            new.append(f)
         return new

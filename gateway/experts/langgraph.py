@@ -131,10 +131,15 @@ class LangGraphExpert(Expert):
             url, kind = str(a.get("url") or ""), a.get("kind")
             if not url.startswith("data:") or ";base64," not in url:
                 continue
-            if (kind == "image" and self.settings.vision) or (kind == "file" and self.settings.files):
+            if (kind == "image" and self.settings.vision) or (
+                kind == "file" and self.settings.files
+            ):
                 mime, data = url[5:].split(";base64,", 1)
-                block = {"type": "image" if kind == "image" else "file", "base64": data}
-                block["mime_type"] = str(a.get("mime") or mime)
+                block: dict[str, Any] = {
+                    "type": "image" if kind == "image" else "file",
+                    "base64": data,
+                    "mime_type": str(a.get("mime") or mime),
+                }
                 if kind == "file" and a.get("name"):
                     block["extras"] = {"filename": str(a["name"])}
                 blocks.append(block)
@@ -309,7 +314,9 @@ class LangGraphExpert(Expert):
             headers = {"Last-Event-ID": run.last_id} if run.last_id else {}
             request = self._session().get(url, headers=headers)
         else:
-            request = self._session().post(self._url(f"/threads/{run.thread_id}/runs/stream"), json=body)
+            request = self._session().post(
+                self._url(f"/threads/{run.thread_id}/runs/stream"), json=body
+            )
         async with request as resp:
             if not 200 <= resp.status < 300:
                 raise await error_for(resp, BACKEND)

@@ -25,7 +25,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.events import Clarification, RunEvent, StepEvent, TextDelta, ToolEvent, UsageEvent
+from gateway.events import (
+    Clarification,
+    RunEvent,
+    StepEvent,
+    StepStatus,
+    TextDelta,
+    ToolEvent,
+    UsageEvent,
+)
 from gateway.experts.sse import SseEvent
 
 MAX_SUMMARY = 200  # characters of a tool's arguments or result shown on the card
@@ -121,7 +129,9 @@ def question_of(value: Any) -> Clarification:
             text = value.get(key)
             if isinstance(text, str) and text.strip():
                 raw = value.get("options")
-                options = tuple(o for o in raw if isinstance(o, str)) if isinstance(raw, list) else ()
+                options = (
+                    tuple(o for o in raw if isinstance(o, str)) if isinstance(raw, list) else ()
+                )
                 return Clarification(question=text.strip(), options=options)
     return Clarification(question=_short(value) if value is not None else "The agent is waiting.")
 
@@ -202,13 +212,17 @@ class LangGraphStream:
             return []
         if message.get("type") in AI_TYPES:
             return [
-                ToolEvent(str(c.get("id") or c.get("name")), str(c.get("name")), "running",
-                          _short(c.get("args") or ""))
+                ToolEvent(
+                    str(c.get("id") or c.get("name")),
+                    str(c.get("name")),
+                    "running",
+                    _short(c.get("args") or ""),
+                )
                 for c in message.get("tool_calls") or []
                 if isinstance(c, dict) and c.get("name")
             ]
         if message.get("type") == "tool" and message.get("tool_call_id"):
-            status = "failed" if message.get("status") == "error" else "done"
+            status: StepStatus = "failed" if message.get("status") == "error" else "done"
             name = str(message.get("name") or "tool")
             summary = _short(message_text(message.get("content")))
             return [ToolEvent(str(message["tool_call_id"]), name, status, summary)]

@@ -38,7 +38,11 @@ async def threads_with(server: AgentServer, *texts: str) -> list[dict[str, Any]]
     return [
         t
         for t in threads
-        if [m["content"] for m in (t.get("values") or {}).get("messages", []) if m["type"] == "human"]
+        if [
+            m["content"]
+            for m in (t.get("values") or {}).get("messages", [])
+            if m["type"] == "human"
+        ]
         == list(texts)
     ]
 
@@ -62,7 +66,7 @@ async def test_a_turn_streams_the_answer_and_the_session_keeps_its_thread(
     assert card["card"]["answer"] == f"You said: hello {prefix}"
     assert {"title": "model", "status": "done"} in card["card"]["steps"]
     await console.send("and again")
-    first, second = await console.wait_cards(count=2)
+    _, second = await console.wait_cards(count=2)
     assert second["card"]["answer"] == "You said: and again"
     # one thread holds both turns, as the server keeps it
     [thread] = await threads_with(langgraph_server, f"hello {prefix}", "and again")
@@ -91,18 +95,30 @@ async def test_an_interrupt_question_is_asked_and_the_next_message_resumes_the_r
     await console.send("A-42")
     _, second = await console.wait_cards(count=2)
     assert second["card"]["answer"] == "Done: order A-42 found"
-    assert {"title": "ask_order", "status": "done", "detail": "order A-42 found"} in second[
-        "card"
-    ]["tools"]
+    assert {"title": "ask_order", "status": "done", "detail": "order A-42 found"} in second["card"][
+        "tools"
+    ]
 
 
 @pytest.mark.parametrize(
     ("assistant", "text", "decision", "status", "answer"),
     [
         ("agent", "[refund]", "confirm", "done", "Done: refunded 10 on A-7"),
-        ("agent", "[refund]", "reject", "rejected", "Done: User rejected the tool call for `refund`"),
+        (
+            "agent",
+            "[refund]",
+            "reject",
+            "rejected",
+            "Done: User rejected the tool call for `refund`",
+        ),
         ("agent_per_call", "[void]", "confirm", "done", "Done: voided A-7"),
-        ("agent_per_call", "[void]", "reject", "rejected", "Done: User rejected the tool call for `void`"),
+        (
+            "agent_per_call",
+            "[void]",
+            "reject",
+            "rejected",
+            "Done: User rejected the tool call for `void`",
+        ),
     ],
 )
 async def test_a_human_in_the_loop_review_waits_and_confirm_or_reject_resumes_it(
@@ -185,8 +201,13 @@ async def test_pictures_reach_the_graph_as_langchain_image_blocks(
     langgraph_server: AgentServer,
 ) -> None:
     settings = LangGraphExpertSettings.model_validate(
-        {"id": "research", "kind": "langgraph", "baseUrl": langgraph_server.url,
-         "assistantId": "agent", "vision": True}
+        {
+            "id": "research",
+            "kind": "langgraph",
+            "baseUrl": langgraph_server.url,
+            "assistantId": "agent",
+            "vision": True,
+        }
     )
     expert = LangGraphExpert(settings=settings)
     png = "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode()
@@ -204,7 +225,12 @@ async def test_an_interrupt_value_that_is_no_review_is_a_question(
     langgraph_server: AgentServer,
 ) -> None:
     settings = LangGraphExpertSettings.model_validate(
-        {"id": "research", "kind": "langgraph", "baseUrl": langgraph_server.url, "assistantId": "agent"}
+        {
+            "id": "research",
+            "kind": "langgraph",
+            "baseUrl": langgraph_server.url,
+            "assistantId": "agent",
+        }
     )
     expert = LangGraphExpert(settings=settings)
     try:

@@ -38,7 +38,7 @@ class AgentServer:
         self.start_seconds = 0.0  # how long it took to answer
 
     def start(self, env: dict[str, str] | None = None) -> AgentServer:
-        log = open(self.workdir / f"{self.name}.log", "wb")  # noqa: SIM115 - the process's
+        log = open(self.workdir / f"{self.name}.log", "wb")
         began = time.monotonic()
         self.process = subprocess.Popen(
             self.command,
