@@ -111,8 +111,9 @@ class LangGraphExpert(Expert):
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
             headers = {}
-            if self.settings.api_key is not None:
-                headers["x-api-key"] = self.settings.api_key.get_secret_value()
+            key = self.settings.api_key.get_secret_value() if self.settings.api_key else ""
+            if key:  # "${LANGGRAPH_API_KEY:-}" left empty: a local server takes none
+                headers["x-api-key"] = key
             self._http = aiohttp.ClientSession(
                 headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
             )

@@ -8,17 +8,19 @@ markers in the user's last message:
   tool_approval``) in ``per_call``; ``[void]`` calls ``void`` (approve or reject only).
 - ``[ask]``: calls ``ask_order``, whose body is ``interrupt("What is your order number?")``: the
   chat's next message is its answer.
-- ``[slow]``: streams 200 words, 50 ms apart (for Stop).
+- ``[slow]``: streams 200 words, 50 ms apart (for Stop); ``[slow40]`` 40 of them.
 - ``[whoami]``: answers with the run's context (sender, chat, language) as the run got it.
 - ``[boom]``: the model raises (the run fails).
 - anything else: ``You said: <text>`` (and ``(N images)`` for picture content blocks), streamed
   word by word.
-After a tool ran, the model answers ``Done: <the tool's result>``.
+After a tool ran, the model answers ``Done: <the tool's result>``. The last chunk of an answer
+reports its tokens (``usage_metadata``: the words of the question and of the answer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -34,6 +36,9 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.tools import tool
 from langgraph.config import get_config
 from langgraph.types import interrupt
+
+
+SLOW = re.compile(r"\[slow(\d*)\]")
 
 
 @tool
@@ -98,8 +103,8 @@ class ScriptedModel(BaseChatModel):
             return AIMessage(content="", tool_calls=[call])
         if "[ask]" in text:
             return AIMessage(content="", tool_calls=[{"name": "ask_order", "args": {}, "id": "c2"}])
-        if "[slow]" in text:
-            return AIMessage(content=" ".join(f"w{i}" for i in range(200)))
+        if slow := SLOW.search(text):
+            return AIMessage(content=" ".join(f"w{i}" for i in range(int(slow.group(1) or 200))))
         if "[whoami]" in text:
             context = get_config().get("configurable", {})
             keys = ("sender_id", "sender_name", "chat_id", "language", "timezone")
@@ -150,7 +155,15 @@ class ScriptedModel(BaseChatModel):
             if slow:
                 await asyncio.sleep(0.05)
             token = word if i == 0 else " " + word
-            chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
+            usage = None
+            if i == len(words) - 1:  # the last chunk reports the call's tokens, as providers do
+                usage = {
+                    "input_tokens": len(_text(messages[-1]).split()),
+                    "output_tokens": len(words),
+                    "total_tokens": len(_text(messages[-1]).split()) + len(words),
+                }
+            message = AIMessageChunk(content=token, usage_metadata=usage)  # type: ignore[arg-type]
+            chunk = ChatGenerationChunk(message=message)
             if run_manager is not None:
                 await run_manager.on_llm_new_token(token, chunk=chunk)
             yield chunk

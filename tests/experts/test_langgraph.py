@@ -12,11 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.events import Clarification, Finished, TextDelta
+from gateway.events import Clarification, Finished, TextDelta, UsageEvent
 from gateway.experts.base import TurnInput
 from gateway.experts.langgraph import LangGraphExpert, LangGraphExpertSettings
 from tests.support.agent_servers import AgentServer
 from tests.support.configs import base_config
+from tests.support.postgres import TcpProxy
 from tests.support.waits import eventually
 
 
@@ -239,3 +240,35 @@ async def test_an_interrupt_value_that_is_no_review_is_a_question(
         await expert.close()
     assert Clarification(question="What is your order number?") in events
     assert events[-1] == Finished("success")  # the question ends the turn; no buttons
+
+
+async def test_a_dropped_stream_is_rejoined_without_doubled_text_and_tokens_are_counted(
+    langgraph_server: AgentServer,
+) -> None:
+    proxy = TcpProxy("127.0.0.1", langgraph_server.port)
+    await proxy.open()
+    settings = LangGraphExpertSettings.model_validate(
+        {
+            "id": "research",
+            "kind": "langgraph",
+            "baseUrl": f"http://127.0.0.1:{proxy.port}",
+            "assistantId": "agent",
+        }
+    )
+    expert = LangGraphExpert(settings=settings)
+    events: list[Any] = []
+    try:
+        async for event in expert.run(turn("[slow40]")):
+            events.append(event)
+            text = "".join(e.text for e in events if isinstance(e, TextDelta))
+            if proxy.accepted == 1 and text.endswith("w9"):
+                await proxy.close()  # the connection is cut mid-run; the port serves again
+                await proxy.open()
+    finally:
+        await expert.close()
+        await proxy.close()
+    assert proxy.accepted >= 2  # the rejoin
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == " ".join(f"w{i}" for i in range(40))
+    assert [e for e in events if isinstance(e, UsageEvent)] == [UsageEvent(1, 40)]
+    assert events[-1] == Finished("success")
