@@ -37,7 +37,6 @@ from langchain_core.tools import tool
 from langgraph.config import get_config
 from langgraph.types import interrupt
 
-
 SLOW = re.compile(r"\[slow(\d*)\]")
 
 

@@ -27,7 +27,7 @@ from gateway.experts.registry import ExpertKindError, checked_kind, discover_exp
 from gateway.runtime.cli import settings_model
 from gateway.turns.snapshot import snapshot_of
 from tests.fakes.throwaway_expert import STEP, ShoutExpert, ShoutSettings
-from tests.support.cli import ROOT, cli
+from tests.support.cli import cli
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway
 from tests.support.waits import eventually
