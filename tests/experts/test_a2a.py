@@ -93,17 +93,17 @@ async def test_stop_cancels_the_task_on_the_server(
         cards = await console.cards()
         return bool(cards and cards[0]["card"]["answer"].startswith("w0 w1"))
 
-    await eventually(streaming)
+    await eventually(streaming, timeout=30)  # a loaded machine is slow
     [card] = await console.cards()
     await console.click("dm-alice", card["id"], "stop")
-    [card] = await console.wait_cards(status="cancelled")
+    [card] = await console.wait_cards(status="cancelled", timeout=30)
     assert "w199" not in card["card"]["answer"]
 
     async def canceled() -> bool:
         [task] = await tasks_asked(a2a_agent, f"take your time [slow] {prefix}")
         return bool(task["status"]["state"] == "TASK_STATE_CANCELED")
 
-    await eventually(canceled)
+    await eventually(canceled, timeout=30)
 
 
 def turn(text: str, **extra: Any) -> TurnInput:

@@ -146,10 +146,10 @@ async def test_stop_cancels_the_run_on_the_server(
 ) -> None:
     console = await make_gateway(config(prefix, langgraph_server.url))
     await console.send(f"take your time [slow] {prefix}")
-    await eventually(lambda: _has_answer(console))
+    await eventually(lambda: _has_answer(console), timeout=30)  # a loaded machine is slow
     [card] = await console.cards()
     await console.click("dm-alice", card["id"], "stop")
-    [card] = await console.wait_cards(status="cancelled")
+    [card] = await console.wait_cards(status="cancelled", timeout=30)
     assert not card["card"]["answer"].endswith("w199")
     # the server's run ended, cancelled: langgraph-api marks it "interrupted"
     [thread] = await threads_with(langgraph_server, f"take your time [slow] {prefix}")
@@ -158,7 +158,7 @@ async def test_stop_cancels_the_run_on_the_server(
         runs = await runs_of(langgraph_server, thread["thread_id"])
         return [r["status"] for r in runs] == ["interrupted"]
 
-    await eventually(cancelled)
+    await eventually(cancelled, timeout=30)
 
 
 async def _has_answer(console: Any) -> bool:
