@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
@@ -44,7 +44,7 @@ from gateway.experts.langgraph_stream import (
     review_prompt,
     typed_answer,
 )
-from gateway.experts.sse import COMMENT, read_sse
+from gateway.experts.sse import COMMENT, SseEvent, read_sse
 from gateway.experts.xpert_input import changed_state, with_history
 
 log = structlog.get_logger("gateway.experts.langgraph")
@@ -85,6 +85,28 @@ class _Run:
     thread_id: str
     stream: LangGraphStream
     last_id: str | None = None
+    # The newest event id read ("<ms>-<seq>") and the events read under it. langgraph-api
+    # gives distinct events the same id, and a rejoined stream may hand over again one it
+    # already sent: an event at or before the newest id is taken only when it is new.
+    newest: tuple[int, int] | None = None
+    at_newest: set[int] = field(default_factory=set)
+
+    def fresh(self, sse: SseEvent) -> bool:
+        """Whether ``sse`` was not read before (and note it)."""
+        try:
+            ms, _, seq = (sse.id or "").partition("-")
+            key = (int(ms), int(seq or 0))
+        except ValueError:
+            return True  # no id to tell by
+        digest = hash((sse.event, sse.data))
+        if self.newest is not None and (
+            key < self.newest or (key == self.newest and digest in self.at_newest)
+        ):
+            return False
+        if key != self.newest:
+            self.newest, self.at_newest = key, set()
+        self.at_newest.add(digest)
+        return True
 
 
 class LangGraphExpert(Expert):
@@ -333,7 +355,7 @@ class LangGraphExpert(Expert):
                     raise ExpertHttpError(
                         f"{BACKEND} sent nothing for {s.idle_timeout_seconds:g} s."
                     ) from None
-                if sse.event == COMMENT:
+                if sse.event == COMMENT or not run.fresh(sse):
                     continue
                 run.last_id = sse.id or run.last_id
                 for event in stream.feed(sse):
