@@ -35,7 +35,7 @@ def test_a_stale_lock_stops_dev_sh_with_one_line_saying_how_to_relock(tmp_path: 
     (tmp_path / ".uv").symlink_to(ROOT / ".uv", target_is_directory=True)
     pyproject = (ROOT / "pyproject.toml").read_text()
     # A dependency added by hand, the lock not re-made: what a contributor does first.
-    stale = pyproject.replace('dependencies = [\n', 'dependencies = [\n  "six>=1.16",\n', 1)
+    stale = pyproject.replace("dependencies = [\n", 'dependencies = [\n  "six>=1.16",\n', 1)
     assert stale != pyproject
     (tmp_path / "pyproject.toml").write_text(stale)
     done = subprocess.run(
