@@ -133,10 +133,10 @@ def from_output(text: Any) -> Clarification | None:
 def message_fields(raw: Any) -> tuple[str, str, Any, Any]:
     """(kind, name, content, metadata) of one of ``values.messages``, kind ``tool`` / ``ai`` /
     ``human`` (or ``system``). Read by its fields, as the server sends it (module doc): a
-    ``tool_call_id`` (or ``lc_direct_tool_output``) makes a tool message, ``tool_calls`` an AI message, anything else a human
-    one; ``name`` / ``content`` / ``metadata`` at the top level, else in ``lc_kwargs``.
-    LangChain's constructor form (``{lc, type: 'constructor', id, kwargs}``) and a plain
-    ``type`` / ``role`` dict are read too."""
+    ``tool_call_id`` (or ``lc_direct_tool_output``) makes a tool message, ``tool_calls`` an AI
+    message, anything else a human one; ``name`` / ``content`` / ``metadata`` at the top level,
+    else in ``lc_kwargs``. LangChain's constructor form (``{lc, type: 'constructor', id,
+    kwargs}``) and a plain ``type`` / ``role`` dict are read too."""
     if not isinstance(raw, dict):
         return "", "", None, None
     if raw.get("type") == "constructor" and isinstance(raw.get("kwargs"), dict):

@@ -108,8 +108,9 @@ model call holds until ``release()``: a steer then is not taken), ``[hold-comple
 ``complete`` entry waits for ``release()``), ``[fail]`` (the model call fails), ``[web]`` (a
 Tavily-like tool adds a status-less ``Computer`` update), ``[big]`` (a 1.5 MB tool output),
 ``[memory]`` (a memory reply: one bare string, no agent), ``[set name=value]`` (the agent writes
-a variable), ``[clarify]`` (the clarification middleware's ``ask_clarification`` ends the run:
-``xpertai_agent.clarify``).
+a variable), ``[clarify]`` (the clarification middleware's ``ask_clarification``:
+``xpertai_agent.clarify``), ``[icon]`` (the tool component as the next release sends it: a
+string title and an SVG ``icon``).
 
 Not traced to a source (the fake's own choices or simplifications): the agent's script, its
 texts, step titles and token counts; the exact ``datetime`` (the host's ``toLocaleString``) and
@@ -198,6 +199,7 @@ class FakeXpertAI:
     keepalive_s: float = 30.0
     end_nodes: set[str] = field(default_factory=set)  # the agent's (xpertai_agent.clarify)
     no_access: set[str] = field(default_factory=set)  # principal ids the assistants refuse
+    body_bytes: list[int] = field(default_factory=list)  # each runs/stream request's length
     files: FakeFiles = field(default_factory=FakeFiles)  # uploads; what runs attach
     threads: dict[str, Thread] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)  # executions by id
@@ -561,6 +563,7 @@ class FakeXpertAI:
             return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)  # guards answer first
         if (request.content_length or 0) > JSON_LIMIT:
             return too_large()
+        self.body_bytes.append(request.content_length or 0)
         body = await request.json()
         response = await self._open(request, status=201)
         try:

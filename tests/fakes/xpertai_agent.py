@@ -21,6 +21,7 @@ STREAM_ID = re.compile(r"^[ \t\n\v\f\r]*\+?(\d+)(?:-[ \t\n\v\f\r]*\+?(\d+))?$")
 MAX_ID = 2**64 - 1
 HOLD_LIMIT_S = 10.0  # a held step goes on by itself after this long
 BIG_OUTPUT_BYTES = 1_500_000  # ``[big]``: a tool output longer than a MiB, on one data: line
+SVG_ICON = '<svg viewBox="0 0 24 24"><path d="M12 2L2 22h20z"/></svg>'
 USAGE = {"tokens": 120, "totalTokens": 120, "inputTokens": 80, "outputTokens": 40}
 
 
@@ -394,6 +395,11 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
         # shared/translate.ts), so an I18nObject (contracts/src/i18n.model.ts) reaches a client
         # only from a title left untranslated; issue 28 names such titles.
         tool = ("wiki_search", {"en_US": "Search the wiki", "zh_Hans": "搜索维基"})
+    icon: dict[str, Any] = {}
+    if "[icon]" in text:
+        # XpertAI's next release (develop @5d2ec3e5, SA/xpert-agent/agent.ts l.107-160,
+        # 364-379): the title always resolved to a string, and an ``icon`` that may be raw SVG.
+        icon = {"icon": {"type": "svg", "value": SVG_ICON, "color": "#1677ff"}}
     turn.tool(
         "call_1",
         "running",
@@ -401,6 +407,7 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
         toolset="tavily" if web else "wiki",
         tool=tool[0],
         title=tool[1],
+        **icon,
     )
     if "[hold]" in text:
         await turn.hold()

@@ -158,6 +158,8 @@ class FakeFiles:
         agent_file["capabilities"] = ["preview", "read"] if inline else []
         reads = None if settled else self.parse_reads
         self.stored[asset] = StoredFile(dict(agent_file), data, fields, reads)
+        if inline and status == "failed":  # kept on the asset, not in the AgentFile (l.252-271)
+            self.stored[asset].agent_file["error"] = self.parse_outcome[1]
         return agent_file
 
     def _status(self, fid: str) -> web.Response:
