@@ -208,7 +208,7 @@ class XpertStream:
         if not ident or not isinstance(body, dict):
             return []
         if body.get("tool") == CLARIFY or ident in self._asks:
-            # Not a step: the question it asks ends the run (xpert_clarify.py).
+            # Not a step: a question for the user (xpert_clarify.py).
             self._asks.add(ident)
             found = from_output(body.get("output")) or from_args(body.get("input"))
             self.clarification = found or self.clarification

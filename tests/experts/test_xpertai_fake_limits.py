@@ -178,3 +178,20 @@ async def test_the_citation_tools_json_is_pretty_printed(api: Api) -> None:
     ]
     assert output.startswith('{\n  "chunks": [\n    {\n')  # JSON.stringify(…, null, 2)
     assert json.loads(output)["citations"][0]["index"] == 1
+
+
+async def test_the_next_releases_tool_component_has_a_string_title_and_an_svg_icon(
+    api: Api,
+) -> None:
+    _, c = api
+    tid = await c.thread()
+    _, body = await c.stream(tid, send("[icon] weather"))
+    [start] = [
+        p["data"]["data"]
+        for p in payloads(body)
+        if p["type"] == "message"
+        and isinstance(p["data"], dict)
+        and p["data"]["type"] == "component"
+        and p["data"]["data"].get("status") == "running"
+    ]
+    assert start["title"] == "Search the wiki" and start["icon"]["value"].startswith("<svg")
