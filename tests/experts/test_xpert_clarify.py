@@ -8,15 +8,17 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.events import Clarification, TextDelta
 from gateway.experts.sse import SseEvent
 from gateway.experts.xpert_clarify import from_args, from_output, from_state, message_fields
+from gateway.experts.xpert_input import OFFLOOP_PARSE_BYTES, read_state
 from gateway.experts.xpert_stream import XpertStream
 from gateway.progress import Progress, option_of
-from tests.fakes.xpertai import FakeXpertAI
-from tests.fakes.xpertai_agent import RESTATED, format_clarification, lc_message
+from tests.fakes.xpertai import API_KEY, FakeXpertAI
+from tests.fakes.xpertai_agent import RESTATED, Thread, format_clarification, lc_message
 from tests.support.helpers import serve
 from tests.support.xpert import config
 
@@ -218,3 +220,17 @@ async def test_an_xpert_that_ends_at_the_question_shows_the_question_itself(
     assert "China" not in shown  # the options are the buttons
     labels = [b["label"] for b in card["card"]["buttons"]]
     assert labels == ["China", "Europe", "Americas", "New conversation"]
+
+
+async def test_a_large_state_is_read_and_searched(xpert: tuple[FakeXpertAI, str]) -> None:
+    fake, url = xpert
+    thread = Thread(id="t-long", assistant="sales", checkpointed=True)
+    old = [lc_message("AIMessage", content="y" * 2000) for _ in range(200)]  # ~0.5 MB
+    thread.values = {"messages": [*old, *REAL_STATE["messages"]]}
+    fake.threads[thread.id] = thread
+    async with aiohttp.ClientSession(headers={"x-api-key": API_KEY}) as http:
+        state_url = f"{url}/threads/{thread.id}/state"
+        async with http.get(state_url) as resp:
+            assert len(await resp.read()) > OFFLOOP_PARSE_BYTES  # parsed on a thread
+        values = await read_state(http, state_url, {})
+    assert from_state(values) == Clarification("Which region?", ("China", "Europe"), "", True)
