@@ -60,6 +60,7 @@ class Clarification:
     options: tuple[str, ...] = ()
     context: str = ""
     free_text: bool = True
+    restated: bool = False  # the model wrote text after asking: that text asks it already
 
 
 @dataclass(frozen=True, slots=True)

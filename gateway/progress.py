@@ -163,7 +163,9 @@ class Progress:
             # The model's own text after the question (XpertAI runs it once more, see
             # gateway/experts/xpert_clarify.py) already asks it: the options go as buttons
             # only. A run that ended at the question shows the question itself.
-            answer = self.answer.rstrip() or asked_text(event)
+            answer = self.answer.rstrip()
+            if not event.restated and event.question not in answer:
+                answer = f"{answer}\n\n{asked_text(event)}" if answer else asked_text(event)
             return self._next(
                 answer=answer, question=event.question, options=event.options[:MAX_OPTIONS]
             )

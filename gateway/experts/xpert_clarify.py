@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from gateway.events import Clarification
@@ -162,18 +163,32 @@ def message_fields(raw: Any) -> tuple[str, str, Any, Any]:
 
 def from_state(values: Any) -> Clarification | None:
     """The question of the run that just ended: an ``ask_clarification`` tool message after the
-    thread's last human message (its ``metadata.clarification``, else its text)."""
+    thread's last human message (its ``metadata.clarification``, else its text), ``restated``
+    when an AI message with text follows it (the model's second step)."""
     messages = values.get("messages") if isinstance(values, dict) else None
     if not isinstance(messages, list):
         return None
+    restated = False
     for raw in reversed(messages):
         kind, name, content, metadata = message_fields(raw)
         if kind == "human":
             return None
+        if kind == "ai" and _has_text(content):
+            restated = True
         if kind != "tool" or name != TOOL:
             continue
         meta = metadata.get("clarification") if isinstance(metadata, dict) else None
         if isinstance(meta, dict) and meta.get("invalid"):
             return None  # an error answer (buildInvalidToolMessage): the model asks again
-        return from_args(meta) or from_output(content)
+        found = from_args(meta) or from_output(content)
+        return replace(found, restated=True) if found and restated else found
     return None
+
+
+def _has_text(content: Any) -> bool:
+    """A message's content holds text: a string, or a list with a text part."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    if isinstance(content, list):
+        return any(_has_text(p.get("text") if isinstance(p, dict) else p) for p in content)
+    return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -79,7 +80,10 @@ REAL_STATE = {
 
 def test_the_state_as_the_server_sends_it_gives_the_question() -> None:
     asked = Clarification("Which region?", ("China", "Europe"), "", True)
-    assert from_state(REAL_STATE) == asked  # the model's text after it is passed over
+    # the model's text after it: restated
+    assert from_state(REAL_STATE) == replace(asked, restated=True)
+    assert from_state({"messages": REAL_STATE["messages"][:3]}) == asked  # ended at it
+    asked = replace(asked, restated=True)
     assert from_state(json.loads(json.dumps(REAL_STATE))) == asked
     # its kind from its fields: no type, no role
     kinds = [message_fields(m)[0] for m in REAL_STATE["messages"]]
@@ -144,13 +148,16 @@ def test_a_streamed_clarification_component_is_no_tool_step() -> None:
     end = {"type": "message", "data": {"id": "c1", "type": "component", "data": {"output": text}}}
     assert stream.feed(SseEvent("message", json.dumps(end), None)) == []
     assert stream.clarification == Clarification("Which region?", ("China", "Europe"), "", True)
+    text = {"type": "message", "data": {"type": "text", "text": "Which one?", "id": "s2"}}
+    stream.feed(SseEvent("message", json.dumps(text), None))  # the model's step after it
+    assert stream.clarification.restated
 
 
 def test_the_card_asks_with_one_button_per_option() -> None:
     # The model's text after the question (XpertAI runs it once more) asks it: kept as it is,
     # the question not added again, the options as buttons only.
     progress = Progress(turn_id="t").apply(TextDelta("Which region should I cover?"))
-    progress = progress.apply(ASKED).finish("success")
+    progress = progress.apply(replace(ASKED, restated=True)).finish("success")
     assert progress.title == "A question for you"
     assert progress.answer == "Which region should I cover?"
     labels = [(b.action_id, b.label) for b in progress.buttons]
@@ -164,6 +171,10 @@ def test_the_card_asks_with_one_button_per_option() -> None:
     assert ended.answer == (
         "Sales are per region.\n\n**Which region?**\n\n_You can also reply in your own words._"
     )
+    # Text before the question only (the model wrote it, then called the tool): the question
+    # goes under it.
+    before = Progress(turn_id="t").apply(TextDelta("Let me ask.")).apply(ASKED)
+    assert before.answer.startswith("Let me ask.\n\nSales are per region.\n\n**Which region?**")
     many = Clarification("Pick", tuple(f"option {i} " + "x" * 50 for i in range(9)))
     shown = Progress(turn_id="t").apply(many).finish("success")
     assert len(shown.buttons) == 6 and all(len(b.label) <= 40 for b in shown.buttons)
@@ -233,4 +244,5 @@ async def test_a_large_state_is_read_and_searched(xpert: tuple[FakeXpertAI, str]
         async with http.get(state_url) as resp:
             assert len(await resp.read()) > OFFLOOP_PARSE_BYTES  # parsed on a thread
         values = await read_state(http, state_url, {})
-    assert from_state(values) == Clarification("Which region?", ("China", "Europe"), "", True)
+    asked = Clarification("Which region?", ("China", "Europe"), "", True, restated=True)
+    assert from_state(values) == asked
