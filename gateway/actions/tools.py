@@ -97,9 +97,8 @@ async def send_message(
     adapter: Adapter, acted: ActedFor, args: dict[str, Any], key: str
 ) -> tuple[dict[str, Any], int]:
     text = text_arg(args, "text")
-    if args.get("allowMentions") is not True:
-        text = adapter.plain_mentions(text)
-    await adapter.post_message(acted.chat, text, idempotency_key=key)
+    mentions = args.get("allowMentions") is True
+    await adapter.post_message(acted.chat, text, mentions=mentions, idempotency_key=key)
     return {"sent": True, "chars": len(text)}, len(text.encode())
 
 

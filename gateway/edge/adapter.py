@@ -123,9 +123,14 @@ class Adapter:
         """``text`` with the platform's mention syntax escaped, so it notifies nobody."""
         return text
 
-    async def post_message(self, chat: Chat, text: str, *, idempotency_key: str) -> None:
-        """Post ``text`` (Markdown) into ``chat`` with no message to answer: by default the
-        outbound's plain reply, as a scheduled turn posts."""
+    async def post_message(
+        self, chat: Chat, text: str, *, mentions: bool, idempotency_key: str
+    ) -> None:
+        """Post ``text`` (Markdown) into ``chat`` with no message to answer, its mention syntax
+        escaped unless ``mentions``: by default the outbound's plain reply, as a scheduled turn
+        posts."""
+        if not mentions:
+            text = self.plain_mentions(text)
         env = post_envelope(self.integration_id, self.settings.platform, chat, idempotency_key)
         await self.send_text(env, text, idempotency_key=idempotency_key)
 

@@ -7,46 +7,23 @@ oversize body, the rate per minute) and what each call leaves: an audit row, a c
 from __future__ import annotations
 
 import base64
-import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.configs import base_config
 from tests.support.helpers import Gateways, InProcessGateway
-
-TOKEN = "mcp-token-0123456789abcdef"
-OTHER = "mcp-token-other-client-000"
-ADMIN = "admin-token-0123456789abcdef"
+from tests.support.mcp import OTHER, TOKEN, answer, mcp_client, scrape, with_mcp
+from tests.support.mcp import audit_rows as rows_of
 
 
 def config(prefix: str, **mcp: Any) -> dict[str, Any]:
-    cfg = base_config(prefix)
-    cfg["experts"].append({"id": "other", "kind": "echo", "stepDelayMs": 1, "charDelayMs": 0})
-    cfg["admin"] = {"token": ADMIN}
-    cfg["mcp"] = {
-        "clients": [
-            {"id": "xpert-prod", "token": TOKEN, "experts": ["echo"]},
-            {"id": "other-team", "token": OTHER, "experts": ["other"]},
-        ],
-        **mcp,
-    }
-    return cfg
+    return with_mcp(base_config(prefix), **mcp)
 
 
-@asynccontextmanager
-async def mcp_client(gw: InProcessGateway, token: str = TOKEN) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        url = f"http://127.0.0.1:{gw.port}/mcp"
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            yield client
+async def audit_rows(gw: InProcessGateway) -> list[dict[str, Any]]:
+    return await rows_of(gw.port)
 
 
 async def with_session(gateways: Gateways, prefix: str, **mcp: Any) -> InProcessGateway:
@@ -58,27 +35,11 @@ async def with_session(gateways: Gateways, prefix: str, **mcp: Any) -> InProcess
     return gw
 
 
-async def audit_rows(gw: InProcessGateway) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{gw.port}/v1.0/audit/events?event=mcp.call&limit=100"
-    async with aiohttp.ClientSession() as http:
-        async with http.get(url, headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
-            assert resp.status == 200
-            body = await resp.json()
-    rows = [{k: json.loads(v) if k in ("bytes", "at", "ms") else v for k, v in r.items()}
-            for r in body["result"]]  # fmt: skip
-    return rows
-
-
-def answer(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content[0].text
-    return dict(json.loads(result.content[0].text))
-
-
 async def test_lists_the_four_tools_and_acts_in_a_chat_with_a_session(
     gateways: Gateways, prefix: str
 ) -> None:
     gw = await with_session(gateways, prefix)
-    async with mcp_client(gw) as client:
+    async with mcp_client(gw.port) as client:
         tools = await client.list_tools()
         assert sorted(t.name for t in tools.tools) == [
             "chat_history", "chat_members", "chat_send_file", "chat_send_message",
@@ -99,7 +60,7 @@ async def test_lists_the_four_tools_and_acts_in_a_chat_with_a_session(
     files = [m for m in await gw.client.messages("dm-alice") if m.get("type") == "file"]
     assert files and files[0]["file"]["name"] == "report.pdf"
     # the transcript the gateway keeps (the audited turn) and the console's own timeline
-    assert [m["text"] for m in history["transcript"]][0] == "hello from alice"
+    assert history["transcript"][0]["text"] == "hello from alice"
     assert any(m["text"] == "**hi** all" for m in history["platform"])
     assert {m["id"] for m in members["members"]} == {"alice", "bot"}
     rows = await audit_rows(gw)
@@ -116,11 +77,11 @@ async def test_refused_for_a_chat_without_a_session_of_its_experts(
 ) -> None:
     gw = await with_session(gateways, prefix)
     before = await gw.client.messages("team")
-    async with mcp_client(gw) as client:
+    async with mcp_client(gw.port) as client:
         none = await client.call_tool(
             "chat_send_message", {"integrationId": "console", "chatId": "team", "text": "x"}
         )
-    async with mcp_client(gw, OTHER) as other:  # dm-alice runs echo, not this client's expert
+    async with mcp_client(gw.port, OTHER) as other:  # dm-alice runs echo, not this client's expert
         foreign = await other.call_tool(
             "chat_send_message", {"integrationId": "console", "chatId": "dm-alice", "text": "x"}
         )
@@ -132,9 +93,7 @@ async def test_refused_for_a_chat_without_a_session_of_its_experts(
     assert sorted((r["client"], r["chatId"], r["outcome"]) for r in rows) == [
         ("other-team", "dm-alice", "refused"), ("xpert-prod", "team", "refused"),
     ]  # fmt: skip
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{gw.port}/metrics") as resp:
-            metrics = await resp.text()
+    metrics = await scrape(gw.port)
     line = 'xgw_mcp_calls_total{client="xpert-prod",outcome="refused",tool="chat_send_message"}'
     assert f"{line} 1.0" in metrics
 
@@ -162,7 +121,7 @@ async def test_an_oversize_request_is_413_and_a_big_file_a_tool_error(
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with http.post(f"http://127.0.0.1:{gw.port}/mcp", json=body, headers=headers) as r:
             assert r.status == 413
-    async with mcp_client(gw) as client:
+    async with mcp_client(gw.port) as client:
         big = base64.b64encode(b"x" * 2000).decode()
         result = await client.call_tool(
             "chat_send_file", {**where, "name": "big.txt", "contentBase64": big}
@@ -174,7 +133,7 @@ async def test_an_oversize_request_is_413_and_a_big_file_a_tool_error(
 async def test_calls_per_minute_per_client(gateways: Gateways, prefix: str) -> None:
     gw = await with_session(gateways, prefix, callsPerMinute=3)
     where = {"integrationId": "console", "chatId": "dm-alice"}
-    async with mcp_client(gw) as client:
+    async with mcp_client(gw.port) as client:
         results = [await client.call_tool("chat_members", where) for _ in range(5)]
     assert [r.is_error for r in results] == [False, False, False, True, True]
     assert "calls per minute" in results[-1].content[0].text
