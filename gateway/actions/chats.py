@@ -44,6 +44,7 @@ class ActedFor:
     chat: Chat
     session_id: str
     xpert_id: str
+    person: str  # who the session runs for (its first sender): a direct chat's other end
 
 
 @dataclass(slots=True)
@@ -150,7 +151,9 @@ class Governor:
             if int(info.get("lastActiveAt") or 0) < since:
                 break
             kind = "group" if info.get("chatType") == "group" else "p2p"
-            return ActedFor(Chat(id=chat_id, type=kind), session_id, str(info["xpertId"]))
+            person = (await self.records.get(session_id)).get("senderId", "")
+            chat = Chat(id=chat_id, type=kind)
+            return ActedFor(chat, session_id, str(info["xpertId"]), str(person))
         raise ToolRefused(
             "no live or recent session of this client's experts in that chat: nothing sent"
         )

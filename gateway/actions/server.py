@@ -13,6 +13,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import mcp_types as types
@@ -23,13 +24,29 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from gateway import __version__
 from gateway.actions import bridge, tools
-from gateway.actions.chats import CallMetrics, CallRecord, Governor, ToolRefused, expert_sources
+from gateway.actions.chats import (
+    ActedFor,
+    CallMetrics,
+    CallRecord,
+    Governor,
+    ToolRefused,
+    expert_sources,
+)
 from gateway.config.mcp import McpClient
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.calls import BudgetExhausted, Priority, calls_as
-from gateway.edge.chat_actions import HISTORY, MEMBERS, SEND_FILE, SEND_MESSAGE, TOOLS, Unsupported
+from gateway.edge.chat_actions import (
+    HISTORY,
+    MEMBERS,
+    SEND_FILE,
+    SEND_MESSAGE,
+    TOOLS,
+    Unsupported,
+    post_envelope,
+)
 from gateway.edge.platform_api import platform_refusal
+from gateway.envelope import Chat
 from gateway.errors import PlatformApiError
 from sessions import SessionRecords
 
@@ -185,7 +202,7 @@ class ChatActionsServer:
                     f"{tool} is not offered on {adapter.settings.platform}", "unsupported"
                 )
             with calls_as(Priority.CLICK, chat=chat_id):
-                answer, record.bytes = await self._run(tool, adapter, acted, args, settings, now)
+                answer, record.bytes = await self._run(tool, adapter, acted, args, settings)
             record.outcome = "ok"
             return {**answer, "sessionId": acted.session_id}
         except ToolRefused as exc:
@@ -215,15 +232,17 @@ class ChatActionsServer:
                      integration_id=integration_id, session_id=record.session_id)  # fmt: skip
 
     async def _run(
-        self,
-        tool: str,
-        adapter: Adapter,
-        acted: Any,
-        args: dict[str, Any],
-        settings: Settings,
-        now: int,
+        self, tool: str, adapter: Adapter, acted: ActedFor, args: dict[str, Any], settings: Settings
     ) -> tuple[dict[str, Any], int]:
         key = f"mcp-{secrets.token_hex(12)}"
+        if tool in (SEND_MESSAGE, SEND_FILE):
+            # Where the platform posts with no message to answer, as a scheduled turn does.
+            if not adapter.posts_unprompted(acted.chat.type):
+                raise Unsupported(f"this bot cannot post unprompted into a {acted.chat.type} chat")
+            platform = adapter.settings.platform
+            env = post_envelope(adapter.integration_id, platform, acted.chat, key, acted.person)
+            chat = Chat(id=adapter.unprompted_chat_id(env), type=acted.chat.type)
+            acted = replace(acted, chat=chat)
         if tool == SEND_MESSAGE:
             return await tools.send_message(adapter, acted, args, key)
         if tool == SEND_FILE:

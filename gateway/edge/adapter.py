@@ -16,7 +16,13 @@ from typing import Any, Generic, TypeVar
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.call_budget import CallBudget
-from gateway.edge.chat_actions import ChatMember, ChatMessage, Unsupported, post_envelope
+from gateway.edge.chat_actions import (
+    HISTORY,
+    ChatMember,
+    ChatMessage,
+    Unsupported,
+    post_envelope,
+)
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.outbound import Outbound
@@ -116,8 +122,9 @@ class Adapter:
 
     # --- chat actions (the MCP server's tools, gateway/edge/chat_actions.py) -------------------
     def chat_tools(self) -> frozenset[str]:
-        """The chat actions this platform (in this integration's mode) offers; none by default."""
-        return frozenset()
+        """The chat actions this platform (in this integration's mode) offers; by default the
+        history, which is at least the gateway's own transcript of the chat."""
+        return frozenset({HISTORY})
 
     def plain_mentions(self, text: str) -> str:
         """``text`` with the platform's mention syntax escaped, so it notifies nobody."""

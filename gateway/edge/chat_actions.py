@@ -55,16 +55,19 @@ class ChatMember:
     is_bot: bool = False
 
 
-def post_envelope(integration_id: str, platform: str, chat: Chat, key: str) -> Envelope:
+def post_envelope(
+    integration_id: str, platform: str, chat: Chat, key: str, person: str = "mcp"
+) -> Envelope:
     """An Envelope with no message to answer, so an outbound posts into ``chat`` as it does a
-    scheduled turn's card (``reply_to`` None)."""
+    scheduled turn's card (``reply_to`` None); ``person``: who the chat's session runs for (a
+    direct chat's other end, where a platform posts to a person: ``unprompted_chat_id``)."""
     return Envelope(
         integration_id=integration_id,
         platform=platform,
         event_id=f"mcp:{key}",
         kind="schedule",
         chat=chat,
-        sender=Sender(id="mcp", name="MCP"),
+        sender=Sender(id=person),
         bot_mentioned=True,
     )
 
