@@ -56,6 +56,13 @@ class McpSettings(GatewayModel):
     def enabled(self) -> bool:
         return bool(self.clients)
 
+    def describe(self) -> str:
+        """For ``check``: where it is served and to whom (no token)."""
+        if not self.enabled:
+            return "off (no mcp.clients)"
+        clients = ", ".join(f"{c.id} -> {'/'.join(c.experts)}" for c in self.clients)
+        return f"on at {self.path} for {clients}; {self.calls_per_minute} calls/min per client"
+
     def problems(self, experts: set[str]) -> list[str]:
         out: list[str] = []
         seen: set[str] = set()
