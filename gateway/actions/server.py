@@ -19,6 +19,7 @@ from typing import Any
 import mcp_types as types
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -141,11 +142,15 @@ class ChatActionsServer:
             log.info("mcp request refused", client=client.id, reason="body too large", status=413)
             return web.json_response({"error": "request too large"}, status=413)
         body = bytearray()
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            body += chunk
-            if len(body) > mcp.max_request_bytes:
-                log.info("mcp request refused", client=client.id, reason="body too large")
-                return web.json_response({"error": "request too large"}, status=413)
+        try:
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                body += chunk
+                if len(body) > mcp.max_request_bytes:
+                    log.info("mcp request refused", client=client.id, reason="body too large")
+                    return web.json_response({"error": "request too large"}, status=413)
+        except (HttpProcessingError, web.RequestPayloadError, ConnectionError) as exc:
+            log.info("mcp request refused", client=client.id, reason=type(exc).__name__)
+            return web.json_response({"error": "body unreadable"}, status=400)
         return await bridge.serve(
             self.manager.handle_request, request, bytes(body), {"client": client}
         )
