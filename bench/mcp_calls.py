@@ -32,7 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline import Daemon, free_port, percentile  # noqa: E402
+from pipeline import Daemon, free_port, percentile
 
 TOKEN = "bench-mcp-token-0123456789"
 VERSION = "2026-07-28"
