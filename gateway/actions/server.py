@@ -49,7 +49,7 @@ from gateway.edge.chat_actions import (
 from gateway.edge.platform_api import platform_refusal
 from gateway.envelope import Chat
 from gateway.errors import PlatformApiError
-from sessions import SessionRecords
+from sessions import STORE_FAILED, SessionRecords
 
 log = structlog.get_logger("gateway.actions")
 
@@ -225,6 +225,10 @@ class ChatActionsServer:
                 "mcp call failed", client=client.id, tool=tool, **(platform_refusal(exc) or {})
             )
             raise ToolRefused(f"the platform refused it: {exc}", "platform") from None
+        except STORE_FAILED as exc:  # Redis could not serve the checks: one line, no traceback
+            record.outcome, record.reason = "error", f"store: {type(exc).__name__}"
+            log.warning("mcp call failed", client=client.id, tool=tool, error=str(exc)[:200])
+            raise ToolRefused("the gateway's store is unavailable: try again", "error") from None
         except Exception as exc:
             record.outcome, record.reason = "error", type(exc).__name__
             log.exception("mcp call failed", client=client.id, tool=tool)

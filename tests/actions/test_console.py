@@ -139,3 +139,42 @@ async def test_calls_per_minute_per_client(gateways: Gateways, prefix: str) -> N
     assert "calls per minute" in results[-1].content[0].text
     rows = await audit_rows(gw)
     assert sorted(r["outcome"] for r in rows) == ["ok"] * 3 + ["rate_limited"] * 2
+
+
+async def test_hostile_requests_are_4xx_or_tool_errors_never_500(
+    gateways: Gateways, prefix: str
+) -> None:
+    gw = await with_session(gateways, prefix)
+    url = f"http://127.0.0.1:{gw.port}/mcp"
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream"}  # fmt: skip
+    async with aiohttp.ClientSession() as http:
+        for body in (b"{not json", b"[]", b'{"jsonrpc": "2.0"}', "é".encode("latin-1")):
+            async with http.post(url, data=body, headers=auth) as resp:
+                assert 400 <= resp.status < 500, (body, resp.status)
+        async with http.post(url, data=b"{}", headers={**auth, "Authorization": "Bearer é"}) as r:
+            assert r.status == 401
+    where = {"integrationId": "console", "chatId": "dm-alice"}
+    async with mcp_client(gw.port) as client:
+        bad = [
+            await client.call_tool("no_such_tool", where),
+            await client.call_tool("chat_send_message", {**where, "text": ""}),
+            await client.call_tool("chat_send_message", {**where, "text": ["x"]}),
+            await client.call_tool("chat_send_message", {"integrationId": {"a": 1}, "text": "x"}),
+            await client.call_tool("chat_history", {**where, "limit": "all"}),
+            await client.call_tool("chat_send_file", {**where, "name": "a.pdf"}),
+            await client.call_tool(
+                "chat_send_file", {**where, "name": "a.pdf", "contentBase64": "%%%"}
+            ),
+            await client.call_tool(
+                "chat_send_file",
+                {**where, "name": "a.html", "contentBase64": base64.b64encode(b"<html>").decode()},
+            ),
+            await client.call_tool(
+                "chat_send_file", {**where, "name": "a.pdf", "url": "http://169.254.169.254/x"}
+            ),
+        ]
+    assert all(r.is_error for r in bad), [r.content[0].text for r in bad if not r.is_error]
+    rows = await audit_rows(gw)
+    assert len(rows) == len(bad) and {r["outcome"] for r in rows} == {"refused"}
+    assert {r["tool"] for r in rows} >= {"unknown", "chat_send_file"}
