@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import mimetypes
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from yarl import URL
@@ -102,7 +102,7 @@ async def send_message(
     return {"sent": True, "chars": len(text)}, len(text.encode())
 
 
-def _file_type(name: str, mime: str, data: bytes) -> tuple[str, str]:
+def _file_type(name: str, mime: str, data: bytes) -> tuple[Literal["image", "file"], str]:
     """(kind, media type): an image by its first bytes, else a file by its type or name; an
     HTML page is no file (a sign-in page where the file was) and is refused."""
     for magic, kind in IMAGE_MAGIC:
@@ -170,7 +170,7 @@ async def send_file(
     if len(data) > limit:
         raise ToolRefused(f"the file is larger than {limit} bytes")
     kind, mime = _file_type(name, mime, data)
-    item = Media(kind, url if isinstance(url, str) else f"mcp:{key}", data, mime, name)  # type: ignore[arg-type]
+    item = Media(kind, url if isinstance(url, str) else f"mcp:{key}", data, mime, name)
     await adapter.post_file(acted.chat, item, idempotency_key=key)
     return {"sent": True, "kind": kind, "bytes": len(data), "mime": mime}, len(data)
 
