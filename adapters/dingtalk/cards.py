@@ -260,13 +260,16 @@ def ai_card_params(progress: Progress, content: str, links: str) -> dict[str, st
 
 
 def ai_card_create_params(content: str, links: str) -> dict[str, str]:
-    """The public card's first variables, as the SDK's ``AIMarkdownCardInstance.get_card_data``
-    sets them (``sys_full_json_obj`` orders the card's blocks: the answer, then the links)."""
+    """The public card's first variables, as DingTalk's connector and channel SDK set them
+    (``config`` autoLayout: dingtalk-openclaw-connector card.ts l.372-383, dingtalk-channel-sdk-
+    python card.py ``create_and_deliver``) with the stream SDK's ``get_card_data`` keys
+    (``sys_full_json_obj`` orders the card's blocks: the answer, then the links)."""
     return {
         "flowStatus": "1",
         "msgContent": content,
         "staticMsgContent": links,
         "sys_full_json_obj": json.dumps({"order": ["msgContent", "staticMsgContent"]}),
+        "config": json.dumps({"autoLayout": True}),
     }
 
 
