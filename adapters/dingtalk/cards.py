@@ -263,9 +263,12 @@ def ai_card_create_params(content: str, links: str) -> dict[str, str]:
     """The public card's first variables, as DingTalk's connector and channel SDK set them
     (``config`` autoLayout: dingtalk-openclaw-connector card.ts l.372-383, dingtalk-channel-sdk-
     python card.py ``create_and_deliver``) with the stream SDK's ``get_card_data`` keys
-    (``sys_full_json_obj`` orders the card's blocks: the answer, then the links)."""
+    (``sys_full_json_obj`` orders the card's blocks: the answer, then the links). With something
+    to show (the steps) it is created inputting (2), as ``ai_card_params`` would put it, so no
+    call later only changes the status (issue 38: 300 such PUTs of 300 turns queued the finals
+    behind them on the same API's 20 a second); else processing (1)."""
     return {
-        "flowStatus": "1",
+        "flowStatus": "2" if content else "1",
         "msgContent": content,
         "staticMsgContent": links,
         "sys_full_json_obj": json.dumps({"order": ["msgContent", "staticMsgContent"]}),
