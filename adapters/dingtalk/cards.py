@@ -232,11 +232,12 @@ AI_FLOW_STATUS = {"waiting": "4", "done": "3", "rejected": "3", "ended": "3", "c
 
 
 def ai_card_markdown(progress: Progress) -> str:
-    """What the public AI markdown card shows in ``msgContent``: the answer, or the steps while
-    there is none yet, with the outcome under a rule as the markdown messages show it."""
+    """What the public AI markdown card shows in ``msgContent``: the answer, or the steps (the
+    status before any) while there is none yet, with the outcome under a rule as the markdown
+    messages show it."""
     answer, title = progress.answer, progress.title
-    if progress.status == "running":
-        return answer or steps_markdown(progress)
+    if progress.status == "running":  # never empty: the card is created inputting with it
+        return answer or steps_markdown(progress) or f"*{title}*"
     if progress.status == "error":
         tail = f"**{title}**\n\n{progress.error or ''}".rstrip()
     elif progress.status == "waiting":

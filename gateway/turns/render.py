@@ -24,7 +24,7 @@ from gateway.progress import Progress
 log = structlog.get_logger("gateway.turns.render")
 
 LEAN_MIN_S = 5.0  # in the quota's lean mode a card changes at most this often
-STALE_S = 24.0  # an update of a card unchanged this long goes at a final state's priority (its
+STALE_S = 20.0  # an update of a card unchanged this long goes at a final state's priority (its
 # wait included, a live card stays within 30 s unchanged: issue 38)
 # The final state follows the card's last write by this much at most, not a whole interval
 # (issue 38: finals within 2 s of the turn's end): Lark updates one message at most 5 times a

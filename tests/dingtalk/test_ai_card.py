@@ -78,7 +78,10 @@ async def test_the_public_cards_stop_link_stops_the_turn(prefix: str, redis_clie
         line = created["cardData"]["cardParamMap"]["staticMsgContent"]
         stop = re.fullmatch(r"\[Stop\]\((\S+)\)", line)
         assert stop is not None
-        await eventually(lambda: any(p["flowStatus"] == "2" for p in puts(fake)), timeout=20)
+        # The answer is under way (streamed, or put with the status when created processing).
+        await eventually(
+            lambda: frames(fake) or any(p["flowStatus"] == "2" for p in puts(fake)), timeout=20
+        )
         status, _ = await h.click(stop[1])
         assert status == 200
         await eventually(lambda: finished(fake), timeout=20)
@@ -90,7 +93,7 @@ async def test_the_public_cards_stop_link_stops_the_turn(prefix: str, redis_clie
             for p in puts(fake)
             if p["flowStatus"] in ("1", "2") and "staticMsgContent" in p
         }
-        assert live == {line}
+        assert live <= {line}  # (created inputting, the card may need no live PUT at all)
 
 
 async def test_a_failed_turn_finishes_the_card_at_flow_status_5(
