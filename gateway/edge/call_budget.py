@@ -5,7 +5,7 @@
 - **Priorities.** A call waits in its API's queue by its caller's priority (``calls_as``): a
   first card, a final state, a click's answer, other calls, an intermediate update. Several
   waiting calls are granted by one Redis call. Intermediate updates fill at most 3/4 of a
-  window, spread evenly over it (``SPREAD_PARTS``: at most 1/12 of their share in any 1/12 of
+  window, spread evenly over it (``calls.SPREAD_PARTS``: at most 1/12 of their share in any 1/12 of
   a window longer than a second, so a minute's share is not spent in its first seconds and the
   cards live now find room for their finals at its end), and wait while any first card waits
   (``holding_back``).
@@ -33,11 +33,13 @@ from typing import Any, Literal, TypeVar
 import structlog
 
 from gateway.edge.calls import (
+    MARGIN_S,
     BudgetEvents,
     BudgetExhausted,
     CardMode,
     Priority,
     UpdateSlots,
+    api_windows,
     asked,
     calls_as,
     month_of,
@@ -60,19 +62,6 @@ __all__ = [
 log = structlog.get_logger("gateway.edge.call_budget")
 
 BATCH = 32  # waiting calls granted by one Redis call at most
-# Each window is kept this much longer than the platform's: a call granted here reaches the
-# platform a little later, and not always equally late (the network, a busy event loop). It
-# costs 1/(1 + margin) of a 1-s limit, which a platform may be run at (DingTalk: 300 turns over
-# 15 s are 20 creates a second, its limit): 0.15 s cost 13 % and made finals queue (issue 38).
-MARGIN_S = 0.05
-UPDATE_SHARE = 0.75  # of each API window intermediate updates may fill
-# Intermediate updates' share of a window longer than a second goes at most 1/SPREAD_PARTS at a
-# time: in any twelfth of a minute (5 s), a twelfth of the minute's share (issue 38: 750 updates
-# a minute spent in its first 25 s left the finals of 48-s turns waiting 7-11 s for the minute
-# to turn).
-SPREAD_PARTS = 12
-SMOOTH_PARTS = 4  # a per-second limit of SMOOTH_FROM or more goes a quarter at a time
-SMOOTH_FROM = 8
 UPDATE_SLOTS = 4  # intermediate card updates on their way at once, per app and replica
 MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
 STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
@@ -151,26 +140,10 @@ class CallBudget:
     def _buckets(
         self, endpoint: str, chat: str | None, update: bool = False
     ) -> list[tuple[str, Sequence[Window]]]:
-        """The buckets a call takes from; an intermediate update (``update``) sees only
-        ``UPDATE_SHARE`` of each API window, the rest kept for first cards and final states."""
+        """The buckets a call takes from: its API's windows (``calls.api_windows``: an
+        intermediate update sees only its share, spread out), and its chat's."""
         buckets: list[tuple[str, Sequence[Window]]] = []
-        share = UPDATE_SHARE if update else 1.0
-        api = self.limits.api_windows(endpoint)
-        windows = [Window(max(1, int(n * share)), s + MARGIN_S) for n, s in api]
-        if update:  # spread evenly: a window of their own, counting updates only
-            windows += [
-                Window(max(1, int(n * share / SPREAD_PARTS)), s / SPREAD_PARTS + MARGIN_S)
-                for n, s in api
-                if s / SPREAD_PARTS >= 1.0
-            ]
-        # A second's calls go out in quarters, not in one burst at its start: a burst that
-        # reaches the platform late then meets the next second's (issue 38: DingTalk refused
-        # 1 call in 25 at 20 a second, its limit, on a loaded machine).
-        windows += [
-            Window(math.ceil(n * share / SMOOTH_PARTS), s / SMOOTH_PARTS)
-            for n, s in api
-            if s <= 1.0 and n * share >= SMOOTH_FROM
-        ]
+        windows = api_windows(self.limits.api_windows(endpoint), update)
         buckets.append((f"api:{endpoint}", windows))  # no windows: its pause still holds
         if chat is not None and (per_chat := self.limits.chat_windows()):
             buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))
