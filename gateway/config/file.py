@@ -27,6 +27,10 @@ from gateway.config.paths import (
 from gateway.config.settings import Settings
 from gateway.config.yaml_errors import describe
 
+# A Redis URL in the environment, used where the file names no redis.url (README "Several
+# replicas"): without it each replica would run its own embedded Redis and share nothing.
+REDIS_URL_ENV = "REDIS_URL"
+
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -59,6 +63,21 @@ def substitute_env(node: Any, env: Mapping[str, str], path: str = "") -> tuple[A
 
         return _ENV.sub(repl, node), problems
     return node, problems
+
+
+def redis_from_env(raw: dict[str, Any], env: Mapping[str, str]) -> bool:
+    """Put ``$REDIS_URL`` in ``raw``'s ``redis.url`` when the file names none (mode standalone or
+    cluster; the sentinels name their own master); whether it did."""
+    value = env.get(REDIS_URL_ENV, "").strip()
+    redis = raw.get("redis")
+    if not value or not isinstance(redis, dict | None):
+        return False
+    redis = dict(redis or {})
+    if redis.get("url") is not None or redis.get("mode", "standalone") == "sentinel":
+        return False
+    redis["url"] = value
+    raw["redis"] = redis
+    return True
 
 
 def _format_errors(
@@ -130,8 +149,10 @@ def load_settings(
     *,
     model: type[Settings] = Settings,
     env: Mapping[str, str] | None = None,
+    redis_env: bool = False,
 ) -> Settings:
-    """Read, substitute and validate a config file (or an already parsed mapping)."""
+    """Read, substitute and validate a config file (or an already parsed mapping); with
+    ``redis_env``, ``$REDIS_URL`` is the Redis of a file that names none (the CLI's)."""
     raw: Any
     marks: Marks | None = None
     if isinstance(source, Mapping):
@@ -139,7 +160,9 @@ def load_settings(
     else:
         raw, marks = read_marked(Path(source))
     # Unset variables and validation errors are reported together, so one run shows them all.
-    raw, unset_vars = substitute_env(raw, os.environ if env is None else env)
+    environ = os.environ if env is None else env
+    raw, unset_vars = substitute_env(raw, environ)
+    url_from_env = redis_env and redis_from_env(raw, environ)
     problems = [rename(p, raw, marks) for p in unset_vars]
     try:
         settings = model.model_validate(raw)
@@ -151,4 +174,6 @@ def load_settings(
         raise ConfigError(problems + errors) from exc
     if problems:
         raise ConfigError(problems)
+    if url_from_env:
+        settings.redis._url_from = REDIS_URL_ENV
     return settings

@@ -40,7 +40,7 @@ def _load(path: str) -> Settings:
 
     from gateway.config.file import load_settings
 
-    return load_settings(Path(path), model=settings_model())
+    return load_settings(Path(path), model=settings_model(), redis_env=True)
 
 
 def _load_or_report(path: str) -> Settings | None:
@@ -154,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     import structlog
 
     from gateway.archive.service import ArchiveRefused
-    from gateway.config.hints import config_warnings
+    from gateway.config.hints import config_warnings, redis_summary
     from gateway.logging import configure_logging
     from gateway.runtime.daemon import StartupError, Worker, serve
     from sessions.connection import RedisStartupError
@@ -173,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
             index=args.worker_index, link=link, embedded_redis_url=args.embedded_redis_url
         )
     else:
+        log.info("redis", using=redis_summary(settings))  # which one: embedded, or $REDIS_URL's
         for warning in config_warnings(settings):
             log.warning(warning)
     try:
