@@ -215,8 +215,12 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    """Bring the archive's schema to this release's (``--check``: only say where it is)."""
+    """Bring the archive's schema to this release's (``--check``: only say where it is, write
+    nothing, and exit 1 when it is behind)."""
     import asyncio
+    from pathlib import Path
+
+    from sqlalchemy import make_url
 
     from gateway.archive.database import ArchiveDatabase
     from gateway.archive.migrations import LATEST, SchemaTooNew, migrate
@@ -230,9 +234,16 @@ def _migrate(args: argparse.Namespace) -> int:
         print("archive: off (archive.enabled is false): nothing to migrate")
         return 0
 
+    url = make_url(a.database_url(settings.data_dir))
+    if args.check and url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        # Opening it would create the file (the start creates it, with the schema).
+        behind = f"schema version 0 (this release's: {LATEST}; run migrate)"
+        print(f"archive ({where}): no file yet, {behind}")
+        return 1
+
     async def run() -> str:
         db = ArchiveDatabase.open(
-            a.database_url(settings.data_dir), connect_timeout_s=a.connect_timeout_seconds
+            url.render_as_string(hide_password=False), connect_timeout_s=a.connect_timeout_seconds
         )
         try:
             done = await migrate(db, apply=not args.check)
@@ -240,13 +251,14 @@ def _migrate(args: argparse.Namespace) -> int:
             await db.close()
         if args.check:
             behind = "" if done.before == LATEST else f" (this release's: {LATEST}; run migrate)"
-            return f"schema version {done.before}{behind}"
+            return f"schema version {done.before}{behind or ', up to date'}"
         if not done.applied:
             return f"schema version {done.after}, up to date"
         return f"schema version {done.before} -> {done.after}"
 
     try:
-        print(f"archive ({where}): {asyncio.run(run())}")
+        said = asyncio.run(run())
+        print(f"archive ({where}): {said}")
     except SchemaTooNew as exc:
         print(f"error: archive ({where}): {exc}", file=sys.stderr)
         return 1
@@ -256,7 +268,7 @@ def _migrate(args: argparse.Namespace) -> int:
     except Exception as exc:  # the driver's own (refused login, no such database, ...)
         print(f"error: archive ({where}): {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if args.check and "run migrate" in said else 0  # --check: behind is a failure
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -285,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(func=_check)
     migrate = sub.add_parser("migrate", help="bring the archive database's schema up to date")
     migrate.add_argument("--config", required=True)
-    migrate.add_argument("--check", action="store_true", help="only print the schema version")
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="only print the schema version (writes nothing; exit 1 when behind)",
+    )
     migrate.set_defaults(func=_migrate)
     schema = sub.add_parser("schema", help="print the config JSON Schema")
     schema.set_defaults(func=_schema)
