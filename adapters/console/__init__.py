@@ -11,6 +11,7 @@ from gateway.edge.factory import Factory
 
 class ConsoleAdapter(ChatAdapter):
     outbound: ConsoleOutbound
+    stopped = False  # by the gateway (shutting down, or gone on a reload): Redis may go next
 
     def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)
@@ -21,6 +22,10 @@ class ConsoleAdapter(ChatAdapter):
 
     def reuses_card(self, handle: str) -> bool:
         return True  # a card is a timeline record, upserted whatever turn shows in it
+
+    async def stop(self) -> None:
+        self.stopped = True  # the events' pump then ends quietly when Redis closes
+        await super().stop()
 
 
 factory = Factory(
