@@ -181,7 +181,7 @@ def _probe(settings: Settings) -> int:
             said = await kinds[expert.kind].probe(expert)
         except ExpertHttpError as exc:
             return False, str(exc)
-        return True, said or "nothing to reach (built in)"
+        return True, said or "not tried (this expert kind has no probe)"
 
     async def every() -> list[tuple[bool, str]]:
         return await asyncio.gather(*(one(e) for e in settings.experts))

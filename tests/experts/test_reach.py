@@ -101,7 +101,7 @@ async def test_check_probe_tries_each_experts_url_and_key(
         "answer: the API key was rejected (HTTP 401).",
         f"  experts[gone] (openai): The model's API could not be reached at {gone}/models "
         "(ClientConnectorError: " + probed[5].split("(ClientConnectorError: ", 1)[-1],
-        "  experts[echo] (echo): nothing to reach (built in)",
+        "  experts[echo] (echo): not tried (this expert kind has no probe)",
     ]
     assert "error: 3 experts failed the probe" in result.stderr
     assert "sk-wrong-key" not in result.stdout + result.stderr
