@@ -14,6 +14,7 @@ from gateway.progress import Media
 
 class ConsoleAdapter(ChatAdapter):
     outbound: ConsoleOutbound
+    stopped = False  # by the gateway (shutting down, or gone on a reload): Redis may go next
 
     def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)
@@ -53,6 +54,10 @@ class ConsoleAdapter(ChatAdapter):
             users = [u for u in users if u.id == found.user_id]
         bot = ChatMember(id="bot", name=self.settings.bot_name, is_bot=True)
         return [*(ChatMember(id=u.id, name=u.name) for u in users), bot]
+
+    async def stop(self) -> None:
+        self.stopped = True  # the events' pump then ends quietly when Redis closes
+        await super().stop()
 
 
 factory = Factory(

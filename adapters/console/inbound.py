@@ -40,8 +40,7 @@ from gateway.errors import Refused, first_problem
 log = structlog.get_logger("adapters.console")
 STATIC = Path(__file__).parent / "static"
 M = TypeVar("M", bound=BaseModel)
-# A quiet event stream gets a ping (which also finds clients that left) at every tick of this
-# period that found nothing written to it since the tick before.
+# A quiet event stream gets a ping (finding clients that left) at each tick that wrote nothing.
 PING_SECONDS = 15.0
 _PING: dict[str, Any] = {}  # queued to every stream at each tick (compared by identity)
 DIRECT_BYTES = 32_768  # see _Stream.ready
@@ -173,6 +172,8 @@ class ConsoleApi:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self.adapters and all(getattr(a, "stopped", 0) for a in self.adapters.values()):
+                    return  # the gateway is stopping and closed Redis: nothing was lost
                 log.warning("console event subscription lost; resubscribing", error=str(exc))
                 await asyncio.sleep(1)
 

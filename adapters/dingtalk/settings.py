@@ -3,7 +3,7 @@ arrive (stream or HTTP), and the optional AI-card template."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -30,6 +30,8 @@ class DingTalkIntegration(IntegrationBase):
     """A DingTalk enterprise robot (an internal app with the robot capability)."""
 
     platform: Literal["dingtalk"]
+    # `check` says "did you mean" for these (what users also call DingTalk).
+    platform_aliases: ClassVar[tuple[str, ...]] = ("dingding", "钉钉")
     client_id: str = Field(min_length=1, description="The app's AppKey (Client ID)")
     client_secret: SecretStr = Field(description="The app's AppSecret (Client Secret)")
     robot_code: str | None = Field(

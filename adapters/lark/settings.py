@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -15,6 +15,8 @@ class LarkIntegration(IntegrationBase):
     """A Lark or Feishu custom app bot."""
 
     platform: Literal["lark"]
+    # `check` says "did you mean" for these (Feishu is Lark in mainland China: the same adapter).
+    platform_aliases: ClassVar[tuple[str, ...]] = ("feishu", "larksuite", "飞书")
     app_id: str = Field(min_length=1, description="App ID (cli_…)")
     app_secret: SecretStr = Field(description="App Secret")
     verification_token: SecretStr | None = Field(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -16,6 +16,8 @@ class WeComIntegration(IntegrationBase):
     """One WeCom app or AI bot."""
 
     platform: Literal["wecom"]
+    # `check` says "did you mean" for these (WeCom's other names (WeChat Work, 企业微信)).
+    platform_aliases: ClassVar[tuple[str, ...]] = ("wework", "wxwork", "workwx", "qywx", "企业微信")
     connection_mode: Literal["app", "aibot", "aibot_ws"] = Field(
         "app",
         description="app: self-built app callbacks; aibot: AI bot JSON callbacks with stream "
@@ -63,8 +65,16 @@ class WeComIntegration(IntegrationBase):
                 raise ValueError(
                     f"connectionMode {self.connection_mode} needs token and encodingAesKey"
                 )
-            if len(key) != 43 or len(_b64(key + "=")) != 32:
-                raise ValueError("encodingAesKey must be 43 base64 characters")
+            if len(key) != 43:
+                raise ValueError(
+                    f"encodingAesKey: must be 43 characters (the EncodingAESKey of the app's "
+                    f"callback settings); this one has {len(key)}"
+                )
+            if len(_b64(key + "=")) != 32:
+                raise ValueError(
+                    "encodingAesKey: must be 43 base64 characters (A-Z, a-z, 0-9, + and /); "
+                    "this one has others"
+                )
         if self.connection_mode == "app" and (
             not self.corp_id or self.agent_id is None or self.corp_secret is None
         ):

@@ -30,6 +30,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     func,
+    inspect,
     select,
     text,
 )
@@ -82,9 +83,13 @@ class Migrated:
 
 
 def _migrate(conn: Connection, *, apply: bool) -> Migrated:
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
-    _meta.create_all(conn)
+    if not apply:  # only look: no lock taken, no table created
+        if not inspect(conn).has_table(versions.name):
+            return Migrated(before=0, after=0, applied=[])
+    else:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
+        _meta.create_all(conn)
     current = int(conn.execute(select(func.coalesce(func.max(versions.c.version), 0))).scalar_one())
     if current > LATEST:
         raise SchemaTooNew(
@@ -103,7 +108,8 @@ def _migrate(conn: Connection, *, apply: bool) -> Migrated:
 
 
 async def migrate(db: ArchiveDatabase, *, apply: bool = True) -> Migrated:
-    """Bring the schema to :data:`LATEST` (``apply`` False: only check it is not newer).
+    """Bring the schema to :data:`LATEST` (``apply`` False: only read the version, writing
+    nothing, and check it is not newer).
     Raises :class:`SchemaTooNew`; the driver's errors when the database cannot be reached."""
     async with db.engine.begin() as conn:
         return await conn.run_sync(lambda sync: _migrate(sync, apply=apply))

@@ -176,5 +176,7 @@ class IntegrationBase(GatewayModel):
             try:
                 ZoneInfo(value)
             except (ZoneInfoNotFoundError, ValueError) as exc:
-                raise ValueError(f"unknown time zone {value!r}") from exc
+                from gateway.triggers.cron import unknown_zone
+
+                raise ValueError(unknown_zone(value)) from exc
         return value

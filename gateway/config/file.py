@@ -25,7 +25,12 @@ from gateway.config.paths import (
     yaml_marks,
 )
 from gateway.config.settings import Settings
+from gateway.config.wording import is_secret, plain
 from gateway.config.yaml_errors import describe
+
+# A Redis URL in the environment, used where the file names no redis.url (README "Several
+# replicas"): without it each replica would run its own embedded Redis and share nothing.
+REDIS_URL_ENV = "REDIS_URL"
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -61,17 +66,34 @@ def substitute_env(node: Any, env: Mapping[str, str], path: str = "") -> tuple[A
     return node, problems
 
 
+def redis_from_env(raw: dict[str, Any], env: Mapping[str, str]) -> bool:
+    """Put ``$REDIS_URL`` in ``raw``'s ``redis.url`` when the file names none in mode standalone
+    (where the embedded Redis would run instead); whether it did."""
+    value = env.get(REDIS_URL_ENV, "").strip()
+    redis = raw.get("redis")
+    if not value or not isinstance(redis, dict | None):
+        return False
+    redis = dict(redis or {})
+    if redis.get("url") is not None or redis.get("mode", "standalone") != "standalone":
+        return False
+    redis["url"] = value
+    raw["redis"] = redis
+    return True
+
+
 def _format_errors(
     exc: ValidationError, raw: Any, model: type[Settings], marks: Marks | None = None
 ) -> list[str]:
-    """Each error as ``path: reason (line N)``, its path as the file has it (config.paths)."""
+    """Each error as ``path: reason (line N)``, its path as the file has it (config.paths) and
+    its reason in plain words (config.wording)."""
     problems = []
     for err in exc.errors():
         parts, holder = file_parts(err["loc"], model)
         msg = err["msg"].removeprefix("Value error, ")
+        key = parts[-1] if parts else ""
+        secret = is_secret(key, _annotation(holder, key))
         if err["type"] == "extra_forbidden":
-            key = str(parts[-1]) if parts else ""
-            meant = suggestion(key, holder)
+            meant = suggestion(str(key), holder)
             msg = f"unknown key; did you mean `{meant}`?" if meant else "unknown key"
         elif err["type"] == "missing":
             msg = "missing (this key is required)"
@@ -80,16 +102,75 @@ def _format_errors(
             name = str(ctx.get("discriminator", "")).strip("'")
             parts = (*parts, name)
             tag, expected = str(ctx.get("tag")), str(ctx.get("expected_tags", ""))
+            tags = [t.strip(" '") for t in expected.split(",")]
             msg = f"unknown {name} {tag!r} (expected one of: {expected})"
-            meant = closest(tag, [t.strip(" '") for t in expected.split(",")])
+            meant = _alias_of(tag, model) or closest(tag, tags)
             msg += f"; did you mean `{meant}`?" if meant else ""
-        if not parts and re.match(r"^[A-Za-z][\w.-]*: ", msg):
-            # The cross-checks: already "dotted.path: reason" each.
-            problems += [rename(p, raw, marks) for p in msg.split("; ")]
+        elif err["type"] == "union_tag_not_found":
+            name = str(err.get("ctx", {}).get("discriminator", "")).strip("'")
+            parts, msg = (*parts, name), "missing (this key is required)"
+        else:
+            msg = plain(err, secret=secret) or msg
+        pieces = msg.split("; ")
+        if not all(_LEADING_KEY.match(p) for p in pieces):
+            pieces = [msg]  # one message, whose reason has a "; " of its own
+        if _LEADING_KEY.match(pieces[0]) and err["type"] == "value_error":
+            # A validator's "key.path: reason" lines: from the top (a cross-check names its
+            # section first) or from the item the validator checked (encodingAesKey: …).
+            top = not parts or all(p.split(".", 1)[0] == parts[0] for p in pieces)
+            base = "" if top else ".".join(str(p) for p in parts) + "."
+            problems += [rename(base + p, raw, marks) for p in pieces]
             continue
         where = shown(parts, raw) or "(top level)"
         problems.append(f"{where}: {msg}{line_note(parts, marks)}")
     return problems
+
+
+# A validator's message that starts with a key path: "encodingAesKey: …", "schedules.0.cron: …".
+_LEADING_KEY = re.compile(r"^[A-Za-z][\w-]*(?:\.[\w-]+)*: ")
+
+
+def _annotation(holder: Any, key: object) -> Any:
+    """The type of ``holder``'s field ``key`` (by alias or name), None when unknown."""
+    fields = getattr(holder, "model_fields", {})
+    for name, field in fields.items():
+        if key in (field.alias, name):
+            return field.annotation
+    return None
+
+
+def _alias_of(tag: str, model: type[Settings]) -> str | None:
+    """The platform an integration's ``platform`` value means by another name (``feishu`` is
+    ``lark``): each adapter's settings model lists its own (``platform_aliases``)."""
+    found = _annotation(model, "integrations")
+    for member in _members(found):
+        aliases = getattr(member, "platform_aliases", ())
+        if tag.strip().lower() in aliases:
+            platform = getattr(member, "model_fields", {}).get("platform")
+            return _literal(platform.annotation) if platform is not None else None
+    return None
+
+
+def _members(tp: Any) -> list[Any]:
+    """The models of ``list[A | B | …]`` (an ``Annotated`` union or a single model)."""
+    from typing import get_args
+
+    out: list[Any] = []
+    stack = [tp]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, type) and hasattr(current, "model_fields"):
+            out.append(current)
+        else:
+            stack.extend(get_args(current))
+    return out
+
+
+def _literal(tp: Any) -> str | None:
+    from typing import get_args
+
+    args = get_args(tp)
+    return str(args[0]) if args else None
 
 
 def read_yaml(path: Path) -> Any:
@@ -130,8 +211,10 @@ def load_settings(
     *,
     model: type[Settings] = Settings,
     env: Mapping[str, str] | None = None,
+    redis_env: bool = False,
 ) -> Settings:
-    """Read, substitute and validate a config file (or an already parsed mapping)."""
+    """Read, substitute and validate a config file (or an already parsed mapping); with
+    ``redis_env``, ``$REDIS_URL`` is the Redis of a file that names none (the CLI's)."""
     raw: Any
     marks: Marks | None = None
     if isinstance(source, Mapping):
@@ -139,7 +222,9 @@ def load_settings(
     else:
         raw, marks = read_marked(Path(source))
     # Unset variables and validation errors are reported together, so one run shows them all.
-    raw, unset_vars = substitute_env(raw, os.environ if env is None else env)
+    environ = os.environ if env is None else env
+    raw, unset_vars = substitute_env(raw, environ)
+    url_from_env = redis_env and redis_from_env(raw, environ)
     problems = [rename(p, raw, marks) for p in unset_vars]
     try:
         settings = model.model_validate(raw)
@@ -151,4 +236,6 @@ def load_settings(
         raise ConfigError(problems + errors) from exc
     if problems:
         raise ConfigError(problems)
+    if url_from_env:
+        settings.redis._url_from = REDIS_URL_ENV
     return settings

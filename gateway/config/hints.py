@@ -183,6 +183,8 @@ def redis_summary(settings: Settings) -> str:
         where = f"cluster via {redis_location(url or '')}"
     else:
         where = redis_location(url or "")
+    if redis.url_from is not None:
+        where += f" (from ${redis.url_from}; the config names no redis.url)"
     shards = settings.runtime.due_shards
     return f"{where}, key prefix {redis.key_prefix!r}, {shards} due shard{'s' * (shards != 1)}"
 

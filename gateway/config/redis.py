@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, SecretStr
+from pydantic import AfterValidator, Field, PrivateAttr, SecretStr
 
 from gateway.config.model import GatewayModel
 
@@ -41,6 +41,14 @@ class RedisSettings(GatewayModel):
     connect_timeout_seconds: float = Field(
         30, gt=0, description="How long start-up retries an unreachable Redis before failing"
     )
+
+    # Where ``url`` came from when the file named none: "REDIS_URL" (config.file.redis_from_env).
+    _url_from: str | None = PrivateAttr(None)
+
+    @property
+    def url_from(self) -> str | None:
+        """The environment variable ``url`` was taken from, or None when the file set it."""
+        return self._url_from
 
     @property
     def embedded(self) -> bool:

@@ -21,7 +21,7 @@ from gateway.config.runtime import LoggingSettings, RuntimeSettings
 from gateway.config.server import AdminSettings, ServerSettings
 from gateway.experts.base import Expert
 from gateway.policy.checks import bundle_problems
-from gateway.triggers.schedule_settings import Schedules
+from gateway.triggers.schedule_settings import Schedules, problems_of
 from gateway.triggers.watch import watch_problems
 from sessions.audit import AuditLimits
 
@@ -108,6 +108,8 @@ class Settings(GatewayModel):
             for j, ev in enumerate(integ.events):
                 if ev.xpert_id is not None and ev.xpert_id not in experts:
                     problems.append(f"integrations.{i}.events.{j}.xpertId: names no expert")
+        for i, schedule in enumerate(self.schedules):
+            problems += problems_of(schedule, self.integrations, self.experts, f"schedules.{i}")
         if problems:
             raise ValueError("; ".join(problems))
         return self

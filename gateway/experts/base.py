@@ -87,6 +87,13 @@ class Expert(abc.ABC):
     # not declared are then warned about by ``check``).
     declared_variables_only: ClassVar[bool] = False
 
+    @classmethod
+    async def probe(cls, settings: ExpertBase) -> str | None:
+        """Try the backend's URL and key as ``settings`` name them, without running a turn
+        (``xpert-gateway check --probe``): what answered, or None for a kind with nothing to
+        reach; an ``ExpertHttpError`` (gateway/experts/http.py) says what failed."""
+        return None
+
     def refuses_file(self, mime: str) -> str | None:
         """Why this expert cannot take a fetched file of type ``mime`` (the card shows it and
         the turn runs without the file), or None when it takes it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import aiohttp
 
 from gateway.errors import GatewayError
@@ -48,3 +50,53 @@ async def error_for(response: aiohttp.ClientResponse, backend: str) -> ExpertHtt
         retry_after=retry_after,
         status=status,
     )
+
+
+def where(url: str) -> str:
+    """``url`` as a message may show it: scheme, host, port and path, without a user, password
+    or query."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def unreachable(backend: str, url: str, exc: BaseException) -> ExpertHttpError:
+    """The error of a backend that could not be reached at ``url``, naming the URL tried and
+    the connection's own error (``Connect call failed …``, a name that does not resolve)."""
+    reason = str(exc).strip() or type(exc).__name__
+    return ExpertHttpError(
+        f"{backend} could not be reached at {where(url)} ({type(exc).__name__}: {reason})."
+    )
+
+
+def user_error(exc: BaseException, backend: str, url: str) -> str:
+    """What the card says of a failed call: the error's own words, or that ``url`` could not be
+    reached."""
+    if isinstance(exc, ExpertHttpError):
+        return str(exc)
+    return str(unreachable(backend, url, exc))
+
+
+async def probe_get(
+    backend: str, url: str, headers: dict[str, str], timeout_s: float = 10
+) -> tuple[int, object]:
+    """``GET url`` for a probe: its status and JSON body (None when not JSON); a connection
+    that fails is :func:`unreachable`, a status of 400 or more :func:`error_for`."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with (
+            aiohttp.ClientSession(headers=headers, timeout=timeout) as http,
+            http.get(url) as resp,
+        ):
+            if resp.status >= 400:
+                refused = await error_for(resp, backend)
+                raise ExpertHttpError(f"{where(url)}: {refused}", status=resp.status)
+            try:
+                body: object = await resp.json(content_type=None)
+            except ValueError:
+                body = None
+            return resp.status, body
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise unreachable(backend, url, exc) from exc

@@ -17,7 +17,8 @@ from gateway.config.bases import ExpertBase, VariableDecl
 from gateway.config.model import http_url
 from gateway.events import Decision, Finished, RunEvent, Started, StepEvent, TextDelta, UsageEvent
 from gateway.experts.base import Expert, ExpertContext, TurnInput
-from gateway.experts.http import ExpertHttpError, error_for
+from gateway.experts.http import ExpertHttpError, error_for, unreachable
+from gateway.experts.probes import probe_openai
 from gateway.experts.sse import read_sse
 from gateway.turns.variables import render_template
 from sessions import HistoryStore
@@ -110,6 +111,8 @@ class OpenAIExpert(Expert):
             raise ValueError("the openai expert needs a history store")
         return cls(settings=settings, history=context.history)
 
+    probe = classmethod(probe_openai)  # check --probe (gateway/experts/probes.py)
+
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
             headers = {"Content-Type": "application/json"}
@@ -161,7 +164,7 @@ class OpenAIExpert(Expert):
                     answer.append(event.text)
                 yield event
         except ExpertHttpError as exc:
-            log.error("openai expert failed", error=str(exc), model=s.model)
+            log.error("openai expert failed", error=str(exc), model=s.model, url=s.base_url)
             yield StepEvent("model", f"Asking {s.model}", "failed")
             yield Finished("error", str(exc))
             return
@@ -211,9 +214,7 @@ class OpenAIExpert(Expert):
                 await asyncio.sleep(max(delay, exc.retry_after))
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 if sent or attempt == self.settings.retries:
-                    raise ExpertHttpError(
-                        f"The model could not be reached ({type(exc).__name__})."
-                    ) from exc
+                    raise unreachable("The model", url, exc) from exc
                 await asyncio.sleep(delay)
             delay = min(delay * 2, 8)
 

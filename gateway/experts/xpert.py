@@ -36,7 +36,8 @@ from gateway.events import (
     VariablesEvent,
 )
 from gateway.experts.base import Expert, ExpertContext, TurnInput
-from gateway.experts.http import ExpertHttpError, error_for
+from gateway.experts.http import ExpertHttpError, error_for, user_error
+from gateway.experts.probes import probe_xpert
 from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_clarify import from_state
 from gateway.experts.xpert_files import refuses_media, upload_files
@@ -64,6 +65,7 @@ class XpertExpert(Expert):
     kind = "xpert"
     settings_model = XpertExpertSettings
     supports_steer = True
+    probe = classmethod(probe_xpert)  # check --probe (gateway/experts/probes.py)
     accepts_images = True  # the runner hands pictures over as data: URLs
     accepts_files = True  # uploaded before the run (xpert_files): any type but audio and video
     # No bundle_options: a run takes no model and no tool list (docs/xpertai.md, "Access
@@ -124,7 +126,9 @@ class XpertExpert(Expert):
         try:
             thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-            yield Finished("error", _user_error(refused(exc, principal, turn)))
+            error = user_error(refused(exc, principal, turn), "XpertAI", self._url("/threads"))
+            log.warning("xpert thread not created", error=error)
+            yield Finished("error", error)
             return
         files = files_of(turn)  # pictures inline; other files uploaded first, as AgentFiles
         http, s = self._session(), self.settings
@@ -223,8 +227,10 @@ class XpertExpert(Expert):
                     yield VariablesEvent(values=holds, mode="sent")
                     holds = None
             except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-                log.warning("xpert run failed", error=str(exc), thread_id=thread_id)
-                stream.finished = Finished("error", _user_error(refused(exc, principal, turn)))
+                url = self._url(f"/threads/{thread_id}/runs/stream")
+                error = user_error(refused(exc, principal, turn), "XpertAI", url)
+                log.warning("xpert run failed", error=error, thread_id=thread_id)
+                stream.finished = Finished("error", error)
             except asyncio.CancelledError:
                 raise  # Stop: cancel() still needs the run's ids
             except BaseException:
@@ -388,9 +394,3 @@ class XpertExpert(Expert):
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
-
-
-def _user_error(exc: BaseException) -> str:
-    if isinstance(exc, ExpertHttpError):
-        return str(exc)
-    return f"XpertAI could not be reached ({type(exc).__name__})."

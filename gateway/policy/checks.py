@@ -12,9 +12,10 @@ from gateway.policy.route import Route
 
 
 def bundle_problems(path: str, routes: list[Route], experts: Collection[str]) -> list[str]:
-    """Errors: a route naming no expert."""
+    """Errors: a route naming no expert (and the experts there are)."""
+    known = ", ".join(sorted(experts))
     return [
-        f"{path}.routes.{j}.xpertId: {route.xpert_id!r} names no expert"
+        f"{path}.routes.{j}.xpertId: {route.xpert_id!r} names no expert (experts: {known})"
         for j, route in enumerate(routes)
         if route.xpert_id is not None and route.xpert_id not in experts
     ]

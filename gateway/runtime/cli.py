@@ -1,4 +1,5 @@
-"""Command line: ``xpert-gateway run|check|migrate|schema`` (also ``python -m gateway``).
+"""Command line: ``xpert-gateway run|check|migrate|schema`` (also ``python -m gateway``); its
+``--help`` is HELP and EPILOG, a user's text.
 
 Its imports are lazy: ``--version`` and ``--help`` load argparse and nothing of the gateway
 but its version; each command imports what it needs (settings models, adapters, the daemon)."""
@@ -16,6 +17,22 @@ from gateway import __version__
 if TYPE_CHECKING:
     from gateway.config.settings import Settings
     from gateway.policy.limits import Limits
+
+
+HELP = """\
+Connects chat bots on Lark/Feishu, DingTalk and WeCom (and a local web console) to AI agents:
+each message becomes a turn of an agent, shown in the chat as a live card."""
+
+EPILOG = """\
+examples:
+  xpert-gateway run --config config/gateway.yaml      the quick start: console + echo expert,
+                                                      http://127.0.0.1:8080/console/
+  xpert-gateway check --config prod.yaml --probe      validate a config, try each expert's URL
+  xpert-gateway migrate --config prod.yaml --check    is the archive's schema current?
+
+Each command's own options: xpert-gateway COMMAND --help. With no redis.url in the config,
+$REDIS_URL is used when set, else an embedded Redis under dataDir. The configuration reference
+and the rest: README.md and docs/ of the source."""
 
 
 def settings_model() -> type[Settings]:
@@ -40,7 +57,7 @@ def _load(path: str) -> Settings:
 
     from gateway.config.file import load_settings
 
-    return load_settings(Path(path), model=settings_model())
+    return load_settings(Path(path), model=settings_model(), redis_env=True)
 
 
 def _load_or_report(path: str) -> Settings | None:
@@ -146,7 +163,39 @@ def _check(args: argparse.Namespace) -> int:
         print(json.dumps(json.loads(settings.model_dump_json(by_alias=True)), indent=2))
     for warning in config_warnings(settings):
         print(f"warning: {warning}", file=sys.stderr)
-    return 0
+    return _probe(settings) if args.probe else 0
+
+
+def _probe(settings: Settings) -> int:
+    """``check --probe``: one request to each enabled expert's backend with its key, running
+    nothing; exit 1 when one could not be reached or refused the key."""
+    import asyncio
+
+    from gateway.config.paths import item_path
+    from gateway.experts.http import ExpertHttpError
+    from gateway.experts.registry import discover_experts
+
+    kinds = discover_experts()
+
+    async def one(expert: Any) -> tuple[bool, str]:
+        try:
+            said = await kinds[expert.kind].probe(expert)
+        except ExpertHttpError as exc:
+            return False, str(exc)
+        return True, said or "not tried (this expert kind has no probe)"
+
+    async def every() -> list[tuple[bool, str]]:
+        return await asyncio.gather(*(one(e) for e in settings.experts))
+
+    print("probe:")
+    failed = 0
+    for i, (ok, said) in enumerate(asyncio.run(every())):
+        expert = settings.experts[i]
+        print(f"  {item_path('experts', settings.experts, i)} ({expert.kind}): {said}")
+        failed += not ok
+    if failed:
+        print(f"error: {failed} expert{'s' * (failed > 1)} failed the probe", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -155,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
     import structlog
 
     from gateway.archive.service import ArchiveRefused
-    from gateway.config.hints import config_warnings
+    from gateway.config.hints import config_warnings, redis_summary
     from gateway.logging import configure_logging
     from gateway.runtime.daemon import StartupError, Worker, serve
     from sessions.connection import RedisStartupError
@@ -174,6 +223,7 @@ def _run(args: argparse.Namespace) -> int:
             index=args.worker_index, link=link, embedded_redis_url=args.embedded_redis_url
         )
     else:
+        log.info("redis", using=redis_summary(settings))  # which one: embedded, or $REDIS_URL's
         for warning in config_warnings(settings):
             log.warning(warning)
     try:
@@ -215,8 +265,12 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    """Bring the archive's schema to this release's (``--check``: only say where it is)."""
+    """Bring the archive's schema to this release's (``--check``: only say where it is, write
+    nothing, and exit 1 when it is behind)."""
     import asyncio
+    from pathlib import Path
+
+    from sqlalchemy import make_url
 
     from gateway.archive.database import ArchiveDatabase
     from gateway.archive.migrations import LATEST, SchemaTooNew, migrate
@@ -230,9 +284,16 @@ def _migrate(args: argparse.Namespace) -> int:
         print("archive: off (archive.enabled is false): nothing to migrate")
         return 0
 
+    url = make_url(a.database_url(settings.data_dir))
+    if args.check and url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        # Opening it would create the file (the start creates it, with the schema).
+        behind = f"schema version 0 (this release's: {LATEST}; run migrate)"
+        print(f"archive ({where}): no file yet, {behind}")
+        return 1
+
     async def run() -> str:
         db = ArchiveDatabase.open(
-            a.database_url(settings.data_dir), connect_timeout_s=a.connect_timeout_seconds
+            url.render_as_string(hide_password=False), connect_timeout_s=a.connect_timeout_seconds
         )
         try:
             done = await migrate(db, apply=not args.check)
@@ -240,13 +301,14 @@ def _migrate(args: argparse.Namespace) -> int:
             await db.close()
         if args.check:
             behind = "" if done.before == LATEST else f" (this release's: {LATEST}; run migrate)"
-            return f"schema version {done.before}{behind}"
+            return f"schema version {done.before}{behind or ', up to date'}"
         if not done.applied:
             return f"schema version {done.after}, up to date"
         return f"schema version {done.before} -> {done.after}"
 
     try:
-        print(f"archive ({where}): {asyncio.run(run())}")
+        said = asyncio.run(run())
+        print(f"archive ({where}): {said}")
     except SchemaTooNew as exc:
         print(f"error: archive ({where}): {exc}", file=sys.stderr)
         return 1
@@ -256,7 +318,7 @@ def _migrate(args: argparse.Namespace) -> int:
     except Exception as exc:  # the driver's own (refused login, no such database, ...)
         print(f"error: archive ({where}): {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if args.check and "run migrate" in said else 0  # --check: behind is a failure
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -265,29 +327,59 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="xpert-gateway", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="xpert-gateway",
+        description=HELP,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the daemon")
-    run.add_argument("--config", required=True, help="YAML config file")
-    run.add_argument("--port", type=int, default=None, help="override server.port")
+    run = sub.add_parser(
+        "run",
+        help="run the gateway until Ctrl-C or SIGTERM (SIGHUP reloads the config)",
+        description="Run the gateway until Ctrl-C or SIGTERM; SIGHUP reloads the config. A "
+        "second Ctrl-C hands running turns back at once.",
+    )
+    run.add_argument("--config", required=True, help="the YAML config file")
+    run.add_argument("--port", type=int, default=None, help="listen on this port (server.port)")
     run.add_argument(
-        "--workers", type=_workers, default=None, help="override server.workers (N or auto)"
+        "--workers",
+        type=_workers,
+        default=None,
+        help="N worker processes on one port, or auto: one per core (server.workers)",
     )
     # Set by a supervisor for its workers, not by users.
     run.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     run.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
     run.add_argument("--embedded-redis-url", default=None, help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
-    check = sub.add_parser("check", help="validate a config and print what it sets up")
-    check.add_argument("--config", required=True)
+    check = sub.add_parser(
+        "check",
+        help="validate a config and print what it sets up",
+        description="Validate a config and print what it sets up; exit 1 with one line per "
+        "problem, naming the key and its line.",
+    )
+    check.add_argument("--config", required=True, help="the YAML config file")
     check.add_argument("-v", "--verbose", action="store_true", help="print the resolved config")
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="also try each expert's URL and key with one request that runs nothing",
+    )
     check.set_defaults(func=_check)
-    migrate = sub.add_parser("migrate", help="bring the archive database's schema up to date")
-    migrate.add_argument("--config", required=True)
-    migrate.add_argument("--check", action="store_true", help="only print the schema version")
+    migrate = sub.add_parser(
+        "migrate",
+        help="bring the archive database's schema up to date (run also does it at start)",
+    )
+    migrate.add_argument("--config", required=True, help="the YAML config file")
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="only print the schema version (writes nothing; exit 1 when behind)",
+    )
     migrate.set_defaults(func=_migrate)
-    schema = sub.add_parser("schema", help="print the config JSON Schema")
+    schema = sub.add_parser("schema", help="print the config's JSON Schema (for editors)")
     schema.set_defaults(func=_schema)
     try:
         args = parser.parse_args(argv)

@@ -39,7 +39,40 @@ def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise CronError(f"unknown time zone {name!r} (an IANA name, e.g. Asia/Shanghai)") from None
+        raise CronError(unknown_zone(name)) from None
+
+
+def unknown_zone(name: str) -> str:
+    """What to say of a time zone name zoneinfo does not know: the closest one it knows."""
+    import difflib
+    from zoneinfo import available_timezones
+
+    known = sorted(available_timezones())
+    by_case = {z.lower(): z for z in known}
+    meant = by_case.get(name.strip().lower().replace(" ", "_"))
+    if meant is None:
+        found = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        meant = found[0] if found else None
+    hint = f"did you mean `{meant}`?" if meant else "an IANA name, e.g. Asia/Shanghai"
+    return f"unknown time zone {name!r} ({hint})"
+
+
+# Each field's name and range, 5-field order (the 6-field form puts the second first).
+_RANGES = [("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12)]
+_RANGES.append(("day of week", 0, 7))  # 0 and 7 are Sunday
+
+
+def _why(fields: Sequence[str]) -> str:
+    """What is wrong with a cron croniter refused, in words: the field and value out of range
+    (``the hour 25 is out of range 0-23``), or nothing when it cannot tell."""
+    ranges = ([("second", 0, 59)] if len(fields) == 6 else []) + _RANGES
+    for text, (name, low, high) in zip(fields, ranges, strict=False):
+        for part in text.split(","):
+            base = part.split("/", 1)[0]
+            for number in re.findall(r"\d+", base):
+                if not low <= int(number) <= high:
+                    return f": the {name} {number} is out of range {low}-{high}"
+    return ""
 
 
 def _ms(moment: datetime) -> int:
@@ -76,7 +109,7 @@ class Cron:
         seconds = len(fields) == 6
         normal = " ".join(fields)
         if not croniter.is_valid(normal, second_at_beginning=seconds):
-            raise CronError(f"cron {expr!r} is not a valid cron expression")
+            raise CronError(f"cron {expr!r} is not a valid cron expression{_why(fields)}")
         cron = cls(normal, tz, seconds)
         try:
             cron.next_after(_ms(datetime.now(UTC)))
@@ -210,7 +243,7 @@ def split_command(rest: str) -> tuple[str, str]:
         raise CronError("give a cron (5 fields, or 6 with seconds first) and then the text")
     five = " ".join(tokens[:5])
     if not croniter.is_valid(five):
-        raise CronError(f"cron {five!r} is not a valid cron expression")
+        raise CronError(f"cron {five!r} is not a valid cron expression{_why(tokens[:5])}")
     return five, " ".join(tokens[5:])
 
 

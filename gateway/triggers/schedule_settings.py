@@ -3,18 +3,17 @@
 A schedule names a chat of an integration, a cron (5 fields, or 6 with seconds first), an IANA
 time zone (default: the integration's ``timezone``, else UTC), the text its turn starts with and
 optionally the expert to run. Errors name the schedule and what is wrong. Cross-checks against
-the integrations and experts run as the ``schedules`` field's validator (``check_schedules``),
-which sees the sections validated before it.
+the integrations and experts (``problems_of``) run in the settings' own cross-check.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import AfterValidator, Field, ValidationInfo, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from gateway.config.model import GatewayModel
-from gateway.triggers.cron import Cron, CronError
+from gateway.triggers.cron import Cron, CronError, zone
 
 
 class _Zoned(Protocol):
@@ -55,10 +54,15 @@ class ScheduleConfig(GatewayModel):
 
     @model_validator(mode="after")
     def _cron(self) -> ScheduleConfig:
+        # "key: reason": the config's message points at the key (schedules[daily].cron).
+        try:
+            zone(self.timezone or "UTC")
+        except CronError as exc:
+            raise ValueError(f"timezone: {exc}") from None
         try:
             Cron.parse(self.cron, self.timezone or "UTC")
         except CronError as exc:
-            raise ValueError(f"schedule {self.id!r}: {exc}") from None
+            raise ValueError(f"cron: {exc}") from None
         return self
 
     def zone_name(self, settings: Integrations) -> str:
@@ -80,42 +84,46 @@ class RuntimeSchedule(ScheduleConfig):
     created_by: str | None = None
 
 
-def problems_of(schedule: ScheduleConfig, integrations: Any, experts: Any) -> list[str]:
-    """What is wrong with ``schedule`` against the configured integrations and experts."""
+def problems_of(
+    schedule: ScheduleConfig, integrations: Any, experts: Any, path: str | None = None
+) -> list[str]:
+    """What is wrong with ``schedule`` against the configured integrations and experts: as
+    ``schedule 'id': …``, or with ``path`` (``schedules.3``) as ``schedules.3.xpertId: …``."""
     out: list[str] = []
     integ = next((i for i in integrations if i.id == schedule.integration_id), None)
     expert_ids = {e.id for e in experts}
+
+    def say(key: str, what: str, problem: str) -> None:
+        out.append(f"{path}.{key}: {problem}" if path else f"schedule {schedule.id!r}: {what}")
+
     if integ is None:
         known = ", ".join(sorted(i.id for i in integrations)) or "none"
-        out.append(
-            f"schedule {schedule.id!r}: unknown integration {schedule.integration_id!r} "
-            f"(integrations: {known})"
-        )
+        unknown = f"unknown integration {schedule.integration_id!r} (integrations: {known})"
+        say("integrationId", unknown, unknown)
     elif schedule.timezone is None and integ.timezone is not None:
         try:
             Cron.parse(schedule.cron, integ.timezone)
         except CronError as exc:
-            out.append(f"schedule {schedule.id!r}: {exc}")
+            say("cron", str(exc), str(exc))
     if schedule.xpert_id is not None and schedule.xpert_id not in expert_ids:
-        out.append(
-            f"schedule {schedule.id!r}: xpertId {schedule.xpert_id!r} names no expert "
-            f"(experts: {', '.join(sorted(expert_ids))})"
+        known = f"(experts: {', '.join(sorted(expert_ids))})"
+        say(
+            "xpertId",
+            f"xpertId {schedule.xpert_id!r} names no expert {known}",
+            f"{schedule.xpert_id!r} names no expert {known}",
         )
     return out
 
 
-def check_schedules(value: list[ScheduleConfig], info: ValidationInfo) -> list[ScheduleConfig]:
-    """Ids unique; integration and expert known (when those sections validated)."""
+def check_schedules(value: list[ScheduleConfig]) -> list[ScheduleConfig]:
+    """Ids unique (the settings' cross-check looks at their integrations and experts, with
+    problems_of, where it reports them together with the other sections')."""
     problems: list[str] = []
     seen: set[str] = set()
-    for schedule in value:
+    for i, schedule in enumerate(value):
         if schedule.id in seen:
-            problems.append(f"schedule {schedule.id!r}: duplicate id")
+            problems.append(f"schedules.{i}.id: duplicate id {schedule.id!r}")
         seen.add(schedule.id)
-    integrations, experts = info.data.get("integrations"), info.data.get("experts")
-    if integrations is not None and experts is not None:
-        for schedule in value:
-            problems += problems_of(schedule, integrations, experts)
     if problems:
         raise ValueError("; ".join(problems))
     return value

@@ -9,18 +9,51 @@ was stored passed intake's check unseen)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import structlog
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.approvers import approvers_for
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, asker_of
+from gateway.progress import Progress, Step
 from gateway.turns.records import PendingInterrupt
 from sessions import SessionStore
 
 log = structlog.get_logger("gateway.turns")
 
 APPROVER_REFUSED = "not an approver"
+TOOK_OVER = "Not confirmed: a newer message took over. Ask again to do it."
+
+
+class Closing(Protocol):
+    async def close(self, final: Progress) -> None: ...
+
+
+async def supersede(
+    store: SessionStore,
+    conversation: str,
+    session_id: str,
+    renderer_for: Callable[[PendingInterrupt], Closing],
+) -> None:
+    """A Confirm / Reject still pending when a newer message starts a turn in the conversation:
+    that message took over, so the question is dropped (a later click is told nothing waits)
+    and its card says so, without its buttons, rather than asking forever."""
+    pending = PendingInterrupt.load((await store.binding(conversation)).get("interrupt") or None)
+    if pending is None:
+        return
+    await store.set_binding_fields(conversation, session_id, interrupt="")
+    asked = Progress(
+        turn_id=pending.turn_id,
+        conversation=conversation,
+        steps=tuple(Step(**s) for s in pending.steps),
+        tools=tuple(Step(**t) for t in pending.tools),
+        answer=pending.answer,
+    )
+    await renderer_for(pending).close(asked.finish("cancelled", TOOK_OVER))
+    log.info("pending confirmation superseded by a newer message", turn_id=pending.turn_id)
 
 
 def may_answer(integ: IntegrationBase, asked: Envelope, clicker_id: str) -> bool:

@@ -21,7 +21,7 @@ from gateway.events import Decision, StepEvent
 from gateway.experts.base import Expert
 from gateway.progress import Progress, Step
 from gateway.triggers.event_cards import EventCards
-from gateway.turns.approval import clicked_on, may_answer, who_may_answer
+from gateway.turns.approval import clicked_on, may_answer, supersede, who_may_answer
 from gateway.turns.binding import Binder, Session
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
@@ -205,6 +205,15 @@ class TurnKinds:
         card_turn = failed.turn_id if failed else claim.turn_id  # the id its buttons carry
         session = await self.binder.bind(claim, integ, last, card=card_turn)
         structlog.contextvars.bind_contextvars(session_id=session.id)
+        if failed is None:  # a question still waiting: this message took over (approval.py)
+            await supersede(
+                self.store,
+                claim.conversation,
+                session.id,
+                lambda p: self._renderer(
+                    claim, adapter, p.envelope(), integ.update_interval_ms, p.card, p.turn_id
+                ),
+            )
         expert = self.expert_for(session.snapshot)
         progress = Progress(turn_id=card_turn, conversation=claim.conversation)
         card, borrowed = failed.card if failed else None, False

@@ -103,13 +103,58 @@ def test_the_migrate_command_applies_then_reports_up_to_date(
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(config))
     check = cli("migrate", "--config", str(path), "--check")
-    assert check.returncode == 0, check.stderr
+    assert check.returncode == 1, check.stderr  # behind: a failure, for scripts and CI
     assert f"schema version 0 (this release's: {LATEST}; run migrate)" in check.stdout
+    assert tables(archive_url) == set()  # and it wrote nothing, not even a file
     first = cli("migrate", "--config", str(path))
     assert first.returncode == 0, first.stderr
     assert f"schema version 0 -> {LATEST}" in first.stdout
     second = cli("migrate", "--config", str(path))
     assert f"schema version {LATEST}, up to date" in second.stdout
+    current = cli("migrate", "--config", str(path), "--check")
+    assert current.returncode == 0, current.stderr
+    assert f"schema version {LATEST}, up to date" in current.stdout
+
+
+def test_migrate_check_of_a_schema_one_version_behind_fails_and_changes_nothing(
+    archive_url: str, prefix: str, tmp_path: Path
+) -> None:
+    async def at_version_1() -> None:
+        db = database(archive_url)
+        try:
+            async with db.engine.begin() as conn:
+                await conn.run_sync(schema_v1.metadata.create_all)
+                await conn.run_sync(lambda c: versions.create(c))
+                await conn.execute(versions.insert().values(version=1, applied_at=1))
+        finally:
+            await db.close()
+
+    asyncio.run(at_version_1())
+    before = tables(archive_url)
+    config = base_config(prefix)
+    config["archive"] = {"url": archive_url}
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config))
+    check = cli("migrate", "--config", str(path), "--check")
+    assert check.returncode == 1, check.stderr
+    assert f"schema version 1 (this release's: {LATEST}; run migrate)" in check.stdout
+    assert tables(archive_url) == before
+
+
+def tables(url: str) -> set[str]:
+    """The archive's tables (none for a SQLite file that does not exist, left uncreated)."""
+    if url.startswith("sqlite") and not Path(url.split(":///", 1)[1]).exists():
+        return set()
+
+    async def names() -> set[str]:
+        db = database(url)
+        try:
+            async with db.engine.connect() as conn:
+                return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+        finally:
+            await db.close()
+
+    return asyncio.run(names())
 
 
 def test_an_unreachable_database_is_reported_by_migrate(prefix: str, tmp_path: Path) -> None:

@@ -75,7 +75,9 @@ integrations:
     code, _, err = check(tmp_path, text, capsys)
     assert code == 1
     assert "admin.token: environment variable XGW_TEST_UNSET_TOKEN is not set (line 2)" in err
-    assert "integrations[console].routes[1].xpertId: 'ghost' names no expert (line 13)" in err
+    assert (
+        "integrations[console].routes[1].xpertId: 'ghost' names no expert (experts: echo) (line 13)"
+    ) in err
 
 
 def test_duplicate_ids_are_named_by_position(

@@ -101,7 +101,10 @@ def test_each_mode_loads_with_its_settings() -> None:
             {"mode": "cluster", "url": "redis://n:7000", "masterName": "m"},
             "redis.masterName: only used with mode sentinel (mode is cluster)",
         ),
-        ({"mode": "replicated"}, "redis.mode: Input should be 'standalone', 'sentinel' or"),
+        (
+            {"mode": "replicated"},
+            "redis.mode: must be one of standalone, sentinel, cluster, not 'replicated'",
+        ),
     ],
 )
 def test_a_combination_that_does_not_fit_is_one_line_naming_the_key(
@@ -115,7 +118,7 @@ def test_a_combination_that_does_not_fit_is_one_line_naming_the_key(
 def test_due_shards_is_bounded() -> None:
     cfg = config()
     cfg["runtime"] = {"dueShards": 0}
-    assert problems(cfg) == ["runtime.dueShards: Input should be greater than or equal to 1"]
+    assert problems(cfg) == ["runtime.dueShards: must be at least 1, not 0"]
 
 
 def test_check_names_the_mode_and_hides_the_password(

@@ -84,7 +84,7 @@ def test_its_settings_are_validated_with_the_usual_messages(shout_kind: Path, pr
     settings = load_settings(shout_config(prefix, volume=3), model=settings_model(), env={})
     assert isinstance(settings.experts[0], ShoutSettings) and settings.experts[0].volume == 3
     assert problems(shout_config(prefix, volume=9)) == [
-        "experts[loud].volume: Input should be less than or equal to 5"
+        "experts[loud].volume: must be at most 5, not 9"
     ]
     assert problems(shout_config(prefix, colour="red")) == ["experts[loud].colour: unknown key"]
     [unknown] = problems(shout_config(prefix, kind="whisper"))

@@ -14,6 +14,7 @@ from aiohttp import web
 from tests.fakes.media import FakeMediaHost
 
 OPENAI_KEY = "sk-openai-test"
+MODELS = ("qwen2.5", "gpt-4o-mini")  # what GET /models lists ("missing" answers 404 when used)
 
 
 @dataclass
@@ -27,9 +28,22 @@ class FakeOpenAI:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
         if self.media is not None:
             app.router.add_get("/files/{tail:.*}", self.media.get)
         return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        """``GET /models``: the models the key may use, as the OpenAI API's "List models"
+        answers (https://platform.openai.com/docs/api-reference/models/list: ``object: list``
+        and ``data`` of ``{id, object: model, created, owned_by}``); a wrong key is 401."""
+        if request.headers.get("Authorization") != f"Bearer {OPENAI_KEY}":
+            return web.json_response({"error": {"message": "Incorrect API key"}}, status=401)
+        data = [
+            {"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+            for name in MODELS
+        ]
+        return web.json_response({"object": "list", "data": data})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bearer {OPENAI_KEY}":

@@ -220,6 +220,7 @@ class FakeXpertAI:
         # refuses bodies over 1 MiB.
         app = web.Application(client_max_size=256 * 1024 * 1024)
         r = app.router
+        r.add_get("/api/ai/assistants/{aid}", self.assistant)
         r.add_post("/api/ai/threads", self.create_thread)
         r.add_post("/api/ai/threads/{tid}/runs/stream", self.run_stream)
         r.add_post("/api/ai/threads/{tid}/runs", self.create_run)
@@ -266,6 +267,30 @@ class FakeXpertAI:
         return request.headers.get("x-principal-user-id") in self.no_access
 
     # --- threads and state -----------------------------------------------------------------
+    async def assistant(self, request: web.Request) -> web.Response:
+        """``GET /assistants/:id``: the xpert as an Agent Protocol assistant (X: server-ai's
+        AssistantsController ``getOne``, behind ``ApiKeyAuthGuard``, returns
+        ``transformAssistant(xpert)``: assistant_id, name, version, created_at, updated_at,
+        graph_id null, config null, metadata); an unknown id is the crud service's 404."""
+        if self._user(request) is None:
+            return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
+        aid = request.match_info["aid"]
+        if aid not in self.assistants:
+            return _error(not_found())
+        return web.json_response(
+            {
+                "assistant_id": aid,
+                "name": aid.title(),
+                "version": 1,
+                "created_at": "2026-01-01T00:00:00.000Z",
+                "updated_at": "2026-01-01T00:00:00.000Z",
+                "graph_id": None,
+                "config": None,
+                "metadata": {"avatar": None},
+            },
+            dumps=dumps,
+        )
+
     async def create_thread(self, request: web.Request) -> web.Response:
         if self._user(request) is None:
             return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)

@@ -32,7 +32,7 @@ from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis
 from tests.support.cli import QUICKSTART, cli, processes_mentioning, quickstart, run_cli
 from tests.support.configs import base_config
-from tests.support.helpers import ROOT, ConsoleClient, free_port
+from tests.support.helpers import ROOT, ConsoleClient, daemon_env, free_port
 from tests.support.waits import eventually
 from tests.support.workers import Supervised
 
@@ -155,6 +155,7 @@ async def test_a_daemon_whose_log_pipe_closed_still_stops_and_stops_its_redis(
         stdout=write_end,
         stderr=write_end,
         start_new_session=True,
+        env=daemon_env(),
     )
     os.close(write_end)
     os.set_blocking(read_end, False)
@@ -208,6 +209,7 @@ def test_a_command_piped_into_head_ends_quietly(tmp_path: Path, command: str) ->
         stdin=subprocess.DEVNULL,
         stdout=write_end,
         stderr=subprocess.PIPE,
+        env=daemon_env(),
     )
     os.close(write_end)
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.helpers import ROOT
+from tests.support.helpers import ROOT, daemon_env
 
 QUICKSTART = ROOT / "config" / "gateway.yaml"
 
@@ -35,7 +35,8 @@ def cli(
     unset: tuple[str, ...] = (),
 ) -> Result:
     """``xpert-gateway *args`` in this process (``gateway.runtime.cli.main``): its exit code and
-    output, with ``env`` set and ``unset`` removed from the environment for the call. For the
+    output, with ``env`` set and ``unset`` removed from the environment for the call (and
+    ``REDIS_URL`` unless ``env`` sets it, as for a subprocess: helpers.daemon_env). For the
     commands that print and exit (``check``, ``schema``, ``--version``, a ``run`` whose config
     fails to load); a daemon runs in a subprocess (``run_cli``)."""
     from gateway.runtime.cli import main
@@ -43,7 +44,7 @@ def cli(
     out, err = io.StringIO(), io.StringIO()
     saved = dict(os.environ)
     try:
-        for name in unset:
+        for name in (*unset, "REDIS_URL"):
             os.environ.pop(name, None)
         os.environ.update(env or {})
         with (
@@ -68,7 +69,7 @@ def run_cli(
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env=daemon_env(**(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,

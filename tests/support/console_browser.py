@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.helpers import daemon_env
 from tests.support.redis_server import free_port
 
 playwright_api = pytest.importorskip("playwright.async_api")
@@ -62,6 +63,8 @@ integrations:
 class Daemon:
     url: str
     log: Path
+    config: Path | None = None  # its config file (a test may change it and send SIGHUP)
+    pid: int = 0
 
 
 def healthy(url: str) -> bool:
@@ -101,6 +104,7 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=daemon_env(),  # a config naming no redis.url gets the embedded Redis
         )
     try:
         deadline = time.monotonic() + 30
@@ -110,7 +114,7 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
             if time.monotonic() > deadline:
                 pytest.fail(f"daemon not healthy after 30 s:\n{log.read_text()}")
             time.sleep(0.1)
-        yield Daemon(url=url, log=log)
+        yield Daemon(url=url, log=log, config=config, pid=proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -131,6 +131,13 @@ class ConsoleClient:
         )
 
 
+def daemon_env(**extra: str) -> dict[str, str]:
+    """The environment of a daemon or CLI subprocess: this one's without ``REDIS_URL`` (the
+    tests' own Redis, which the CLI would use for a config naming no ``redis.url``), plus
+    ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if k != "REDIS_URL"}, **extra}
+
+
 def id_encoded(value: str) -> str:
     """The documented rule for an id in Redis keys and conversation ids (issue 25): ``%``, ``:``,
     ``|``, ``{`` and ``}`` percent-encoded (``%25 %3A %7C %7B %7D``), every other character kept -
@@ -294,7 +301,7 @@ class DaemonProcess:
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ},
+                env=daemon_env(),
             )
         deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as http:

@@ -22,7 +22,7 @@ import yaml
 from tests.fakes.dingtalk import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
 from tests.fakes.lark import FakeLark
 from tests.fakes.wecom import FakeWeCom
-from tests.support.helpers import ROOT, free_port
+from tests.support.helpers import ROOT, daemon_env, free_port
 from tests.support.lark import lark_integration
 from tests.support.waits import eventually
 from tests.support.wecom import CORP_ID
@@ -39,6 +39,7 @@ class Supervised:
         self.write_config(config)
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}  # set in the daemon's environment (REDIS_URL is not)
 
     def write_config(self, config: dict[str, Any]) -> None:
         self.config_path.write_text(yaml.safe_dump(config))
@@ -54,6 +55,7 @@ class Supervised:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=daemon_env(**self.env),
             )
         return self.proc
 

@@ -178,10 +178,10 @@ def config(**schedule: object) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("schedule", "message"),
     [
-        ({"cron": "0 9 * *"}, "schedule 'daily': cron '0 9 * *' has 4 fields"),
-        ({"timezone": "Mars/Base"}, "schedule 'daily': unknown time zone 'Mars/Base'"),
-        ({"integrationId": "nope"}, "schedule 'daily': unknown integration 'nope'"),
-        ({"xpertId": "gpt"}, "schedule 'daily': xpertId 'gpt' names no expert"),
+        ({"cron": "0 9 * *"}, "schedules[daily].cron: cron '0 9 * *' has 4 fields"),
+        ({"timezone": "Mars/Base"}, "schedules[daily].timezone: unknown time zone 'Mars/Base'"),
+        ({"integrationId": "nope"}, "schedules[daily].integrationId: unknown integration 'nope'"),
+        ({"xpertId": "gpt"}, "schedules[daily].xpertId: 'gpt' names no expert"),
         ({"chatType": "channel"}, "schedules[daily].chatType"),
         ({"misfireGraceSeconds": 0}, "schedules[daily].misfireGraceSeconds"),
     ],

@@ -38,20 +38,8 @@
     const d = typeof at === "number" ? new Date(at < 1e12 ? at * 1000 : at) : new Date(at);
     return isNaN(d) ? "" : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   }
-  function richText(text) {
-    // Keeps newlines; lines starting with "> " become a quote.
-    const box = el("div", "rich");
-    let cur = null, curQuote = null;
-    for (const line of String(text || "").split("\n")) {
-      const quote = line.startsWith("> ") || line === ">";
-      if (!cur || quote !== curQuote) {
-        cur = box.appendChild(el(quote ? "blockquote" : "p"));
-        curQuote = quote;
-      } else cur.append("\n");
-      cur.append(quote ? line.slice(2) : line);
-    }
-    return box;
-  }
+  // Markdown as the platforms' cards show it (markdown.js): DOM nodes, never HTML.
+  const richText = (text) => window.xgwMarkdown(text);
 
   // ---- rendering -----------------------------------------------------------------------
   function renderUser(r) {

@@ -1,11 +1,14 @@
 // Xpert Gateway console: the Sessions page. Live and recent sessions from the admin API
 // (/v1.0, bearer admin.token: asked once, kept in this tab's sessionStorage), each opening its
 // audit trail as a timeline per turn; when the admin API is off (the console's api/config says
-// so) the page says that instead of asking for a token. Plain JS, no build step.
+// so) the page says that instead of asking for a token, and offers the config lines that turn it
+// on with a token made in the tab, which it then uses by itself. Plain JS, no build step.
 (() => {
   "use strict";
   const { $, el } = window.xgwDom;
   const TOKEN_KEY = "xgw.adminToken";
+  const PENDING_KEY = "xgw.snippetToken"; // the token the admin-off view offered
+  const OFF_POLL_MS = 2000;
   const OUTCOMES = ["done", "error", "cancelled", "interrupted", "handback", "gave_up", "refused"];
   const MARK = { done: "✓", failed: "✗", cancelled: "–", running: "…" };
   const REFRESH_MS = 5000;
@@ -90,11 +93,40 @@
     $("#token-error").textContent = message || "";
     $("#token").focus();
   }
+  // With the admin API off, the page offers the config lines that turn it on, with a token
+  // made here (kept in this tab), and watches api/config: once a reload or restart turned the
+  // API on, it signs in with that token by itself.
+  function snippetToken() {
+    let token = sessionStorage.getItem(PENDING_KEY);
+    if (!token) {
+      const bytes = crypto.getRandomValues(new Uint8Array(24));
+      token = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+      sessionStorage.setItem(PENDING_KEY, token);
+    }
+    return token;
+  }
   function adminOff() {
     stopPolling();
     $("#token-form").hidden = true;
     $("#sessions-body").hidden = true;
     $("#admin-off").hidden = false;
+    const token = snippetToken();
+    $("#admin-snippet").textContent = `admin:\n  token: ${token}`;
+    const run = state.run;
+    state.timer = setInterval(async () => {
+      if (!(await adminApiOn()) || run !== state.run) return;
+      if (!sessionStorage.getItem(TOKEN_KEY)) sessionStorage.setItem(TOKEN_KEY, token);
+      start();
+    }, OFF_POLL_MS);
+  }
+  async function copySnippet() {
+    const text = $("#admin-snippet").textContent;
+    try {
+      await navigator.clipboard.writeText(text);
+      $("#admin-copy").textContent = "Copied";
+    } catch (_) { // no clipboard here: select the lines for Ctrl-C
+      getSelection().selectAllChildren($("#admin-snippet"));
+    }
   }
   function failed(e) {
     if (e.status === 401) {
@@ -363,6 +395,7 @@
   function init() {
     const outcome = $("#f-outcome");
     for (const o of OUTCOMES) outcome.appendChild(el("option", null, o.replace("_", " "))).value = o;
+    $("#admin-copy").addEventListener("click", copySnippet);
     $("#token-form").addEventListener("submit", (e) => {
       e.preventDefault();
       const value = $("#token").value.trim();
