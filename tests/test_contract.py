@@ -1,5 +1,6 @@
-"""The adapter contract (DESIGN.md §2): adapters import only ``gateway.edge.adapter``, the webhook
-skeleton and the public core types; every adapter package has the same module map; no module is
+"""The adapter contract (docs/architecture.md): adapters import only ``gateway.edge.adapter``, the
+webhook skeleton and the public core types; every adapter package has the same module map; no module
+is
 over 400 lines; intake raises one exception for every storage failure; a WeCom integration's
 mode picks its outbound strategy once."""
 
@@ -86,7 +87,8 @@ def test_the_core_never_imports_an_adapter_or_a_platform_sdk() -> None:
 
 
 def test_sessions_import_nothing_of_ours() -> None:
-    """``sessions/`` stores what it is given (DESIGN.md §2); what the gateway wants to know of it
+    """``sessions/`` stores what it is given (docs/architecture.md); what the gateway wants to know
+    of it
     (the script pipe's latency for /metrics) it learns through hooks such as ``on_exchange``."""
     for path in sorted((ROOT / "sessions").rglob("*.py")):
         found = {n for n in imported(path) if n.split(".")[0] in ("gateway", "adapters")}

@@ -1,5 +1,5 @@
-"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies (§2);
-the attachment download sits with the adapter that owns its client."""
+"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies
+(docs/dingtalk.md); the attachment download sits with the adapter that owns its client."""
 
 from __future__ import annotations
 

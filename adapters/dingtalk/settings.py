@@ -1,4 +1,4 @@
-"""DingTalk integration options (platforms.md §2): the robot's app credentials, how events
+"""DingTalk integration options (docs/dingtalk.md): the robot's app credentials, how events
 arrive (stream or HTTP), and the optional AI-card template."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ LINK_TTL_MAX_S = 8 * 3600
 # The AI markdown card of DingTalk's own stream SDK (open-dingtalk/dingtalk-stream-sdk-python
 # dingtalk_stream/card_instance.py ``AIMarkdownCardInstance``, l.159): a template every app may
 # use, with the keys msgContent, staticMsgContent, flowStatus, sys_full_json_obj. No DingTalk
-# page documents it (limits.md, "public AI card template").
+# page documents it (docs/dingtalk.md, "AI cards and their callbacks").
 AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"
 
 

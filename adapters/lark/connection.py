@@ -1,4 +1,5 @@
-"""The long connection (platforms.md §1.6): lark-oapi's WebSocket client in its own thread.
+"""The long connection (docs/lark.md, "Long connection"): lark-oapi's WebSocket client in its own
+thread.
 
 The SDK runs on a module-level event loop and calls the event handler synchronously inside it.
 So each connection gets a thread with its own loop (the SDK's ``loop`` global is pointed at

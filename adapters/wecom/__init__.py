@@ -1,5 +1,5 @@
 """WeCom (企业微信): a self-built app (encrypted XML callbacks, template cards) or an AI bot
-(encrypted JSON callbacks with stream replies, or the long connection). platforms.md §3."""
+(encrypted JSON callbacks with stream replies, or the long connection). docs/wecom.md."""
 
 from __future__ import annotations
 
@@ -109,7 +109,8 @@ class WeComAdapter(CallbackAdapter):
 
     def posts_unprompted(self, chat_type: str) -> bool:
         """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the
-        aibot callback mode only answers what WeCom polls for, so it cannot (platforms.md §3)."""
+        aibot callback mode only answers what WeCom polls for, so it cannot (docs/wecom.md, "AI
+        bot")."""
         mode = self.settings.connection_mode
         return mode == "aibot_ws" or (mode == "app" and chat_type == "p2p")
 

@@ -6,7 +6,7 @@ Adapters import only ``gateway.edge`` (this package: the contract, the stores an
 them, the webhook skeleton and bounded parsing, leases, downloads, the platform API base) and the
 public core types (``gateway.envelope``, ``gateway.errors``, ``gateway.progress``,
 ``gateway.config.settings``, ``gateway.conversation``), never ``sessions`` or
-``gateway.intake``; the core never imports an adapter (DESIGN.md §2).
+``gateway.intake``; the core never imports an adapter (docs/architecture.md).
 """
 
 from __future__ import annotations

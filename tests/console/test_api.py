@@ -1,4 +1,5 @@
-"""The console API's answers to bad input and to a Redis that is full or gone (DESIGN.md §8.6)."""
+"""The console API's answers to bad input and to a Redis that is full or gone (docs/architecture.md,
+invariant 6)."""
 
 from __future__ import annotations
 

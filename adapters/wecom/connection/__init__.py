@@ -1,4 +1,4 @@
-"""AI bot long connection (``aibot_ws``, platforms.md §3.5).
+"""AI bot long connection (``aibot_ws``, docs/wecom.md "AI bot").
 
 The replica holding the bot's owner lease (``connection.shared``) connects, subscribes, sends an
 application ping every ``pingIntervalSeconds`` and renews the lease; two pings without an ack
