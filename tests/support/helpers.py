@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -29,6 +27,7 @@ from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
 from tests.support.clock import FakeClock
 from tests.support.redis_server import free_port
+from tests.support.spawn import spawn_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -280,21 +279,10 @@ class DaemonProcess:
 
     async def start(self, timeout: float = 20.0) -> None:
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gateway",
-                    "run",
-                    "--config",
-                    str(self.config_path),
-                    "--port",
-                    str(self.port),
-                ],
-                cwd=ROOT,
+            self.proc = spawn_gateway(
+                *("run", "--config", str(self.config_path), "--port", str(self.port)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ},
             )
         deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as http:
