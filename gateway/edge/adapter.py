@@ -54,7 +54,7 @@ class Adapter:
         """Open long connections, fetch the bot's own identity."""
 
     async def stop(self) -> None:
-        """Close long connections (DESIGN: connections are owned and closed explicitly)."""
+        """Close long connections (each owned, so closed explicitly: docs/architecture.md)."""
 
     def readiness(self) -> dict[str, Any]:
         """Connection state for ``/readyz``; ``ready`` False makes the replica unready."""
