@@ -14,7 +14,7 @@ from yarl import URL
 import adapters.dingtalk.inbound as inbound
 import adapters.dingtalk.links as links
 from adapters.dingtalk.api import NO_PERMISSION, DingTalkApi, DingTalkApiError
-from adapters.dingtalk.connection import StreamConnection, StreamFrames
+from adapters.dingtalk.connection import STATES, StreamConnection, StreamFrames
 from adapters.dingtalk.inbound import DingTalkInbound, RobotAdapter
 from adapters.dingtalk.outbound import DingTalkOutbound
 from adapters.dingtalk.outbound.ai_card import CardOutbound
@@ -45,6 +45,7 @@ DENIED_KEY = "*"
 
 
 class DingTalkAdapter(RobotAdapter):
+    connection_states = STATES
     _email_denied_told: bool  # the missing contact permission was logged (once per replica)
 
     async def fetch_attachment(

@@ -44,6 +44,9 @@ from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.dingtalk")
 
+# What readiness() reports as "state" (the socket's, "standby" while another process holds it).
+STATES = ("idle", "connecting", "connected", "reconnecting", "standby", "closed")
+
 ROBOT_TOPIC = "/v1.0/im/bot/messages/get"
 CARD_TOPIC = "/v1.0/card/instances/callback"
 DRAIN_S = 5.0  # on a disconnect frame, in-flight frames get this long to be stored and acked

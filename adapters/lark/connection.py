@@ -22,7 +22,7 @@ import concurrent.futures
 import threading
 import time
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import structlog
 
@@ -38,6 +38,7 @@ from gateway.errors import Refused
 log = structlog.get_logger("adapters.lark")
 
 State = Literal["connecting", "connected", "retrying", "failed", "standby", "stopped"]
+STATES: tuple[str, ...] = get_args(State)  # what readiness() reports as "connection"
 HANDLER_TIMEOUT_S = 2.5  # Lark wants an answer within 3 s
 
 

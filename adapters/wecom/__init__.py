@@ -11,7 +11,7 @@ import aiohttp
 import structlog
 
 from adapters.wecom.api import WeComApi, WeComApiError
-from adapters.wecom.connection import AibotConnection
+from adapters.wecom.connection import STATES, AibotConnection
 from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import (
     AibotCallbacks,
@@ -42,6 +42,8 @@ class WeComAdapter(CallbackAdapter):
     """One WeCom integration. Its connection mode picks, once, how it answers (``outbound``:
     app messages, AI-bot stream replies or long-connection frames) and, for the two callback
     modes, how its callbacks are read (``callbacks``)."""
+
+    connection_states = STATES
 
     settings: WeComIntegration
 

@@ -12,7 +12,7 @@ public core types (``gateway.envelope``, ``gateway.errors``, ``gateway.progress`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.call_budget import CallBudget
@@ -32,6 +32,9 @@ class Adapter:
 
     outbound: Outbound
     call_budget: CallBudget | None = None  # the app's platform budget (cards read its mode)
+    # The states its long connection reports in readiness() (as "connection" or "state"), each
+    # a 0/1 series of xgw_connection_state; a state it does not declare is counted as "other".
+    connection_states: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
         self.settings = settings

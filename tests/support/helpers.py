@@ -294,6 +294,7 @@ class DaemonProcess:
                         if resp.status == 200:
                             return
                 await asyncio.sleep(0.1)
+        await self.stop()  # not left running past the test that gave up on it
         raise RuntimeError(f"daemon did not become healthy: {self.log_path.read_text()[-2000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:

@@ -43,6 +43,12 @@ from gateway.progress import Progress
 
 log = structlog.get_logger("adapters.wecom")
 
+# What readiness() reports as "state" ("standby" while another process holds the bot's socket).
+STATES = (
+    "starting", "connecting", "connected", "reconnecting", "refused", "displaced", "standby",
+    "stopped",
+)  # fmt: skip
+
 BACKOFF_MAX_S = 30.0  # ws.ts: 1 s doubling, at most 30 s
 
 
