@@ -1,4 +1,5 @@
-"""The conversation id: which session a message belongs to (DESIGN.md §6), built in one place.
+"""The conversation id: which session a message belongs to (docs/architecture.md, "Sessions"), built
+in one place.
 
 Its text form ``<integrationId>|<p2p|group>:<chatId>[:u:<senderId> | :t:<thread>]`` names Redis
 keys and is carried by card buttons, so it never changes for the same scope. Each id in it is
@@ -38,8 +39,9 @@ class ConversationId:
 
     @classmethod
     def of(cls, integration: IntegrationBase, envelope: Envelope) -> ConversationId:
-        """The scope of DESIGN.md §6: the chat, the chat and its sender, or the chat's thread.
-        An external event's is its object's, whatever the scope: a pull request's events are one
+        """The scope (docs/architecture.md, "Sessions"): the chat, the chat and its sender, or the
+        chat's thread. An external event's is its object's, whatever the scope: a pull request's
+        events are one
         conversation, in order, with one card (gateway/triggers/external.py)."""
         return cls(*_parts(integration, envelope))
 

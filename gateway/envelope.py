@@ -1,4 +1,5 @@
-"""The Envelope: the one frozen shape every platform event is normalised into (DESIGN.md §3)."""
+"""The Envelope: the one frozen shape every platform event is normalised into
+(docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run events: what an expert reports while it works (DESIGN.md §7)."""
+"""Run events: what an expert reports while it works (docs/architecture.md, "Experts")."""
 
 from __future__ import annotations
 

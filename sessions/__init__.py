@@ -1,7 +1,7 @@
 """All gateway state in Redis: connection, key builder, dedup, bursts, bindings, leases, records.
 
 This package imports nothing else of ours: it stores envelopes and records as JSON it does not
-interpret (DESIGN.md §2).
+interpret (docs/architecture.md).
 """
 
 from sessions.connection import RedisClient, RedisHandle, connect_redis

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from redis.crc import key_slot
 
+from sessions.audit_keys import AuditKeys
 from sessions.key_ids import arg as _arg
 from sessions.key_ids import id_part
 from sessions.key_shards import MAX_SHARDS, shard_of, shard_tag
@@ -43,7 +44,7 @@ class _Conv:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyBuilder:
+class KeyBuilder(AuditKeys):
     """Builds keys as ``<prefix>:<part>:…``; a conversation's keys as
     ``<prefix>:{<shard tag>}:<conversation>:<part>``."""
 
@@ -269,54 +270,6 @@ class KeyBuilder:
         (``GET /v1.0/audit/events``) merges this stream with those.
         """
         return self._k("audit")
-
-    # --- the session audit trail (sessions/audit.py): one hash tag per integration -----------
-    # Every key of an integration's audit trail carries the integration's id as its hash tag, so
-    # the one script that stores a turn's record, indexes it and trims the oldest (audit_put.lua)
-    # and every read (audit_page.lua) address one slot, on a cluster as on a single server. The
-    # price: one integration's trail lives on one primary - one script call and a few KB per turn,
-    # bounded by audit.maxRecords and audit.retentionDays - while different integrations spread.
-    # Every key gets the retention as its TTL on each write; entries are trimmed on write.
-    def _audit(self, integration_id: str, *parts: str) -> str:
-        return self._k("audit", "{" + id_part(integration_id) + "}", *parts)
-
-    def audit_records(self, integration_id: str) -> str:
-        """The integration's audit records: record id -> JSON."""
-        return self._audit(integration_id, "records")
-
-    def audit_ends(self, integration_id: str) -> str:
-        """Every record id of the integration, scored by when its turn ended."""
-        return self._audit(integration_id, "ends")
-
-    def audit_chat(self, integration_id: str, chat_id: str) -> str:
-        """The record ids of one chat, scored by end."""
-        return self._audit(integration_id, "chat", id_part(chat_id))
-
-    def audit_session(self, integration_id: str, session_id: str) -> str:
-        """The record ids of one session, scored by end (its turns in order)."""
-        return self._audit(integration_id, "session", id_part(session_id))
-
-    def audit_outcome(self, integration_id: str, outcome: str) -> str:
-        """The record ids of one outcome (done, error, …), scored by end."""
-        return self._audit(integration_id, "outcome", id_part(outcome))
-
-    def audit_sessions(self, integration_id: str) -> str:
-        """The integration's sessions, scored by their last activity."""
-        return self._audit(integration_id, "sessions")
-
-    def audit_session_info(self, integration_id: str) -> str:
-        """Session id -> JSON summary (chat, expert, turns, outcomes, last activity)."""
-        return self._audit(integration_id, "session-info")
-
-    def audit_events(self, integration_id: str) -> str:
-        """The integration's event stream: one short row per turn that ran to its end, added by
-        the script that stores the turn's record (bounded by MAXLEN, and the retention as TTL)."""
-        return self._audit(integration_id, "events")
-
-    def audit_outbox(self, integration_id: str) -> str:
-        """What the archive has yet to commit (sessions/outbox.py): no TTL, bounded by
-        ``archive.outboxMaxLength``; an entry leaves once the database committed it."""
-        return self._audit(integration_id, "outbox")
 
     # --- platform budgets (sessions/platform_budget.py): one hash tag per app ----------------
     # An app's (``lark:cli_x``) call logs, pauses and month ledgers carry the app as hash tag, so

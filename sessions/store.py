@@ -8,7 +8,6 @@ lines: one class holding every call of the state machine, each a few lines.)
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast
@@ -17,6 +16,7 @@ from redis.exceptions import RedisError
 
 from sessions.autopipe import ScriptPipe
 from sessions.connection import RedisClient
+from sessions.due import peek_due
 from sessions.errors import StoreUnavailable as StoreUnavailable
 from sessions.keys import KeyBuilder
 from sessions.layout import ensure_layout
@@ -174,28 +174,7 @@ class SessionStore:
         One script call per shard - its soonest members (due_peek.lua) - through the
         auto-pipeline: one write on a single server, one per node (in parallel) on a cluster. A
         shard whose every member read is due may hold more: its next time is then now."""
-        read = sorted(range(self.keys.shards) if shards is None else set(shards))
-        per_shard = min(limit, max(4, -(-2 * limit // len(read)))) if read else 0
-        if not read:
-            return [], {}
-        peek, due_key = self._due_peek, self.keys.due
-        calls = [self.pipe.submit(peek, [due_key(shard)], [per_shard]) for shard in read]
-        rows: list[list[str]] = await asyncio.gather(*calls)
-        due: list[tuple[float, str]] = []
-        soonest: dict[int, int | None] = {}
-        for shard, flat in zip(read, rows, strict=True):
-            soonest[shard] = None
-            for i in range(0, len(flat), 2):
-                member, score = flat[i], float(flat[i + 1])
-                if score > now_ms:
-                    soonest[shard] = int(score)
-                    break
-                due.append((score, member))
-            else:
-                if len(flat) == 2 * per_shard:
-                    soonest[shard] = now_ms
-        due.sort()
-        return [member for _score, member in due[:limit]], soonest
+        return await peek_due(self.pipe, self._due_peek, self.keys, now_ms, limit, shards)
 
     async def claim(
         self,

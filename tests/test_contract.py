@@ -1,5 +1,6 @@
-"""The adapter contract (DESIGN.md §2): adapters import only ``gateway.edge.adapter``, the webhook
-skeleton and the public core types; every adapter package has the same module map; no module is
+"""The adapter contract (docs/architecture.md): adapters import only ``gateway.edge.adapter``, the
+webhook skeleton and the public core types; every adapter package has the same module map; no module
+is
 over 400 lines; intake raises one exception for every storage failure; a WeCom integration's
 mode picks its outbound strategy once."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +88,8 @@ def test_the_core_never_imports_an_adapter_or_a_platform_sdk() -> None:
 
 
 def test_sessions_import_nothing_of_ours() -> None:
-    """``sessions/`` stores what it is given (DESIGN.md §2); what the gateway wants to know of it
+    """``sessions/`` stores what it is given (docs/architecture.md); what the gateway wants to know
+    of it
     (the script pipe's latency for /metrics) it learns through hooks such as ``on_exchange``."""
     for path in sorted((ROOT / "sessions").rglob("*.py")):
         found = {n for n in imported(path) if n.split(".")[0] in ("gateway", "adapters")}
@@ -96,7 +99,7 @@ def test_sessions_import_nothing_of_ours() -> None:
 def test_no_module_is_over_400_lines() -> None:
     long = {
         str(p.relative_to(ROOT)): n
-        for folder in ("gateway", "adapters")
+        for folder in ("gateway", "adapters", "sessions")
         for p in (ROOT / folder).rglob("*.py")
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
     }
@@ -448,3 +451,88 @@ def test_only_the_cli_imports_a_module_of_ours_inside_a_function_or_for_type_hin
     deferred = {m: sorted(deep[m] - shallow[m]) for m in deep if deep[m] - shallow[m]}
     deferred.pop("gateway.runtime.cli", None)
     assert deferred == {}
+
+
+# Where the repository's own text may not point: notes that are not in it. A citation names a
+# page of docs/ or a public source (an SDK file, a server's source path, an official doc page).
+OUTSIDE = re.compile(
+    r"\bDESIGN\b|(?<![\w-])platforms\.md|(?<![\w-])limits\.md|pitfalls\.md|STYLE\.md|\bSTYLE:"
+    r"|\.\./shared|shared/reference|/work/shared|reference/xpertai\.md|§"
+)
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".lua", ".toml", ".js", ".html", ".css", ".json",
+                 ".sh", ".txt", ".ini", ".cfg", ".conf", ".service", ".j2"}  # fmt: skip
+TOP_FILES = ("README.md", "pyproject.toml", "Dockerfile", "docker-compose.yml", "dev.sh")
+TEXT_FOLDERS = ("gateway", "adapters", "sessions", "tests", "bench", "docs", "config", "deploy")
+
+
+def repo_text_files() -> list[Path]:
+    files = [ROOT / name for name in TOP_FILES if (ROOT / name).is_file()]
+    for folder in TEXT_FOLDERS:
+        files += [
+            p
+            for p in (ROOT / folder).rglob("*")
+            if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.name == "Dockerfile")
+        ]
+    return sorted(files)
+
+
+def test_nothing_cites_a_page_outside_the_repo() -> None:
+    """Code, tests, docs, README and config cite ``docs/`` or a public source; a reader of the
+    repository can follow every citation (issue 39)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()[:80]}"
+        for path in repo_text_files()
+        if path != Path(__file__).resolve()
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert found == []
+
+
+def test_the_outside_citation_rule_catches_each_form() -> None:
+    cited = [
+        "DESIGN.md §6", "(DESIGN: owned)", "(platforms.md §1.3)", "limits.md, secondary",
+        "pitfalls.md #4", "STYLE.md", "(STYLE: verify before parsing)",
+        "../shared/reference/limits.md", "/work/shared/x", "reference/xpertai.md",
+    ]  # fmt: skip
+    assert [c for c in cited if not OUTSIDE.search(c)] == []
+    fine = ["docs/platform-limits.md", "[platform-limits.md](platform-limits.md)", "STYLES = {}"]
+    assert [c for c in fine if OUTSIDE.search(c)] == []
+
+
+TEST_SUPPORT = ("tests.support", "tests.fakes")
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """Tests share code through ``tests/support`` and ``tests/fakes`` only: a test module that
+    imports another runs its fixtures and collection twice and ties the two together."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: relative import")
+                continue
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                else []
+            )  # fmt: skip
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+                for name in names
+                if (name == "tests" or name.startswith("tests."))
+                and not name.startswith(TEST_SUPPORT)
+            ]
+    assert found == []
+
+
+def test_one_way_starts_a_gateway_subprocess() -> None:
+    """Every ``python -m gateway`` a test starts goes through ``tests/support/spawn.py``."""
+    spawn = ROOT / "tests" / "support" / "spawn.py"
+    pattern = re.compile(r"""["']-m["'],\s*["']gateway["']""")
+    found = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path != spawn and pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []

@@ -1,4 +1,5 @@
-"""The web console: a local IM emulator that is an adapter like the others (DESIGN.md §5)."""
+"""The web console: a local IM emulator that is an adapter like the others
+(docs/architecture.md)."""
 
 from __future__ import annotations
 

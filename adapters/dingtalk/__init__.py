@@ -1,5 +1,5 @@
-"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies (§2);
-the attachment download sits with the adapter that owns its client."""
+"""DingTalk: an enterprise robot in stream or HTTP mode, AI cards or markdown replies
+(docs/dingtalk.md); the attachment download sits with the adapter that owns its client."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from yarl import URL
 import adapters.dingtalk.inbound as inbound
 import adapters.dingtalk.links as links
 from adapters.dingtalk.api import NO_PERMISSION, DingTalkApi, DingTalkApiError
-from adapters.dingtalk.connection import StreamConnection, StreamFrames
+from adapters.dingtalk.connection import STATES, StreamConnection, StreamFrames
 from adapters.dingtalk.inbound import DingTalkInbound, RobotAdapter
 from adapters.dingtalk.outbound import DingTalkOutbound
 from adapters.dingtalk.outbound.ai_card import CardOutbound
@@ -47,6 +47,7 @@ DENIED_KEY = "*"
 
 
 class DingTalkAdapter(RobotAdapter):
+    connection_states = STATES
     _email_denied_told: bool  # the missing contact permission was logged (once per replica)
 
     async def fetch_attachment(

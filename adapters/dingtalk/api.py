@@ -1,6 +1,6 @@
 """The DingTalk OpenAPI client (a ``PlatformApi``): access token (cached until shortly before
 expiry), robot and card calls, sessionWebhook posts; flow-control answers, 5xx and calls that
-got no answer back off and retry (§2.4-2.6).
+got no answer back off and retry (docs/dingtalk.md).
 
 Error answers of ``api.dingtalk.com`` are ``{"code", "message", "requestid"}`` with an HTTP 4xx
 (https://open.dingtalk.com/document/development/server-api-error-codes-1): an expired or
@@ -26,7 +26,7 @@ from gateway.errors import PlatformApiError
 
 log = structlog.get_logger("adapters.dingtalk")
 
-TOKEN_MARGIN_S = 300  # refresh 5 min early, like the SDK (§2.4)
+TOKEN_MARGIN_S = 300  # refresh 5 min early, like the SDK (docs/dingtalk.md)
 FLOW_CONTROL_CODES = ("QpsLimit", "QpmLimit")  # 403 Forbidden.AccessDenied.{QpsLimitFor…}
 ROBOT_THROTTLED = {"send.too.fast", "send.byToken.tooFast", "too.many.group", "too.many.people"}
 TOKEN_REFUSED = {"InvalidAuthentication"}  # 400 "不合法的access_token": fetch a new one

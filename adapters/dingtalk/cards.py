@@ -24,7 +24,7 @@ from gateway.progress import Progress
 MAX_PARAM_BYTES = 15_000  # one robot message (msgParam / webhook body), see above
 # Characters of one markdown message, its marker included: DingTalk's markdown stops rendering
 # past about 3,500 characters, and connectors split at 3,500-3,800 (secondary sources only:
-# /work/shared/reference/limits.md "content limits"; no DingTalk page gives a figure).
+# docs/dingtalk.md, "Limits"; no DingTalk page gives a figure).
 MAX_CHARS = 3_400
 CARD_VALUE_BYTES = 1_000  # one cardParamMap value ("最长不超过1KB"), with a little room
 STEP_ICONS = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
@@ -41,7 +41,7 @@ class Message:
     buttons: tuple[tuple[str, str], ...] = ()  # (label, url)
 
     def webhook_body(self) -> dict[str, Any]:
-        """The sessionWebhook payload (§2.5)."""
+        """The sessionWebhook payload (docs/dingtalk.md, "Token and sending")."""
         if not self.buttons:
             return {"msgtype": "markdown", "markdown": {"title": self.title, "text": self.text}}
         card: dict[str, Any] = {"title": self.title, "text": self.text}
@@ -59,7 +59,8 @@ class Message:
         return max(len(utf8_json(self.webhook_body())), len(self.openapi_param()[1].encode()))
 
     def openapi_param(self) -> tuple[str, str]:
-        """(msgKey, msgParam) for the robot OpenAPI sends (§2.5)."""
+        """(msgKey, msgParam) for the robot OpenAPI sends (docs/dingtalk.md, "Token and
+        sending")."""
         param: dict[str, str] = {"title": self.title, "text": self.text}
         if not self.buttons:
             key = "sampleMarkdown"
@@ -201,7 +202,7 @@ def steps_markdown(progress: Progress) -> str:
 
 def card_params(progress: Progress) -> dict[str, str]:
     """The AI card's template variables except ``content`` (which is streamed); every value is
-    a string (§2.6 cardParamMap)."""
+    a string (docs/dingtalk.md, "AI cards and their callbacks")."""
     buttons = {b.action_id for b in progress.buttons}
     return {
         "flowStatus": FLOW_STATUS.get(progress.status, "5"),
@@ -301,7 +302,7 @@ def first_part(text: str, title: str, parts: list[str] | None = None) -> str:
 
 
 def clicked_params(action_id: str) -> dict[str, str]:
-    """What a click changes on the card at once (the callback's answer, §2.6)."""
+    """What a click changes on the card at once (the callback's answer: docs/dingtalk.md)."""
     text = {
         "stop": "Stopping…",
         "new": "Conversation ended",

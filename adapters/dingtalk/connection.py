@@ -1,11 +1,12 @@
-"""Stream mode (platforms.md §2.1): the dingtalk-stream client's frame routing and acks, with
-our own connect loop. The SDK's ``start`` opens the connection with blocking ``requests`` on the
+"""Stream mode (docs/dingtalk.md, "Stream mode"): the dingtalk-stream client's frame routing and
+acks, with our own connect loop. The SDK's ``start`` opens the connection with blocking ``requests``
+on the
 event loop and sleeps a fixed 10 s after a failure; here the open call is async, points at
 ``apiBase``, reconnects with backoff and a fresh ticket, and reports its state to ``/readyz``.
 
 A frame is acked only after its handler returned, and the handlers (:class:`StreamFrames`: the
 integration's ``DingTalkInbound``, the same the HTTP webhook runs) return only after intake
-stored the event (DESIGN.md §8.1).
+stored the event (docs/architecture.md, invariant 1).
 
 One process of all (workers and replicas) holds the robot's stream: the one holding its owner
 lease (``gateway.edge.leases``); the others stand by (ready: their replies go out over
@@ -43,6 +44,9 @@ from gateway.errors import Refused
 
 log = structlog.get_logger("adapters.dingtalk")
 
+# What readiness() reports as "state" (the socket's, "standby" while another process holds it).
+STATES = ("idle", "connecting", "connected", "reconnecting", "standby", "closed")
+
 ROBOT_TOPIC = "/v1.0/im/bot/messages/get"
 CARD_TOPIC = "/v1.0/card/instances/callback"
 DRAIN_S = 5.0  # on a disconnect frame, in-flight frames get this long to be stored and acked
@@ -60,7 +64,7 @@ class _Handler(CallbackHandler):  # type: ignore[misc]
 
 
 class StreamFrames:
-    """Stream frames, which DingTalk never pushes again (platforms.md §2.1): read and answered
+    """Stream frames, which DingTalk never pushes again (docs/dingtalk.md): read and answered
     by the integration's Inbound (``Inbound.take``); while Redis is unreachable they wait in the
     local spool (``ingest_or_spool``); a frame that cannot be taken at all is acked with an
     error."""
@@ -102,7 +106,8 @@ class StreamFrames:
         return 200, taken.answer
 
     async def card_callback(self, data: dict[str, Any], stream_id: str | None) -> tuple[int, Any]:
-        """A card button (§2.6): the card it was on first (an unknown card is acked as is)."""
+        """A card button (docs/dingtalk.md): the card it was on first (an unknown card is acked as
+        is)."""
         click = await self.inbound.card(data, stream_id)
         if click is None:
             return 200, {}
@@ -180,7 +185,8 @@ class StreamConnection(DingTalkStreamClient):  # type: ignore[misc]
         }
 
     async def open(self) -> dict[str, Any]:
-        """``POST /v1.0/gateway/connections/open`` -> endpoint + single-use ticket (§2.1)."""
+        """``POST /v1.0/gateway/connections/open`` -> endpoint + single-use ticket ("Stream
+        mode")."""
         topics = [{"type": "CALLBACK", "topic": t} for t in self.callback_handler_map]
         body = {
             "clientId": self.credential.client_id,
@@ -227,7 +233,7 @@ class StreamConnection(DingTalkStreamClient):  # type: ignore[misc]
                     error=self.last_error,
                 )
             self.state = "reconnecting"
-            if clean:  # a disconnect frame: reconnect at once with a fresh ticket (§2.1.5)
+            if clean:  # disconnect frame: reconnect at once, fresh ticket (docs/dingtalk.md)
                 continue
             await asyncio.sleep(delay * (0.75 + random.random() / 2))
             delay = min(delay * 2, self.max_backoff_s)

@@ -1,7 +1,7 @@
 """HTTP-mode signature checks and the signed, expiring tokens carried by button links.
 
 Both use the app secret as the HMAC key and compare in constant time; clocks are injected so
-tests can move time (STYLE.md "Edges").
+tests can move time (docs/architecture.md, "The edge").
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ class BadSignature(GatewayError, ValueError):
 
 
 def robot_sign(secret: str, timestamp: str) -> str:
-    """``base64(HMAC-SHA256(key=appSecret, msg=f"{timestamp}\\n{appSecret}"))`` (§2.3)."""
+    """``base64(HMAC-SHA256(key=appSecret, msg=f"{timestamp}\\n{appSecret}"))`` (docs/dingtalk.md,
+    "HTTP mode")."""
     digest = hmac.new(secret.encode(), f"{timestamp}\n{secret}".encode(), hashlib.sha256).digest()
     return base64.b64encode(digest).decode()
 
@@ -36,8 +37,9 @@ def verify_robot_sign(
     now_ms: int,
     window_ms: int = SIGN_WINDOW_MS,
 ) -> None:
-    """An HTTP-mode request's headers (§2.3). The sign covers the timestamp and nothing else: it
-    proves that DingTalk made a request at that time, not that this body is the one it sent."""
+    """An HTTP-mode request's headers (docs/dingtalk.md, "HTTP mode"). The sign covers the timestamp
+    and nothing else: it proves that DingTalk made a request at that time, not that this body is the
+    one it sent."""
     if not timestamp or not sign:
         raise BadSignature("missing timestamp or sign header")
     if not timestamp.isascii() or not timestamp.isdigit() or not sign.isascii():

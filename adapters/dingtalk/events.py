@@ -1,5 +1,6 @@
 """DingTalk payloads -> Envelopes: robot messages (stream CALLBACK data or the HTTP-mode body,
-platforms.md §2.2) validated into typed models first, card callbacks (§2.6) and link clicks.
+docs/dingtalk.md, "Robot messages") validated into typed models first, card callbacks and link
+clicks.
 
 A payload of the wrong shape (``"atUsers": 5``, ``"sessionWebhookExpiredTime": "soon"``) fails
 validation here, at intake, as a ``ValueError``: refused with a 400 (or a 400 ack), never stored to
@@ -60,7 +61,7 @@ class MediaContent(_Part):
 
 
 class RobotMessage(_Part):
-    """The fields of a robot message the gateway reads (platforms.md §2.2)."""
+    """The fields of a robot message the gateway reads (docs/dingtalk.md, "Robot messages")."""
 
     msgId: str | None = None
     msgtype: str = "text"
@@ -86,8 +87,9 @@ class RobotMessage(_Part):
 
 
 def _bot_mentioned(m: RobotMessage, group: bool) -> bool:
-    """§2.2 and xpertai.md: isInAtList, else chatbotUserId among atUsers; in a group DingTalk
-    only delivers messages that @ the robot, so an unknown bot id with any mention counts."""
+    """docs/dingtalk.md, "Robot messages": isInAtList, else chatbotUserId among atUsers; in a group
+    DingTalk only delivers messages that @ the robot, so an unknown bot id with any mention
+    counts."""
     if not group or m.isInAtList is True:
         return True
     at_ids = {u.dingtalkId or "" for u in m.atUsers or ()}
@@ -204,8 +206,8 @@ def action_envelope(
 
 
 def card_callback_params(data: dict[str, Any]) -> dict[str, Any]:
-    """The button's params from a card callback: ``content`` is a JSON string (§2.6); {} when
-    there are none or they do not parse."""
+    """The button's params from a card callback: ``content`` is a JSON string (docs/dingtalk.md); {}
+    when there are none or they do not parse."""
     content = data.get("content")
     if isinstance(content, str):
         try:

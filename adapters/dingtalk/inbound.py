@@ -1,7 +1,7 @@
 """DingTalk's way in: :class:`DingTalkInbound` (the integration's ``gateway.edge.inbound.Inbound``)
 reads robot messages and card callbacks into Envelopes and answers them, for the HTTP-mode robot
-webhook (:class:`RobotWebhook`, platforms.md §2.3) and the stream's frames alike
-(``connection.StreamFrames``, §2.1, §2.6). Every path acks only after intake returned: the event
+webhook (:class:`RobotWebhook`, docs/dingtalk.md, "HTTP mode") and the stream's frames alike
+(``connection.StreamFrames``, "Stream mode"). Every path acks only after intake returned: the event
 is durable. The signed button links of markdown messages are ``links.py``'s."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class DingTalkInbound(Inbound[Message | CardClick, Answer]):
             raise Refused(400, f"bad body ({type(exc).__name__})", public="bad body") from None
 
     def _click(self, payload: CardClick) -> Envelope:
-        """A card button (§2.6): its params carry action, conversation and turnId."""
+        """A card button (docs/dingtalk.md): its params carry action, conversation and turnId."""
         data, where = payload.data, payload.where
         params = card_callback_params(data)
         track = str(data.get("outTrackId") or "")
@@ -133,7 +133,7 @@ class RobotAdapter(Adapter):
 # --- HTTP mode: POST /api/dingtalk/webhook/{integrationId} -------------------------------------
 class RobotWebhook(EventWebhook[RobotAdapter, Message | CardClick, Answer]):
     """The sign covers the ``timestamp`` header only, so it is checked before the body is read
-    (§2.3), within ``signWindowSeconds``.
+    (docs/dingtalk.md, "HTTP mode"), within ``signWindowSeconds``.
 
     Because the body is not signed, whoever saw one request's (timestamp, sign) can send any body
     with it while the window lasts. A pair is still not single-use: DingTalk's doc

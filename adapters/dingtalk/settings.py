@@ -1,4 +1,4 @@
-"""DingTalk integration options (platforms.md §2): the robot's app credentials, how events
+"""DingTalk integration options (docs/dingtalk.md): the robot's app credentials, how events
 arrive (stream or HTTP), and the optional AI-card template."""
 
 from __future__ import annotations

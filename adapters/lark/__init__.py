@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 
 from adapters.lark.api import LarkApi, LarkApiError
-from adapters.lark.connection import LongConnection
+from adapters.lark.connection import STATES, LongConnection
 from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.outbound.actions import LarkChatActions
@@ -28,6 +28,8 @@ NO_EMAIL_TTL_MS = 3_600_000  # none (or no permission): asked again after an hou
 
 
 class LarkAdapter(LarkBot):
+    connection_states = STATES
+
     async def fetch_attachment(
         self, envelope: Envelope, attachment: Attachment, *, max_bytes: int
     ) -> FetchedFile | None:

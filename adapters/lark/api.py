@@ -1,4 +1,4 @@
-"""A small asyncio client for the Lark OpenAPI calls the gateway makes (platforms.md §1.7-1.9).
+"""A small asyncio client for the Lark OpenAPI calls the gateway makes (docs/lark.md).
 
 A :class:`~gateway.edge.platform_api.PlatformApi`: one pooled aiohttp session per integration
 and a tenant token cached until 10 minutes before it expires, fetched under a lock.

@@ -1,4 +1,5 @@
-"""Progress -> Lark card JSON 2.0 (platforms.md §1.9) and callback toasts (§1.10).
+"""Progress -> Lark card JSON 2.0 (docs/lark.md, "Cards and CardKit") and callback toasts ("Card
+callbacks").
 
 Card JSON 2.0 rejects unknown attributes, so only documented fields are used. Element ids are
 letters, digits and underscores, at most 20 characters. A card and a post are limited to 30 KB,
@@ -18,7 +19,7 @@ ANSWER_ELEMENT = "answer"
 # Bytes of answer kept in one card: the 30 KB limit also has to hold the escaped JSON around it.
 CARD_ANSWER_BYTES = 20_000
 TEXT_PART_BYTES = 60_000  # text messages may be 150 KB; stay well below
-# A markdown component holds at most four Markdown tables (富文本.md l.351-353, limits.md): the
+# A markdown component holds at most four Markdown tables (docs/lark.md, "Limits"): the
 # card's share stops before a fifth; text messages render no tables, so theirs are not counted.
 CARD_ROOM = Room(CARD_ANSWER_BYTES, tables=4)
 TEXT_ROOM = Room(TEXT_PART_BYTES)

@@ -1,4 +1,5 @@
-"""The long connection (platforms.md §1.6): lark-oapi's WebSocket client in its own thread.
+"""The long connection (docs/lark.md, "Long connection"): lark-oapi's WebSocket client in its own
+thread.
 
 The SDK runs on a module-level event loop and calls the event handler synchronously inside it.
 So each connection gets a thread with its own loop (the SDK's ``loop`` global is pointed at
@@ -21,7 +22,7 @@ import concurrent.futures
 import threading
 import time
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import structlog
 
@@ -37,6 +38,7 @@ from gateway.errors import Refused
 log = structlog.get_logger("adapters.lark")
 
 State = Literal["connecting", "connected", "retrying", "failed", "standby", "stopped"]
+STATES: tuple[str, ...] = get_args(State)  # what readiness() reports as "connection"
 HANDLER_TIMEOUT_S = 2.5  # Lark wants an answer within 3 s
 
 

@@ -1,5 +1,6 @@
-"""Lark event crypto (platforms.md §1.3): AES-256-CBC with key SHA256(encryptKey), the IV in
-front of the ciphertext, PKCS#7; and the request signature over timestamp + nonce + key + body."""
+"""Lark event crypto (docs/lark.md, "Signature and encryption"): AES-256-CBC with key
+SHA256(encryptKey), the IV in front of the ciphertext, PKCS#7; and the request signature over
+timestamp + nonce + key + body."""
 
 from __future__ import annotations
 

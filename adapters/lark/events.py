@@ -1,8 +1,8 @@
 """Lark event payloads (schema 2.0, already verified and decrypted) -> Envelopes.
 
-``im.message.receive_v1`` (platforms.md §1.5) becomes a message Envelope: text and rich text
-flattened to markdown-ish text, attachments by key, mentions resolved against the bot's own
-open_id. ``card.action.trigger`` (§1.10) becomes an action Envelope.
+``im.message.receive_v1`` (docs/lark.md, "Message events") becomes a message Envelope: text and rich
+text flattened to markdown-ish text, attachments by key, mentions resolved against the bot's own
+open_id. ``card.action.trigger`` ("Card callbacks") becomes an action Envelope.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ class _Mentions:
 
 
 def _post_paragraphs(content: dict[str, Any]) -> tuple[str, list[list[Any]]]:
-    """A received post may come with or without the locale wrapper (platforms.md §1.5)."""
+    """A received post may come with or without the locale wrapper (docs/lark.md, "Message
+    events")."""
     if "content" not in content:
         for value in content.values():
             if isinstance(value, dict) and "content" in value:
@@ -185,7 +186,8 @@ def message_envelope(
 
     Lark re-pushes an unacknowledged event with the same ``event_id`` and ``message_id``; the
     message id also catches one message delivered through two paths (webhook and long
-    connection during a switch-over), so it is the stronger dedup key (platforms.md §1.4).
+    connection during a switch-over), so it is the stronger dedup key (docs/lark.md, "Retries and
+    dedup").
     """
     event = _dict(payload.get("event"), "event")
     message = _dict(event.get("message"), "event.message")

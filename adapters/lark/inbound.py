@@ -1,10 +1,10 @@
 """The Lark adapter's hooks into the core's webhook skeleton (``gateway.edge.webhook``), for
 ``POST /api/lark/webhook/{integrationId}``, and the same event handling for the long connection.
 
-Order (STYLE: verify before parsing): the timestamp window (a signed request must carry its
+Order (docs/architecture.md, "The edge"): the timestamp window (a signed request must carry its
 timestamp), the signature over the raw body, then the body is parsed (bounded) and decrypted,
 then the verification token; the event then becomes an Envelope, is made durable through
-intake, and only then answered 200 (platforms.md §1.2-1.4). :class:`LarkInbound` is the
+intake, and only then answered 200 (docs/lark.md). :class:`LarkInbound` is the
 integration's ``gateway.edge.inbound.Inbound``: the long connection (``connection.py``) runs
 its ``envelope`` and ``answer`` for each payload too (``Inbound.take``), without ``verify``: that
 socket is opened with the app's credentials and its frames are not signed (lark-oapi's ws client

@@ -1,4 +1,4 @@
-"""Lark / Feishu integration options (platforms.md §1; the XpertAI Lark plugin's option names)."""
+"""Lark / Feishu integration options (docs/lark.md; the XpertAI Lark plugin's option names)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """WeCom (企业微信): a self-built app (encrypted XML callbacks, template cards) or an AI bot
-(encrypted JSON callbacks with stream replies, or the long connection). platforms.md §3."""
+(encrypted JSON callbacks with stream replies, or the long connection). docs/wecom.md."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import aiohttp
 import structlog
 
 from adapters.wecom.api import WeComApi, WeComApiError
-from adapters.wecom.connection import AibotConnection
+from adapters.wecom.connection import STATES, AibotConnection
 from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import (
     AibotCallbacks,
@@ -46,6 +46,8 @@ class WeComAdapter(CallbackAdapter):
     """One WeCom integration. Its connection mode picks, once, how it answers (``outbound``:
     app messages, AI-bot stream replies or long-connection frames) and, for the two callback
     modes, how its callbacks are read (``callbacks``)."""
+
+    connection_states = STATES
 
     settings: WeComIntegration
 
@@ -140,7 +142,8 @@ class WeComAdapter(CallbackAdapter):
 
     def posts_unprompted(self, chat_type: str) -> bool:
         """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the
-        aibot callback mode only answers what WeCom polls for, so it cannot (platforms.md §3)."""
+        aibot callback mode only answers what WeCom polls for, so it cannot (docs/wecom.md, "AI
+        bot")."""
         mode = self.settings.connection_mode
         return mode == "aibot_ws" or (mode == "app" and chat_type == "p2p")
 

@@ -1,8 +1,8 @@
-"""The WeCom server API a self-built app uses (platforms.md §3.3): a cached access token,
+"""The WeCom server API a self-built app uses (docs/wecom.md): a cached access token,
 message/send and update_template_card, with the platform's error codes handled; and the AI
 bot's encrypted attachment links.
 
-wechatpy's client is synchronous and hardcodes the gettoken URL (§3.7), so this is a small
+wechatpy's client is synchronous and hardcodes the gettoken URL (docs/wecom.md), so this is a small
 aiohttp client (a ``PlatformApi``) against ``apiBase``. Every HTTP exchange is reported to
 ``observe`` under the API's short name (``/metrics``). (Over 300 lines: the app's API client
 and the AI bot's download links share the rule that no redirect leaves the origins allowed.)

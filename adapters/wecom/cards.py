@@ -1,4 +1,4 @@
-"""Progress -> WeCom JSON: the app's ``button_interaction`` template card (platforms.md §3.3)
+"""Progress -> WeCom JSON: the app's ``button_interaction`` template card (docs/wecom.md)
 and the markdown an AI-bot stream shows (steps above the answer)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from gateway.progress import Progress
 STYLES = {"primary": 1, "default": 2, "danger": 3}
 MARKS = {"running": "⏳", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
 APP_MARKDOWN_BYTES = 2048  # message/send markdown content limit
-STREAM_BYTES = 20_480  # AI-bot stream content limit (§3.5)
+STREAM_BYTES = 20_480  # AI-bot stream content limit (docs/wecom.md, "Limits")
 WELCOME = "Hi! Send me a message to get started. Commands: /new, /stop, /help."
 CLICKED = {
     "stop": "Stop requested",
@@ -101,7 +101,7 @@ def clicked_card(action: Action, user: str) -> dict[str, Any]:
 
 def final_text(progress: Progress) -> str:
     """What is sent as markdown after the final card update. WeCom markdown shows no images
-    (limits.md, WeCom "images"): an image in the answer is a plain link there."""
+    (docs/wecom.md, "Limits"): an image in the answer is a plain link there."""
     answer = shown(progress.answer).strip()
     parts = [answer] if answer else []
     if progress.status == "error" and progress.error:

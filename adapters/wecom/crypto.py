@@ -1,4 +1,4 @@
-"""WeCom callback crypto (platforms.md §3.1) on top of wechatpy's cipher.
+"""WeCom callback crypto (docs/wecom.md, "Callback crypto") on top of wechatpy's cipher.
 
 Signatures are compared in constant time here (wechatpy uses ``!=``) and the plaintext is
 unpadded strictly with a **32-byte** PKCS#7 block: a stock 16-byte unpadder rejects pads of

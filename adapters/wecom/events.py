@@ -1,5 +1,6 @@
-"""Decrypted WeCom payloads -> Envelopes: app callback XML (platforms.md §3.2, wechatpy's parser
-plus the fields it lacks, e.g. ``template_card_event``) and AI-bot JSON (§3.5), each validated
+"""Decrypted WeCom payloads -> Envelopes: app callback XML (docs/wecom.md, "App callbacks";
+wechatpy's parser
+plus the fields it lacks, e.g. ``template_card_event``) and AI-bot JSON ("AI bot"), each validated
 into a typed model first: a payload of the wrong shape (``"from": "u"``, XML nested inside
 ``<Content>``) is a :class:`BadPayload` (400), never a message stored to fail later."""
 
@@ -181,8 +182,9 @@ def _app_click(integration_id: str, d: AppMessage, raw: dict[str, Any]) -> Envel
     if value is None:
         return None
     user, task = d.FromUserName, d.TaskId or ""
-    # Events carry no MsgId: WeCom's advice is FromUserName + CreateTime (platforms.md §3.2). A
-    # retry repeats the whole event, so the card and button join them: two buttons clicked in
+    # Events carry no MsgId: WeCom's advice is FromUserName + CreateTime (docs/wecom.md, "App
+    # callbacks"). A retry repeats the whole event, so the card and button join them: two buttons
+    # clicked in
     # the same second are two clicks, a retried delivery is one.
     event_id = f"{user}:{d.CreateTime}:{task}:{d.EventKey or ''}"
     return Envelope(
@@ -233,7 +235,7 @@ def aibot_envelope(
         chat=chat,
         sender=Sender(id=sender),
         text=text.strip(),
-        # WeCom only delivers group messages that @-mention the AI bot (xpertai.md §1.4).
+        # WeCom only delivers group messages that @-mention the AI bot (docs/wecom.md, "AI bot").
         bot_mentioned=True,
         attachments=tuple(attachments),
         reply_to=ReplyTo(message_id=m.msgid, **extra),

@@ -8,7 +8,7 @@ What a callback holds depends on the connection mode, chosen once per integratio
 for an app (:class:`AppCallbacks`), encrypted JSON with stream replies for an AI bot
 (:class:`AibotCallbacks`), each a ``gateway.edge.inbound.Inbound``; an AI bot's long connection
 reads its frames with the same ``envelope`` (:class:`AibotInbound`). WeCom is answered only once
-intake returned (5 s rule, §3.2).
+intake returned (5 s rule, docs/wecom.md).
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ class Callbacks(Inbound[Callback, Reply]):
 
 
 class AppCallbacks(Callbacks):
-    """A self-built app: ``<xml><Encrypt>…</Encrypt></xml>`` holding callback XML (§3.2)."""
+    """A self-built app: ``<xml><Encrypt>…</Encrypt></xml>`` holding callback XML
+    (docs/wecom.md)."""
 
     def __init__(self, *, opener: Opener, outbound: AppOutbound, integration_id: str) -> None:
         self.opener = opener
@@ -172,7 +173,7 @@ class AibotInbound(Inbound[Callback, R]):
 
 class AibotCallbacks(AibotInbound[Reply], Callbacks):
     """An AI bot's callbacks: ``{"encrypt": …}`` holding a JSON message, answered with an
-    encrypted stream reply that WeCom then polls (§3.5)."""
+    encrypted stream reply that WeCom then polls (docs/wecom.md, "AI bot")."""
 
     def __init__(self, *, opener: Opener, stream: StreamOutbound, integration_id: str) -> None:
         self.opener = opener

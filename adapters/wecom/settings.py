@@ -1,5 +1,5 @@
 """WeCom (企业微信) integration options: a self-built app (XML callbacks, template cards) or an
-AI bot (智能机器人) over JSON callbacks or the long connection (platforms.md §3)."""
+AI bot (智能机器人) over JSON callbacks or the long connection (docs/wecom.md)."""
 
 from __future__ import annotations
 

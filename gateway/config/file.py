@@ -1,6 +1,6 @@
 """Reading a config file: YAML parsed with errors that name the file and line, ``${VAR}`` and
 ``${VAR:-default}`` substituted from the environment, the model validated, and every problem
-reported as one ``key.path: reason`` line (DESIGN.md §4)."""
+reported as one ``key.path: reason`` line (docs/architecture.md, "Configuration")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The base of every settings model: camelCase keys, unknown keys refused, frozen (DESIGN.md §4),
-with the id pattern and the URL check several models share. It imports nothing of ours, so that
+"""The base of every settings model: camelCase keys, unknown keys refused, frozen
+(docs/architecture.md, "Configuration"), with the id pattern and the URL check several models share.
+It imports nothing of ours, so that
 every part of the settings can live in a module of its own."""
 
 from __future__ import annotations

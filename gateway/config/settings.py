@@ -1,7 +1,7 @@
 """The settings model: every section of the file, the checks across sections (ids unique, every
 id naming something), and :func:`build_settings_model`, which takes the integration models of
 the installed adapters and the expert models of the installed expert kinds (entry points), so
-the core never names a platform's or a backend's fields (DESIGN.md §4)."""
+the core never names a platform's or a backend's fields (docs/architecture.md, "Configuration")."""
 
 from __future__ import annotations
 

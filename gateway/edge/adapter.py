@@ -6,13 +6,13 @@ Adapters import only ``gateway.edge`` (this package: the contract, the stores an
 them, the webhook skeleton and bounded parsing, leases, downloads, the platform API base) and the
 public core types (``gateway.envelope``, ``gateway.errors``, ``gateway.progress``,
 ``gateway.config.settings``, ``gateway.conversation``), never ``sessions`` or
-``gateway.intake``; the core never imports an adapter (DESIGN.md §2).
+``gateway.intake``; the core never imports an adapter (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.call_budget import CallBudget
@@ -39,6 +39,9 @@ class Adapter:
 
     outbound: Outbound
     call_budget: CallBudget | None = None  # the app's platform budget (cards read its mode)
+    # The states its long connection reports in readiness() (as "connection" or "state"), each
+    # a 0/1 series of xgw_connection_state; a state it does not declare is counted as "other".
+    connection_states: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
         self.settings = settings
@@ -61,7 +64,7 @@ class Adapter:
         """Open long connections, fetch the bot's own identity."""
 
     async def stop(self) -> None:
-        """Close long connections (DESIGN: connections are owned and closed explicitly)."""
+        """Close long connections (each owned, so closed explicitly: docs/architecture.md)."""
 
     def readiness(self) -> dict[str, Any]:
         """Connection state for ``/readyz``; ``ready`` False makes the replica unready."""

@@ -1,7 +1,8 @@
 """The one webhook skeleton every platform's HTTP intake runs through, with per-platform hooks.
 
-Order, and why (DESIGN.md §1, §8.6; aiogram's ``BaseRequestHandler`` resolves the bot before it
-feeds the update, Slack Bolt verifies the request before any listener sees it):
+Order, and why (docs/architecture.md: "The path of one message", invariant 6; aiogram's
+``BaseRequestHandler`` resolves the bot before it feeds the update, Slack Bolt verifies the request
+before any listener sees it):
 (1) the integration named in the path, else 404; (2) the platform's checks of what comes before
 the body (headers, query), so a request signed in its headers is refused before its body is
 read; (3) the body, read within ``server.maxBodyBytes`` (413) and decoded by aiohttp (a

@@ -1,4 +1,4 @@
-"""The expert interface every backend implements (DESIGN.md §7)."""
+"""The expert interface every backend implements (docs/architecture.md, "Experts")."""
 
 from __future__ import annotations
 

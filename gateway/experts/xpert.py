@@ -1,4 +1,4 @@
-"""XpertAI agents through the Agent-Protocol API (reference/xpertai.md §6): one thread per
+"""XpertAI agents through the Agent-Protocol API (docs/xpertai.md): one thread per
 session, each turn a ``runs/stream`` SSE whose frames ``xpert_stream`` turns into run events.
 
 What the real server needs, read in its source (xpert-ai/xpert @5135ce25, ``packages/server-ai``):

@@ -1,4 +1,4 @@
-"""Intake: the entry point every adapter hands its Envelopes to (DESIGN.md §1), and the ONE
+"""Intake: the entry point every adapter hands its Envelopes to (docs/architecture.md), and the ONE
 order of the handlers of its chain (``gateway.intake.router``).
 
 Order, and why: (1) drop what is not for us (bots, unmentioned group chatter) without touching

@@ -23,21 +23,6 @@ from sessions.backlog import DueBacklog, due_backlog
 
 log = structlog.get_logger("gateway.ops.metrics")
 
-# The states the adapters' long connections report in readiness() ("connection" for Lark,
-# "state" for DingTalk stream and WeCom aibot_ws); each gets a 0/1 series.
-CONNECTION_STATES = (
-    "connected",
-    "connecting",
-    "reconnecting",
-    "standby",
-    "starting",
-    "idle",
-    "failed",
-    "refused",
-    "displaced",
-    "stopped",
-    "closed",
-)
 BACKLOG_CACHE_S = 1.0
 BACKLOG_TIMEOUT_S = 1.0
 
@@ -155,8 +140,9 @@ class GatewayCollector(Collector):
             current = info.get("connection", info.get("state"))
             if not isinstance(current, str):
                 continue  # no long connection (webhooks, the console)
-            current = current if current in CONNECTION_STATES else "other"
-            for state in (*CONNECTION_STATES, "other"):
+            declared = adapter.connection_states  # each adapter names its own (Adapter)
+            current = current if current in declared else "other"
+            for state in (*declared, "other"):
                 if state != "other" or current == "other":
                     states.add_metric([integ_id, platform, state], 1.0 if state == current else 0.0)
         yield ready

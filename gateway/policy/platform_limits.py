@@ -1,5 +1,5 @@
 """``platformLimits``: what a platform lets one app call, per API and per month, with each
-platform's published figures as defaults (``../shared/reference/limits.md``) and every figure
+platform's published figures as defaults (``docs/platform-limits.md``) and every figure
 overridable per integration, since tenants and editions differ. The budget that enforces them,
 shared by every replica, is ``gateway.edge.call_budget``."""
 
@@ -84,7 +84,7 @@ class PlatformLimits(ApiLimits):
         return own.windows() if own is not None else self.windows()
 
 
-# The platforms' published figures (../shared/reference/limits.md, with its doc sources).
+# The platforms' published figures (docs/<platform>.md, "Limits", with the doc sources).
 _DEFAULTS = {
     # Lark: 50/s and 1,000/min per API per app; 5 sends/s to one chat (频控策略.md l.55-82,
     # 发送消息.md l.21). CardKit's page says updates while streaming_mode is on "不会触发接口的

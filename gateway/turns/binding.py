@@ -1,5 +1,6 @@
 """Binding a turn to its session: route -> open a new session or continue the bound one ->
-the session's typed config snapshot (DESIGN.md §6: a config change applies to new sessions)."""
+the session's typed config snapshot (docs/architecture.md, "Sessions": a config change applies to
+new sessions)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,8 @@ class Driver:
                     and event.thread_id
                     and (event.thread_id != turn.expert_thread_id)
                 ):
-                    # The backend's conversation lives as long as the session (DESIGN.md §6).
+                    # The backend's conversation lives as long as the session (docs/architecture.md,
+                    # "Sessions").
                     await self.store.set_binding_fields(
                         conversation, turn.session_id, threadId=event.thread_id
                     )

@@ -1,5 +1,5 @@
 """The throttled render loop: one serial writer per card, at most every ``updateIntervalMs``,
-and the final state always delivered (pitfalls.md #4, #6).
+and the final state always delivered (docs/architecture.md, invariant 7).
 
 No task waits per card: a pushed state arms one timer for when the card may next be updated,
 which starts the update; a turn that ends before then costs no task at all."""

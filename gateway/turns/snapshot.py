@@ -1,7 +1,8 @@
 """A session's config snapshot, read through typed models.
 
-A new session locks in its expert and integration options (DESIGN.md §6); the snapshot is stored
-content-addressed as JSON (:func:`snapshot_of`) and read back here, so the runner never spells a
+A new session locks in its expert and integration options (docs/architecture.md, "Sessions"); the
+snapshot is stored content-addressed as JSON (:func:`snapshot_of`) and read back here, so the runner
+never spells a
 camelCase key."""
 
 from __future__ import annotations

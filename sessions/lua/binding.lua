@@ -1,5 +1,5 @@
 -- Continue the conversation's session, or open a new one when there is none, it was ended, or it
--- was idle longer than sessionTimeoutSeconds (DESIGN.md §6).
+-- was idle longer than sessionTimeoutSeconds (docs/architecture.md, "Sessions").
 -- KEYS: 1 binding, 2 the conversation's in-flight turn (gets the session id, if it exists)
 -- ARGV: 1 now ms, 2 idle timeout ms, 3 new session id, 4 xpert id, 5 snapshot hash,
 --       6 ttl ms, 7 count this turn (1/0), 8 the turn id the turn's card buttons carry (the

@@ -1,5 +1,5 @@
 -- Claim a due conversation: take the lease and either resume its in-flight turn or turn the due
--- part of its burst into a new turn (DESIGN.md §8.3, §8.5).
+-- part of its burst into a new turn (docs/architecture.md, invariants 3 and 5).
 -- A new turn of plain messages also continues the conversation's session when it has one that
 -- is not idle past its timeout (what binding.lua does then), so the turn needs no second call;
 -- a new session, a click, a trigger or a resumed turn is bound by binding.lua as before.

@@ -1,4 +1,4 @@
--- Intake: dedup + append to the conversation's burst + schedule it, atomically (DESIGN.md §1, §8.1-2).
+-- Intake: dedup + append to the conversation's burst + schedule it, atomically (docs/architecture.md, invariants 1-2).
 -- KEYS: 1 dedup, 2 burst, 3 burstmeta, 4 due index, 5 turn
 -- ARGV: 1 envelope json, 2 now ms, 3 window ms, 4 max window ms, 5 dedup ttl ms,
 --       6 burst ttl ms, 7 conversation (due member), 8 mode: collect | reject | urgent,

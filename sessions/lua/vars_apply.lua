@@ -1,4 +1,4 @@
--- Apply variable writes with their reducers, atomically (DESIGN.md §6).
+-- Apply variable writes with their reducers, atomically (docs/architecture.md, "Sessions").
 -- KEYS: 1 session variables hash   ARGV: 1 ttl ms, then triples: name, reducer, json value
 -- Values are stored as JSON under "var.<name>". replace: overwrite; append: add to a list (a
 -- list value adds each item); merge: shallow-merge an object into the stored object.

@@ -22,29 +22,13 @@ from gateway.archive.migrations import migrate
 from gateway.archive.schema import memory_changes, sessions, turns
 from gateway.archive.writer import batch_of, write
 from gateway.config.archive import ArchiveSettings
-from sessions import KeyBuilder, OutboxEntry
+from sessions import KeyBuilder
+from tests.support.archive import archive_config, outbox_entry, rows, turn_record
 from tests.support.cli import quickstart
-from tests.support.configs import base_config
 from tests.support.helpers import DaemonProcess, Gateways
 from tests.support.metrics import scrape
 from tests.support.postgres import TcpProxy, server_url, with_database
 from tests.support.waits import eventually
-
-
-def archive_config(prefix: str, url: str, **archive: Any) -> dict[str, Any]:
-    config = base_config(prefix)
-    config["archive"] = {"url": url, "leaseSeconds": 1, **archive}
-    return config
-
-
-async def rows(url: str, table: Any) -> list[dict[str, Any]]:
-    db = ArchiveDatabase.open(ArchiveSettings(url=url).database_url(Path(".")))
-    try:
-        async with db.engine.connect() as conn:
-            found = await conn.execute(select(table))
-            return [dict(r._mapping) for r in found]
-    finally:
-        await db.close()
 
 
 async def test_a_turn_its_session_and_memory_are_archived_past_their_redis_expiry(
@@ -203,11 +187,11 @@ async def test_a_batch_written_twice_leaves_the_same_rows(archive_url: str) -> N
     try:
         await migrate(db)
         entries = [
-            _entry("1-0", "session", "s1", _session()),
-            _entry("2-0", "turn", "t1-a", _turn("t1-a", 1_000, "first")),
-            _entry("3-0", "turn", "t2-a", _turn("t2-a", 2_000, "second")),
-            _entry("4-0", "memory", "m1", _memory()),
-            _entry("5-0", "session_end", "s1", '{"sessionId":"s1","integrationId":"c",'
+            outbox_entry("1-0", "session", "s1", _session()),
+            outbox_entry("2-0", "turn", "t1-a", turn_record("t1-a", 1_000, "first")),
+            outbox_entry("3-0", "turn", "t2-a", turn_record("t2-a", 2_000, "second")),
+            outbox_entry("4-0", "memory", "m1", _memory()),
+            outbox_entry("5-0", "session_end", "s1", '{"sessionId":"s1","integrationId":"c",'
                    '"endedAt":3000,"by":"user"}'),
         ]  # fmt: skip
         for _ in range(2):
@@ -223,14 +207,10 @@ async def test_a_batch_written_twice_leaves_the_same_rows(archive_url: str) -> N
         assert session["ended_at"] == 3000 and session["ended_by"] == "user"
         assert session["artifacts"] == [{"kind": "link", "url": "https://x.example/r", "name": ""}]
         # An entry that cannot be read is skipped (and said), not retried forever.
-        bad = batch_of([_entry("6-0", "turn", "t3", "{not json")], now_ms=1)
+        bad = batch_of([outbox_entry("6-0", "turn", "t3", "{not json")], now_ms=1)
         assert [e.stream_id for e in bad.rejected] == ["6-0"]
     finally:
         await db.close()
-
-
-def _entry(stream_id: str, kind: str, entry_id: str, body: str) -> OutboxEntry:
-    return OutboxEntry(stream_id=stream_id, integration_id="c", kind=kind, id=entry_id, body=body)
 
 
 def _session() -> str:
@@ -238,18 +218,6 @@ def _session() -> str:
         {"sessionId": "s1", "integrationId": "c", "chatId": "g1", "chatType": "group",
          "conversation": "c:g1", "xpertId": "echo", "scope": "chat", "snapshot": "abc",
          "senderId": "alice", "openedAt": 500}
-    )  # fmt: skip
-
-
-def _turn(record_id: str, end: int, answer: str) -> str:
-    return json.dumps(
-        {"id": record_id, "turnId": record_id[:2], "integrationId": "c", "platform": "console",
-         "chatId": "g1", "chatType": "group", "conversation": "c:g1", "sessionId": "s1",
-         "senderId": "alice", "trigger": {"kind": "message"}, "input": {"text": "hi"},
-         "expert": {"id": "echo"}, "usage": None, "outcome": "done", "error": "",
-         "answer": answer, "artifacts": [{"kind": "link", "url": "https://x.example/r",
-                                          "name": ""}],
-         "timings": {"receivedAt": end - 100, "finishedAt": end}, "replica": "r1"}
     )  # fmt: skip
 
 

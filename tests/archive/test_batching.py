@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from gateway.archive.schema import memory_changes
 from sessions import KeyBuilder
-from tests.archive.test_archive import archive_config, rows
+from tests.support.archive import archive_config, rows
 from tests.support.helpers import Gateways
 from tests.support.metrics import Scrape, scrape
 from tests.support.waits import eventually

@@ -17,7 +17,7 @@ from gateway.archive.migrations import migrate
 from gateway.archive.schema import sessions
 from gateway.archive.writer import batch_of, write
 from gateway.config.archive import ArchiveSettings
-from tests.archive.test_archive import _entry, _turn, archive_config, rows
+from tests.support.archive import archive_config, outbox_entry, rows, turn_record
 from tests.support.configs import base_config
 from tests.support.helpers import Gateways
 from tests.support.waits import eventually
@@ -66,9 +66,9 @@ async def test_a_later_turn_moves_an_idle_end_and_an_explicit_end_is_kept(
     try:
         await migrate(db)
         first = [
-            _entry("1-0", "session", "s1", _opened("s1", 1000)),
-            _entry("2-0", "turn", "t1-a", _turn("t1-a", 1_000, "first")),
-            _entry("3-0", "session", "s2", _opened("s2", None)),  # no timeout known: no end
+            outbox_entry("1-0", "session", "s1", _opened("s1", 1000)),
+            outbox_entry("2-0", "turn", "t1-a", turn_record("t1-a", 1_000, "first")),
+            outbox_entry("3-0", "session", "s2", _opened("s2", None)),  # no timeout known: no end
         ]
         await write(db, batch_of(first, now_ms=1_100), now_ms=1_100)
         assert await end_idle(db, 1_999) == 0  # idle 999 ms of its 1000
@@ -77,7 +77,7 @@ async def test_a_later_turn_moves_an_idle_end_and_an_explicit_end_is_kept(
         assert await end_idle(db, 9_000) == 0  # once
 
         # A turn that finished at 1 800 reaches the archive late (it was in the outbox).
-        late = [_entry("4-0", "turn", "t2-a", _turn("t2-a", 1_800, "second"))]
+        late = [outbox_entry("4-0", "turn", "t2-a", turn_record("t2-a", 1_800, "second"))]
         await write(db, batch_of(late, now_ms=3_000), now_ms=3_000)
         assert (await ends())["s1"] == (None, None)
         assert await end_idle(db, 2_700) == 0
@@ -86,8 +86,9 @@ async def test_a_later_turn_moves_an_idle_end_and_an_explicit_end_is_kept(
 
         # An end someone gave (/new, End, the admin API) is theirs: no pass or turn moves it.
         end = '{"sessionId":"s1","integrationId":"c","endedAt":2500,"by":"user"}'
-        await write(db, batch_of([_entry("5-0", "session_end", "s1", end)], now_ms=1), now_ms=1)
-        later = [_entry("6-0", "turn", "t3-a", _turn("t3-a", 2_400, "third"))]
+        ended = [outbox_entry("5-0", "session_end", "s1", end)]
+        await write(db, batch_of(ended, now_ms=1), now_ms=1)
+        later = [outbox_entry("6-0", "turn", "t3-a", turn_record("t3-a", 2_400, "third"))]
         await write(db, batch_of(later, now_ms=3_100), now_ms=3_100)
         assert await end_idle(db, 99_000) == 0
         assert (await ends())["s1"] == (2_500, "user")

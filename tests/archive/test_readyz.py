@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from tests.archive.test_archive import archive_config
+from tests.support.archive import archive_config
 from tests.support.helpers import Gateways
 from tests.support.postgres import TcpProxy, server_url, with_database
 from tests.support.waits import eventually

@@ -22,7 +22,7 @@ from gateway.archive.tombstones import LOCK_KEY, TOMBSTONE_KEEP_MS, expire
 from gateway.archive.writer import batch_of, write
 from gateway.clock import now_ms
 from gateway.config.archive import ArchiveSettings
-from tests.archive.test_archive import _entry
+from tests.support.archive import outbox_entry
 from tests.support.waits import eventually
 
 
@@ -63,16 +63,16 @@ async def test_a_batch_read_before_an_erasure_cannot_add_the_erased_records_back
         t = now_ms() - 5_000
         # What the archiver had taken from the outbox when the erasures came.
         in_flight = [
-            _entry("1-0", "session", "s-alice", opened("s-alice", "dm-alice", "alice", t)),
-            _entry("2-0", "turn", "ta", turn("ta", chat="dm-alice", sender="alice",
+            outbox_entry("1-0", "session", "s-alice", opened("s-alice", "dm-alice", "alice", t)),
+            outbox_entry("2-0", "turn", "ta", turn("ta", chat="dm-alice", sender="alice",
                                             session="s-alice", end=t + 1)),
-            _entry("3-0", "memory", "ma", memory("team", "alice", t + 2)),
-            _entry("4-0", "session", "s-team", opened("s-team", "team", "bob", t)),
-            _entry("5-0", "turn", "tb", turn("tb", chat="team", sender="bob",
+            outbox_entry("3-0", "memory", "ma", memory("team", "alice", t + 2)),
+            outbox_entry("4-0", "session", "s-team", opened("s-team", "team", "bob", t)),
+            outbox_entry("5-0", "turn", "tb", turn("tb", chat="team", sender="bob",
                                             session="s-team", end=t + 3)),
-            _entry("6-0", "turn", "tc", turn("tc", chat="secret", sender="carol",
+            outbox_entry("6-0", "turn", "tc", turn("tc", chat="secret", sender="carol",
                                             session="s-secret", end=t + 4)),
-            _entry("7-0", "memory", "mb", memory("team", "bob", t + 5)),
+            outbox_entry("7-0", "memory", "mb", memory("team", "bob", t + 5)),
         ]  # fmt: skip
         batch = batch_of(in_flight, now_ms=t)
         assert await erase_sender(db, "c", "alice") == {
@@ -94,7 +94,7 @@ async def test_a_batch_read_before_an_erasure_cannot_add_the_erased_records_back
         # Alice again, after the erasure: archived as usual.
         later = now_ms() + 1_000
         after = [
-            _entry("8-0", "turn", "ta2", turn("ta2", chat="team", sender="alice",
+            outbox_entry("8-0", "turn", "ta2", turn("ta2", chat="team", sender="alice",
                                              session="s-team", end=later)),
         ]  # fmt: skip
         await write(db, batch_of(after, now_ms=later), now_ms=later)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import yaml
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
 from gateway.runtime.cli import json_schema, settings_model
-from tests.support.cli import cli
+from tests.support.cli import cli, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,17 +128,6 @@ def test_committed_schema_matches_the_model() -> None:
 def test_shipped_configs_validate(path: Path) -> None:
     env = {"GATEWAY_ADMIN_TOKEN": "x" * 24, "REDIS_URL": "redis://127.0.0.1:6379/0"}
     load_settings(path, model=settings_model(), env=env)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_check_prints_integrations_routes_and_experts(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The console API's answers to bad input and to a Redis that is full or gone (DESIGN.md §8.6)."""
+"""The console API's answers to bad input and to a Redis that is full or gone (docs/architecture.md,
+invariant 6)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import io
 import json
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -24,7 +24,6 @@ from sessions.connection import EmbeddedRedis
 from tests.support.configs import base_config
 from tests.support.console_browser import CONFIG, healthy
 from tests.support.helpers import (
-    ROOT,
     ConsoleClient,
     Gateways,
     InProcessGateway,
@@ -34,6 +33,7 @@ from tests.support.helpers import (
 )
 from tests.support.redis_server import RedisServer
 from tests.support.redis_targets import REDIS_URL, STANDALONE, sweep
+from tests.support.spawn import spawn_gateway
 from tests.support.waits import eventually
 
 VALID = {
@@ -354,8 +354,11 @@ async def test_a_daemon_whose_console_streamed_stops_without_waiting_out_its_pum
     config.write_text(CONFIG.format(redis=REDIS_URL, prefix=prefix, data=tmp_path / "data"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "gateway", "run", "--config", str(config), "--port", str(port)]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = spawn_gateway(
+        *("run", "--config", str(config), "--port", str(port)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         await eventually(lambda: asyncio.to_thread(healthy, url), timeout=30)
         async with (

@@ -8,13 +8,11 @@ Run:  pytest -m browser tests/console/test_sessions.py  (XGW_SCREENSHOT=1: docs/
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 
@@ -32,10 +30,10 @@ from tests.support.console_browser import (
     run_daemon,
     send,
 )
+from tests.support.console_sessions import TOKEN, post_message, row, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-TOKEN = "sessions-page-token"
 STEPS = ["Reading your message", "Thinking it over", "Writing the answer"]
 
 
@@ -56,24 +54,6 @@ async def phone(daemon: Daemon) -> AsyncIterator[Page]:
         yield pg
 
 
-def post_message(daemon: Daemon, chat: str, text: str, sender: str = "bob") -> None:
-    body = {
-        "integrationId": "console",
-        "chatId": chat,
-        "chatType": "p2p" if chat.startswith("dm-") else "group",
-        "senderId": sender,
-        "text": text,
-        "mentionBot": True,
-    }
-    request = urllib.request.Request(
-        daemon.url + "/console/api/messages",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as resp:
-        assert resp.status == 202
-
-
 def usage_route(daemon: Daemon) -> bool:
     """Whether the daemon has the usage route the page's usage panel reads."""
     request = urllib.request.Request(
@@ -85,24 +65,6 @@ def usage_route(daemon: Daemon) -> bool:
             return bool(resp.status == 200)
     except urllib.error.HTTPError:
         return False
-
-
-async def sign_in(page: Page) -> None:
-    await page.locator(".views a[data-view='sessions']").click()
-    await expect(page.locator("#sessions-view")).to_be_visible()
-    await expect(page.locator("#chat-view")).to_be_hidden()
-    await expect(page.locator("#token-form")).to_be_visible()
-    await page.locator("#token").fill("not the token")
-    await page.locator("#token-submit").click()
-    await expect(page.locator("#token-error")).to_have_text("That token was refused.")
-    await page.locator("#token").fill(TOKEN)
-    await page.locator("#token-submit").click()
-    await expect(page.locator("#token-form")).to_be_hidden()
-    await expect(page.locator("#sessions-body")).to_be_visible()
-
-
-def row(page: Page, chat: str) -> Any:
-    return page.locator("#session-list tbody tr", has=page.locator(".chat-id", has_text=chat))
 
 
 async def test_sessions_page_lists_filters_and_shows_a_turns_timeline(

@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.console.test_sessions import TOKEN, post_message, row, sign_in
 from tests.support.console_browser import CONFIG, DESKTOP, Daemon, Page, browse, expect, run_daemon
+from tests.support.console_sessions import TOKEN, post_message, row, sign_in
 from tests.support.waits import eventually
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""DingTalk AI cards end to end (platforms.md §2.6): createAndDeliver, streaming, instance
+"""DingTalk AI cards end to end (docs/dingtalk.md): createAndDeliver, streaming, instance
 updates, card callbacks; and what happens when the card reaches no chat: createAndDeliver
 answers HTTP 200 with ``deliverResults[].success: false`` (or refuses with a 4xx), and the
 turn then goes out as markdown messages, once."""

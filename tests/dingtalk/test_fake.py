@@ -258,7 +258,7 @@ async def test_a_session_webhook_past_its_expiry_is_refused(
 async def test_a_session_webhook_body_over_20000_bytes_is_refused(
     fake: FakeDingTalk, http: aiohttp.ClientSession
 ) -> None:
-    """The observed limit (limits.md, secondary): 20,000 bytes pass, one more is refused."""
+    """The observed limit (docs/dingtalk.md, "Limits"): 20,000 bytes pass, one more is refused."""
     url, _ = fake.session_webhook()
     empty = len(json.dumps({"msgtype": "markdown", "markdown": {"title": "t", "text": ""}}))
     for size, errcode in ((20_000, 0), (20_001, 40035)):

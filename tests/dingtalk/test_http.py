@@ -1,5 +1,5 @@
 """DingTalk HTTP mode end to end: signed webhook -> Envelope -> echo expert -> markdown replies
-through the sessionWebhook or the robot OpenAPI; signed action links (platforms.md §2)."""
+through the sessionWebhook or the robot OpenAPI; signed action links (docs/dingtalk.md)."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ async def test_a_long_cjk_answer_is_split_within_bytes_and_characters(
 ) -> None:
     """Each robot message stays within DingTalk's 15000-byte msgParam (the fake refuses more
     with 400 invalidParameter.msgParam.tooLong; a CJK character counts 3 bytes) and MAX_CHARS
-    characters (markdown stops rendering past ~3,500: limits.md, secondary), marked (i/n)."""
+    characters (markdown stops rendering past ~3,500: docs/dingtalk.md, "Limits"), marked (i/n)."""
     fast = [{"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 4000}]
     async with running(prefix, experts=fast) as (fake, h):
         text = "钉钉让进步发生，" * 1500  # 12000 characters, 36000 bytes

@@ -1,6 +1,6 @@
 """DingTalk robot messages: a 60 KB answer arrives whole, in HTTP mode (sessionWebhook, and the
 group OpenAPI) and in stream mode, as markdown parts marked (1/n)..(n/n), each at most
-MAX_CHARS characters (DingTalk's markdown stops rendering past ~3,500: limits.md, secondary)
+MAX_CHARS characters (DingTalk's markdown stops rendering past ~3,500: docs/dingtalk.md)
 and 15000 msgParam bytes, the buttons on the last part; the fake refuses nothing (a msgParam
 over 15000 bytes, a webhook body over 20,000)."""
 

@@ -1,6 +1,6 @@
 """DingTalk stream mode end to end: connection open on apiBase, CALLBACK frames acked only after
-intake, SYSTEM ping/disconnect, reconnect with a fresh ticket, readiness (platforms.md §2.1).
-The fake pushes a CALLBACK once, never again, as the real server does."""
+intake, SYSTEM ping/disconnect, reconnect with a fresh ticket, readiness (docs/dingtalk.md, "Stream
+mode"). The fake pushes a CALLBACK once, never again, as the real server does."""
 
 from __future__ import annotations
 

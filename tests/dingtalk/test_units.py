@@ -1,5 +1,6 @@
-"""DingTalk pieces without the daemon: the sign (official-style vector §2.3), its window with an
-injected clock, action tokens, robot message parsing (§2.2), message rendering and splitting by
+"""DingTalk pieces without the daemon: the sign (the vector of docs/dingtalk.md, "HTTP mode"), its
+window with an
+injected clock, action tokens, robot message parsing, message rendering and splitting by
 UTF-8 bytes, reading createAndDeliver answers, and which API errors are retried."""
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def unmarked(messages: list[Message]) -> str:
 
 def test_long_answers_are_split_in_numbered_parts_with_buttons_on_the_last() -> None:
     """A part holds at most MAX_CHARS characters (DingTalk's markdown stops rendering past
-    ~3,500: limits.md, secondary) and its msgParam at most 15000 bytes; each ends at a
+    ~3,500: docs/dingtalk.md, "Limits") and its msgParam at most 15000 bytes; each ends at a
     paragraph, is marked (i/n), and only the last carries the buttons."""
     answer = "\n\n".join(f"paragraph {i} " + "x" * 600 for i in range(40))  # ~24 KB
     progress = Progress(turn_id="t", status="done", answer=answer)

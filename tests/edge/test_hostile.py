@@ -1,5 +1,6 @@
-"""Hostile input gets a 4xx, never a 500 or a traceback, and nothing is stored (DESIGN.md §8.6):
-each case the fuzzing of issue 11 found, against the one gateway of ``tests.support.hostile`` (every
+"""Hostile input gets a 4xx, never a 500 or a traceback, and nothing is stored
+(docs/architecture.md, invariant 6): each case the fuzzing of issue 11 found, against the one
+gateway of ``tests.support.hostile`` (every
 HTTP endpoint, a Redis of its own, its whole log kept)."""
 
 from __future__ import annotations

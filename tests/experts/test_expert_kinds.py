@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from tests.fakes.throwaway_expert import STEP, ShoutExpert, ShoutSettings
 from tests.support.cli import cli
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway
+from tests.support.spawn import run_gateway
 from tests.support.waits import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,16 +105,7 @@ def test_steer_support_comes_from_the_kind(shout_kind: Path, prefix: str) -> Non
 
 
 def run_cli(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_gateway(*args, env={"PYTHONPATH": str(site)})
 
 
 def test_the_schema_and_check_of_a_fresh_process_include_the_kind(

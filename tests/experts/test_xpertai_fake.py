@@ -15,48 +15,9 @@ from tests.fakes.xpertai_agent import Stream, parse_stream_id
 from tests.fakes.xpertai_input import HttpError, node_b64decode, reduce_variable
 from tests.support.helpers import serve
 from tests.support.waits import eventually
+from tests.support.xpertai_client import Client, frames, names, names_of, payloads, send
 
-Api = tuple[FakeXpertAI, "Client"]
-
-
-class Client:
-    """Raw HTTP against the fake, as an Agent-Protocol client would talk to XpertAI."""
-
-    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
-        self.http, self.url = http, url
-
-    async def thread(self, **body: Any) -> str:
-        status, data = await self.post("/threads", {"assistant_id": "sales", **body})
-        assert status == 201, data
-        return str(json.loads(data)["thread_id"])
-
-    async def post(
-        self, path: str, body: Any, headers: dict[str, str] | None = None
-    ) -> tuple[int, bytes]:
-        async with self.http.post(self.url + path, json=body, headers=headers) as resp:
-            return resp.status, await resp.read()
-
-    async def stream(
-        self, tid: str, data: Any, last_id: str | None = None, **body: Any
-    ) -> tuple[int, bytes]:
-        """``POST …/runs/stream``: the whole 201 stream."""
-        headers = {"Last-Event-ID": last_id} if last_id else None
-        payload = {"assistant_id": "sales", "input": data, **body}
-        return await self.post(f"/threads/{tid}/runs/stream", payload, headers)
-
-    async def run(self, tid: str, data: Any) -> tuple[int, dict[str, Any]]:
-        """``POST …/runs``: the run goes on in the background."""
-        status, body = await self.post(
-            f"/threads/{tid}/runs", {"assistant_id": "sales", "input": data}
-        )
-        return status, json.loads(body)
-
-    async def join(self, tid: str, run: str, last_id: str | None = None) -> bytes:
-        headers = {"Last-Event-ID": last_id} if last_id is not None else {}
-        url = f"{self.url}/threads/{tid}/runs/{run}/stream"
-        async with self.http.get(url, headers=headers) as resp:
-            assert resp.status == 200
-            return await resp.read()
+Api = tuple[FakeXpertAI, Client]
 
 
 @pytest.fixture
@@ -67,50 +28,11 @@ async def api() -> AsyncIterator[Api]:
             yield fake, Client(http, url + "/api/ai")
 
 
-def frames(body: bytes) -> list[dict[str, str]]:
-    out = []
-    for block in body.decode().split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in block.split("\n"):
-            if line and not line.startswith(":"):
-                name, _, value = line.partition(": ")
-                fields[name] = f"{fields[name]}\n{value}" if name in fields else value
-        if fields:
-            out.append(fields)
-    return out
-
-
-def payloads(body: bytes) -> list[dict[str, Any]]:
-    return [json.loads(f["data"]) for f in frames(body) if f.get("event") != "error"]
-
-
-def names(body: bytes) -> list[str]:
-    """Each frame as its event name, ``text``/``component``/``reasoning``/``str`` for messages."""
-    return names_of([("", p) for p in payloads(body)])
-
-
 def consumed_events(body: bytes) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = [
         p["data"] for p in payloads(body) if p.get("event") == "on_chat_event"
     ]
     return [d for d in found if d.get("type") == "follow_up_consumed"]
-
-
-def names_of(log: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    out = []
-    for _, p in log:
-        if p["type"] == "message":
-            out.append(p["data"]["type"] if isinstance(p["data"], dict) else "str")
-        else:
-            out.append(p.get("event") or p["type"])
-    return out
-
-
-def send(text: str, client_id: str | None = None, **extra: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"input": {"input": text}}
-    if client_id:
-        message["clientMessageId"] = client_id
-    return {"action": "send", "message": message, **extra}
 
 
 def follow_up(mode: str, text: str, client_id: str, run: str | None = None) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.experts.test_xpertai_fake import Client, names, payloads, send
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import RESTATED
+from tests.support.xpertai_client import Client, names, payloads, send
 
 Api = tuple[FakeXpertAI, Client]
 

@@ -121,7 +121,7 @@ CONNECTOR_TEMPLATE = "02fcf2f4-5e02-4a85-b672-46d1f715543e.schema"  # DingTalk's
 PERMISSION_DENIED = "Forbidden.AccessDenied.AccessTokenPermissionDenied"
 USER_GET_PATH = "/topapi/v2/user/get"
 # A sessionWebhook body over 20,000 bytes is refused: an observed error, secondary
-# (/work/shared/reference/limits.md, DingTalk "content limits"; no DingTalk page gives it). The
+# (docs/dingtalk.md, "Limits"; no DingTalk page gives it). The
 # errcode it answers is not traced: 40035 (oapi's "不合法的参数") stands in, and the gateway
 # treats every non-zero errcode alike (the robot OpenAPI takes the message instead).
 MAX_WEBHOOK_BYTES = 20_000

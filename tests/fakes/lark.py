@@ -1,4 +1,4 @@
-"""A fake Lark OpenAPI and long-connection server (platforms.md §1.11), in aiohttp.
+"""A fake Lark OpenAPI and long-connection server (docs/lark.md, "The fake server"), in aiohttp.
 
 Over 300 lines: one fake server, whose every behaviour names the real source it comes from, kept
 together so the sources can be checked side by side. Sources (doc pages are open.feishu.cn; the

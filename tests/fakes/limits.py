@@ -41,10 +41,10 @@ lark-oapi 1.7.5 disagrees with these pages: its ``channel/errors.py`` files 2300
 ``Retry-After``, not ``x-ogw-ratelimit-reset``. The official pages win here.
 
 DingTalk (DOC-DT: open.dingtalk.com /document/development/how-to-process-api-throttling-on-the-
-dingtalk-server, as limits.md quotes it): a Standard-edition org may call each API 20 times a
+dingtalk-server, docs/dingtalk.md, "Limits"): a Standard-edition org may call each API 20 times a
 second per app, past that ``Forbidden.AccessDenied.QpsLimitForAppkeyAndApi`` (90018 on the old
-API). The HTTP status, 403, is from connector code and tests (limits.md: S), as the fake's own
-``flow_control`` uses. Monthly quota (DOC-DT-BILL, limits.md): 5,000 calls a month on Standard,
+API). The HTTP status, 403, is from connector code and tests (secondary), as the fake's own
+``flow_control`` uses. Monthly quota (docs/dingtalk.md, "Limits"): 5,000 calls a month on Standard,
 over it ``Forbidden.AccessDenied.ApiCountLimitForOrg`` (⚠ status 403 assumed), calls refused for
 QPS not counted (⚠ here: no refused call counts; the token call is not counted, assumed).
 """

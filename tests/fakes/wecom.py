@@ -19,7 +19,7 @@ path/<n>; [wechatpy] is the installed wechatpy 1.8.18):
    at most 30 a minute per app, "超过部分会被丢弃不下发": the call succeeds (⚠ the page does not
    say whether an error is returned) and the message is recorded in ``dropped``, not ``sent``.
 4. ``POST /cgi-bin/message/send`` answers ``errcode, errmsg, invaliduser, msgid`` and, for the
-   interactive card types, a ``response_code`` [90236 as quoted in platforms.md §3.3]; a
+   interactive card types, a ``response_code`` [doc 90236, docs/wecom.md]; a
    ``template_card`` needs a ``task_id`` unique per app [90236; aibot-node-sdk types/api.ts].
 5. ``POST /cgi-bin/message/update_template_card`` consumes a ``response_code`` once, within 72 h
    [94888: "一个code只能调用一次该接口，且只能在72小时内调用"]; ``issue_code()`` hands out the

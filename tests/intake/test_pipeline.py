@@ -1,6 +1,6 @@
 """End-to-end through the console API with a real Redis: intake, merge window, sessions,
-busy policies, commands, interrupts, Stop and New (DESIGN.md §8 items 1-4); each on the shared
-Redis and on a Redis Cluster."""
+busy policies, commands, interrupts, Stop and New (docs/architecture.md, invariants 1-4); each on
+the shared Redis and on a Redis Cluster."""
 
 from __future__ import annotations
 

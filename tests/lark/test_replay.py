@@ -1,7 +1,8 @@
 """Issue 25: a captured, signed Lark webhook cannot be replayed past the timestamp window.
 
-Lark signs ``sha256(timestamp + nonce + encryptKey + body)`` (platforms.md §1.3; lark-oapi's
-``EventDispatcherHandler._verify_sign`` reads the headers ``X-Lark-Request-Timestamp`` and
+Lark signs ``sha256(timestamp + nonce + encryptKey + body)`` (docs/lark.md, "Signature and
+encryption"; lark-oapi's ``EventDispatcherHandler._verify_sign`` reads the headers
+``X-Lark-Request-Timestamp`` and
 ``X-Lark-Request-Nonce`` and joins them with nothing between). The join hides where the timestamp
 ends, so a captured request re-sent with its timestamp moved into the nonce still signs the same.
 With an encryptKey a signed request must carry a numeric timestamp, always checked."""

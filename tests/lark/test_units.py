@@ -75,8 +75,9 @@ def test_timestamp_window_uses_the_injected_clock() -> None:
 
 
 def test_the_signature_vector_passes_verify_and_its_timestamp_cannot_move_into_the_nonce() -> None:
-    """platforms.md §1.3's vector at its own time: signature and window pass, so the body is
-    decrypted (to "hello world", not JSON: 400). Moved into the nonce it signs the same: 401."""
+    """The vector of docs/lark.md, "Signature and encryption", at its own time: signature and window
+    pass, so the body is decrypted (to "hello world", not JSON: 400). Moved into the nonce it signs
+    the same: 401."""
     inbound = LarkInbound(settings=settings(), adapter=None, clock=lambda: 1_700_000_000.0)  # type: ignore[arg-type]
     body = b'{"encrypt":"' + VECTOR.encode() + b'"}'
     sign = "bed8fdd3e4bbc581364c140b572ec676edff3db612d57bbc07a24d062c40ddf3"

@@ -33,6 +33,7 @@ from sessions.connection import EmbeddedRedis
 from tests.support.cli import QUICKSTART, cli, processes_mentioning, quickstart, run_cli
 from tests.support.configs import base_config
 from tests.support.helpers import ROOT, ConsoleClient, daemon_env, free_port
+from tests.support.spawn import spawn_gateway
 from tests.support.waits import eventually
 from tests.support.workers import Supervised
 
@@ -145,12 +146,8 @@ async def test_a_daemon_whose_log_pipe_closed_still_stops_and_stops_its_redis(
     config_path.write_text(yaml.safe_dump(quickstart(data)))
     port = free_port()
     read_end, write_end = _pipe()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gateway", "run", "--config", str(config_path)),
-            *("--port", str(port), "--workers", str(workers)),
-        ],
-        cwd=ROOT,
+    proc = spawn_gateway(
+        *("run", "--config", str(config_path), "--port", str(port), "--workers", str(workers)),
         stdin=subprocess.DEVNULL,
         stdout=write_end,
         stderr=write_end,
@@ -203,9 +200,8 @@ def test_a_command_piped_into_head_ends_quietly(tmp_path: Path, command: str) ->
         path.write_text(yaml.safe_dump({"experts": experts, "integrations": integrations}))
         args = ("check", "--config", str(path))
     read_end, write_end = _pipe()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=ROOT,
+    proc = spawn_gateway(
+        *args,
         stdin=subprocess.DEVNULL,
         stdout=write_end,
         stderr=subprocess.PIPE,

@@ -1,5 +1,6 @@
-"""Log lines carry the ids of what they are about (STYLE: structlog with the session,
-integration and event ids bound to each line): a line logged while a message is ingested -
+"""Log lines carry the ids of what they are about (docs/architecture.md, "The edge": structlog with
+the session, integration and event ids bound to each line): a line logged while a message is
+ingested -
 by intake itself, and by a task it starts - names the message's integration and event, and a
 line of its turn names the turn, conversation and session too, as the daemon writes them
 (``gateway.logging.configure_logging``, JSON lines on stderr)."""

@@ -1,5 +1,5 @@
 """SIGHUP reloads the config: new sessions get it, running sessions keep their snapshot
-(DESIGN.md §6), and an invalid file is refused without stopping the daemon."""
+(docs/architecture.md, "Sessions"), and an invalid file is refused without stopping the daemon."""
 
 from __future__ import annotations
 

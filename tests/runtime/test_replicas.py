@@ -1,5 +1,5 @@
-"""Several daemon processes on one Redis (DESIGN.md §8 items 2, 3 and 5), a single server and a
-Redis Cluster."""
+"""Several daemon processes on one Redis (docs/architecture.md, invariants 2, 3, 5), a single server
+and a Redis Cluster."""
 
 from __future__ import annotations
 

@@ -7,14 +7,14 @@ import contextlib
 import io
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.helpers import ROOT, daemon_env
+from tests.support.helpers import ROOT
+from tests.support.spawn import run_gateway
 
 QUICKSTART = ROOT / "config" / "gateway.yaml"
 
@@ -66,15 +66,7 @@ def run_cli(
     *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """``python -m gateway *args`` in a subprocess (a daemon, or what a fresh process does)."""
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=cwd,
-        env=daemon_env(**(env or {})),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_gateway(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -25,6 +24,7 @@ import pytest
 
 from tests.support.helpers import daemon_env
 from tests.support.redis_server import free_port
+from tests.support.spawn import spawn_gateway
 
 playwright_api = pytest.importorskip("playwright.async_api")
 redis_lib = pytest.importorskip("redis")
@@ -99,9 +99,8 @@ def run_daemon(tmp_path_factory: pytest.TempPathFactory, template: str) -> Itera
     url = f"http://127.0.0.1:{port}"
     log = tmp / "daemon.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "run", "--config", str(config), "--port", str(port)],
-            cwd=ROOT,
+        proc = spawn_gateway(
+            *("run", "--config", str(config), "--port", str(port)),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=daemon_env(),  # a config naming no redis.url gets the embedded Redis

@@ -1,5 +1,5 @@
 """DingTalk test helpers: a fake DingTalk plus an in-process gateway pointed at it, and
-realistic robot messages (platforms.md §2.2)."""
+realistic robot messages (docs/dingtalk.md, "Robot messages")."""
 
 from __future__ import annotations
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -29,6 +27,7 @@ from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
 from tests.support.clock import FakeClock
 from tests.support.redis_server import free_port
+from tests.support.spawn import spawn_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -287,21 +286,10 @@ class DaemonProcess:
 
     async def start(self, timeout: float = 20.0) -> None:
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gateway",
-                    "run",
-                    "--config",
-                    str(self.config_path),
-                    "--port",
-                    str(self.port),
-                ],
-                cwd=ROOT,
+            self.proc = spawn_gateway(
+                *("run", "--config", str(self.config_path), "--port", str(self.port)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=daemon_env(),
             )
         deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as http:
@@ -313,6 +301,7 @@ class DaemonProcess:
                         if resp.status == 200:
                             return
                 await asyncio.sleep(0.1)
+        await self.stop()  # not left running past the test that gave up on it
         raise RuntimeError(f"daemon did not become healthy: {self.log_path.read_text()[-2000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:

@@ -23,7 +23,7 @@ from tests.fakes.wecom import FakeWeCom
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway
 
-# The official sample (platforms.md §3.1).
+# The official sample (docs/wecom.md, "Callback crypto").
 TOKEN = "QDG6eK"
 AES_KEY = "jWmYm7qr5nMoAUwZRjGtBxmz3KA1tkAj3ykkR6q2B2C"
 CORP_ID = "wx5823bf96d3bd56c7"

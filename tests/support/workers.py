@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,9 @@ import yaml
 from tests.fakes.dingtalk import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
 from tests.fakes.lark import FakeLark
 from tests.fakes.wecom import FakeWeCom
-from tests.support.helpers import ROOT, daemon_env, free_port
+from tests.support.helpers import daemon_env, free_port
 from tests.support.lark import lark_integration
+from tests.support.spawn import spawn_gateway
 from tests.support.waits import eventually
 from tests.support.wecom import CORP_ID
 from tests.support.wecom import integration as wecom_integration
@@ -46,12 +46,8 @@ class Supervised:
 
     def spawn(self, *args: str) -> subprocess.Popen[bytes]:
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "gateway", "run", "--config", str(self.config_path)),
-                    *("--port", str(self.port), *args),
-                ],
-                cwd=ROOT,
+            self.proc = spawn_gateway(
+                *("run", "--config", str(self.config_path), "--port", str(self.port), *args),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

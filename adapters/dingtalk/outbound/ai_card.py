@@ -1,4 +1,4 @@
-"""The AI card (createAndDeliver, streaming, instance updates, §2.6): the operator's own
+"""The AI card (createAndDeliver, streaming, instance updates, docs/dingtalk.md): the operator's own
 template (``cardTemplateId``, our variables and buttons) or, by default, the public AI markdown
 card of DingTalk's stream SDK (``msgContent`` streamed, ``flowStatus`` 1 → 2 → 3, or 5 on
 failure: ``AIMarkdownCardInstance`` / ``AICardReplier`` in open-dingtalk/dingtalk-stream-sdk-
@@ -66,8 +66,8 @@ class CardOutbound:
 
     ``PUT /v1.0/card/instances`` carries status, steps and button flags when they change; the
     answer goes through ``PUT /v1.0/card/streaming`` as full text with a fresh guid each time,
-    ``isFinalize`` on the final state (§2.6). ``public``: the public AI markdown card, whose
-    final ``flowStatus`` (and whole ``msgContent``) is put after the last stream, as the SDK's
+    ``isFinalize`` on the final state (docs/dingtalk.md). ``public``: the public AI markdown card,
+    whose final ``flowStatus`` (and whole ``msgContent``) is put after the last stream, as the SDK's
     ``ai_finish`` and the connector's ``finishAICard`` do. An answer longer than one robot
     message shows its first part on the card, marked (1/n); ``update`` returns the rest, which
     the caller sends as markdown messages (``cards.card_parts``)."""

@@ -1,5 +1,5 @@
 """The answer's images and files on DingTalk (issue 28). Robot markdown renders only images
-DingTalk's client can fetch itself (public https URLs; limits.md, DingTalk "images"), and an
+DingTalk's client can fetch itself (public https URLs: docs/dingtalk.md, "Limits"), and an
 answer's images come from the expert's own hosts, so the answer keeps each as a link and each
 fetched image follows as an image message: uploaded with oapi ``/media/upload`` (``type``
 image: jpg, gif, png, bmp; DOC:upload-media-files) and sent as ``sampleImageMsg`` whose

@@ -1,6 +1,6 @@
 """Robot messages: markdown / actionCard messages through the sessionWebhook while it is valid,
-else the robot OpenAPI (§2.5). Every send is claimed in Redis first, so one idempotency key
-never makes a second message, across retries and replicas."""
+else the robot OpenAPI (docs/dingtalk.md). Every send is claimed in Redis first, so one idempotency
+key never makes a second message, across retries and replicas."""
 
 from __future__ import annotations
 

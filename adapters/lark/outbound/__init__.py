@@ -1,4 +1,4 @@
-"""Sending and updating the turn's card (platforms.md §1.8-1.9).
+"""Sending and updating the turn's card (docs/lark.md).
 
 Handles, so any replica can continue a card: ``om_…`` (a card updated with PATCH),
 ``ck:<card_id>:<om_…>`` (a CardKit card streamed by sequence), ``tx:<om_…>`` (cards failed and

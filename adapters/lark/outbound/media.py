@@ -1,6 +1,6 @@
 """The answer's images and files on Lark (issue 28): each image the core fetched is uploaded
 (``POST /open-apis/im/v1/images``, ``image_type=message``, at most 10 MB: im-v1/image/create,
-limits.md "images") and shown in the final card by its ``image_key`` (card markdown
+docs/lark.md, "Limits") and shown in the final card by its ``image_key`` (card markdown
 ``![hover](image_key)``: 富文本（Markdown）.md l.256-259); each file is uploaded
 (``POST /open-apis/im/v1/files``: im-v1/file/create) and sent after the card as a ``file``
 message ``{"file_key": …}`` (im-v1/message/create_json). An upload Lark refuses leaves the

@@ -1,4 +1,4 @@
-"""AI bot long connection (``aibot_ws``, platforms.md §3.5).
+"""AI bot long connection (``aibot_ws``, docs/wecom.md "AI bot").
 
 The replica holding the bot's owner lease (``connection.shared``) connects, subscribes, sends an
 application ping every ``pingIntervalSeconds`` and renews the lease; two pings without an ack
@@ -42,6 +42,12 @@ from gateway.errors import Refused
 from gateway.progress import Progress
 
 log = structlog.get_logger("adapters.wecom")
+
+# What readiness() reports as "state" ("standby" while another process holds the bot's socket).
+STATES = (
+    "starting", "connecting", "connected", "reconnecting", "refused", "displaced", "standby",
+    "stopped",
+)  # fmt: skip
 
 BACKOFF_MAX_S = 30.0  # ws.ts: 1 s doubling, at most 30 s
 

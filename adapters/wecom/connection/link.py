@@ -1,5 +1,5 @@
 """Framing rules of the AI-bot long connection, as the official SDK keeps them
-(``WecomTeam/aibot-node-sdk`` ``src/ws.ts``, platforms.md §3.5):
+(``WecomTeam/aibot-node-sdk`` ``src/ws.ts``, docs/wecom.md "AI bot"):
 
 - every command is answered by an ack frame without ``cmd``: ``{headers: {req_id}, errcode,
   errmsg}``; the SDK tells subscribe and ping acks apart by the req_id's prefix

@@ -1,4 +1,4 @@
-"""What the AI bot long connection sends back (``aibot_ws``, platforms.md §3.5).
+"""What the AI bot long connection sends back (``aibot_ws``, docs/wecom.md "AI bot").
 
 Replies are ``aibot_respond_msg`` stream frames reusing the inbound ``req_id``, full content each
 frame. WeCom ends a stream 6 minutes after the message (846608), whether or not new progress

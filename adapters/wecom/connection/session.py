@@ -1,4 +1,4 @@
-"""One AI-bot long connection, from ``aibot_subscribe`` to its end (platforms.md §3.5).
+"""One AI-bot long connection, from ``aibot_subscribe`` to its end (docs/wecom.md, "AI bot").
 
 While it lasts: inbound frames go to the connection's consumer, acks to the reply queues
 (``connection.link``), an application ping goes out every ``pingIntervalSeconds`` together with the

@@ -2,7 +2,7 @@
 
 WeCom keeps one long connection per bot, and a new one kicks the old: the old connection gets an
 ``aibot_event_callback`` with ``event.eventtype == "disconnected_event"`` and is closed
-(platforms.md §3.5; ``WecomTeam/aibot-node-sdk`` ``src/ws.ts``). So:
+(docs/wecom.md, "AI bot"; ``WecomTeam/aibot-node-sdk`` ``src/ws.ts``). So:
 
 - the **owner lease** decides which replica connects; the others stand by;
 - the **displaced mark** is set when WeCom handed the connection to a client that does not hold

@@ -1,5 +1,5 @@
 """How a WeCom integration answers: one :class:`Outbound` strategy per connection mode, chosen
-once when the adapter is made; and the first of them, a self-built app's replies (§3.3).
+once when the adapter is made; and the first of them, a self-built app's replies (docs/wecom.md).
 
 WeCom app messages cannot be edited: the only change a sent card allows is one
 ``update_template_card`` per ``response_code`` (single use, 72 h; each click hands out a new
@@ -7,7 +7,7 @@ one). So the turn's card is sent once with a Stop button, updated once more when
 for a confirmation and once when it ends, and the answer then arrives as markdown messages.
 Intermediate progress is not shown live on this platform. The answer's images (JPG, PNG) and
 files then follow as ``image`` / ``file`` messages of temporary media (``media``): app
-markdown shows no images (limits.md, WeCom "images").
+markdown shows no images (docs/wecom.md, "Limits").
 """
 
 from __future__ import annotations

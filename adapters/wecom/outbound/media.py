@@ -1,4 +1,4 @@
-"""The answer's images and files as WeCom takes them (limits.md, WeCom "images").
+"""The answer's images and files as WeCom takes them (docs/wecom.md, "Limits").
 
 An app sends ``image`` messages of JPG or PNG temporary media (at most 10 MB) and ``file``
 messages (at most 20 MB): wecom 011-素材管理/002-上传临时素材.md (doc 90253) and 发送应用消息

@@ -1,4 +1,4 @@
-"""AI bot callback mode (platforms.md §3.5): replies are ``stream`` messages that WeCom polls.
+"""AI bot callback mode (docs/wecom.md, "AI bot"): replies are ``stream`` messages that WeCom polls.
 
 The user's message is answered at once with a stream id; WeCom then POSTs refresh callbacks for
 that id and each is answered with the current full content, kept in ``context.records`` so any
