@@ -27,7 +27,7 @@ from gateway.runtime.daemon import listen_sockets
 from gateway.triggers.schedules import Scheduler
 from tests.support.clock import FakeClock
 from tests.support.redis_server import free_port
-from tests.support.spawn import spawn_gateway
+from tests.support.spawn import gateway_env, spawn_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,7 @@ def daemon_env(**extra: str) -> dict[str, str]:
     """The environment of a daemon or CLI subprocess: this one's without ``REDIS_URL`` (the
     tests' own Redis, which the CLI would use for a config naming no ``redis.url``), plus
     ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if k != "REDIS_URL"}, **extra}
+    return {**gateway_env(None), **extra}
 
 
 def id_encoded(value: str) -> str:

@@ -18,9 +18,10 @@ GATEWAY = (sys.executable, "-m", "gateway")
 Stream = int | IO[Any] | None
 
 
-def _env(env: dict[str, str] | None) -> dict[str, str]:
-    """This process's environment without ``REDIS_URL`` (the tests' own Redis, which the CLI uses
-    for a config naming no ``redis.url``: a daemon uses the Redis its config names), plus ``env``."""
+def gateway_env(env: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment without ``REDIS_URL`` (the tests' own Redis, which the CLI
+    uses for a config naming no ``redis.url``: a daemon uses the Redis its config names), plus
+    ``env``."""
     return {**{k: v for k, v in os.environ.items() if k != "REDIS_URL"}, **(env or {})}
 
 
@@ -33,11 +34,11 @@ def spawn_gateway(
     stderr: Stream = None,
     start_new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """``python -m gateway *args`` started, not waited for (``env`` added as :func:`_env` says)."""
+    """``python -m gateway *args`` started, not waited for (``env`` added as :func:`gateway_env` says)."""
     return subprocess.Popen(
         [*GATEWAY, *args],
         cwd=cwd,
-        env=_env(env),
+        env=gateway_env(env),
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
@@ -52,7 +53,7 @@ def run_gateway(
     return subprocess.run(
         [*GATEWAY, *args],
         cwd=cwd,
-        env=_env(env),
+        env=gateway_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,
