@@ -34,7 +34,7 @@ def spawn_gateway(
     stderr: Stream = None,
     start_new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """``python -m gateway *args`` started, not waited for (``env`` added as :func:`gateway_env` says)."""
+    """``python -m gateway *args`` started, not waited for (``env`` as :func:`gateway_env` says)."""
     return subprocess.Popen(
         [*GATEWAY, *args],
         cwd=cwd,
