@@ -14,6 +14,7 @@ from gateway.config.model import ID_PATTERN, GatewayModel, media_host
 from gateway.policy.limits import Limits
 from gateway.policy.platform_limits import PlatformLimits
 from gateway.policy.route import Route
+from gateway.triggers.cron import unknown_zone
 from gateway.triggers.event_settings import EventSource, unique_sources
 from gateway.triggers.watch import Watches
 
@@ -176,7 +177,5 @@ class IntegrationBase(GatewayModel):
             try:
                 ZoneInfo(value)
             except (ZoneInfoNotFoundError, ValueError) as exc:
-                from gateway.triggers.cron import unknown_zone
-
                 raise ValueError(unknown_zone(value)) from exc
         return value

@@ -245,7 +245,8 @@ class CardOutbound:
         self, handle: str, params: dict[str, str], content: str, progress: Progress
     ) -> None:
         """The operator's template: status, steps and flags PUT when they change; the answer
-        streamed into ``content``, ``isFinalize`` on the final state (§2.6)."""
+        streamed into ``content``, ``isFinalize`` on the final state (docs/dingtalk.md, "AI cards
+        and their callbacks")."""
         track = handle.removeprefix("card:")
         shown_params, shown_content = self._shown.get(handle, ({}, None))
         if params != shown_params:
