@@ -11,6 +11,7 @@ import aiohttp
 import structlog
 
 from adapters.wecom.api import WeComApi, WeComApiError
+from adapters.wecom.cards import APP_MARKDOWN_BYTES
 from adapters.wecom.connection import AibotConnection
 from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import (
@@ -106,6 +107,11 @@ class WeComAdapter(CallbackAdapter):
 
     def readiness(self) -> dict[str, Any]:
         return self.outbound.readiness()
+
+    def answer_part_bytes(self) -> int | None:
+        """App mode: a markdown message's share of a long answer (past ``maxAnswerParts`` of
+        them the answer is a ``file`` message); an AI bot sends no files (None)."""
+        return APP_MARKDOWN_BYTES if self.settings.connection_mode == "app" else None
 
     def posts_unprompted(self, chat_type: str) -> bool:
         """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the
