@@ -14,7 +14,17 @@ from dataclasses import replace
 from gateway.edge.parts import Room, split_answer, utf8_size
 from gateway.progress import Media, Progress
 
-__all__ = ["ANSWER_FILE", "HEAD_BYTES", "LIVE_BYTES", "as_file", "head", "is_answer_file", "live"]
+__all__ = [
+    "ANSWER_FILE",
+    "HEAD_BYTES",
+    "LIVE_BYTES",
+    "as_file",
+    "head",
+    "is_answer_file",
+    "live",
+    "size_over",
+    "whole_answer",
+]
 
 ANSWER_FILE = "answer.md"
 ANSWER_MIME = "text/markdown"
@@ -72,6 +82,13 @@ def as_file(progress: Progress, part_bytes: int | None, max_parts: int) -> Progr
     return replace(
         progress, answer=shown, media=(item, *progress.media), version=progress.version + 1
     )
+
+
+def whole_answer(progress: Progress) -> str:
+    """The whole answer of ``progress``: the filed one (``as_file``) when it was filed."""
+    if progress.media and is_answer_file(progress.media[0]):
+        return progress.media[0].data.decode("utf-8", "replace")
+    return progress.answer
 
 
 def is_answer_file(item: Media) -> bool:
