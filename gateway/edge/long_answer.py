@@ -67,17 +67,24 @@ def note(text: str) -> str:
     )
 
 
-def as_file(progress: Progress, part_bytes: int | None, max_parts: int) -> Progress:
-    """The final ``progress`` with an answer past ``max_parts`` parts of ``part_bytes`` as the
+def as_file(
+    progress: Progress, part_bytes: int | None, max_parts: int, part_chars: int | None = None
+) -> Progress:
+    """The final ``progress`` with an answer past ``max_parts`` parts of ``part_bytes`` (or of
+    ``part_chars`` characters, where a part holds fewer) as the
     file ``answer.md`` (first of its media) and its head with a note in the card (its version
     one up); as it is when the answer is shorter or the platform takes no file (``part_bytes``
     None)."""
     answer = progress.answer
-    if part_bytes is None or not size_over(answer, part_bytes * max_parts):
+    if part_bytes is None:
+        return progress
+    long = part_chars is not None and len(answer) > part_chars * max_parts
+    if not long and not size_over(answer, part_bytes * max_parts):
         return progress
     data = answer.encode("utf-8", "replace")
     text = note(answer)
-    shown = head(answer, max(1024, min(HEAD_BYTES, part_bytes) - utf8_size(text) - 64)) + text
+    room = min(HEAD_BYTES, part_bytes, part_chars or part_bytes) - utf8_size(text) - 64
+    shown = head(answer, max(1024, room)) + text
     item = Media(kind="file", url=ANSWER_FILE, data=data, mime=ANSWER_MIME, name=ANSWER_FILE)
     return replace(
         progress, answer=shown, media=(item, *progress.media), version=progress.version + 1

@@ -216,7 +216,8 @@ class Driver:
         if state.final:
             adapter = renderer.adapter
             parts = adapter.settings.max_answer_parts
-            state = as_file(state, adapter.answer_part_bytes(), parts)
+            limit = adapter.answer_part_bytes()
+            state = as_file(state, limit, parts, adapter.answer_part_chars())
         outcome = Outcome(state, asked)
         shown = renderer.handle
         if settle is not None:
