@@ -14,7 +14,7 @@ import structlog
 
 from gateway.config.bases import VariableDecl
 from gateway.edge.long_answer import LIVE_BYTES, as_file, size_over
-from gateway.edge.media import MediaSources, fetch_media, find
+from gateway.edge.media import MediaSources, fetch_media, find, inline_media
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, TextDelta, VariablesEvent
@@ -213,6 +213,10 @@ class Driver:
                 await stream.aclose()  # type: ignore[attr-defined]
         if state.status in ("done", "rejected") and sources and state.answer:
             state = await self._media(state, sources)
+        if state.status in ("done", "rejected") and state.artifacts:
+            inline = inline_media(state.artifacts)  # files the expert handed over as bytes
+            if inline:
+                state = state.with_media((*state.media, *inline))
         if state.final:
             adapter = renderer.adapter
             parts = adapter.settings.max_answer_parts
