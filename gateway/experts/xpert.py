@@ -9,7 +9,8 @@ carries ``target`` (without it the server refuses the run); a steer is ``follow_
 aimed at the running execution; conversation variables (and an ``ask_clarification``
 question) live in the thread and are read from ``GET /threads/{t}/state`` after each run.
 Every request of a turn carries the turn's ``x-principal-user-id`` (``xpert_principals``).
-A turn's files are uploaded before its run (``xpert_files``); pictures go inline.
+A turn's files are uploaded before its run (``xpert_files``); pictures go inline; audio and
+video are left out (XpertAI fails the whole run on them: ``xpert_files.refuses_media``).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_clarify import from_state
-from gateway.experts.xpert_files import upload_files
-from gateway.experts.xpert_input import changed_state, files_of, with_history
-from gateway.experts.xpert_principals import Principal, refused, resolve
+from gateway.experts.xpert_files import refuses_media, upload_files
+from gateway.experts.xpert_input import changed_state, files_of, json_body, read_state, with_history
+from gateway.experts.xpert_principals import Principal, refused, refused_run, resolve
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_stream import XpertStream
 from sessions import PrincipalStore
@@ -64,7 +65,7 @@ class XpertExpert(Expert):
     settings_model = XpertExpertSettings
     supports_steer = True
     accepts_images = True  # the runner hands pictures over as data: URLs
-    accepts_files = True  # uploaded before the run (xpert_files), whatever their type
+    accepts_files = True  # uploaded before the run (xpert_files): any type but audio and video
     # No bundle_options: a run takes no model and no tool list (docs/xpertai.md, "Access
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
@@ -76,6 +77,12 @@ class XpertExpert(Expert):
         self.principals = principals  # the admin API's runtime entries
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
+
+    def refuses_file(self, mime: str) -> str | None:
+        return refuses_media(mime)
+
+    def refuses_kind(self, kind: str) -> str | None:
+        return refuses_media(f"{kind}/")
 
     @classmethod
     def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
@@ -127,11 +134,13 @@ class XpertExpert(Expert):
         if files:
             message["files"] = files
         state, holds = changed_state(turn, self.settings.memory_variable)
-        body_input = {
+        body_input: dict[str, Any] = {
             "action": "send",
             "message": {"clientMessageId": turn.turn_id, "input": message},
             "state": state,
         }
+        if turn.project_id:  # binds the thread to the project (run-create-stream l.58-62, 372)
+            body_input["projectId"] = turn.project_id
         async for event in self._turn(turn, principal, thread_id, body_input, holds=holds):
             yield event
 
@@ -223,6 +232,8 @@ class XpertExpert(Expert):
                 raise
             self._runs.pop(turn.turn_id, None)
             final = stream.finished or Finished("success")
+            if final.outcome == "error" and final.error:
+                final = Finished("error", refused_run(final.error, principal, turn))
             left += [(cid, text) for cid, text in run.steers if cid not in stream.consumed]
             if final.outcome not in ("success", "error") or not left:
                 break
@@ -241,9 +252,14 @@ class XpertExpert(Expert):
             yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
         if stream.execution_id is not None:
             # The agent's writes (and XpertAI's reducers) live in the thread: read them back;
-            # so does the question of a run that ended asking one (xpert_clarify.py).
+            # so does the question of a run that asked one (xpert_clarify.py).
             ask = final.outcome == "success" and self.settings.clarifications and stream.agent_ran
-            values = await self._read_state(thread_id, turn, principal, ask)
+            whole = ask and stream.clarification is None  # not shown by the stream
+            if turn.declared_variables or whole:
+                url = self._url(f"/threads/{thread_id}/state")
+                values = await read_state(self._session(), url, principal.headers)
+            else:
+                values = {}
             declared = {n: values[n] for n in turn.declared_variables if n in values}
             if declared:
                 yield VariablesEvent(values=declared, mode="backend")
@@ -302,7 +318,7 @@ class XpertExpert(Expert):
             request = self._session().get(url, headers=headers)
         else:
             url = self._url(f"/threads/{run.thread_id}/runs/stream")
-            request = self._session().post(url, json=body, headers=headers)
+            request = self._session().post(url, data=json_body(body), headers=headers)
         async with request as resp:
             if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
@@ -331,25 +347,6 @@ class XpertExpert(Expert):
                 for event in stream.feed(sse):
                     if not isinstance(event, Finished):
                         yield event
-
-    async def _read_state(
-        self, thread_id: str, turn: TurnInput, principal: Principal, whole: bool
-    ) -> dict[str, Any]:
-        """The thread's values now (``GET /threads/{t}/state``), read when variables are
-        declared or ``whole``; a failed read costs only the write-back (and the question)."""
-        if not (turn.declared_variables or whole):
-            return {}
-        try:
-            url = self._url(f"/threads/{thread_id}/state")
-            async with self._session().get(url, headers=principal.headers) as resp:
-                if not 200 <= resp.status < 300:
-                    raise await error_for(resp, "XpertAI")
-                data = await resp.json()
-        except (ExpertHttpError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.warning("xpert state read failed", error=str(exc), thread_id=thread_id)
-            return {}
-        values = data.get("values") if isinstance(data, dict) else None
-        return values if isinstance(values, dict) else {}
 
     async def steer(self, turn: TurnInput, text: str) -> None:
         """``follow_up`` / ``steer`` aimed at the running execution (chat.handler.ts); the
