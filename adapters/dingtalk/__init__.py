@@ -14,6 +14,7 @@ from yarl import URL
 import adapters.dingtalk.inbound as inbound
 import adapters.dingtalk.links as links
 from adapters.dingtalk.api import NO_PERMISSION, DingTalkApi, DingTalkApiError
+from adapters.dingtalk.cards import MAX_CHARS, MAX_PARAM_BYTES
 from adapters.dingtalk.connection import STATES, StreamConnection, StreamFrames
 from adapters.dingtalk.inbound import DingTalkInbound, RobotAdapter
 from adapters.dingtalk.outbound import DingTalkOutbound
@@ -172,6 +173,15 @@ class DingTalkAdapter(RobotAdapter):
         if self.connection is not None:
             await self.connection.close()
         await self.api.close()
+
+    def answer_part_bytes(self) -> int | None:
+        """A robot markdown message's share of a long answer (``MAX_PARAM_BYTES``, and at most
+        ``MAX_CHARS`` characters): past ``maxAnswerParts`` of them the answer is a file
+        (``sampleFile``)."""
+        return MAX_PARAM_BYTES
+
+    def answer_part_chars(self) -> int | None:
+        return MAX_CHARS
 
     def unprompted_chat_id(self, envelope: Envelope) -> str:
         """Direct robot messages go to a staff id (oToMessages/batchSend), not a conversation."""

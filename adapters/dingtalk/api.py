@@ -13,6 +13,7 @@ API's short name (``ENDPOINTS``; ``/metrics``)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import random
 from collections.abc import Awaitable, Callable
@@ -234,7 +235,8 @@ class DingTalkApi(PlatformApi):
         async def send(token: str | None) -> str:
             form = aiohttp.FormData()
             form.add_field("type", kind)
-            form.add_field("media", data, filename=name, content_type=mime)
+            # a file object: aiohttp streams it (a big body given as bytes would hold the loop)
+            form.add_field("media", io.BytesIO(data), filename=name, content_type=mime)
             try:
                 async with self.http.post(
                     f"{self.oapi_base}/media/upload",

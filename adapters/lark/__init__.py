@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from adapters.lark.api import LarkApi, LarkApiError
+from adapters.lark.cards import TEXT_PART_BYTES
 from adapters.lark.connection import STATES, LongConnection
 from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
@@ -160,6 +161,11 @@ class LarkAdapter(LarkBot):
             state.update(self.connection.readiness())
             state["ready"] = state["ready"] and state["connection"] in ("connected", "standby")
         return state
+
+    def answer_part_bytes(self) -> int | None:
+        """A text message's share of a long answer: past ``maxAnswerParts`` of them the answer
+        is the file answer.md (``im/v1/files``, sent as a ``file`` message)."""
+        return TEXT_PART_BYTES
 
     def reuses_card(self, handle: str) -> bool:
         # A card message is PATCHed in place by any turn. A CardKit card ("ck:") closed its

@@ -12,6 +12,7 @@ method per OpenAPI call the gateway makes, each a few lines.)
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable
@@ -142,7 +143,8 @@ class LarkApi(PlatformApi):
             form = aiohttp.FormData()
             for key, value in fields.items():
                 form.add_field(key, value)
-            form.add_field(part, data, filename=name, content_type=mime)
+            # a file object: aiohttp streams it (a big body given as bytes would hold the loop)
+            form.add_field(part, io.BytesIO(data), filename=name, content_type=mime)
             async with self.http.post(
                 self.base_url + path, data=form, headers={"Authorization": f"Bearer {token}"}
             ) as resp:

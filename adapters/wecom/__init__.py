@@ -12,6 +12,7 @@ import aiohttp
 import structlog
 
 from adapters.wecom.api import WeComApi, WeComApiError
+from adapters.wecom.cards import APP_MARKDOWN_BYTES
 from adapters.wecom.connection import STATES, AibotConnection
 from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import (
@@ -139,6 +140,11 @@ class WeComAdapter(CallbackAdapter):
         if not isinstance(self.outbound, AppOutbound):
             raise Unsupported("a WeCom AI bot sends no files here")
         await self.outbound.post_media(chat.id, item, key=idempotency_key)
+
+    def answer_part_bytes(self) -> int | None:
+        """App mode: a markdown message's share of a long answer (past ``maxAnswerParts`` of
+        them the answer is a ``file`` message); an AI bot sends no files (None)."""
+        return APP_MARKDOWN_BYTES if self.settings.connection_mode == "app" else None
 
     def posts_unprompted(self, chat_type: str) -> bool:
         """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the

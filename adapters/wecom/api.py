@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import re
 import time
 from collections.abc import Callable
@@ -153,7 +154,8 @@ class WeComApi(PlatformApi):
 
         async def send(token: str | None) -> str:
             form = aiohttp.FormData()
-            form.add_field("media", data, filename=name, content_type=mime)
+            # a file object: aiohttp streams it (a big body given as bytes would hold the loop)
+            form.add_field("media", io.BytesIO(data), filename=name, content_type=mime)
             async with self.http.post(
                 f"{self.base}/cgi-bin/media/upload",
                 params={"access_token": token or "", "type": kind},

@@ -99,6 +99,13 @@ class IntegrationBase(GatewayModel):
         "it a message is refused (the chat is told once)",
     )
     update_interval_ms: int = Field(1000, ge=100, le=60_000, description="Card update throttle")
+    max_answer_parts: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="An answer longer than this many messages is sent as one file, answer.md, "
+        "the card showing its head (Lark, DingTalk, WeCom app mode)",
+    )
     language: str | None = None
     timezone: str | None = None
     store_raw: bool = Field(False, description="Keep the platform payload with stored envelopes")

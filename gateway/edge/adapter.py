@@ -82,6 +82,17 @@ class Adapter:
         then needs no record of it. None (the default): a handle known only once sent."""
         return None
 
+    def answer_part_bytes(self) -> int | None:
+        """Bytes of one part of a long answer here: an answer past ``maxAnswerParts`` of them
+        goes as the file ``answer.md`` (gateway/edge/long_answer.py). None (the default): the
+        platform mode takes no file from the bot, the answer goes in parts."""
+        return None
+
+    def answer_part_chars(self) -> int | None:
+        """Characters one part holds at most where that is fewer than its bytes would allow
+        (None: bytes alone bound a part)."""
+        return None
+
     def posts_unprompted(self, chat_type: str) -> bool:
         """Whether the bot can post into a chat of ``chat_type`` with no message to answer
         (a scheduled turn's card); a platform mode that only answers says False."""

@@ -1,7 +1,9 @@
 """The built-in echo expert: deterministic steps and a streamed reply quoting the merged input.
 
-Input containing ``[confirm]`` raises an interrupt; Confirm carries on, Reject stops. Each step
-is done when its work is: the last one ("Writing the answer") runs while the reply streams.
+Input containing ``[confirm]`` raises an interrupt; Confirm carries on, Reject stops.
+``[repeat N]`` repeats the reply N times (at most ``MAX_REPEAT``): a long answer on demand, for
+tests and ``bench/huge_answer.py``. Each step is done when its work is: the last one ("Writing
+the answer") runs while the reply streams.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from gateway.experts.base import Expert, ExpertContext, TurnInput
 
 CONFIRM_MARKER = "[confirm]"
 SET_MARKER = re.compile(r"\[set ([A-Za-z_]\w*)=([^\]]*)\]")
+REPEAT_MARKER = re.compile(r"\[repeat (\d{1,6})\]")
+MAX_REPEAT = 100_000
 
 
 class EchoExpertSettings(ExpertBase):
@@ -57,7 +61,10 @@ class EchoExpert(Expert):
 
     def reply_for(self, text: str) -> str:
         quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty message)"
-        return f"{self.settings.reply_prefix}\n{quoted}"
+        reply = f"{self.settings.reply_prefix}\n{quoted}"
+        repeat = REPEAT_MARKER.search(text)
+        times = min(int(repeat[1]), MAX_REPEAT) if repeat else 1
+        return "\n\n".join([reply] * times) if times > 1 else reply
 
     async def _stream(self, text: str) -> AsyncIterator[RunEvent]:
         size = self.settings.chunk_chars

@@ -59,6 +59,7 @@ from gateway.events import (
 from gateway.experts.sse import SseEvent
 from gateway.experts.xpert_clarify import TOOL as CLARIFY
 from gateway.experts.xpert_clarify import from_args, from_output
+from gateway.experts.xpert_plain import PlainRun
 
 # on_chat_event types that are not steps of the run (contracts/src/ai/chat-event.model.ts).
 NOT_STEPS = frozenset(
@@ -92,34 +93,46 @@ class XpertStream:
     started: bool = False  # this run's on_message_start was read
     agent_ran: bool = False  # on_agent_start was read (a memory reply runs no agent)
     clarification: Clarification | None = None  # an ask_clarification the stream showed
-    _segments: list[list[str]] = field(default_factory=list)  # [stream id, text] per stream
+    # (stream id, its text in chunks) per stream: a chunk is appended, never the text copied
+    _segments: list[tuple[str, list[str]]] = field(default_factory=list)
     _tools: dict[str, tuple[str, StepStatus]] = field(default_factory=dict)  # id -> title, status
     _asked: bool = False
     _asks: set[str] = field(default_factory=set)  # ask_clarification components' ids
     _reasoning: str = ""
     _sources: Sources = field(default_factory=Sources)
     _shown: str | None = None  # the answer as the card has it (None: the prefix)
+    _run: PlainRun = field(default_factory=PlainRun)  # a plain answer's end (xpert_plain.py)
+
+    def _own(self) -> str:
+        return "".join("".join(chunks) for _, chunks in self._segments)
 
     @property
     def answer(self) -> str:
         """The answer as XpertAI wrote it (citation links and all)."""
-        return self.prefix + "".join(text for _, text in self._segments)
+        return self.prefix + self._own()
 
     @property
     def shown(self) -> str:
         """The answer as a chat shows it: citations as ``[n]`` with their sources
         (gateway/citations.py); while the run goes on, a link still arriving is held back."""
-        own = "".join(text for _, text in self._segments)
+        return self._rendered(self._own())
+
+    def _rendered(self, own: str) -> str:
         done = self.complete or self.finished is not None
         return self.prefix + render(own, self._sources, partial=not done)
 
     def _show(self) -> list[RunEvent]:
         """The card's answer brought to ``shown``: appended when it only grew, else replaced."""
-        before = self.prefix if self._shown is None else self._shown
-        now = self.shown
+        own = self._own()
+        if self._run.shown >= 0:
+            before = (self.prefix + own)[: self._run.shown]
+        else:
+            before = self.prefix if self._shown is None else self._shown
+        now = self._rendered(own)
+        self._run.rendered(own, now, self.prefix)
+        self._shown = now
         if now == before:
             return []
-        self._shown = now
         if now.startswith(before):
             return [TextDelta(now[len(before) :])]
         return [TextDelta(now, replace=True)]
@@ -195,13 +208,23 @@ class XpertStream:
             self.clarification = replace(self.clarification, restated=True)
         segments = self._segments
         at = next((i for i in range(len(segments) - 1, -1, -1) if segments[i][0] == stream), -1)
-        if at >= 0 and (at == len(segments) - 1 or stream):
-            # this stream's own segment (an interleaved one changes the answer in its middle)
-            segments[at][1] += text
+        if at >= 0 and at < len(segments) - 1 and stream:
+            # an earlier stream's own segment: the answer changes in its middle
+            segments[at][1].append(text)
+            self._run.own += len(text)
             return self._show()
-        before = segments[-1][1] if segments else self.prefix
-        separator = "\n" if before and not before[-1].isspace() and not text[0].isspace() else ""
-        segments.append([stream, separator + text])
+        if at < 0 or at < len(segments) - 1:
+            last = segments[-1][1][-1] if segments else self.prefix
+            space = not last or last[-1].isspace() or text[0].isspace()
+            text = text if space else "\n" + text
+            segments.append((stream, []))
+        segments[-1][1].append(text)  # the answer grows at its end
+        run = self._run
+        showing = run.shown if run.shown >= 0 else None
+        if showing is None and run.plain and self._shown is not None:
+            showing = len(self._shown)
+        if run.grew(text, showing, len(self.prefix)):
+            return [TextDelta(text)]
         return self._show()
 
     def _component(self, data: dict[str, Any]) -> list[RunEvent]:

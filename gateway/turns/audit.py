@@ -18,6 +18,7 @@ import orjson
 import structlog
 
 from gateway.clock import now_ms
+from gateway.edge.long_answer import whole_answer
 from gateway.envelope import Envelope
 from gateway.events import RunEvent, StepEvent, ToolEvent, UsageEvent
 from gateway.experts.base import TurnInput
@@ -34,6 +35,7 @@ from gateway.turns.audit_record import (
     AuditContext,
     AuditRecord,
     bounded,
+    sha256,
     short,
 )
 from gateway.turns.context import merge_input
@@ -239,7 +241,8 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
         text = facts.turn.text if facts.turn is not None else merge_input(facts.items)
     cut, truncated = bounded(text, INPUT_BYTES)
     final = facts.final
-    answer, _ = bounded(facts.answer or (final.answer if final else ""), ANSWER_BYTES)
+    whole = facts.answer or (whole_answer(final) if final else "")
+    answer, _ = bounded(whole, ANSWER_BYTES)
     error = facts.error or (final.error if final else "")
     return {
         "event": "turn",
@@ -261,6 +264,7 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
             "chars": len(text),
             "truncated": truncated,
             "messages": len(facts.items),
+            "sha256": sha256(text),
         },
         "context": _context(facts.turn) if facts.turn is not None else None,
         "expert": expert_of(facts.xpert_id, facts.snapshot),
@@ -269,6 +273,8 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
         "outcome": facts.outcome,
         "error": short(error, ERROR_CHARS),
         "answer": answer,
+        "answerChars": len(whole),
+        "answerSha256": sha256(whole),
         "artifacts": [
             {
                 "kind": a.kind,

@@ -1,9 +1,11 @@
 """The audit record of one turn (camelCase JSON, as the admin API answers it) and the bounds that
 keep it a few KB: the merged input cut to 4 KB and the answer to 2 KB on a character boundary
-with a marker, lists capped. Put together by ``gateway.turns.audit``."""
+with a marker (each one's whole length and SHA-256 beside it), lists capped. Put together by
+``gateway.turns.audit``."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -35,6 +37,10 @@ def bounded(text: str, max_bytes: int) -> tuple[str, bool]:
     return keep + marker, True
 
 
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+
+
 def short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -55,6 +61,7 @@ class AuditInput(_Model):
     chars: int  # the merged input's length before any cut
     truncated: bool
     messages: int  # how many messages (or clicks, fires) the turn merged
+    sha256: str | None = None  # of the whole input (UTF-8): what a cut record still identifies
 
 
 class AuditContext(_Model):
@@ -130,6 +137,10 @@ class AuditRecord(_Model):
     outcome: TurnOutcome
     error: str
     answer: str
+    # The whole answer's length and SHA-256 (UTF-8), however much of it ``answer`` keeps (an
+    # answer filed as answer.md included: gateway/edge/long_answer.py).
+    answer_chars: int | None = None
+    answer_sha256: str | None = None
     artifacts: list[AuditArtifact] = []  # what the run produced (images, files, links)
     timings: AuditTimings
     replica: str

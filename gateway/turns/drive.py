@@ -13,10 +13,11 @@ from typing import Any
 import structlog
 
 from gateway.config.bases import VariableDecl
+from gateway.edge.long_answer import LIVE_BYTES, as_file, size_over
 from gateway.edge.media import MediaSources, fetch_media, find, inline_media
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
-from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
+from gateway.events import Finished, Interrupt, RunEvent, Started, TextDelta, VariablesEvent
 from gateway.experts.base import Expert, TurnInput
 from gateway.progress import Progress
 from gateway.turns.audit import TurnTrace
@@ -24,6 +25,13 @@ from gateway.turns.render import CardRenderer
 from sessions import SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.turns")
+
+# A long answer streamed in small deltas is built in time linear in its length and never holds
+# the loop (issue 38): deltas are gathered and folded into the card's state at most every
+# FOLD_S (one concatenation per fold, not per delta), and the run gives the loop its turn
+# after YIELD_S of events that came without a wait (an expert with its stream buffered).
+FOLD_S = 0.05
+YIELD_S = 0.01
 
 
 class Handback(GatewayError):
@@ -84,9 +92,38 @@ class Driver:
         reducers = {d.name: d.reducer for d in declared}
         sources = MediaSources.of(expert.media_sources())
 
+        pending: list[str] = []  # text deltas not yet folded into ``state``
+        timer: asyncio.TimerHandle | None = None
+
+        def fold() -> None:
+            """The gathered deltas into ``state`` at once; the card shows it."""
+            nonlocal state, timer
+            if timer is not None:
+                timer.cancel()
+                timer = None
+            if pending:
+                text = "".join(pending)
+                pending.clear()
+                state = state.apply(TextDelta(text))
+                if state.status not in ("waiting", "error"):
+                    renderer.push(state)
+
         async def consume() -> Progress:
-            nonlocal state, asked
+            nonlocal state, asked, timer
+            loop = asyncio.get_running_loop()
+            ran_since = time.monotonic()
             async for event in stream:
+                now = time.monotonic()
+                if now - ran_since > YIELD_S:
+                    await asyncio.sleep(0)  # what else waits runs (webhooks, other turns)
+                    ran_since = time.monotonic()
+                if isinstance(event, TextDelta) and not event.replace:
+                    if event.text:
+                        pending.append(event.text)
+                        if timer is None:
+                            timer = loop.call_later(FOLD_S, fold)
+                    continue
+                fold()
                 if (
                     isinstance(event, Started)
                     and event.thread_id
@@ -115,7 +152,10 @@ class Driver:
                 if run is not None and run.trace is not None:
                     run.trace.see(event)
                 state = state.apply(event)
-                held = state.final and sources and find(state.answer)  # waits for its images
+                # A final state waits for its images, and a huge answer to become a file.
+                held = state.final and (
+                    (sources and find(state.answer)) or size_over(state.answer, LIVE_BYTES)
+                )
                 if state.status not in ("waiting", "error") and not held:
                     renderer.push(state)  # waiting and error cards go out in close()
                 if state.final or (state.status == "waiting" and isinstance(event, Finished)):
@@ -124,6 +164,7 @@ class Driver:
 
         def inject(event: RunEvent) -> None:
             nonlocal state
+            fold()
             if run is not None and run.trace is not None:
                 run.trace.see(event)
             state = state.apply(event)
@@ -144,9 +185,11 @@ class Driver:
                         task.cancel()
                         raise
             state = await task
+            fold()
             if not state.final and state.status != "waiting":
                 state = state.finish("success")
         except asyncio.CancelledError:
+            fold()
             reason = run.stop_reason if run is not None else ""
             if reason == "handback" or (not reason and self.handing_back()):
                 renderer.abandon()
@@ -161,6 +204,7 @@ class Driver:
             except Exception as exc:
                 log.warning("expert cancel failed", error=str(exc))
         except Exception as exc:  # the expert's failure, or the first card refused
+            fold()
             log_failure(log, "expert failed", exc)
             state = state.finish("error", f"The expert failed: {type(exc).__name__}")
         finally:
@@ -174,6 +218,11 @@ class Driver:
             inline = inline_media(state.artifacts)  # files the expert handed over as bytes
             if inline:
                 state = state.with_media((*state.media, *inline))
+        if state.final:
+            adapter = renderer.adapter
+            parts = adapter.settings.max_answer_parts
+            limit = adapter.answer_part_bytes()
+            state = as_file(state, limit, parts, adapter.answer_part_chars())
         outcome = Outcome(state, asked)
         shown = renderer.handle
         if settle is not None:

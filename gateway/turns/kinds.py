@@ -16,6 +16,7 @@ import structlog
 from gateway.config.bases import IntegrationBase
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
+from gateway.edge.long_answer import LIVE_BYTES, head
 from gateway.envelope import Envelope
 from gateway.events import Decision, StepEvent
 from gateway.experts.base import Expert
@@ -184,7 +185,8 @@ class TurnKinds:
                     "data": outcome.asked,
                     "steps": [asdict(s) for s in final.steps],
                     "tools": [asdict(t) for t in final.tools],
-                    "answer": final.answer,
+                    # the answer so far, as the resumed card shows it (a huge one's head)
+                    "answer": head(final.answer, LIVE_BYTES),
                 }
             )
             await self.store.set_binding_fields(

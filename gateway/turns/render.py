@@ -18,6 +18,7 @@ from gateway.clock import now_ms
 from gateway.edge.adapter import Adapter
 from gateway.edge.call_budget import CallBudget
 from gateway.edge.calls import BudgetExhausted, Priority, calls_as
+from gateway.edge.long_answer import live
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 
@@ -193,6 +194,7 @@ class CardRenderer:
 
     async def _render(self, progress: Progress) -> None:
         kind: Literal["send", "update"] = "send" if self.handle is None else "update"
+        given = live(progress)  # a huge answer's head: an update costs the same at any length
         # The loop task may be cancelled while an update is on its way (a turn that ends, a
         # shutdown); a cancel that lands inside a redis-py command can be swallowed, leaving the
         # turn hanging until shutdown. Card calls therefore run shielded, on every platform: the
@@ -204,13 +206,13 @@ class CardRenderer:
             if self.handle is None:
                 sent = asyncio.ensure_future(
                     self.adapter.send_card(
-                        self.reply_to, progress, idempotency_key=self.idempotency_key
+                        self.reply_to, given, idempotency_key=self.idempotency_key
                     )
                 )
                 self.handle = await asyncio.shield(sent)
             else:
                 call = asyncio.ensure_future(
-                    self.adapter.update_card(self.reply_to, self.handle, progress)
+                    self.adapter.update_card(self.reply_to, self.handle, given)
                 )
                 self._call = call
                 try:

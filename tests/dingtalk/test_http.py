@@ -214,7 +214,8 @@ async def test_a_long_answer_does_not_hold_up_other_requests(
     fast = [
         {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 10_000}
     ]
-    async with running(prefix, experts=fast) as (fake, h):
+    # Parts, not the file answer.md (issue 38): the split itself is what is under test.
+    async with running(prefix, experts=fast, maxAnswerParts=1000) as (fake, h):
         done = threading.Event()
         waits: list[float] = []
 

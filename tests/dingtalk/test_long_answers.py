@@ -2,7 +2,8 @@
 group OpenAPI) and in stream mode, as markdown parts marked (1/n)..(n/n), each at most
 MAX_CHARS characters (DingTalk's markdown stops rendering past ~3,500: docs/dingtalk.md)
 and 15000 msgParam bytes, the buttons on the last part; the fake refuses nothing (a msgParam
-over 15000 bytes, a webhook body over 20,000)."""
+over 15000 bytes, a webhook body over 20,000). ``maxAnswerParts`` is raised: past 10 parts an
+answer is the file answer.zip (test_huge_answer.py), and the parts are what is tested here."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ async def test_a_60_kb_answer_arrives_whole_in_numbered_parts(
     prefix: str, redis_client: Any, mode: str
 ) -> None:
     options = {"connectionMode": "stream"} if mode == "stream" else {}
-    async with running(prefix, experts=[FAST_ECHO], **options) as (fake, h):
+    async with running(prefix, experts=[FAST_ECHO], maxAnswerParts=100, **options) as (fake, h):
         text = long_text()
         assert len(text.encode()) > 60_000
         message = robot_message(fake, text, group=mode == "openapi", webhook=mode != "openapi")
@@ -73,7 +74,7 @@ async def test_a_60_kb_answer_on_an_ai_card_continues_in_numbered_messages(
         {"cards": None} if card == "public" else {"cardTemplateId": "tpl.schema"}
     )
     key = "msgContent" if card == "public" else "content"
-    async with running(prefix, experts=[FAST_ECHO], **options) as (fake, h):
+    async with running(prefix, experts=[FAST_ECHO], maxAnswerParts=100, **options) as (fake, h):
         text = long_text()
         status, _ = await h.post(robot_message(fake, text))
         assert status == 200

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.citations import Sources, render
+from gateway.events import TextDelta
 from gateway.experts.sse import SseEvent
 from gateway.experts.xpert_stream import XpertStream, interrupt_prompt
 from gateway.progress import Progress
@@ -158,3 +159,30 @@ def test_a_confirmation_line_per_task_in_the_language_with_its_arguments_cut() -
     assert len(first) < 200
     assert second == "Budget: Spend 5k?"
     assert interrupt_prompt({"tasks": []}) == "Please confirm to continue."
+
+
+def test_a_long_plain_answer_goes_on_as_written_and_a_late_citation_still_renders() -> None:
+    """A plain answer's chunks go on as they are (issue 38: not the whole answer rendered
+    again per chunk); a citation 3,000 characters in is still a footnote, never a raw link,
+    and what the card shows is always the answer rendered whole."""
+    url = "xpert://knowledgebase/chunk?knowledgebaseId=kb-1&documentId=doc-a&chunkId=c-1"
+    plain = "plain words. " * 240
+    text = plain + f"a claim [⟦1⟧]({url}) " + "more words [x] here. " * 40
+    stream = XpertStream()
+    progress = Progress(turn_id="t")
+    as_sent = 0  # chunks of the plain part that went on exactly as they came
+    for i in range(0, len(text), 4):
+        chunk = text[i : i + 4]
+        frame = {"type": "message", "data": {"type": "text", "text": chunk, "id": "s"}}
+        events = stream.feed(SseEvent("", json.dumps(frame), str(i)))
+        if i + 4 <= len(plain):
+            assert [(e.text, e.replace) for e in events if isinstance(e, TextDelta)] == [
+                (chunk, False)
+            ]
+            as_sent += 1
+        for event in events:
+            progress = progress.apply(event)
+        assert progress.answer == stream.shown
+        assert "xpert:" not in progress.answer and "⟦" not in progress.answer
+    assert as_sent == len(plain) // 4
+    assert progress.answer.startswith(plain + "a claim [1] more words [x]")

@@ -4,6 +4,7 @@ API's filters, order and refusals; the sessions listing, live and recent."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -86,6 +87,7 @@ async def test_a_message_turn_records_its_input_context_steps_and_timings(
         "chars": 17,
         "truncated": False,
         "messages": 1,
+        "sha256": hashlib.sha256(b"what is our plan?").hexdigest(),
     }
     context = record["context"]
     assert {"sys.language", "sys.date", "memory.rules"} <= set(context["variables"])
@@ -261,6 +263,13 @@ async def test_the_merged_input_is_bounded_on_a_character_boundary(
     assert text.startswith(cut["text"].split(" …[cut:")[0])
     assert cut["text"].endswith("…[cut: 4000 characters in all]")
     assert len(record["answer"].encode()) <= 2048
+    # What was cut is still identified: its whole length and hash beside it.
+    assert cut["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    whole = "You said:\n> " + text
+    assert (record["answerChars"], record["answerSha256"]) == (
+        len(whole),
+        hashlib.sha256(whole.encode()).hexdigest(),
+    )
 
 
 def test_bounded_keeps_short_text_and_cuts_between_characters() -> None:

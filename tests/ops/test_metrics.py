@@ -132,7 +132,10 @@ async def test_fast_updates_are_coalesced_not_sent(
     coalesced = s.value("xgw_card_updates_coalesced_total", integration="console")
     assert sent == 1
     assert 1 <= updated <= 6  # the interval allows a handful at most
-    assert coalesced > 100  # the rest were replaced before they could be shown
+    # Deltas fold into the card's state at most every 50 ms (gateway/turns/drive.py): far
+    # fewer states than deltas, and those the interval did not show were replaced.
+    assert 0 < sent + updated + coalesced < 100
+    assert coalesced >= 1
     assert s.value("xgw_card_updates_total", result="error") == 0
 
 

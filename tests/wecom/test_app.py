@@ -339,7 +339,8 @@ async def test_a_long_answer_past_a_members_per_minute_cap_waits_instead_of_bein
     more than 30 messages goes out whole, the rest after the window slides, none dropped."""
     fake.minute_s = 1.0
     limits = {"chatSendsPerSecond": 30, "chatSendsPerMinute": None, "chatSendsPerHour": None}
-    gw = await app_gateway(gateways, prefix, fake, platformLimits=limits)
+    # parts, not the file answer.md (issue 38): 40 messages are what is under test
+    gw = await app_gateway(gateways, prefix, fake, platformLimits=limits, maxAnswerParts=100)
     text = "\n".join("第" + str(i) + "行" + "长" * 600 for i in range(40))
     query, body = encrypt_xml(app_message("hal", text, "8501"))
     await post(http, url(gw), query, body)

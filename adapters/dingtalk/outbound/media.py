@@ -6,12 +6,17 @@ image: jpg, gif, png, bmp; DOC:upload-media-files) and sent as ``sampleImageMsg`
 ``photoURL`` is the ``media_id`` ("photoURL可填写图片的完整URL路径，也可填写图片的mediaId":
 DOC:robot-message-type). A file follows as ``sampleFile`` ``{mediaId, fileName, fileType}``
 when DingTalk takes its type (xlsx, pdf, zip, rar, doc, docx: DOC:robot-message-type), else it
-stays a link. These are robot OpenAPI messages (a sessionWebhook takes no image or file
-messages); each is claimed in Redis before it goes, so none is sent twice."""
+stays a link; an answer too long for the chat (``answer.md``, which neither ``sampleFile`` nor
+``/media/upload`` takes) goes as ``answer.zip`` holding it. These are robot OpenAPI messages
+(a sessionWebhook takes no image or file messages); each is claimed in Redis before it goes, so
+none is sent twice."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import zipfile
 from dataclasses import dataclass
 
 import structlog
@@ -19,6 +24,7 @@ import structlog
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError
 from adapters.dingtalk.outbound.robot import SENT_NS, SENT_TTL_MS, Sender
 from gateway.edge.chat_actions import Unsupported
+from gateway.edge.long_answer import is_answer_file
 from gateway.envelope import Envelope
 from gateway.progress import Media, Progress
 
@@ -26,6 +32,7 @@ log = structlog.get_logger("adapters.dingtalk")
 
 IMAGE_TYPES = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/bmp": "bmp"}
 FILE_TYPES = frozenset({"xlsx", "pdf", "zip", "rar", "doc", "docx"})  # sampleFile's fileType
+ZIP = "application/zip"
 MAX_BYTES = 20 * 1024 * 1024  # DOC:upload-media-files: image and file at most 20 MB each
 
 
@@ -45,11 +52,22 @@ def _file_type(item: Media) -> str | None:
     return suffix if suffix in FILE_TYPES else None
 
 
-def sendable(progress: Progress) -> list[Media]:
-    """The answer's media DingTalk takes as messages, in order."""
+def zipped(item: Media) -> Media:
+    """A file DingTalk takes no message of (``answer.md``) as a zip holding it."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(item.name, item.data)
+    name = item.name.rsplit(".", 1)[0] + ".zip"
+    return Media(kind="file", url=item.url, data=buffer.getvalue(), mime=ZIP, name=name)
+
+
+async def sendable(progress: Progress) -> list[Media]:
+    """The answer's media DingTalk takes as messages, in order; a filed answer (answer.md,
+    gateway/edge/long_answer.py) as answer.zip, zipped off the loop."""
+    media = [await asyncio.to_thread(zipped, m) if is_answer_file(m) else m for m in progress.media]
     return [
         m
-        for m in progress.media
+        for m in media
         if len(m.data) <= MAX_BYTES
         and ((m.kind == "image" and m.mime in IMAGE_TYPES) or (m.kind == "file" and _file_type(m)))
     ]
@@ -63,7 +81,7 @@ class DingTalkMedia:
         self.api = api
 
     async def send(self, reply_to: Envelope, key: str, progress: Progress) -> None:
-        for i, item in enumerate(sendable(progress)):
+        for i, item in enumerate(await sendable(progress)):
             claim = f"{self.sender.integration_id}:{key}:media{i}"
             records = self.sender.records
             if not await records.put_new(SENT_NS, claim, "1", ttl_ms=SENT_TTL_MS):
