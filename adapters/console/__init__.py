@@ -11,6 +11,7 @@ from gateway.edge.factory import Factory
 
 class ConsoleAdapter(ChatAdapter):
     outbound: ConsoleOutbound
+    verifies_senders = False  # the console's request names its sender (docs/security.md)
 
     def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)

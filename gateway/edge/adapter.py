@@ -32,6 +32,10 @@ class Adapter:
 
     outbound: Outbound
     call_budget: CallBudget | None = None  # the app's platform budget (cards read its mode)
+    # Whether the platform vouches for who sent a message (a signed event naming its sender);
+    # False where the request itself names the sender (the console): a ``principals`` entry
+    # then matches its turns only when it names the integration (issue 36).
+    verifies_senders = True
 
     def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
         self.settings = settings

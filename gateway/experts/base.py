@@ -25,6 +25,9 @@ class TurnInput:
     chat_type: str
     sender_id: str
     sender_name: str | None = None
+    # False where the platform does not vouch for the sender (the console: the request names
+    # it): a ``principals`` entry matches such a turn only when it names the integration.
+    sender_verified: bool = True
     thread_id: str | None = None
     attachments: tuple[dict[str, Any], ...] = ()
     state: dict[str, Any] = field(default_factory=dict)  # conversation variables, as we hold them
@@ -33,6 +36,9 @@ class TurnInput:
     # The session's declared conversation variables and their reducers (replace|append|merge).
     declared_variables: Mapping[str, str] = field(default_factory=dict)
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
+    # The backend's conversations per identity the session's turns acted as (a group whose turns
+    # act as their senders keeps one per backend user: issue 36), kept with the session.
+    expert_threads: Mapping[str, str] = field(default_factory=dict)
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
     notices: tuple[str, ...] = ()  # what the card tells of the input (attachments left out)
     memory_rules: int = 0  # how many items of the chat's memory memory.rules holds
@@ -86,6 +92,13 @@ class Expert(abc.ABC):
     # not declared are then warned about by ``check``).
     declared_variables_only: ClassVar[bool] = False
 
+    @classmethod
+    def acts_as_sender(cls, settings: ExpertBase) -> bool:
+        """Whether a group turn of this expert acts as its sender (a backend user per sender):
+        then the gateway never puts two senders' messages into one turn or one run (a burst is
+        split by sender, a steer goes only into the same sender's run; issue 36)."""
+        return False
+
     def refuses_file(self, mime: str) -> str | None:
         """Why this expert cannot take a fetched file of type ``mime`` (the card shows it and
         the turn runs without the file), or None when it takes it."""
@@ -104,8 +117,11 @@ class Expert(abc.ABC):
             own = (f"{scheme}://{rest.split('/', 1)[0]}",)
         return (*own, *settings.media_hosts)
 
-    async def steer(self, turn: TurnInput, text: str) -> None:
-        """Hand a follow-up message to the running run (busyPolicy steer)."""
+    async def steer(
+        self, turn: TurnInput, text: str, attachments: tuple[dict[str, Any], ...] = ()
+    ) -> tuple[RunEvent, ...]:
+        """Hand a follow-up message (and its attachments, fetched as for a turn) to the running
+        run (busyPolicy steer); what it answers is shown on the run's card (steps)."""
         raise NotImplementedError(f"{self.kind} experts cannot be steered")
 
     async def cancel(self, turn: TurnInput) -> None:  # noqa: B027 - optional hook

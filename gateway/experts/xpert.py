@@ -1,5 +1,6 @@
-"""XpertAI agents through the Agent-Protocol API (reference/xpertai.md §6): one thread per
-session, each turn a ``runs/stream`` SSE whose frames ``xpert_stream`` turns into run events.
+"""XpertAI agents through the Agent-Protocol API (docs/xpertai.md): one thread per session (per
+XpertAI user in a group: xpert_principals.thread_key), each turn a ``runs/stream`` SSE whose
+frames ``xpert_stream`` turns into run events.
 
 What the real server needs, read in its source (xpert-ai/xpert @5135ce25, ``packages/server-ai``):
 the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); Stop is
@@ -8,16 +9,15 @@ the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); S
 carries ``target`` (without it the server refuses the run); a steer is ``follow_up``/``steer``
 aimed at the running execution; conversation variables (and an ``ask_clarification``
 question) live in the thread and are read from ``GET /threads/{t}/state`` after each run.
-Every request of a turn carries the turn's ``x-principal-user-id`` (``xpert_principals``).
-A turn's files are uploaded before its run (``xpert_files``); pictures go inline.
+Every request of a turn carries its ``x-principal-user-id`` (``xpert_principals``); its files
+are uploaded before its run (``xpert_files``), pictures inline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -40,8 +40,9 @@ from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_clarify import from_state
 from gateway.experts.xpert_files import upload_files
 from gateway.experts.xpert_input import changed_state, files_of, with_history
-from gateway.experts.xpert_principals import Principal, refused, resolve
+from gateway.experts.xpert_principals import Principal, refused, resolve, thread_key, user_error
 from gateway.experts.xpert_settings import XpertExpertSettings
+from gateway.experts.xpert_steer import follow_up
 from gateway.experts.xpert_stream import XpertStream
 from sessions import PrincipalStore
 
@@ -82,6 +83,10 @@ class XpertExpert(Expert):
         assert isinstance(settings, XpertExpertSettings)
         return cls(settings=settings, principals=context.principals)
 
+    @classmethod
+    def acts_as_sender(cls, settings: ExpertBase) -> bool:
+        return isinstance(settings, XpertExpertSettings) and settings.group_identity == "sender"
+
     @property
     def assistant_id(self) -> str:
         return self.settings.assistant_id or self.settings.id
@@ -101,8 +106,10 @@ class XpertExpert(Expert):
         return f"{self.settings.base_url}{path}"
 
     async def _thread(self, turn: TurnInput, principal: Principal) -> str:
-        if turn.expert_thread_id:
-            return turn.expert_thread_id
+        key = thread_key(self.settings, turn, principal)
+        known = turn.expert_thread_id if key is None else turn.expert_threads.get(key)
+        if known:
+            return known
         # assistant_id binds the thread (conversation) to the xpert (thread-create.handler.ts).
         body = {"assistant_id": self.assistant_id}  # the server titles it from the first input
         url, headers = self._url("/threads"), principal.headers
@@ -117,7 +124,7 @@ class XpertExpert(Expert):
         try:
             thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-            yield Finished("error", _user_error(refused(exc, principal, turn)))
+            yield Finished("error", user_error(refused(exc, principal, turn)))
             return
         files = files_of(turn)  # pictures inline; other files uploaded first, as AgentFiles
         http, s = self._session(), self.settings
@@ -148,7 +155,8 @@ class XpertExpert(Expert):
             "target": dict(target) if isinstance(target, dict) else {},
             "decision": {"type": decision},
         }
-        thread_id = turn.expert_thread_id
+        # The interrupted run's own thread (a group keeps one per user: issue 36).
+        thread_id = str(interrupt.get("threadId") or "") or turn.expert_thread_id
         if not thread_id:
             yield Finished("error", "The conversation this confirmation belongs to is gone.")
             return
@@ -183,7 +191,7 @@ class XpertExpert(Expert):
         sent, with the text it kept: persisted-follow-up.ts), all in the same card. ``holds``:
         what the thread holds of the variables once the run took its ``state``, recorded when
         the run has started (a run refused at its start took nothing)."""
-        yield Started(run_id=turn.turn_id, thread_id=thread_id)
+        yield Started(turn.turn_id, thread_id, thread_key(self.settings, turn, principal))
         context = {
             "integrationId": turn.integration_id,
             "chatId": turn.chat_id,
@@ -215,7 +223,7 @@ class XpertExpert(Expert):
                     holds = None
             except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("xpert run failed", error=str(exc), thread_id=thread_id)
-                stream.finished = Finished("error", _user_error(refused(exc, principal, turn)))
+                stream.finished = Finished("error", user_error(refused(exc, principal, turn)))
             except asyncio.CancelledError:
                 raise  # Stop: cancel() still needs the run's ids
             except BaseException:
@@ -237,8 +245,9 @@ class XpertExpert(Expert):
             if prefix.strip():  # the next answer goes below what the card shows
                 prefix += "\n\n"
                 yield TextDelta("\n\n")
+        ids = {"threadId": thread_id}
         if asked is not None and final.outcome == "interrupted":
-            yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
+            yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id} | ids)
         if stream.execution_id is not None:
             # The agent's writes (and XpertAI's reducers) live in the thread: read them back;
             # so does the question of a run that ended asking one (xpert_clarify.py).
@@ -351,29 +360,24 @@ class XpertExpert(Expert):
         values = data.get("values") if isinstance(data, dict) else None
         return values if isinstance(values, dict) else {}
 
-    async def steer(self, turn: TurnInput, text: str) -> None:
-        """``follow_up`` / ``steer`` aimed at the running execution (chat.handler.ts); the
-        server refuses it with 400 once that execution stopped running."""
+    async def steer(
+        self, turn: TurnInput, text: str, attachments: tuple[dict[str, Any], ...] = ()
+    ) -> tuple[RunEvent, ...]:
+        """``follow_up``/``steer`` at the running execution, with its files (xpert_steer)."""
         run = self._runs.get(turn.turn_id)
         if run is None or run.stream.execution_id is None:
             raise ExpertHttpError("the run has not started yet")
-        # Without target.executionId the server would open a stray run that never ends.
-        client_id = uuid.uuid4().hex
-        body = {
-            "assistant_id": self.assistant_id,
-            "input": {
-                "action": "follow_up",
-                "mode": "steer",
-                "target": run.stream.target,
-                "message": {"clientMessageId": client_id, "input": {"input": text}},
-            },
-        }
-        async with self._session().post(
-            self._url(f"/threads/{run.thread_id}/runs"), json=body, headers=run.principal.headers
-        ) as resp:
-            if not 200 <= resp.status < 300:
-                raise await error_for(resp, "XpertAI")
+        client_id, shown = await follow_up(
+            self._session(),
+            self.settings,
+            replace(turn, attachments=attachments),
+            text,
+            thread_id=run.thread_id,
+            target=run.stream.target,
+            headers=run.principal.headers,
+        )
         run.steers.append((client_id, text))
+        return shown
 
     async def cancel(self, turn: TurnInput) -> None:
         run = self._runs.pop(turn.turn_id, None)
@@ -391,9 +395,3 @@ class XpertExpert(Expert):
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
-
-
-def _user_error(exc: BaseException) -> str:
-    if isinstance(exc, ExpertHttpError):
-        return str(exc)
-    return f"XpertAI could not be reached ({type(exc).__name__})."

@@ -54,7 +54,9 @@ class AuditInput(_Model):
     text: str
     chars: int  # the merged input's length before any cut
     truncated: bool
-    messages: int  # how many messages (or clicks, fires) the turn merged
+    messages: int  # how many messages (or clicks, fires) the turn merged, steered ones too
+    senders: list[str] = []  # who sent them: the sender it ran as first (issue 36)
+    steered: int = 0  # of ``messages``, how many were steered into the running run
 
 
 class AuditContext(_Model):

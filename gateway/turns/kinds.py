@@ -22,7 +22,7 @@ from gateway.experts.base import Expert
 from gateway.progress import Progress, Step
 from gateway.triggers.event_cards import EventCards
 from gateway.turns.approval import clicked_on, may_answer, who_may_answer
-from gateway.turns.binding import Binder, Session
+from gateway.turns.binding import Binder, Session, threads_of
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
 from gateway.turns.records import FailedTurn, PendingInterrupt, outcome_of
@@ -291,7 +291,11 @@ class TurnKinds:
             return TurnResult(session_id, {}, said=said)
         snapshot = SessionSnapshot.of(interrupt.snapshot)
         session = Session(
-            id=session_id, snapshot=snapshot, thread_id=binding.get("threadId") or None, new=False
+            id=session_id,
+            snapshot=snapshot,
+            thread_id=binding.get("threadId") or None,
+            new=False,
+            threads=threads_of(binding),
         )
         expert = self.expert_for(snapshot)
         reply_to = interrupt.envelope()

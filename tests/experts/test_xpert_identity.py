@@ -1,0 +1,144 @@
+"""Each sender acts only as themself in a group (issue 36), console -> daemon -> fake XpertAI,
+whose fake records each request's ``x-principal-user-id`` (tests/fakes/xpertai.py): a message
+Bob sends while Alice's run goes on is not steered into her run (it waits for a turn of its
+own, run as him); messages of two senders held in one burst become one turn each, each run as
+its sender; Bob's turn does not continue Alice's XpertAI thread; every message's sender is in
+the audit record of the turn it went into. ``groupIdentity: shared`` says the group is one
+identity: then messages merge and share one thread, as ``principalUserId``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from tests.fakes.xpertai import FakeXpertAI
+from tests.fakes.xpertai_input import Principal
+from tests.support.admin import admin
+from tests.support.helpers import ConsoleClient, serve
+from tests.support.waits import eventually
+from tests.support.xpert import config
+
+PRINCIPALS = [
+    {"integrationId": "console", "senderId": "alice", "userId": "u-a"},
+    {"integrationId": "console", "senderId": "bob", "userId": "u-b"},
+]
+
+
+@pytest.fixture
+async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
+    fake = FakeXpertAI(keepalive_s=0.2)
+    fake.principals["u-a"] = Principal("en-US", "alice@example.com", "Europe/Berlin")
+    fake.principals["u-b"] = Principal("en-US", "bob@example.com", "Europe/Berlin")
+    async for url in serve(fake.app()):
+        yield fake, url + "/api/ai"
+
+
+def _runs_as(fake: FakeXpertAI) -> list[tuple[str, str | None]]:
+    """Each run's thread and ``x-principal-user-id``, in the order they started."""
+    return [
+        (path.split("/threads/")[1].split("/")[0], named)
+        for path, named in fake.principal_ids
+        if path.endswith("/runs/stream")
+    ]
+
+
+def _inputs(fake: FakeXpertAI) -> list[str]:
+    return [r["input"]["message"]["input"]["input"] for r in fake.requests]
+
+
+async def _records(console: ConsoleClient) -> list[dict[str, Any]]:
+    status, body = await admin(console, "GET", "/v1.0/audit", chatId="team")
+    assert status == 200, body
+    return sorted(body["result"], key=lambda r: r["timings"]["finishedAt"])
+
+
+async def test_another_senders_message_is_not_steered_into_a_run_but_runs_as_them(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    console = await make_gateway(
+        config(prefix, url, {"principals": PRINCIPALS}, busyPolicy="steer")
+    )
+    await console.send("alice plans [hold]", chat="team", sender="alice", mention=True)
+    await eventually(lambda: [r for r in fake.runs.values() if r.log])
+    await console.send("bob's own ask", chat="team", sender="bob", mention=True)
+    await console.send("alice adds the budget", chat="team", sender="alice", mention=True)
+    # Alice's second message waits behind Bob's: a steer never skips him, nor takes his.
+    fake.release()
+    cards = await console.wait_cards(chat="team", count=3, timeout=30)
+    assert fake.steers == []
+    runs = _runs_as(fake)
+    assert [named for _, named in runs] == ["u-a", "u-b", "u-a"]
+    assert _inputs(fake) == ["alice plans [hold]", "bob's own ask", "alice adds the budget"]
+    # Bob's turn has his own XpertAI thread; Alice's second continues hers.
+    assert runs[0][0] == runs[2][0] != runs[1][0]
+    assert len(cards) == 3
+    records = await _records(console)
+    assert [(r["senderId"], r["input"]["senders"]) for r in records] == [
+        ("alice", ["alice"]),
+        ("bob", ["bob"]),
+        ("alice", ["alice"]),
+    ]
+
+
+async def test_a_senders_own_follow_up_is_steered_and_named_in_the_audit_record(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    console = await make_gateway(
+        config(prefix, url, {"principals": PRINCIPALS}, busyPolicy="steer")
+    )
+    await console.send("alice plans [hold]", chat="team", sender="alice", mention=True)
+    await eventually(lambda: [r for r in fake.runs.values() if r.log])
+    await console.send("and the budget", chat="team", sender="alice", mention=True)
+    await eventually(lambda: fake.steers)
+    fake.release()
+    [card] = await console.wait_cards(chat="team")
+    assert "(steer: and the budget)" in card["card"]["answer"]
+    steer_ids = [n for p, n in fake.principal_ids if p.endswith("/runs")]
+    assert steer_ids == ["u-a"]
+    [record] = await _records(console)
+    assert record["input"]["senders"] == ["alice"]
+    assert (record["input"]["messages"], record["input"]["steered"]) == (2, 1)
+    assert record["input"]["text"] == "alice plans [hold]\n\nand the budget"
+
+
+async def test_two_senders_held_in_one_burst_run_as_two_turns_each_as_its_sender(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    console = await make_gateway(
+        config(prefix, url, {"principals": PRINCIPALS}, summaryWindowSeconds=1)
+    )
+    await console.send("alice asks", chat="team", sender="alice", mention=True)
+    await console.send("bob asks", chat="team", sender="bob", mention=True)
+    await console.wait_cards(chat="team", count=2, timeout=30)
+    runs = _runs_as(fake)
+    assert [named for _, named in runs] == ["u-a", "u-b"]
+    assert _inputs(fake) == ["alice asks", "bob asks"]
+    assert runs[0][0] != runs[1][0]  # two XpertAI users, two threads
+    creates = [n for p, n in fake.principal_ids if p.endswith("/threads")]
+    assert creates == ["u-a", "u-b"]
+    records = await _records(console)
+    assert [r["input"]["senders"] for r in records] == [["alice"], ["bob"]]
+
+
+async def test_a_shared_group_identity_merges_senders_into_one_thread_as_the_default_user(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    expert = {"principals": PRINCIPALS, "groupIdentity": "shared"}
+    console = await make_gateway(config(prefix, url, expert, summaryWindowSeconds=1))
+    await console.send("alice asks", chat="team", sender="alice", mention=True)
+    await console.send("bob asks", chat="team", sender="bob", mention=True)
+    await console.wait_cards(chat="team", timeout=30)
+    await console.send("alice again", chat="team", sender="alice", mention=True)
+    await console.wait_cards(chat="team", count=2, timeout=30)
+    runs = _runs_as(fake)
+    assert [named for _, named in runs] == ["u-42", "u-42"]  # principalUserId, whoever sent
+    assert runs[0][0] == runs[1][0]  # one thread for the group
+    records = await _records(console)
+    assert records[0]["input"]["senders"] == ["bob", "alice"]  # ran as bob's turn, both in it
+    assert records[0]["input"]["messages"] == 2
