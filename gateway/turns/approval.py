@@ -1,5 +1,6 @@
-"""Who may answer a Confirm / Reject: the sender of the interrupted turn, and the sender ids a
-route's or the integration's ``approvers`` list (issue 25). Anyone else in the chat, or anyone
+"""Who may answer a Confirm / Reject, or press Retry on a failed card (issue 36: a Retry runs
+as the original sender, so it follows the same rule): the sender of the interrupted (failed)
+turn, and the sender ids a route's or the integration's ``approvers`` list (issue 25). Anyone else in the chat, or anyone
 holding an action link, is refused with a short notice (a toast where the platform has one)
 saying who may answer; the interrupt stays pending for them.
 
@@ -15,7 +16,8 @@ from gateway.config.bases import IntegrationBase
 from gateway.edge.approvers import approvers_for
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, asker_of
-from gateway.turns.records import PendingInterrupt
+from gateway.progress import ACTION_RETRY
+from gateway.turns.records import FailedTurn, PendingInterrupt
 from sessions import SessionStore
 
 log = structlog.get_logger("gateway.turns")
@@ -43,16 +45,17 @@ def who_may_answer(integ: IntegrationBase, asked: Envelope) -> str:
 async def refusal(
     store: SessionStore, integ: IntegrationBase, env: Envelope, conversation: str
 ) -> IngestOutcome | None:
-    """Intake's check of a Confirm / Reject click: None lets it through (it is the clicker's
-    to answer, or nothing is pending and the click's turn says so)."""
-    raw = (await store.binding(conversation)).get("interrupt")
-    interrupt = PendingInterrupt.load(raw or None)
-    if interrupt is None or not clicked_on(env, interrupt.turn_id):
+    """Intake's check of a Confirm / Reject / Retry click: None lets it through (it is the
+    clicker's to answer, or nothing is pending and the click's turn says so)."""
+    retry = env.action is not None and env.action.id == ACTION_RETRY
+    raw = (await store.binding(conversation)).get("failed" if retry else "interrupt")
+    pending = (FailedTurn if retry else PendingInterrupt).load(raw or None)
+    if pending is None or not clicked_on(env, pending.turn_id):
         return None
-    asked = interrupt.envelope()
+    asked = pending.envelope()
     if may_answer(integ, asked, env.sender.id):
         return None
-    log.info("confirmation click by someone else refused", turn_id=interrupt.turn_id)
+    log.info("click by someone else refused", turn_id=pending.turn_id, retry=retry)
     return IngestOutcome("refused", APPROVER_REFUSED, notice=who_may_answer(integ, asked))
 
 

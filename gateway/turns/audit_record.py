@@ -122,7 +122,7 @@ class AuditRecord(_Model):
     conversation: str
     session_id: str
     sender_id: str  # who the turn ran as (a Confirm / Reject: the interrupted turn's sender)
-    approver: str | None = None  # a Confirm / Reject's clicker
+    approver: str | None = None  # a Confirm / Reject / Retry clicker (sender_id: the asker)
     trigger: AuditTrigger
     input: AuditInput
     context: AuditContext | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TypeVar
 
 import structlog
@@ -261,7 +261,11 @@ class TurnKinds:
     async def retry(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
     ) -> TurnResult:
-        """Retry: run the failed turn's input again, in its own card."""
+        """Retry: the failed turn's input again, in its card, as its sender (issue 36)."""
+        refused = await self._not_theirs(claim, integ, action, "failed")
+        if refused:
+            await adapter.send_text(action, refused, idempotency_key=claim.turn_id)
+            return TurnResult("", {}, said=refused)
         failed = await self._take(claim, "failed", FailedTurn.load)
         if failed is None or not clicked_on(action, failed.turn_id):
             log.info("retry click on a turn that is no longer failed")
@@ -269,7 +273,8 @@ class TurnKinds:
             await adapter.send_text(action, said, idempotency_key=claim.turn_id)
             return TurnResult("", {}, said=said)
         original = failed.envelope().model_copy(update={"text": failed.text})
-        return await self.message(claim, integ, adapter, [original], failed=failed)
+        result = await self.message(claim, integ, adapter, [original], failed=failed)
+        return replace(result, sender_id=original.sender.id, approver=action.sender.id)
 
     async def resume(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
@@ -277,7 +282,7 @@ class TurnKinds:
         """Confirm / Reject: resume the interrupted run in its own card, which keeps what it
         showed before the question."""
         assert action.action is not None
-        refused = await self._not_theirs(claim, integ, action)
+        refused = await self._not_theirs(claim, integ, action, "interrupt")
         if refused:
             await adapter.send_text(action, refused, idempotency_key=claim.turn_id)
             return TurnResult("", {}, said=refused)
@@ -343,14 +348,17 @@ class TurnKinds:
             approver=action.sender.id,
         )
 
-    async def _not_theirs(self, claim: Claim, integ: IntegrationBase, action: Envelope) -> str:
-        """Who may answer, when the pending confirmation this click is on is not the clicker's
-        to answer (intake refuses such clicks; one that came before the interrupt was stored
-        reaches this turn); "" when it is theirs, or nothing is pending."""
-        raw = claim.turn.get("interrupt")
+    async def _not_theirs(
+        self, claim: Claim, integ: IntegrationBase, action: Envelope, name: str
+    ) -> str:
+        """Who may answer, when the pending ``interrupt`` or ``failed`` turn this click is on is
+        not the clicker's (intake refuses such clicks; one that came before the record was
+        stored reaches this turn); "" when it is theirs, or nothing is pending."""
+        raw = claim.turn.get(name)
         if raw is None:
-            raw = (await self.store.binding(claim.conversation)).get("interrupt")
-        pending = PendingInterrupt.load(raw or None)
+            raw = (await self.store.binding(claim.conversation)).get(name)
+        load = FailedTurn.load if name == "failed" else PendingInterrupt.load
+        pending = load(raw or None)
         if pending is None or not clicked_on(action, pending.turn_id):
             return ""
         asked = pending.envelope()

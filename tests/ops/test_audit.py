@@ -86,6 +86,8 @@ async def test_a_message_turn_records_its_input_context_steps_and_timings(
         "chars": 17,
         "truncated": False,
         "messages": 1,
+        "senders": ["carol"],  # every sender whose message went into the turn (issue 36)
+        "steered": 0,
     }
     context = record["context"]
     assert {"sys.language", "sys.date", "memory.rules"} <= set(context["variables"])
