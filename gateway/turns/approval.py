@@ -1,8 +1,8 @@
 """Who may answer a Confirm / Reject, or press Retry on a failed card (issue 36: a Retry runs
 as the original sender, so it follows the same rule): the sender of the interrupted (failed)
-turn, and the sender ids a route's or the integration's ``approvers`` list (issue 25). Anyone else in the chat, or anyone
-holding an action link, is refused with a short notice (a toast where the platform has one)
-saying who may answer; the interrupt stays pending for them.
+turn, and the sender ids a route's or the integration's ``approvers`` list (issue 25). Anyone
+else in the chat, or anyone holding an action link, is refused with a short notice (a toast
+where the platform has one) saying who may answer; the interrupt stays pending for them.
 
 Checked twice: at intake (so the refused clicker gets the toast at once, and nothing queues),
 and again when the click's turn takes the interrupt (a click that came in before the interrupt
