@@ -16,6 +16,16 @@ from gateway.archive.writer import recount
 from gateway.clock import now_ms
 
 
+async def archived(db: ArchiveDatabase, integration_id: str) -> bool:
+    """Whether the archive holds a turn or a session of the integration."""
+    async with db.engine.connect() as conn:
+        for table in (turns, sessions):
+            found = select(table.c.id).where(table.c.integration_id == integration_id).limit(1)
+            if (await conn.execute(found)).first() is not None:
+                return True
+    return False
+
+
 async def erase_chat(db: ArchiveDatabase, integration_id: str, chat_id: str) -> dict[str, int]:
     async with db.engine.begin() as conn:
         await tombstones.lock(conn)

@@ -28,6 +28,8 @@ class TurnInput:
     # False where the platform does not vouch for the sender (the console: the request names
     # it): a ``principals`` entry matches such a turn only when it names the integration.
     sender_verified: bool = True
+    # Every sender whose message the input holds (a merged burst), the one it acts as first.
+    senders: tuple[str, ...] = ()
     thread_id: str | None = None
     attachments: tuple[dict[str, Any], ...] = ()
     state: dict[str, Any] = field(default_factory=dict)  # conversation variables, as we hold them

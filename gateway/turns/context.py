@@ -130,6 +130,9 @@ class ContextBuilder:
             sender_id=request.sender.sender.id,
             sender_name=request.sender.sender.name,
             sender_verified=adapter.verifies_senders,
+            senders=tuple(
+                dict.fromkeys([request.sender.sender.id, *(e.sender.id for e in request.items)])
+            ),
             thread_id=reply_to.chat.thread_id,
             attachments=attachments,
             notices=notices,

@@ -56,7 +56,13 @@ async def test_a_sender_then_a_chat_are_erased_from_redis_and_the_archive(
     status, body = await admin(c, "DELETE", "/v1.0/senders/console/alice/records")
     assert status == 200, body
     result = body["result"]
-    assert result["redis"] == {"turns": 2, "memoryItems": 2, "queued": 0}
+    assert result["redis"] == {
+        "turns": 2,
+        "redactedTurns": 0,
+        "memoryItems": 2,
+        "historyMessages": 0,
+        "queued": 0,
+    }
     assert result["archive"] == {"turns": 2, "sessions": 1, "memoryChanges": 2}
     status, body = await admin(c, "GET", "/v1.0/audit")
     assert [r["senderId"] for r in body["result"]] == ["bob"]
