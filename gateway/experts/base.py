@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -55,6 +55,9 @@ class ExpertContext:
 
     history: HistoryStore | None = None  # for backends that keep no conversation themselves
     principals: PrincipalStore | None = None  # runtime sender -> backend user entries (xpert)
+    # The current config's expert of an id (a session keeps its snapshot, but who a sender
+    # acts as is read from the config in force at each turn, as secrets are: issue 36).
+    current: Callable[[str], ExpertBase | None] | None = None
 
 
 class Expert(abc.ABC):

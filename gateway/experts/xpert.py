@@ -44,7 +44,6 @@ from gateway.experts.xpert_principals import Principal, refused, resolve, thread
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_steer import follow_up
 from gateway.experts.xpert_stream import XpertStream
-from sessions import PrincipalStore
 
 log = structlog.get_logger("gateway.experts.xpert")
 END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for
@@ -70,22 +69,26 @@ class XpertExpert(Expert):
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
 
-    def __init__(
-        self, *, settings: XpertExpertSettings, principals: PrincipalStore | None = None
-    ) -> None:
+    def __init__(self, *, settings: XpertExpertSettings, context: ExpertContext | None = None):
         self.settings = settings
-        self.principals = principals  # the admin API's runtime entries
+        self.principals = context.principals if context else None  # the admin API's entries
+        self.current = context.current if context else None  # the config in force
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
 
     @classmethod
     def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
         assert isinstance(settings, XpertExpertSettings)
-        return cls(settings=settings, principals=context.principals)
+        return cls(settings=settings, context=context)
 
     @classmethod
     def acts_as_sender(cls, settings: ExpertBase) -> bool:
         return isinstance(settings, XpertExpertSettings) and settings.group_identity == "sender"
+
+    def identity(self) -> XpertExpertSettings:
+        """Who a sender acts as (principals...): the config in force's, else the snapshot's."""
+        now = self.current(self.settings.id) if self.current is not None else None
+        return now if isinstance(now, XpertExpertSettings) else self.settings
 
     @property
     def assistant_id(self) -> str:
@@ -106,7 +109,7 @@ class XpertExpert(Expert):
         return f"{self.settings.base_url}{path}"
 
     async def _thread(self, turn: TurnInput, principal: Principal) -> str:
-        key = thread_key(self.settings, turn, principal)
+        key = thread_key(self.identity(), turn, principal)
         known = turn.expert_thread_id if key is None else turn.expert_threads.get(key)
         if known:
             return known
@@ -120,7 +123,7 @@ class XpertExpert(Expert):
         return str(data["thread_id"])
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
-        principal = await resolve(self.settings, self.principals, turn)
+        principal = await resolve(self.identity(), self.principals, turn)
         try:
             thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
@@ -155,8 +158,7 @@ class XpertExpert(Expert):
             "target": dict(target) if isinstance(target, dict) else {},
             "decision": {"type": decision},
         }
-        # The interrupted run's own thread (a group keeps one per user: issue 36).
-        thread_id = str(interrupt.get("threadId") or "") or turn.expert_thread_id
+        thread_id = str(interrupt.get("threadId") or "") or turn.expert_thread_id  # its own
         if not thread_id:
             yield Finished("error", "The conversation this confirmation belongs to is gone.")
             return
@@ -164,7 +166,7 @@ class XpertExpert(Expert):
         # (down to its "complete") the server would replay first without Last-Event-ID
         # (redis-sse.service.ts normalizeStartId).
         last_id = interrupt.get("lastEventId")
-        principal = await resolve(self.settings, self.principals, turn)
+        principal = await resolve(self.identity(), self.principals, turn)
         async for event in self._turn(
             turn,
             principal,
@@ -191,7 +193,7 @@ class XpertExpert(Expert):
         sent, with the text it kept: persisted-follow-up.ts), all in the same card. ``holds``:
         what the thread holds of the variables once the run took its ``state``, recorded when
         the run has started (a run refused at its start took nothing)."""
-        yield Started(turn.turn_id, thread_id, thread_key(self.settings, turn, principal))
+        yield Started(turn.turn_id, thread_id, thread_key(self.identity(), turn, principal))
         context = {
             "integrationId": turn.integration_id,
             "chatId": turn.chat_id,

@@ -234,6 +234,7 @@ class Runner:
                 history=self.history,
                 kinds=settings.expert_kinds,
                 principals=self.principals,
+                current=lambda expert_id: self.settings.expert(expert_id),
             )
             self._experts[snapshot.digest] = expert
         return expert

@@ -8,6 +8,7 @@ identity: then messages merge and share one thread, as ``principalUserId``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -142,3 +143,46 @@ async def test_a_shared_group_identity_merges_senders_into_one_thread_as_the_def
     records = await _records(console)
     assert records[0]["input"]["senders"] == ["bob", "alice"]  # ran as bob's turn, both in it
     assert records[0]["input"]["messages"] == 2
+
+
+async def test_url_credentials_are_masked_in_check_and_in_the_stored_snapshot(
+    xpert: tuple[FakeXpertAI, str],
+    make_gateway: Callable[..., Any],
+    prefix: str,
+    redis_client: Any,
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 36: an expert's ``baseUrl`` may carry credentials; ``check -v`` prints them
+    masked, a session's snapshot stores them masked, and its turns still use the real URL (put
+    back from the config in force, as the secrets are)."""
+    import yaml
+
+    from gateway.config.file import load_settings
+    from gateway.config.settings import rebuild_expert
+    from gateway.runtime.cli import main as cli_main
+    from gateway.runtime.cli import settings_model
+    from sessions import KeyBuilder
+
+    fake, url = xpert
+    with_creds = url.replace("http://", "http://gw:s3cr3t-t0k@")
+    cfg = config(prefix, with_creds)
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli_main(["check", "-v", "--config", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "s3cr3t-t0k" not in printed and "http://***@127.0.0.1" in printed
+    console = await make_gateway(cfg)
+    await console.send("hello")
+    await console.wait_cards()
+    assert fake.requests  # the turn reached XpertAI through the real URL
+    keys = KeyBuilder(prefix=prefix)
+    stored = [
+        await redis_client.get(k)
+        async for k in redis_client.scan_iter(match=keys.snapshot("*"), count=1000)
+    ]
+    assert stored and all("s3cr3t-t0k" not in s and "***@" in s for s in stored)
+    snapshot = json.loads(stored[0])["expert"]
+    settings = load_settings(cfg, model=settings_model(), env={})
+    rebuilt = rebuild_expert(snapshot, settings.expert("sales"), settings.expert_kinds)
+    assert rebuilt.base_url == with_creds  # type: ignore[attr-defined]
