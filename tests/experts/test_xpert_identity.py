@@ -186,3 +186,28 @@ async def test_url_credentials_are_masked_in_check_and_in_the_stored_snapshot(
     settings = load_settings(cfg, model=settings_model(), env={})
     rebuilt = rebuild_expert(snapshot, settings.expert("sales"), settings.expert_kinds)
     assert rebuilt.base_url == with_creds  # type: ignore[attr-defined]
+
+
+async def test_the_console_matches_only_principals_entries_that_name_it(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    """Issue 36: the console's request names its sender (and email) itself, so an entry that
+    does not name the console integration never matches there; one naming it does."""
+    fake, url = xpert
+    entries = [
+        {"email": "alice@example.com", "userId": "u-a"},  # any platform that proves the sender
+        {"integrationId": "console", "senderId": "bob", "userId": "u-b"},
+    ]
+    console = await make_gateway(config(prefix, url, {"principals": entries}))
+    await console.send("hi", chat="dm-alice", sender="alice", email="alice@example.com")
+    await console.wait_cards(chat="dm-alice")
+    await console.send("hi", chat="dm-bob", sender="bob")
+    await console.wait_cards(chat="dm-bob")
+    assert [named for _, named in _runs_as(fake)] == ["u-42", "u-b"]
+
+
+def test_an_entry_naming_a_sender_must_name_its_integration() -> None:
+    from gateway.experts.xpert_settings import PrincipalEntry
+
+    with pytest.raises(ValueError, match="senderId needs integrationId"):
+        PrincipalEntry.model_validate({"senderId": "ou_1", "userId": "u-1"})
