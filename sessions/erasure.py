@@ -97,7 +97,9 @@ class RedisErasure:
         history = await self._drop_history([*sessions, *known], sender_id)
 
         def theirs(body: dict[str, Any]) -> bool:
-            return sender_id in (body.get("senderId"), body.get("by"))
+            # Their own, and others' records holding their words (not archived, then).
+            senders = (body.get("input") or {}).get("senders", [])
+            return sender_id in (body.get("senderId"), body.get("by")) or sender_id in senders
 
         queued = await self._purge_outbox(i, theirs)
         return {
