@@ -54,14 +54,16 @@ class Interrupt:
 
 @dataclass(frozen=True, slots=True)
 class Clarification:
-    """The agent asks the user before it goes on, and the run ends (XpertAI's
-    ``ask_clarification``): the card shows the question, each option a button whose click is
-    the user's next message; a typed answer works as well."""
+    """The agent asked the user before it goes on (XpertAI's ``ask_clarification``; the model
+    usually restates the question in its text before the run ends): the card shows that text
+    (else the question), each option a button whose click is the user's next message; a typed
+    answer works as well."""
 
     question: str
     options: tuple[str, ...] = ()
     context: str = ""
     free_text: bool = True
+    restated: bool = False  # the model wrote text after asking: that text asks it already
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,10 +160,12 @@ class Progress:
         if isinstance(event, Interrupt):
             return self._next(status="waiting", prompt=event.prompt)
         if isinstance(event, Clarification):
-            shown = asked_text(event)
+            # The model's own text after the question (XpertAI runs it once more, see
+            # gateway/experts/xpert_clarify.py) already asks it: the options go as buttons
+            # only. A run that ended at the question shows the question itself.
             answer = self.answer.rstrip()
-            if event.question not in answer:
-                answer = f"{answer}\n\n{shown}" if answer else shown
+            if not event.restated and event.question not in answer:
+                answer = f"{answer}\n\n{asked_text(event)}" if answer else asked_text(event)
             return self._next(
                 answer=answer, question=event.question, options=event.options[:MAX_OPTIONS]
             )
@@ -241,12 +243,14 @@ _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Progress))
 
 def asked_text(event: Clarification) -> str:
     """The question as the card's answer shows it: its context, the question, the options
-    numbered (for platforms whose cards take no buttons: type the option) and, unless the
-    agent allows only its options, that a reply in one's own words works too."""
+    that get no button (past ``MAX_OPTIONS``: type one) and, unless the agent allows only its
+    options, that a reply in one's own words works too. The others are the card's buttons
+    (links on DingTalk), shown once."""
     parts = [event.context] if event.context else []
     parts.append(f"**{event.question}**")
-    if event.options:
-        parts.append("\n".join(f"{i}. {o}" for i, o in enumerate(event.options, 1)))
+    more = event.options[MAX_OPTIONS:]
+    if more:
+        parts.append("\n".join(f"{i}. {o}" for i, o in enumerate(more, MAX_OPTIONS + 1)))
     if event.free_text:
         parts.append("_You can also reply in your own words._")
     return "\n\n".join(parts)

@@ -131,7 +131,10 @@ def stream_text(progress: Progress) -> str:
     lines += [f"- {line}" for line in steps_text(progress).splitlines()]
     head = "\n".join(lines)
     body = final_text(progress) if progress.final else shown(progress.answer)
-    return "\n\n".join(p for p in (head, body) if p)
+    # An agent's question: a stream takes no buttons, so its options are listed, to be typed
+    # (a direct chat over the long connection gets them as a card's buttons as well).
+    options = "\n".join(f"{i}. {o}" for i, o in enumerate(progress.options, 1))
+    return "\n\n".join(p for p in (head, body, options if progress.final else "") if p)
 
 
 def stream_parts(progress: Progress) -> list[str]:

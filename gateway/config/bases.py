@@ -17,6 +17,8 @@ from gateway.policy.route import Route
 from gateway.triggers.event_settings import EventSource, unique_sources
 from gateway.triggers.watch import Watches
 
+MAX_ATTACHMENT_BYTES = 36 * 1024 * 1024  # see max_attachment_bytes_per_turn
+
 
 class ExpertBase(GatewayModel):
     """Options every expert has. Each expert kind (an ``Expert`` subclass registered under the
@@ -118,7 +120,12 @@ class IntegrationBase(GatewayModel):
     max_attachment_bytes_per_turn: int = Field(
         20 * 1024 * 1024,
         ge=0,
-        description="Bytes of pictures a turn downloads for its expert (each at most 10 MiB); "
+        # XpertAI refuses a JSON body over 50 MB (xpert-ai/xpert packages/server/src/bootstrap/
+        # index.ts l.45) and a run carries its pictures inline as base64 (4/3 of their bytes):
+        # 36 MiB is 48 MiB of base64, leaving room for the message and its state.
+        le=MAX_ATTACHMENT_BYTES,
+        description="Bytes of pictures and files a turn downloads for its expert (each picture "
+        "at most 10 MiB; at most 36 MiB, so a run's request stays under XpertAI's 50 MB); "
         "those past it are left out, and the card says so",
     )
     history_context_limit: int = Field(

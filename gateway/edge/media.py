@@ -13,6 +13,7 @@ out"). A refused or failed fetch leaves the Markdown a plain link and logs one l
 from __future__ import annotations
 
 import asyncio
+import base64
 import mimetypes
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +34,7 @@ from gateway.edge.downloads import (
     get_checked,
     read_body,
 )
+from gateway.events import ArtifactEvent
 from gateway.progress import Media
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Ref",
     "fetch_media",
     "find",
+    "inline_media",
     "shown",
 ]
 
@@ -309,3 +312,30 @@ async def fetch_media(
         if (item := task.result()) is not None:
             got[item.url] = item
     return tuple(got[r.url] for r in found if r.url in got)
+
+
+def inline_media(
+    artifacts: Iterable[ArtifactEvent], caps: MediaCaps | None = None
+) -> tuple[Media, ...]:
+    """Files an expert handed over as bytes (an ``ArtifactEvent`` whose URL is a
+    ``data:…;base64,`` URL: an A2A ``raw`` part), within ``caps`` like fetched ones. Each goes
+    as a file (an image too: the card shows only the images its answer names). Nothing is
+    fetched."""
+    caps = caps or MediaCaps()
+    out: list[Media] = []
+    for artifact in artifacts:
+        url = artifact.url
+        if artifact.kind == "link" or not url.startswith("data:") or ";base64," not in url:
+            continue
+        head, payload = url[5:].split(";base64,", 1)
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except ValueError:
+            continue
+        if not data or len(data) > caps.file_bytes or len(out) >= caps.files:
+            log.info("inline file left out", size=len(data))
+            continue
+        name = (artifact.name or "file")[:200]
+        mime = _file_type(head.lower() or "application/octet-stream", name)
+        out.append(Media("file", f"inline:{len(out)}", data, mime, name, name))
+    return tuple(out)

@@ -47,6 +47,7 @@ class TurnInput:
     # What the session's previous turn saw of ``variables`` (sys.*, memory.rules), as stored: the
     # turn's end stores only what changed.
     seen_before: Mapping[str, str] = field(default_factory=dict)
+    project_id: str | None = None  # the integration's projectId (an XpertAI project)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,12 @@ class Expert(abc.ABC):
     def refuses_file(self, mime: str) -> str | None:
         """Why this expert cannot take a fetched file of type ``mime`` (the card shows it and
         the turn runs without the file), or None when it takes it."""
+        return None
+
+    def refuses_kind(self, kind: str) -> str | None:
+        """Why this expert cannot take an ``audio`` or ``video`` attachment at all (the card
+        shows it by the attachment's name and the turn runs without it), or None: it then goes
+        along as its key, as the platform sent it."""
         return None
 
     def media_sources(self) -> tuple[str, ...]:

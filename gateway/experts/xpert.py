@@ -10,7 +10,8 @@ carries ``target`` (without it the server refuses the run); a steer is ``follow_
 aimed at the running execution; conversation variables (and an ``ask_clarification``
 question) live in the thread and are read from ``GET /threads/{t}/state`` after each run.
 Every request of a turn carries its ``x-principal-user-id`` (``xpert_principals``); its files
-are uploaded before its run (``xpert_files``), pictures inline.
+are uploaded before its run (``xpert_files``), pictures inline; audio and video are left out
+(XpertAI fails the whole run on them: ``xpert_files.refuses_media``).
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from gateway.events import (
     TextDelta,
     VariablesEvent,
 )
+from gateway.experts import xpert_principals as who
 from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for
 from gateway.experts.sse import COMMENT, read_sse
 from gateway.experts.xpert_clarify import from_state
-from gateway.experts.xpert_files import upload_files
-from gateway.experts.xpert_input import changed_state, files_of, with_history
-from gateway.experts.xpert_principals import Principal, refused, resolve, thread_key, user_error
+from gateway.experts.xpert_files import refuses_media, upload_files
+from gateway.experts.xpert_input import changed_state, files_of, json_body, read_state, with_history
+from gateway.experts.xpert_principals import Principal, refused, refused_run, resolve
 from gateway.experts.xpert_settings import XpertExpertSettings
 from gateway.experts.xpert_steer import follow_up
 from gateway.experts.xpert_stream import XpertStream
@@ -64,7 +66,7 @@ class XpertExpert(Expert):
     settings_model = XpertExpertSettings
     supports_steer = True
     accepts_images = True  # the runner hands pictures over as data: URLs
-    accepts_files = True  # uploaded before the run (xpert_files), whatever their type
+    accepts_files = True  # uploaded before the run (xpert_files): any type but audio and video
     # No bundle_options: a run takes no model and no tool list (docs/xpertai.md, "Access
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
@@ -76,6 +78,12 @@ class XpertExpert(Expert):
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
 
+    def refuses_file(self, mime: str) -> str | None:
+        return refuses_media(mime)
+
+    def refuses_kind(self, kind: str) -> str | None:
+        return refuses_media(f"{kind}/")
+
     @classmethod
     def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
         assert isinstance(settings, XpertExpertSettings)
@@ -85,8 +93,7 @@ class XpertExpert(Expert):
     def acts_as_sender(cls, settings: ExpertBase) -> bool:
         return isinstance(settings, XpertExpertSettings) and settings.group_identity == "sender"
 
-    def identity(self) -> XpertExpertSettings:
-        """Who a sender acts as (principals...): the config in force's, else the snapshot's."""
+    def identity(self) -> XpertExpertSettings:  # who a sender acts as: the config in force
         now = self.current(self.settings.id) if self.current is not None else None
         return now if isinstance(now, XpertExpertSettings) else self.settings
 
@@ -109,7 +116,7 @@ class XpertExpert(Expert):
         return f"{self.settings.base_url}{path}"
 
     async def _thread(self, turn: TurnInput, principal: Principal) -> str:
-        key = thread_key(self.identity(), turn, principal)
+        key = who.thread_key(self.identity(), turn, principal)
         known = turn.expert_thread_id if key is None else turn.expert_threads.get(key)
         if known:
             return known
@@ -127,7 +134,7 @@ class XpertExpert(Expert):
         try:
             thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-            yield Finished("error", user_error(refused(exc, principal, turn)))
+            yield Finished("error", who.user_error(refused(exc, principal, turn)))
             return
         files = files_of(turn)  # pictures inline; other files uploaded first, as AgentFiles
         http, s = self._session(), self.settings
@@ -137,11 +144,13 @@ class XpertExpert(Expert):
         if files:
             message["files"] = files
         state, holds = changed_state(turn, self.settings.memory_variable)
-        body_input = {
+        body_input: dict[str, Any] = {
             "action": "send",
             "message": {"clientMessageId": turn.turn_id, "input": message},
             "state": state,
         }
+        if turn.project_id:  # binds the thread to the project (run-create-stream l.58-62, 372)
+            body_input["projectId"] = turn.project_id
         async for event in self._turn(turn, principal, thread_id, body_input, holds=holds):
             yield event
 
@@ -193,7 +202,7 @@ class XpertExpert(Expert):
         sent, with the text it kept: persisted-follow-up.ts), all in the same card. ``holds``:
         what the thread holds of the variables once the run took its ``state``, recorded when
         the run has started (a run refused at its start took nothing)."""
-        yield Started(turn.turn_id, thread_id, thread_key(self.identity(), turn, principal))
+        yield Started(turn.turn_id, thread_id, who.thread_key(self.identity(), turn, principal))
         context = {
             "integrationId": turn.integration_id,
             "chatId": turn.chat_id,
@@ -225,7 +234,7 @@ class XpertExpert(Expert):
                     holds = None
             except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("xpert run failed", error=str(exc), thread_id=thread_id)
-                stream.finished = Finished("error", user_error(refused(exc, principal, turn)))
+                stream.finished = Finished("error", who.user_error(refused(exc, principal, turn)))
             except asyncio.CancelledError:
                 raise  # Stop: cancel() still needs the run's ids
             except BaseException:
@@ -233,6 +242,8 @@ class XpertExpert(Expert):
                 raise
             self._runs.pop(turn.turn_id, None)
             final = stream.finished or Finished("success")
+            if final.outcome == "error" and final.error:
+                final = Finished("error", refused_run(final.error, principal, turn))
             left += [(cid, text) for cid, text in run.steers if cid not in stream.consumed]
             if final.outcome not in ("success", "error") or not left:
                 break
@@ -247,14 +258,19 @@ class XpertExpert(Expert):
             if prefix.strip():  # the next answer goes below what the card shows
                 prefix += "\n\n"
                 yield TextDelta("\n\n")
-        ids = {"threadId": thread_id}
         if asked is not None and final.outcome == "interrupted":
-            yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id} | ids)
+            ids = {"lastEventId": run.last_id, "threadId": thread_id}
+            yield Interrupt(asked.prompt, {**asked.data, **ids})
         if stream.execution_id is not None:
             # The agent's writes (and XpertAI's reducers) live in the thread: read them back;
-            # so does the question of a run that ended asking one (xpert_clarify.py).
+            # so does the question of a run that asked one (xpert_clarify.py).
             ask = final.outcome == "success" and self.settings.clarifications and stream.agent_ran
-            values = await self._read_state(thread_id, turn, principal, ask)
+            whole = ask and stream.clarification is None  # not shown by the stream
+            if turn.declared_variables or whole:
+                url = self._url(f"/threads/{thread_id}/state")
+                values = await read_state(self._session(), url, principal.headers)
+            else:
+                values = {}
             declared = {n: values[n] for n in turn.declared_variables if n in values}
             if declared:
                 yield VariablesEvent(values=declared, mode="backend")
@@ -313,7 +329,7 @@ class XpertExpert(Expert):
             request = self._session().get(url, headers=headers)
         else:
             url = self._url(f"/threads/{run.thread_id}/runs/stream")
-            request = self._session().post(url, json=body, headers=headers)
+            request = self._session().post(url, data=json_body(body), headers=headers)
         async with request as resp:
             if not 200 <= resp.status < 300:
                 raise await error_for(resp, "XpertAI")
@@ -342,25 +358,6 @@ class XpertExpert(Expert):
                 for event in stream.feed(sse):
                     if not isinstance(event, Finished):
                         yield event
-
-    async def _read_state(
-        self, thread_id: str, turn: TurnInput, principal: Principal, whole: bool
-    ) -> dict[str, Any]:
-        """The thread's values now (``GET /threads/{t}/state``), read when variables are
-        declared or ``whole``; a failed read costs only the write-back (and the question)."""
-        if not (turn.declared_variables or whole):
-            return {}
-        try:
-            url = self._url(f"/threads/{thread_id}/state")
-            async with self._session().get(url, headers=principal.headers) as resp:
-                if not 200 <= resp.status < 300:
-                    raise await error_for(resp, "XpertAI")
-                data = await resp.json()
-        except (ExpertHttpError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.warning("xpert state read failed", error=str(exc), thread_id=thread_id)
-            return {}
-        values = data.get("values") if isinstance(data, dict) else None
-        return values if isinstance(values, dict) else {}
 
     async def steer(
         self, turn: TurnInput, text: str, attachments: tuple[dict[str, Any], ...] = ()

@@ -41,6 +41,23 @@ FIRST_POLL_S, LAST_POLL_S = 0.25, 2.0
 _UNSAFE = re.compile(r'["\\\r\n\x00]')  # what would break the part's Content-Disposition
 
 
+AUDIO = "XpertAI does not take audio files yet"
+VIDEO = "XpertAI cannot read video files in most set-ups"
+
+
+def refuses_media(mime: str) -> str | None:
+    """Why a run cannot take a file of this type: building the run's message throws
+    ``Audio files are not supported yet`` for ``audio/*``, and ``Video file path is required``
+    for ``video/*`` unless the file is on the server's own disk (xpert-ai/xpert @5135ce25
+    ``packages/server-ai/src/shared/agent/message.ts`` l.285-301), which fails the whole run.
+    Such a file is not handed over; the card names it and the rest of the message runs."""
+    if mime.startswith("audio/"):
+        return AUDIO
+    if mime.startswith("video/"):
+        return VIDEO
+    return None
+
+
 def uploads(turn: TurnInput) -> list[tuple[str, str, bytes]]:
     """The turn's fetched files (not pictures: those go inline) as (name, type, bytes)."""
     out = []
@@ -54,6 +71,8 @@ def uploads(turn: TurnInput) -> list[tuple[str, str, bytes]]:
         except binascii.Error:
             continue  # the gateway wrote it: never happens
         mime = str(attachment.get("mime") or head[5:].split(";")[0])
+        if refuses_media(mime):
+            continue  # the runner left it out already (XpertExpert.refuses_file)
         name = _UNSAFE.sub("_", str(attachment.get("name") or "file")).rsplit("/", 1)[-1]
         out.append((name or "file", mime, data))
     return out
@@ -90,8 +109,13 @@ async def upload_files(
             yield StepEvent(step, f"XpertAI is reading {name}", "running")
             status, error = await _settled(http, settings, headers, agent_file, deadline)
         if status == "failed":
+            if not error:  # an AgentFile carries no error (context.controller.ts l.252-271)
+                read = await _status(http, settings, headers, agent_file) or {}
+                error = str(read.get("error") or "")
             detail = f": {error}" if error else ""
             yield StepEvent(step, f"XpertAI could not read {name}{detail}", "failed")
+        elif status == "partial":  # the parser read some of it (parse-file-asset l.86)
+            yield StepEvent(step, f"XpertAI could read only part of {name}", "done")
         elif status not in SETTLED:
             log.info("xpert file parse still queued; the run goes on", status=status)
             yield StepEvent(
@@ -136,21 +160,32 @@ async def _settled(
 ) -> tuple[str, str]:
     """The file's parse status once it settled, or the last one seen at ``deadline``."""
     loop = asyncio.get_running_loop()
-    url = f"{settings.base_url}/files/{agent_file['fileId']}/status"
     status, delay = str(agent_file.get("status") or ""), FIRST_POLL_S
     while loop.time() < deadline:
         await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
         delay = min(delay * 2, LAST_POLL_S)
-        try:
-            async with http.get(url, headers=headers) as resp:
-                if not 200 <= resp.status < 300:
-                    raise await error_for(resp, "XpertAI")
-                body = await resp.json()
-        except (ExpertHttpError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.warning("xpert file status read failed", error=str(exc))
-            continue
-        if isinstance(body, dict):
+        body = await _status(http, settings, headers, agent_file)
+        if body is not None:
             status = str(body.get("status") or status)
             if status in SETTLED:
                 return status, str(body.get("error") or "")
     return status, ""
+
+
+async def _status(
+    http: aiohttp.ClientSession,
+    settings: XpertExpertSettings,
+    headers: dict[str, str],
+    agent_file: dict[str, Any],
+) -> dict[str, Any] | None:
+    """``GET /files/{id}/status``: ``{fileId, status, error, parsedAt}``, None when unread."""
+    url = f"{settings.base_url}/files/{agent_file['fileId']}/status"
+    try:
+        async with http.get(url, headers=headers) as resp:
+            if not 200 <= resp.status < 300:
+                raise await error_for(resp, "XpertAI")
+            body = await resp.json()
+    except (ExpertHttpError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        log.warning("xpert file status read failed", error=str(exc))
+        return None
+    return body if isinstance(body, dict) else None

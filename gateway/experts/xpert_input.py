@@ -4,11 +4,16 @@ the thread does not hold yet."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 from typing import Any
 
+import aiohttp
 import structlog
 
 from gateway.experts.base import TurnInput
+from gateway.experts.http import ExpertHttpError, error_for
 
 log = structlog.get_logger("gateway.experts.xpert")
 
@@ -78,3 +83,37 @@ def files_of(turn: TurnInput) -> list[dict[str, Any]]:
             entry["name"] = attachment["name"]
         files.append(entry)
     return files
+
+
+def json_body(body: dict[str, Any]) -> aiohttp.payload.Payload:
+    """A run's JSON as a stream: with its pictures inline it can be tens of MB, and aiohttp
+    refuses (in strict mode; else warns and blocks the loop) raw bytes over 1 MiB."""
+    data = json.dumps(body, ensure_ascii=False).encode()
+    return aiohttp.payload.BytesIOPayload(io.BytesIO(data), content_type="application/json")
+
+
+OFFLOOP_PARSE_BYTES = 256 * 1024  # parsed on a thread from here (1-2 ms per 100 KB of JSON)
+
+
+async def to_thread(raw: bytes) -> Any:
+    return await asyncio.to_thread(json.loads, raw)
+
+
+async def read_state(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    """The thread's values now (``GET /threads/{t}/state``): the whole checkpoint, every message
+    of the thread with it (megabytes on a long thread, bench/xpert_state.py), so it is read
+    only when a turn needs it, and a large one is parsed off the event loop. A failed read
+    costs only the write-back of the variables (and the question)."""
+    try:
+        async with http.get(url, headers=headers) as resp:
+            if not 200 <= resp.status < 300:
+                raise await error_for(resp, "XpertAI")
+            raw = await resp.read()
+        data = json.loads(raw) if len(raw) < OFFLOOP_PARSE_BYTES else await to_thread(raw)
+    except (ExpertHttpError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        log.warning("xpert state read failed", error=str(exc), url=url)
+        return {}
+    values = data.get("values") if isinstance(data, dict) else None
+    return values if isinstance(values, dict) else {}

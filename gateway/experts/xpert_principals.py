@@ -133,24 +133,56 @@ async def resolve(
     return choose(settings, turn, runtime)
 
 
+NO_ACCESS = "You do not have access to this assistant."
+
+
 def refused(exc: BaseException, principal: Principal, turn: TurnInput) -> BaseException:
     """A 401 while acting as a principal: XpertAI knows no such user in the key's tenant (or
-    the key itself is wrong; the server answers both alike). Logged with the entry; the card
-    says which user was refused. Any other error is returned as it is."""
-    if not (isinstance(exc, ExpertHttpError) and exc.status == 401 and principal.user_id):
+    the key itself is wrong; the server answers both alike). A 403: the user exists but fails
+    the assistant's access check (``resolveAssistantForRequest``, xpert-ai/xpert @5135ce25
+    ``packages/server-ai/src/ai/commands/handlers/thread-create.handler.ts`` l.53-60: 403 ``You
+    do not have access to this assistant.``, ``xpert/published-xpert-access.service.ts``
+    l.540-616). Logged with the ``principals`` entry; the card names the XpertAI user that was
+    refused. Any other error is returned as it is."""
+    if not (isinstance(exc, ExpertHttpError) and exc.status in (401, 403) and principal.user_id):
         return exc
-    log.warning(
-        "xpert refused the principal user",
-        entry=principal.entry,
-        user_id=principal.user_id,
-        integration_id=turn.integration_id,
-        sender_id=turn.sender_id,
-    )
+    _warn(principal, turn, exc.status)
+    if exc.status == 403:
+        return ExpertHttpError(denied_text(principal), status=403)
     return ExpertHttpError(
         f"{exc} XpertAI refuses both a wrong API key and a principal user id that is not a "
         f"user of the key's tenant: this sender acts as user {principal.user_id} "
         f"({principal.entry}); an administrator needs to check that mapping.",
         status=401,
+    )
+
+
+def refused_run(error: str, principal: Principal, turn: TurnInput) -> str:
+    """A run the stream refused with the access check's message (an ``event: error`` frame:
+    ``run-create-stream.handler.ts`` l.357-362 throws before the run starts) named as
+    :func:`refused` names a 403; any other error as it is."""
+    if NO_ACCESS not in error or not principal.user_id:
+        return error
+    _warn(principal, turn, 403)
+    return denied_text(principal)
+
+
+def denied_text(principal: Principal) -> str:
+    return (
+        f"XpertAI refused the run: its user {principal.user_id}, whom this sender acts as, "
+        "does not have access to this assistant. An administrator needs to share the "
+        "assistant with that user or map the sender to another one."
+    )
+
+
+def _warn(principal: Principal, turn: TurnInput, status: int | None) -> None:
+    log.warning(
+        "xpert refused the principal user",
+        status=status,
+        entry=principal.entry,
+        user_id=principal.user_id,
+        integration_id=turn.integration_id,
+        sender_id=turn.sender_id,
     )
 
 

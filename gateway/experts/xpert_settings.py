@@ -71,9 +71,9 @@ class XpertExpertSettings(ExpertBase):
     show_reasoning: bool = False
     clarifications: bool = Field(
         True,
-        description="After a run that ended well, read the thread's state for an "
-        "ask_clarification question (clarification middleware): shown with its options as "
-        "buttons",
+        description="After a run that ended well, read the thread's state (all its messages: "
+        "megabytes on a long thread) for an ask_clarification question (clarification "
+        "middleware): shown with its options as buttons",
     )
     memory_variable: str | None = Field(
         None,

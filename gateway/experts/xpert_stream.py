@@ -41,7 +41,7 @@ Every shape here was read in the server source (xpert-ai/xpert @5135ce25, paths 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.citations import Sources, render
@@ -191,6 +191,8 @@ class XpertStream:
         message-content.utils.ts appendMessageContent, getContentChunkSeparator)."""
         if not text:
             return []
+        if self.clarification is not None and text.strip():  # the model's step after it
+            self.clarification = replace(self.clarification, restated=True)
         segments = self._segments
         at = next((i for i in range(len(segments) - 1, -1, -1) if segments[i][0] == stream), -1)
         if at >= 0 and (at == len(segments) - 1 or stream):
@@ -208,7 +210,7 @@ class XpertStream:
         if not ident or not isinstance(body, dict):
             return []
         if body.get("tool") == CLARIFY or ident in self._asks:
-            # Not a step: the question it asks ends the run (xpert_clarify.py).
+            # Not a step: a question for the user (xpert_clarify.py).
             self._asks.add(ident)
             found = from_output(body.get("output")) or from_args(body.get("input"))
             self.clarification = found or self.clarification

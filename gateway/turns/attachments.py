@@ -50,8 +50,28 @@ def file_type(fetched: FetchedFile, name: str | None) -> str:
     return "application/pdf" if fetched.data.startswith(b"%PDF-") else "application/octet-stream"
 
 
+KIND_LABELS = {"image": "a picture", "audio": "a voice message", "video": "a video"}
+
+
+def picture_type(fetched: FetchedFile) -> str:
+    """A picture's media type from its first bytes (PNG, JPEG, GIF, WebP), as XpertAI's
+    official DingTalk plugin reads it (xpert-ai/xpert-plugins ``xpertai/integrations/dingtalk/
+    src/lib/conversation.service.ts`` l.1025, 1328-1359): a platform often says only "bytes"
+    or a wrong type. Else the platform's."""
+    data = fetched.data
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return fetched.mime.split(";")[0].strip().lower() or "application/octet-stream"
+
+
 def _label(attachment: Attachment) -> str:
-    return attachment.name or ("a picture" if attachment.kind == "image" else "a file")
+    return attachment.name or KIND_LABELS.get(attachment.kind, "a file")
 
 
 def _names(labels: list[str]) -> str:
@@ -94,6 +114,10 @@ async def collect(
             left.unread.append(_label(attachment))
             out.append(entry)  # its key alone, as before: the expert cannot read it
             continue
+        refusal = expert.refuses_kind(attachment.kind)
+        if refusal is not None and attachment.kind in ("audio", "video"):
+            left.refused.setdefault(refusal, []).append(_label(attachment))
+            continue
         if attachment.url or not (expert.accepts_files if not picture else expert.accepts_images):
             out.append(entry)  # audio, video, or a picture the expert does not look at
             continue
@@ -117,7 +141,7 @@ async def collect(
                 continue
             out.append(entry)  # as before: the picture's key alone
             continue
-        mime = fetched.mime if picture else file_type(fetched, attachment.name)
+        mime = picture_type(fetched) if picture else file_type(fetched, attachment.name)
         reason = None if picture else expert.refuses_file(mime)
         if reason is not None:
             left.refused.setdefault(reason, []).append(_label(attachment))
@@ -164,4 +188,4 @@ def _notices(
     return tuple(notices)
 
 
-__all__ = ["collect", "file_type"]
+__all__ = ["collect", "file_type", "picture_type"]

@@ -145,6 +145,7 @@ class ContextBuilder:
             group_history=tuple(group),
             memory_rules=len(context.memory),
             seen_before=context.seen,
+            project_id=options.project_id,
         )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 
 from gateway.config.bases import VariableDecl
-from gateway.edge.media import MediaSources, fetch_media, find
+from gateway.edge.media import MediaSources, fetch_media, find, inline_media
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
 from gateway.events import Finished, Interrupt, RunEvent, Started, VariablesEvent
@@ -171,6 +171,10 @@ class Driver:
                 await stream.aclose()  # type: ignore[attr-defined]
         if state.status in ("done", "rejected") and sources and state.answer:
             state = await self._media(state, sources)
+        if state.status in ("done", "rejected") and state.artifacts:
+            inline = inline_media(state.artifacts)  # files the expert handed over as bytes
+            if inline:
+                state = state.with_media((*state.media, *inline))
         outcome = Outcome(state, asked)
         shown = renderer.handle
         if settle is not None:

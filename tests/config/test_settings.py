@@ -95,6 +95,10 @@ def test_good_config_loads_and_masks_secrets() -> None:
         ),
         (lambda c: c["integrations"][0].update(timezone="Mars/Olympus"), "unknown time zone"),
         (lambda c: c["experts"][0].update(kind="gpt5"), "experts[echo].kind: unknown kind 'gpt5'"),
+        (  # XpertAI refuses a JSON body over 50 MB; pictures go inline as base64
+            lambda c: c["integrations"][0].update(maxAttachmentBytesPerTurn=36 * 2**20 + 1),
+            "integrations[console].maxAttachmentBytesPerTurn",
+        ),
     ],
 )
 def test_bad_configs_name_the_key(mutate: Any, expected: str) -> None:

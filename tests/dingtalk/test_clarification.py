@@ -1,6 +1,7 @@
 """An XpertAI agent's ``ask_clarification`` on DingTalk (tests/fakes/xpertai_agent.py
 ``clarify``), as robot markdown messages and on the public AI card (the default): the answer
-shows the question and its numbered options, each option a signed action link (the card's in
+shows the model's text after the question (XpertAI runs it once more), each option a signed
+action link (the card's in
 ``staticMsgContent``); opening one and pressing its page's button (as a person does) is the
 clicker's next message in the same session."""
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.xpertai import FakeXpertAI
+from tests.fakes.xpertai_agent import RESTATED
 from tests.support.dingtalk import robot_message, running, start_harness
 from tests.support.helpers import serve
 from tests.support.waits import eventually
@@ -34,11 +36,12 @@ async def test_an_option_link_on_a_dingtalk_message_answers_the_question(prefix:
             assert status == 200
 
             def asked() -> dict[str, Any] | None:
-                got = [m for m in fake.sent() if "Which region" in (m.get("text") or "")]
+                got = [m for m in fake.sent() if RESTATED in (m.get("text") or "")]
                 return got[-1] if got else None
 
             question = await eventually(asked, timeout=15)
-            assert "**Which region should the report cover?**" in question["text"]
+            assert question["text"].count(RESTATED) == 1  # the model's text, once
+            assert "Which region should the report cover?" not in question["text"]
             links = dict(zip(question["buttons"], question["urls"], strict=True))
             assert list(links)[:3] == ["China", "Europe", "Americas"]
             status, page = await h.click(links["Americas"])
@@ -64,12 +67,13 @@ async def test_an_option_link_on_the_public_ai_card_answers_the_question(prefix:
 
             def asked() -> dict[str, str] | None:
                 for card in fake.cards.values():
-                    if "Which region" in card.params.get("msgContent", ""):
+                    if RESTATED in card.params.get("msgContent", ""):
                         return card.params
                 return None
 
             params = await eventually(asked, timeout=15)
-            assert "**Which region should the report cover?**" in params["msgContent"]
+            assert params["msgContent"].count(RESTATED) == 1
+            assert "Which region should the report cover?" not in params["msgContent"]
             links = dict(re.findall(r"\[([^\]]+)\]\((\S+?)\)", params["staticMsgContent"]))
             assert list(links)[:3] == ["China", "Europe", "Americas"]
             assert fake.sent() == []  # on the card, no message beside it

@@ -27,6 +27,7 @@ from gateway.experts.registry import ExpertKindError, checked_kind, discover_exp
 from gateway.runtime.cli import settings_model
 from gateway.turns.snapshot import snapshot_of
 from tests.fakes.throwaway_expert import STEP, ShoutExpert, ShoutSettings
+from tests.support.cli import cli
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway
 from tests.support.waits import eventually
@@ -74,7 +75,9 @@ def test_the_kind_is_found_only_through_its_entry_point(shout_kind: Path) -> Non
 
 def test_without_the_distribution_the_kind_is_unknown(prefix: str) -> None:
     [problem] = problems(shout_config(prefix))
-    assert problem.startswith("experts[loud].kind: unknown kind 'shout' (expected one of: 'echo'")
+    assert problem.startswith(
+        "experts[loud].kind: unknown kind 'shout' (expected one of: 'a2a', 'echo'"
+    )
 
 
 def test_its_settings_are_validated_with_the_usual_messages(shout_kind: Path, prefix: str) -> None:
@@ -87,7 +90,7 @@ def test_its_settings_are_validated_with_the_usual_messages(shout_kind: Path, pr
     [unknown] = problems(shout_config(prefix, kind="whisper"))
     assert unknown == (
         "experts[loud].kind: unknown kind 'whisper' "
-        "(expected one of: 'echo', 'openai', 'shout', 'xpert')"
+        "(expected one of: 'a2a', 'echo', 'langgraph', 'openai', 'shout', 'xpert')"
     )
 
 
@@ -271,3 +274,22 @@ async def test_a_reload_replaces_the_settings_in_the_one_holder_everything_reads
 
 def new_expert(config: dict[str, Any]) -> Any:
     return load_settings(config, model=settings_model(), env={}).experts[0]
+
+
+def test_check_accepts_the_agent_server_example_and_refuses_a_bad_expert(tmp_path: Path) -> None:
+    example = ROOT / "config/examples/agent-servers.yaml"
+    ok = cli("check", "--config", str(example))
+    assert ok.returncode == 0, ok.stderr
+    assert "  research (langgraph)\n" in ok.stdout and "  helpdesk (a2a)\n" in ok.stdout
+    assert "Bearer" not in ok.stdout + ok.stderr  # a header's value is a secret
+    text = example.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        text.replace('"${A2A_URL:-http://127.0.0.1:9999}"', "ftp://agent").replace(
+            "    assistantId: agent", "    assistantId: agent\n    showNodez: true"
+        )
+    )
+    refused = cli("check", "--config", str(bad))
+    assert refused.returncode != 0
+    assert "experts[helpdesk].url" in refused.stderr + refused.stdout
+    assert "experts[research].showNodez" in refused.stderr + refused.stdout

@@ -22,6 +22,7 @@ from sessions.keys import KeyBuilder
 from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_input import Principal
 from tests.support.helpers import serve
+from tests.support.waits import eventually
 from tests.support.xpert import config
 
 PRINCIPALS = [
@@ -93,6 +94,39 @@ async def test_a_refused_user_id_ends_the_turn_with_a_card_and_a_log_naming_the_
     await console.send("hello", chat="dm-alice", sender="alice")
     await console.wait_cards(chat="dm-alice")  # done
     assert fake.principal_ids[-1][1] == "u-42"
+
+
+async def test_a_user_without_access_to_the_assistant_is_named_on_the_card(
+    xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    fake, url = xpert
+    fake.no_access = {"u-7"}  # a user of the tenant the assistant is not shared with
+    entries = [{"senderId": "bob", "userId": "u-7"}]
+    console = await make_gateway(config(prefix, url, {"principals": entries}))
+    with capture_logs() as logs:
+        await console.send("hello", chat="dm-bob", sender="bob")
+        [card] = await console.wait_cards(chat="dm-bob", status="error")
+    error = card["card"]["error"]
+    assert "user u-7" in error and "does not have access to this assistant" in error
+    assert fake.principal_ids == [("/api/ai/threads", "u-7")]  # POST /threads refused: 403
+    [line] = [e for e in logs if e["event"] == "xpert refused the principal user"]
+    assert line["entry"] == "principals[0] (senderId=bob)" and line["status"] == 403
+    # A thread that exists, then the access is taken away: the run stream's error frame.
+    await console.send("hello", chat="dm-alice", sender="alice")
+    await console.wait_cards(chat="dm-alice")
+    fake.no_access.add("u-42")
+    with capture_logs() as logs:
+        await console.send("again", chat="dm-alice", sender="alice")
+
+        async def refused() -> list[dict[str, Any]] | None:
+            cards = await console.cards("dm-alice")
+            return cards if cards[-1]["card"]["status"] == "error" else None
+
+        cards = await eventually(refused, timeout=15)
+    assert [c["card"]["status"] for c in cards] == ["done", "error"]
+    assert "user u-42" in cards[-1]["card"]["error"]
+    [line] = [e for e in logs if e["event"] == "xpert refused the principal user"]
+    assert line["entry"] == "principalUserId" and line["user_id"] == "u-42"
 
 
 def _turn(**kw: Any) -> TurnInput:

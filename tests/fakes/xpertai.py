@@ -49,6 +49,16 @@ Routes (SA/ai/thread.controller.ts; the file routes ``/contexts/file`` and
   l.31-116). The run need not belong to the thread.
 - ``GET /threads/{id}/state`` → ``{values, checkpoint, parent_checkpoint?, metadata, created_at}``;
   500 before the thread's first run (no checkpoint: thread.controller.ts l.133-145, 431-439).
+  Its messages are class instances put through ``instanceToPlain`` (``TransformInterceptor``,
+  l.91): their fields, no ``type`` (``xpertai_agent.lc_message``).
+- Access: an ``x-principal-user-id`` in ``no_access`` fails the assistant's access check
+  (``resolveAssistantForRequest``): ``POST /threads`` with its ``assistant_id`` → 403 'You do
+  not have access to this assistant.' (SA/ai/commands/handlers/thread-create.handler.ts
+  l.53-60; SA/xpert/published-xpert-access.service.ts l.540-616), a run → the same as an
+  ``event: error`` frame (run-create-stream.handler.ts l.357-362) or a 403 on ``POST /runs``.
+- Limits: a JSON body over 50 MiB → 413 (body-parser ``json({limit:'50mb'})``,
+  X:server/src/bootstrap/index.ts l.45; ``too_large``). A run whose files hold audio, or video
+  without a local path, fails (``xpertai_agent.media_error``).
 
 Starting a run (run-create-stream.handler.ts ``execute`` l.350-458, in this order): the thread's
 conversation is looked up (null when unknown); the assistant is resolved (unknown → 404,
@@ -98,8 +108,9 @@ model call holds until ``release()``: a steer then is not taken), ``[hold-comple
 ``complete`` entry waits for ``release()``), ``[fail]`` (the model call fails), ``[web]`` (a
 Tavily-like tool adds a status-less ``Computer`` update), ``[big]`` (a 1.5 MB tool output),
 ``[memory]`` (a memory reply: one bare string, no agent), ``[set name=value]`` (the agent writes
-a variable), ``[clarify]`` (the clarification middleware's ``ask_clarification`` ends the run:
-``xpertai_agent.clarify``).
+a variable), ``[clarify]`` (the clarification middleware's ``ask_clarification``:
+``xpertai_agent.clarify``), ``[icon]`` (the tool component as the next release sends it: a
+string title and an SVG ``icon``).
 
 Not traced to a source (the fake's own choices or simplifications): the agent's script, its
 texts, step titles and token counts; the exact ``datetime`` (the host's ``toLocaleString``) and
@@ -110,8 +121,9 @@ the last model step, a clarification's AI and tool messages: ``xpertai_agent.lc_
 defaults; follow-up ``references`` counted only as present; the TypeError text for a non-string
 follow-up input; a missing ``assistant_id`` answered as unknown (TypeORM would query without the
 id); an input ``conversationId`` ignored; a resume with nothing waiting running the resume
-script; project, environment and sandbox options ignored; ``POST /threads`` without a JSON body
-taken as ``{}``; ThreadDTO without ``created_by``/``updated_by``.
+script; a project's runtime access not checked, environment and sandbox options ignored;
+``POST /threads`` without a JSON body taken as ``{}``; ThreadDTO without ``created_by``/
+``updated_by``.
 """
 
 from __future__ import annotations
@@ -158,6 +170,11 @@ NO_CACHE = "private, no-cache, no-store, must-revalidate, max-age=0, no-transfor
 UNAUTHORIZED = {"message": "Unauthorized", "statusCode": 401}
 FORBIDDEN = HttpError(403, "Forbidden", {"message": "Forbidden", "statusCode": 403})
 NULL_CONVERSATION = "Cannot read properties of null (reading 'id')"
+# ForbiddenException of SA/xpert/published-xpert-access.service.ts getAccessiblePublishedXpert
+# (l.540-616): the acting user neither created the assistant nor may use it.
+NO_ACCESS = HttpError(403, "You do not have access to this assistant.")
+# body-parser json({limit: '50mb'}) (X: server/src/bootstrap/index.ts l.45; bytes.parse: 50 MiB).
+JSON_LIMIT = 50 * 1024 * 1024
 
 
 @dataclass
@@ -180,6 +197,9 @@ class FakeXpertAI:
         }
     )
     keepalive_s: float = 30.0
+    end_nodes: set[str] = field(default_factory=set)  # the agent's (xpertai_agent.clarify)
+    no_access: set[str] = field(default_factory=set)  # principal ids the assistants refuse
+    body_bytes: list[int] = field(default_factory=list)  # each runs/stream request's length
     files: FakeFiles = field(default_factory=FakeFiles)  # uploads; what runs attach
     threads: dict[str, Thread] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)  # executions by id
@@ -239,10 +259,18 @@ class FakeXpertAI:
             return TECHNICAL_USER  # the assistant's technical principal replaces the key's user
         return self.principals.get(named)
 
+    def _refused(self, request: web.Request) -> bool:
+        """Whether the acting user fails the assistant's access check
+        (``resolveAssistantForRequest``: thread-create.handler.ts l.53-60,
+        run-create-stream.handler.ts l.357-362)."""
+        return request.headers.get("x-principal-user-id") in self.no_access
+
     # --- threads and state -----------------------------------------------------------------
     async def create_thread(self, request: web.Request) -> web.Response:
         if self._user(request) is None:
             return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
+        if (request.content_length or 0) > JSON_LIMIT:
+            return too_large()
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -251,6 +279,8 @@ class FakeXpertAI:
         assistant = body.get("assistant_id")
         if assistant is not None and assistant not in self.assistants:
             return _error(not_found())
+        if assistant is not None and self._refused(request):
+            return _error(NO_ACCESS)
         tid = str(body.get("thread_id") or uuid.uuid4())
         thread = self.threads.get(tid)
         if thread is not None and body.get("if_exists") == "raise":
@@ -287,13 +317,17 @@ class FakeXpertAI:
         return web.json_response({**body, "created_at": iso_now()}, dumps=dumps)
 
     # --- starting runs ---------------------------------------------------------------------
-    def _create(self, tid: str, body: Any, user: Principal) -> tuple[Run, str]:
+    def _create(
+        self, tid: str, body: Any, user: Principal, refused: bool = False
+    ) -> tuple[Run, str]:
         """RunCreateStreamHandler.execute: the run and its transport ('redis' | 'direct')."""
         body = body if isinstance(body, dict) else {}
         thread = self.threads.get(tid)
         assistant = body.get("assistant_id")
         if assistant not in self.assistants:
             raise not_found()
+        if refused:
+            raise NO_ACCESS
         busy = thread is not None and thread.status == "busy"
         data = validate_run_input(body.get("input", MISSING), busy=busy)
         if thread is None:
@@ -302,6 +336,12 @@ class FakeXpertAI:
             raise FORBIDDEN
         thread.assistant = assistant
         action = data["action"]
+        project = data.get("projectId") if action == "send" else None
+        if project:  # bindConversationProjectIfUnbound (SA/ai/assistant-request-context.ts
+            # l.111-132, run-create-stream.handler.ts l.370-383): bound once, never moved
+            if thread.project not in (None, project):
+                raise HttpError(403, "The route Project does not match the conversation Project")
+            thread.project = project
         if action == "follow_up":
             return self._follow_up(thread, data), "direct"
         self.requests.append({"thread": thread.id, **body})
@@ -446,6 +486,7 @@ class FakeXpertAI:
         turn = Turn(
             thread, execution, key.stream, message or {}, text, self.variables, self.released
         )
+        turn.end_nodes = frozenset(self.end_nodes)
         if message is None:
             turn.ai = turn._ai_message(parent=parent["id"] if parent else None)
         execution.turn = turn
@@ -522,10 +563,15 @@ class FakeXpertAI:
         user = self._user(request)
         if user is None:
             return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)  # guards answer first
+        if (request.content_length or 0) > JSON_LIMIT:
+            return too_large()
+        self.body_bytes.append(request.content_length or 0)
         body = await request.json()
         response = await self._open(request, status=201)
         try:
-            run, transport = self._create(request.match_info["tid"], body, user)
+            run, transport = self._create(
+                request.match_info["tid"], body, user, self._refused(request)
+            )
         except HttpError as exc:
             await _error_frame(response, exc.message)
             return response
@@ -540,8 +586,11 @@ class FakeXpertAI:
         user = self._user(request)
         if user is None:
             return web.json_response(UNAUTHORIZED, status=401, dumps=dumps)
+        if (request.content_length or 0) > JSON_LIMIT:
+            return too_large()
         try:
-            run, _ = self._create(request.match_info["tid"], await request.json(), user)
+            body = await request.json()
+            run, _ = self._create(request.match_info["tid"], body, user, self._refused(request))
         except HttpError as exc:
             return _error(exc)
         dto = {"run_id": run.id, "thread_id": run.thread, "assistant_id": run.assistant}
@@ -655,6 +704,16 @@ def _human(thread: Thread, text: Any, parent: dict[str, Any] | None = None) -> d
     message |= {"conversationId": thread.conversation, "parentId": (parent or {}).get("id")}
     thread.messages.append(message)
     return message
+
+
+def too_large() -> web.Response:
+    """A JSON body over ``JSON_LIMIT``: body-parser's 413 ``PayloadTooLargeError: request entity
+    too large`` (body-parser 1.x ``lib/read.js``), which Nest's Express app answers with
+    Express' ``finalhandler`` page: 413 and an HTML body. ⚠ untraced: the page's exact markup
+    (it carries the stack outside production)."""
+    html = '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>Error</title>'
+    html += "\n</head>\n<body>\n<pre>PayloadTooLargeError: request entity too large</pre>\n"
+    return web.Response(status=413, text=html + "</body>\n</html>\n", content_type="text/html")
 
 
 def _error(exc: HttpError) -> web.Response:

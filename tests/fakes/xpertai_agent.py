@@ -21,6 +21,7 @@ STREAM_ID = re.compile(r"^[ \t\n\v\f\r]*\+?(\d+)(?:-[ \t\n\v\f\r]*\+?(\d+))?$")
 MAX_ID = 2**64 - 1
 HOLD_LIMIT_S = 10.0  # a held step goes on by itself after this long
 BIG_OUTPUT_BYTES = 1_500_000  # ``[big]``: a tool output longer than a MiB, on one data: line
+SVG_ICON = '<svg viewBox="0 0 24 24"><path d="M12 2L2 22h20z"/></svg>'
 USAGE = {"tokens": 120, "totalTokens": 120, "inputTokens": 80, "outputTokens": 40}
 
 
@@ -128,6 +129,7 @@ class Thread:
     checkpointed: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)  # ChatMessages, human and ai
     files: list[tuple[str, int]] = field(default_factory=list)  # stored file assets: mime, size
+    project: str | None = None  # the project the conversation is bound to (projectId)
 
     def ai_messages(self) -> list[dict[str, Any]]:
         return [m for m in self.messages if m["role"] == "ai"]
@@ -166,6 +168,7 @@ class Turn:
     started: float = field(default_factory=time.monotonic)
     new_message_after: str | None = None  # a consumed steer's id: the next message opens one
     model_calls: int = 0
+    end_nodes: frozenset[str] = frozenset()  # the agent's ``endNodes`` (tools that end it)
 
     # --- frames --------------------------------------------------------------------------
     def event(self, name: str, data: dict[str, Any]) -> None:
@@ -356,6 +359,10 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
         await turn.finish("success", agent=False)
         return
     agent_start(turn)
+    refused = media_error(turn.execution.human.get("files"))
+    if refused:
+        await turn.finish("error", error=refused)
+        return
     turn.take_steer()
     await pause(turn)
     middleware = {
@@ -388,6 +395,11 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
         # shared/translate.ts), so an I18nObject (contracts/src/i18n.model.ts) reaches a client
         # only from a title left untranslated; issue 28 names such titles.
         tool = ("wiki_search", {"en_US": "Search the wiki", "zh_Hans": "搜索维基"})
+    icon: dict[str, Any] = {}
+    if "[icon]" in text:
+        # XpertAI's next release (develop @5d2ec3e5, SA/xpert-agent/agent.ts l.107-160,
+        # 364-379): the title always resolved to a string, and an ``icon`` that may be raw SVG.
+        icon = {"icon": {"type": "svg", "value": SVG_ICON, "color": "#1677ff"}}
     turn.tool(
         "call_1",
         "running",
@@ -395,6 +407,7 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
         toolset="tavily" if web else "wiki",
         tool=tool[0],
         title=tool[1],
+        **icon,
     )
     if "[hold]" in text:
         await turn.hold()
@@ -420,6 +433,25 @@ async def run_agent(turn: Turn, consumed: dict[str, Any] | None) -> None:
             }
         )
     await answer(turn, f"Hello from xpert [{text}]")
+
+
+def media_error(files: Any) -> str | None:
+    """What building the run's human message throws for its files (X: SA/shared/agent/
+    message.ts l.272-301): ``audio/*`` always; ``video/*`` without a local ``filePath`` (a file
+    kept in object storage, or inline bytes stored as an asset: the fake has no local path).
+    The throw fails the agent: the run ends ``error`` with the message."""
+    for file in files if isinstance(files, list) else []:
+        if not isinstance(file, dict):
+            continue
+        mime = str(file.get("mimeType") or "")
+        url = str(file.get("fileUrl") or file.get("url") or "")
+        if not mime and url.startswith("data:"):
+            mime = url[5:].split(";")[0]
+        if mime.startswith("video") and not file.get("filePath"):
+            return "Video file path is required"
+        if mime.startswith("audio"):
+            return "Audio files are not supported yet"
+    return None
 
 
 async def answer(turn: Turn, reply: str) -> None:
@@ -490,7 +522,10 @@ async def retrieve(turn: Turn) -> None:
     a name has no ``documentName`` (undefined is left out by JSON.stringify)."""
     cites = [citation(i, doc, f"chunk-{i}", name) for i, (doc, name) in enumerate(DOCS, start=1)]
     chunks = [{**c, "content": f"chunk {c['index']} text"} for c in cites]
-    output = dumps({"chunks": chunks, "citations": cites, "instructions": "…"})
+    # JSON.stringify(…, null, 2): pretty-printed (citation.ts l.128-137)
+    output = json.dumps(
+        {"chunks": chunks, "citations": cites, "instructions": "…"}, indent=2, ensure_ascii=False
+    )
     call = {"toolset": "knowledgebase", "tool": f"retriever-{KB}", "input": {"input": turn.text}}
     turn.tool("call_kb", "running", **call, title="Knowledge Retrieval")
     await pause(turn)
@@ -519,19 +554,37 @@ async def run_resume(turn: Turn, decision: str) -> None:
         await answer(turn, "Not sent: you rejected it.")
 
 
-def lc_message(cls: str, **kwargs: Any) -> dict[str, Any]:
-    """A message of the thread's ``values.messages`` as ``GET /threads/{t}/state`` answers it:
-    the checkpoint's channel values revived by its serde (X: SA/copilot-checkpoint/
-    checkpoint-saver.ts l.101-112, ai/thread.controller.ts l.431-439), then JSON-encoded.
-    ⚠ untraced: the encoded form is taken to be LangChain's ``Serializable.toJSON`` (``{lc: 1,
-    type: 'constructor', id: [..., cls], kwargs}``), not seen from a live server."""
-    base = {"additional_kwargs": {}, "response_metadata": {}}
-    return {
-        "lc": 1,
-        "type": "constructor",
-        "id": ["langchain_core", "messages", cls],
-        "kwargs": {**base, **kwargs},
-    }
+def lc_message(cls: str, **fields: Any) -> dict[str, Any]:
+    """A message of the thread's ``values.messages`` as ``GET /threads/{t}/state`` answers it.
+    The checkpoint's channel values are revived by its serde into class instances (X: SA/
+    copilot-checkpoint/checkpoint-saver.ts l.101-112), then go through the controller's
+    ``TransformInterceptor`` (SA/ai/thread.controller.ts l.91; X: server/src/core/interceptors/
+    transform.interceptor.ts l.17-25: class-transformer 0.5.1 ``instanceToPlain``, which copies
+    an instance's own enumerable keys, ``TransformOperationExecutor.getKeys`` l.372-385): no
+    ``type``, no ``role``, no constructor form. The keys are those @langchain/core 0.3.72 sets
+    (``dist/load/serializable.js`` l.97-117: ``lc_serializable``, ``lc_kwargs``;
+    ``messages/base.js`` l.199-203; ``messages/tool.js`` l.25, 67-70; ``messages/ai.js``
+    l.40-56, 86), checked by running ``instanceToPlain`` on such messages with those packages;
+    undefined fields are left out, as ``JSON.stringify`` does."""
+    kwargs: dict[str, Any] = dict(fields)
+    if cls == "AIMessage":
+        kwargs.setdefault("tool_calls", [])
+        kwargs.setdefault("invalid_tool_calls", [])
+    kwargs |= {"additional_kwargs": {}, "response_metadata": {}}
+    plain: dict[str, Any] = {"lc_serializable": True, "lc_kwargs": kwargs}
+    plain["lc_namespace"] = ["langchain_core", "messages"]
+    plain |= {"content": kwargs.get("content", ""), "additional_kwargs": {}}
+    plain["response_metadata"] = {}
+    for key in ("name", "id"):
+        if key in kwargs:
+            plain[key] = kwargs[key]
+    if cls == "ToolMessage":
+        plain["lc_direct_tool_output"] = True
+        plain |= {k: kwargs[k] for k in ("status", "tool_call_id", "metadata") if k in kwargs}
+    if cls == "AIMessage":
+        plain |= {"tool_calls": kwargs["tool_calls"]}
+        plain["invalid_tool_calls"] = kwargs["invalid_tool_calls"]
+    return plain
 
 
 # The clarification middleware (xpert-ai/xpert-plugins xpertai/middlewares/clarification/src/
@@ -556,17 +609,27 @@ def format_clarification(question: str, context: str, options: list[str], free: 
     return "\n".join(lines)
 
 
+RESTATED = "Before I start the report: which region should it cover?"
+
+
 async def clarify(turn: Turn) -> None:
     """``[clarify]``: the model calls ``ask_clarification``. The middleware answers the call
     in ``wrapToolCall`` without running the tool (clarification.middleware.ts l.82-94; the
     tool node runs a tool only through that handler: X: SA/xpert-agent/commands/handlers/
     tool_node.ts l.84-115), so no tool callback fires and the stream carries no tool component
     (the components come from ``on_tool_start`` / ``on_tool_end``, AG l.278-364); the model's
-    tool-call chunks are not streamed either (AG l.212-216). The run ends (``goto: 'end'``, P
-    l.171-183) as a success; what it asked is only in the thread: the AI message with the call
-    and the ``ToolMessage`` of ``buildToolMessage`` (P l.133-152: the readable text, and
-    ``metadata.clarification`` with the resolved input, P l.89-97: options trimmed, empty ones
-    dropped, ``allowFreeText``/``required`` true by default, T l.18-25)."""
+    tool-call chunks are not streamed either (AG l.212-216). Into the thread go the AI message
+    with the call and the ``ToolMessage`` of ``buildToolMessage`` (P l.133-152: the readable
+    text, and ``metadata.clarification`` with the resolved input, P l.89-97: options trimmed,
+    empty ones dropped, ``allowFreeText``/``required`` true by default, T l.18-25).
+
+    Its ``goto: 'end'`` (P l.171-183) names no node of the agent graph, so the write is
+    dropped (@langchain/langgraph 0.4.7 dist/pregel/algo.js l.146-156) and the tool node's
+    edge back to the agent loop is followed (X: SA/xpert-agent/commands/handlers/
+    subgraph.handler.ts l.1510-1514): the model runs again and restates the question in its
+    own words (its text: the fake's). Only when the agent lists the tool in its ``endNodes``
+    (``FakeXpertAI.end_nodes``; subgraph.handler.ts l.303, 1498-1509) does the tool node's edge
+    go to the end, with no second model step."""
     args = dict(CLARIFY_ARGS)
     options = [o.strip() for o in args["options"] if o.strip()]
     resolved = {"question": args["question"], "context": args["context"], "options": options}
@@ -579,4 +642,7 @@ async def clarify(turn: Turn) -> None:
     tool = {"name": "ask_clarification", "tool_call_id": "call_ask", "content": content}
     messages.append(lc_message("ToolMessage", **tool, status="success", metadata=meta))
     await pause(turn)
+    if "ask_clarification" not in turn.end_nodes:
+        turn.text_chunks([RESTATED[i : i + 12] for i in range(0, len(RESTATED), 12)])
+        messages.append(lc_message("AIMessage", content=RESTATED))
     await turn.finish("success")

@@ -22,6 +22,8 @@
   ``parseMode`` auto parses inline up to 2 000 000 bytes (l.242-250): the answer is then
   ``ready`` with ``capabilities`` ['preview', 'read'] (parse-file-asset.handler.ts l.86-90);
   larger, the parse is queued (enqueue-file-parse.handler.ts l.19-39): ``parsing``, ``[]``.
+  A parse ends ``ready``, ``partial`` or ``failed`` with its error (``FakeFiles.parse_outcome``;
+  parse-file-asset.handler.ts l.86, 104-109).
 - ``GET /api/ai/files/{id}/status`` (SA/file-understanding/file-understanding.controller.ts
   l.54-58; RouterModule ``/ai``, file-understanding.module.ts l.20) → ``{fileId, status, error,
   parsedAt}``, 404 'File asset "<id>" not found' for an unknown id
@@ -74,6 +76,10 @@ class StoredFile:
 @dataclass
 class FakeFiles:
     parse_reads: int | None = 2
+    # How a parse ends (inline or queued): 'ready'; 'partial', the parser's own status
+    # (SA/file-understanding/commands/handlers/parse-file-asset.handler.ts l.86); or 'failed'
+    # with the parser's error message and no ``parsedAt`` (l.104-109).
+    parse_outcome: tuple[str, str | None] = ("ready", None)
     # Multer takes any size; a reverse proxy in front may not: nginx's client_max_body_size is
     # 1m by default and answers 413 with an HTML page
     # (https://nginx.org/en/docs/http/ngx_http_core_module.html#client_max_body_size).
@@ -137,7 +143,9 @@ class FakeFiles:
         name, mime, data = file
         inline = mode == "fast" or (mode == "auto" and len(data) <= INLINE_PARSE_BYTES)
         settled = mode == "none" or inline
-        status = "ready" if settled else "parsing"
+        status = "parsing"
+        if settled:
+            status = self.parse_outcome[0] if inline else "ready"
         asset, storage = str(uuid.uuid4()), str(uuid.uuid4())
         ext = os.path.splitext(name)[1]
         key = f"contexts/{TENANT}/files-{int(time.time() * 1000)}-{os.urandom(3).hex()}{ext}"
@@ -150,6 +158,8 @@ class FakeFiles:
         agent_file["capabilities"] = ["preview", "read"] if inline else []
         reads = None if settled else self.parse_reads
         self.stored[asset] = StoredFile(dict(agent_file), data, fields, reads)
+        if inline and status == "failed":  # kept on the asset, not in the AgentFile (l.252-271)
+            self.stored[asset].agent_file["error"] = self.parse_outcome[1]
         return agent_file
 
     def _status(self, fid: str) -> web.Response:
@@ -162,9 +172,14 @@ class FakeFiles:
         if stored.reads_left is not None and agent_file["status"] == "parsing":
             stored.reads_left -= 1
             if stored.reads_left <= 0:
-                agent_file["status"] = agent_file["parseStatus"] = "ready"
-                agent_file["parsedAt"] = iso_now()
-        body: dict[str, Any] = {"fileId": fid, "status": agent_file["status"], "error": None}
+                outcome, error = self.parse_outcome
+                agent_file["status"] = agent_file["parseStatus"] = outcome
+                if outcome == "failed":
+                    agent_file["error"] = error
+                else:
+                    agent_file["parsedAt"] = iso_now()
+        body: dict[str, Any] = {"fileId": fid, "status": agent_file["status"]}
+        body["error"] = agent_file.get("error")
         if agent_file.get("parsedAt"):
             body["parsedAt"] = agent_file["parsedAt"]
         return web.json_response(body, dumps=dumps)

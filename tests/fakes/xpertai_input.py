@@ -23,6 +23,7 @@ pins zod 3.25.67 (``import z from 'zod'``, the v3 API) and runs on Node 20.
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from dataclasses import dataclass
@@ -310,10 +311,16 @@ def reduce_variable(kind: str, operation: str, left: Any, right: Any) -> Any:
 
 
 # --- files ------------------------------------------------------------------------------------
+_CANONICAL = re.compile(r"[A-Za-z0-9+/]*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
 def node_b64decode(text: str) -> bytes:
     """Node 20's ``Buffer.from(text, 'base64')``: url-safe letters count, any other character is
     skipped, ``=`` ends the data, a lone last letter is dropped (checked against Node 20 on
-    3 000 random strings)."""
+    3 000 random strings). Canonical base64 decodes the same with the standard library, at C
+    speed (a turn's pictures are tens of MB)."""
+    if len(text) % 4 == 0 and _CANONICAL.fullmatch(text):
+        return base64.b64decode(text)
     values: list[int] = []
     for char in text:
         if char == "=":

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tests.support.agent_servers import AgentServer, a2a_server, langgraph_dev
 from tests.support.cluster import LocalCluster
 from tests.support.configs import base_config
 from tests.support.helpers import ConsoleClient, Gateways
@@ -56,6 +57,27 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """``langgraph dev`` serving tests/agents/ (tests/support/agent_servers.py), once per
+    worker, started on first use (~4 s)."""
+    server = langgraph_dev(Path(tmp_path_factory.mktemp("langgraph")))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def a2a_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """An a2a-sdk server running tests/agents/a2a_agent.py, once per worker (~1 s)."""
+    server = a2a_server(Path(tmp_path_factory.mktemp("a2a")))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -14,9 +14,18 @@ import pytest
 
 from tests.fakes.wecom import FakeWeCom
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
+from tests.fakes.xpertai_agent import RESTATED
 from tests.support.helpers import serve
 from tests.support.waits import eventually
-from tests.support.wecom import app_message, card_click, encrypt_xml, post, start_gateway, url
+from tests.support.wecom import (
+    aibot_message,
+    app_message,
+    card_click,
+    encrypt_xml,
+    post,
+    start_gateway,
+    url,
+)
 
 
 @pytest.fixture
@@ -47,7 +56,7 @@ async def test_an_option_button_on_the_app_card_answers_the_question(
         keys = {b["text"]: json.loads(b["key"]) for b in card["button_list"]}
         assert list(keys) == ["China", "Europe", "Americas", "New conversation"]
         await eventually(lambda: fake.texts("zoe"))
-        assert "**Which region should the report cover?**" in fake.texts("zoe")[0]
+        assert fake.texts("zoe")[0] == RESTATED  # the model's text after the question, once
         click = card_click(
             "zoe",
             card["button_list"][2]["key"],
@@ -67,3 +76,25 @@ async def test_an_option_button_on_the_app_card_answers_the_question(
         closed = await eventually(lambda: fake.updates[1:] or None, timeout=15)
         assert closed[0]["button"] == {"replace_name": "Answer sent"}
         assert "template_card" not in closed[0]
+
+
+async def test_the_ai_bot_stream_lists_the_options_to_be_typed(
+    gateways: list[Any], prefix: str, fake: FakeWeCom, xpert: tuple[FakeXpertAI, str]
+) -> None:
+    _, base = xpert
+    expert = {"id": "sales", "kind": "xpert", "baseUrl": base, "apiKey": API_KEY}
+    gw = await start_gateway(prefix, fake, "aibot_ws", expert=expert, xpertId="sales")
+    gateways.append(gw)
+    await eventually(lambda: fake.subscribes == 1)
+    body = aibot_message("w-q", "text", {"content": "[clarify] the report"}, user="alice")
+    await fake.push("aibot_msg_callback", body, "req-q")
+
+    def final() -> str | None:
+        frames = fake.stream_frames("req-q")
+        done = frames and frames[-1]["body"]["stream"]["finish"]
+        return str(frames[-1]["body"]["stream"]["content"]) if done else None
+
+    text = await eventually(final, timeout=15)
+    # the model's text after the question once, then the options once, numbered
+    assert text.count(RESTATED) == 1 and text.count("China") == 1
+    assert text.rstrip().endswith("1. China\n2. Europe\n3. Americas")
