@@ -103,7 +103,7 @@ async def test_in_a_group_options_are_text_to_type_not_links_that_answer_as_the_
             assert status == 200
 
             def asked() -> dict[str, Any] | None:
-                got = [m for m in fake.sent() if "Which region" in (m.get("text") or "")]
+                got = [m for m in fake.sent() if RESTATED in (m.get("text") or "")]
                 return got[-1] if got else None
 
             question = await eventually(asked, timeout=15)

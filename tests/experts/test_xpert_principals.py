@@ -101,7 +101,7 @@ async def test_a_user_without_access_to_the_assistant_is_named_on_the_card(
 ) -> None:
     fake, url = xpert
     fake.no_access = {"u-7"}  # a user of the tenant the assistant is not shared with
-    entries = [{"senderId": "bob", "userId": "u-7"}]
+    entries = [{"integrationId": "console", "senderId": "bob", "userId": "u-7"}]
     console = await make_gateway(config(prefix, url, {"principals": entries}))
     with capture_logs() as logs:
         await console.send("hello", chat="dm-bob", sender="bob")
@@ -110,7 +110,8 @@ async def test_a_user_without_access_to_the_assistant_is_named_on_the_card(
     assert "user u-7" in error and "does not have access to this assistant" in error
     assert fake.principal_ids == [("/api/ai/threads", "u-7")]  # POST /threads refused: 403
     [line] = [e for e in logs if e["event"] == "xpert refused the principal user"]
-    assert line["entry"] == "principals[0] (senderId=bob)" and line["status"] == 403
+    assert line["entry"] == "principals[0] (integrationId=console, senderId=bob)"
+    assert line["status"] == 403
     # A thread that exists, then the access is taken away: the run stream's error frame.
     await console.send("hello", chat="dm-alice", sender="alice")
     await console.wait_cards(chat="dm-alice")

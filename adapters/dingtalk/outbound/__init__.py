@@ -57,6 +57,15 @@ def withheld_in_group(progress: Progress) -> frozenset[str]:
     return PRIVATE | options
 
 
+def typed_options(progress: Progress) -> str:
+    """The options of the agent's question as text to type (a group shows no option links),
+    unless the answer lists them already; "" without options."""
+    listed = [f"{i}. {option}" for i, option in enumerate(progress.options, 1)]
+    if not listed or progress.status != "done" or all(o in progress.answer for o in listed):
+        return ""
+    return "Reply with one of:\n\n" + "\n".join(listed)
+
+
 class DingTalkOutbound:
     """One integration's cards and replies: ``cards`` (None with ``cards: markdown``) and
     ``sender``; button links need the context's ``public_url``."""
@@ -107,7 +116,8 @@ class DingTalkOutbound:
             kept = self._link_lines[handle] = (shown, line)
         if progress.final:
             self._link_lines.pop(handle, None)
-        return kept[1]
+        typed = typed_options(progress) if group else ""
+        return f"{typed}\n\n{kept[1]}".strip() if typed else kept[1]
 
     def _links(
         self, reply_to: Envelope, progress: Progress, handle: str, user: str | None = None
@@ -144,7 +154,7 @@ class DingTalkOutbound:
         hidden = withheld_in_group(progress)
         private = PRIVATE & {b.action_id for b in progress.buttons}
         if not private:
-            return render_messages(progress, links, withheld=hidden)
+            return render_messages(progress, links, withheld=hidden, note=typed_options(progress))
         note = await self._ask_privately(reply_to, progress, handle, key, frozenset(private))
         return render_messages(progress, links, withheld=hidden, note=note)
 
