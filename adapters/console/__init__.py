@@ -5,8 +5,11 @@ from __future__ import annotations
 from adapters.console.inbound import ChatAdapter, setup_routes
 from adapters.console.outbound import ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
+from gateway.edge.chat_actions import TOOLS, ChatMember, ChatMessage
 from gateway.edge.context import AdapterContext
 from gateway.edge.factory import Factory
+from gateway.envelope import Chat
+from gateway.progress import Media
 
 
 class ConsoleAdapter(ChatAdapter):
@@ -22,6 +25,35 @@ class ConsoleAdapter(ChatAdapter):
 
     def reuses_card(self, handle: str) -> bool:
         return True  # a card is a timeline record, upserted whatever turn shows in it
+
+    # --- chat actions: the timeline is the console's whole platform ---------------------------
+    def chat_tools(self) -> frozenset[str]:
+        return frozenset(TOOLS)
+
+    async def post_file(self, chat: Chat, item: Media, *, idempotency_key: str) -> None:
+        await self.outbound.send_file(chat.id, item, idempotency_key=idempotency_key)
+
+    async def chat_history(self, chat: Chat, limit: int) -> list[ChatMessage] | None:
+        records = await self.context.timeline.list(self.settings.id, chat.id)
+        out = []
+        for r in records[-limit:]:
+            card = r.get("card") if r.get("type") == "card" else None
+            text = str(r.get("text") or (card or {}).get("answer") or "")
+            sender = str(r.get("senderId") or "bot") if r.get("role") == "user" else "bot"
+            out.append(
+                ChatMessage(sender=sender, text=text, at_ms=r.get("at"), id=str(r.get("id", "")),
+                            sender_name=r.get("senderName"), kind=str(r.get("type", "text")))
+            )  # fmt: skip
+        return out
+
+    async def chat_members(self, chat: Chat) -> list[ChatMember] | None:
+        known = {c.id: c for c in self.settings.chats()}
+        found = known.get(chat.id)
+        users = self.settings.users
+        if found is not None and found.user_id is not None:
+            users = [u for u in users if u.id == found.user_id]
+        bot = ChatMember(id="bot", name=self.settings.bot_name, is_bot=True)
+        return [*(ChatMember(id=u.id, name=u.name) for u in users), bot]
 
 
 factory = Factory(

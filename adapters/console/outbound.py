@@ -8,7 +8,7 @@ from typing import Any
 from adapters.console.cards import render_card
 from gateway.edge.stores import TimelineStore
 from gateway.envelope import Envelope
-from gateway.progress import Progress
+from gateway.progress import Media, Progress
 
 
 def _ms() -> int:
@@ -83,3 +83,17 @@ class ConsoleOutbound:
             "at": _ms(),
         }
         await self.timeline.put(self.integration_id, reply_to.chat.id, record, mode="create")
+
+    async def send_file(self, chat_id: str, item: Media, *, idempotency_key: str) -> None:
+        """A file or image an agent sent (MCP ``chat_send_file``): shown by its name and size;
+        the page keeps no file's content."""
+        size = f"{len(item.data) / 1024:.1f} KB"
+        record = {
+            "id": f"file-{idempotency_key}",
+            "role": "bot",
+            "type": "file",
+            "text": f"📎 {item.name} ({item.mime}, {size})",
+            "file": {"name": item.name, "mime": item.mime, "bytes": len(item.data)},
+            "at": _ms(),
+        }
+        await self.timeline.put(self.integration_id, chat_id, record, mode="create")

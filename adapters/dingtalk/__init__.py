@@ -20,6 +20,7 @@ from adapters.dingtalk.outbound import DingTalkOutbound
 from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.robot import Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
+from gateway.edge.chat_actions import HISTORY, SEND_FILE, SEND_MESSAGE, post_envelope
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import (
     FetchedFile,
@@ -33,7 +34,8 @@ from gateway.edge.downloads import (
 )
 from gateway.edge.factory import Factory
 from gateway.edge.leases import OwnerLease
-from gateway.envelope import Attachment, Envelope
+from gateway.envelope import Attachment, Chat, Envelope
+from gateway.progress import Media
 
 log = structlog.get_logger("adapters.dingtalk")
 
@@ -175,6 +177,14 @@ class DingTalkAdapter(RobotAdapter):
         if envelope.chat.type == "p2p":
             return str(reply_extras(envelope).get("senderStaffId") or envelope.sender.id)
         return envelope.chat.id
+
+    # --- chat actions: robot messages (markdown) and media; no history or members API -----------
+    def chat_tools(self) -> frozenset[str]:
+        return frozenset({SEND_MESSAGE, SEND_FILE, HISTORY})
+
+    async def post_file(self, chat: Chat, item: Media, *, idempotency_key: str) -> None:
+        env = post_envelope(self.integration_id, self.settings.platform, chat, idempotency_key)
+        await self.outbound.media.post(env, item)
 
     def readiness(self) -> dict[str, Any]:
         if self.connection is None:

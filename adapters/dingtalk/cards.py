@@ -232,11 +232,12 @@ AI_FLOW_STATUS = {"waiting": "4", "done": "3", "rejected": "3", "ended": "3", "c
 
 
 def ai_card_markdown(progress: Progress) -> str:
-    """What the public AI markdown card shows in ``msgContent``: the answer, or the steps while
-    there is none yet, with the outcome under a rule as the markdown messages show it."""
+    """What the public AI markdown card shows in ``msgContent``: the answer, or the steps (the
+    status before any) while there is none yet, with the outcome under a rule as the markdown
+    messages show it."""
     answer, title = progress.answer, progress.title
-    if progress.status == "running":
-        return answer or steps_markdown(progress)
+    if progress.status == "running":  # never empty: the card is created inputting with it
+        return answer or steps_markdown(progress) or f"*{title}*"
     if progress.status == "error":
         tail = f"**{title}**\n\n{progress.error or ''}".rstrip()
     elif progress.status == "waiting":
@@ -260,13 +261,19 @@ def ai_card_params(progress: Progress, content: str, links: str) -> dict[str, st
 
 
 def ai_card_create_params(content: str, links: str) -> dict[str, str]:
-    """The public card's first variables, as the SDK's ``AIMarkdownCardInstance.get_card_data``
-    sets them (``sys_full_json_obj`` orders the card's blocks: the answer, then the links)."""
+    """The public card's first variables, as DingTalk's connector and channel SDK set them
+    (``config`` autoLayout: dingtalk-openclaw-connector card.ts l.372-383, dingtalk-channel-sdk-
+    python card.py ``create_and_deliver``) with the stream SDK's ``get_card_data`` keys
+    (``sys_full_json_obj`` orders the card's blocks: the answer, then the links). With something
+    to show (the steps) it is created inputting (2), as ``ai_card_params`` would put it, so no
+    call later only changes the status (issue 38: 300 such PUTs of 300 turns queued the finals
+    behind them on the same API's 20 a second); else processing (1)."""
     return {
-        "flowStatus": "1",
+        "flowStatus": "2" if content else "1",
         "msgContent": content,
         "staticMsgContent": links,
         "sys_full_json_obj": json.dumps({"order": ["msgContent", "staticMsgContent"]}),
+        "config": json.dumps({"autoLayout": True}),
     }
 
 

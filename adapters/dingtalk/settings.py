@@ -15,11 +15,15 @@ from gateway.edge.downloads import LOCAL_HOSTS
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
 # lived longer could be clicked again once that record is gone (links.py).
 LINK_TTL_MAX_S = 8 * 3600
-# The AI markdown card of DingTalk's own stream SDK (open-dingtalk/dingtalk-stream-sdk-python
-# dingtalk_stream/card_instance.py ``AIMarkdownCardInstance``, l.159): a template every app may
-# use, with the keys msgContent, staticMsgContent, flowStatus, sys_full_json_obj. No DingTalk
-# page documents it (limits.md, "public AI card template").
-AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"
+# The public AI card DingTalk's own connector and channel SDKs stream into (DingTalk-Real-AI/
+# dingtalk-openclaw-connector src/services/messaging/card.ts l.12; dingtalk-channel-sdk-go
+# ``DefaultCardTemplateID``, dingtalk-channel-sdk-java ``Config.DEFAULT_CARD_TEMPLATE_ID``):
+# variables msgContent (streamed), staticMsgContent, flowStatus, sys_full_json_obj, config.
+# The older stream SDK's ``AIMarkdownCardInstance`` (open-dingtalk/dingtalk-stream-sdk-python
+# dingtalk_stream/card_instance.py l.159) uses ``LEGACY_AI_MARKDOWN_TEMPLATE`` with the same
+# keys; either may be set as aiCardTemplateId. No DingTalk page documents a public template.
+AI_MARKDOWN_TEMPLATE = "02fcf2f4-5e02-4a85-b672-46d1f715543e.schema"
+LEGACY_AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"
 
 
 class DingTalkIntegration(IntegrationBase):
@@ -61,8 +65,8 @@ class DingTalkIntegration(IntegrationBase):
     ai_card_template_id: str = Field(
         AI_MARKDOWN_TEMPLATE,
         min_length=1,
-        description="The public AI markdown card used without cardTemplateId (the official "
-        "stream SDK's AIMarkdownCardInstance template)",
+        description="The public AI markdown card used without cardTemplateId (the one DingTalk's "
+        "own connector and channel SDKs use)",
     )
     lookup_sender_email: bool = Field(
         True,

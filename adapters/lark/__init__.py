@@ -12,11 +12,14 @@ from adapters.lark.api import LarkApi, LarkApiError
 from adapters.lark.connection import LongConnection
 from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
+from adapters.lark.outbound.actions import LarkChatActions
 from adapters.lark.settings import LarkIntegration
+from gateway.edge.chat_actions import TOOLS, ChatMember, ChatMessage
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.factory import Factory
-from gateway.envelope import Attachment, Envelope
+from gateway.envelope import Attachment, Chat, Envelope
+from gateway.progress import Media
 
 log = structlog.get_logger("adapters.lark")
 
@@ -72,10 +75,29 @@ class LarkAdapter(LarkBot):
         self.outbound = LarkOutbound(
             settings=settings, api=self.api, records=context.records, spawn=context.spawn
         )
+        self.actions = LarkChatActions(self.api)
         self.bot_open_id: str | None = None
         self.bot_error = ""
         self._bot_task: asyncio.Task[None] | None = None
         self.connection: LongConnection | None = None  # when configured
+
+    # --- chat actions (adapters/lark/outbound/actions.py) ---------------------------------------
+    def chat_tools(self) -> frozenset[str]:
+        return frozenset(TOOLS)
+
+    async def post_message(
+        self, chat: Chat, text: str, *, mentions: bool, idempotency_key: str
+    ) -> None:
+        await self.actions.message(chat, text, mentions=mentions, key=idempotency_key)
+
+    async def post_file(self, chat: Chat, item: Media, *, idempotency_key: str) -> None:
+        await self.actions.file(chat, item, key=idempotency_key)
+
+    async def chat_history(self, chat: Chat, limit: int) -> list[ChatMessage] | None:
+        return await self.actions.history(chat, limit)
+
+    async def chat_members(self, chat: Chat) -> list[ChatMember] | None:
+        return await self.actions.members(chat)
 
     async def start(self) -> None:
         """Learn the bot's own open_id (pitfalls #11), then open the long connection if any."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,15 +24,18 @@ from adapters.wecom.inbound import (
 from adapters.wecom.outbound import AppOutbound, Outbound
 from adapters.wecom.outbound.stream import StreamOutbound
 from adapters.wecom.settings import WeComIntegration
+from gateway.edge.chat_actions import HISTORY, SEND_FILE, SEND_MESSAGE, Unsupported
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.factory import Factory
-from gateway.envelope import Attachment, Envelope
+from gateway.envelope import Attachment, Chat, Envelope
+from gateway.progress import Media
 
 log = structlog.get_logger("adapters.wecom")
 
 EMAIL_TTL_MS = 86_400_000  # a directory entry rarely changes within a day
 NO_EMAIL_TTL_MS = 3_600_000  # none, or refused: asked again after an hour
+_MENTION = re.compile(r"<\s*@")  # an AI bot's markdown mention, <@userid>
 
 
 def _secret(value: Any) -> str:
@@ -106,6 +110,33 @@ class WeComAdapter(CallbackAdapter):
 
     def readiness(self) -> dict[str, Any]:
         return self.outbound.readiness()
+
+    # --- chat actions: an app posts markdown and media to a user; aibot_ws posts markdown -------
+    def chat_tools(self) -> frozenset[str]:
+        mode = self.settings.connection_mode
+        if mode == "app":
+            return frozenset({SEND_MESSAGE, SEND_FILE, HISTORY})
+        return frozenset({SEND_MESSAGE, HISTORY} if mode == "aibot_ws" else {HISTORY})
+
+    def plain_mentions(self, text: str) -> str:
+        """An AI bot's markdown mentions ``<@userid>`` (智能机器人 markdown); its "<" becomes a
+        fullwidth "＜", which reads the same and notifies nobody."""
+        return _MENTION.sub("\uff1c@", text)
+
+    async def post_message(
+        self, chat: Chat, text: str, *, mentions: bool, idempotency_key: str
+    ) -> None:
+        if not mentions:
+            text = self.plain_mentions(text)
+        if isinstance(self.outbound, AppOutbound):
+            await self.outbound.post_markdown(chat.id, text, key=idempotency_key)
+            return
+        await super().post_message(chat, text, mentions=True, idempotency_key=idempotency_key)
+
+    async def post_file(self, chat: Chat, item: Media, *, idempotency_key: str) -> None:
+        if not isinstance(self.outbound, AppOutbound):
+            raise Unsupported("a WeCom AI bot sends no files here")
+        await self.outbound.post_media(chat.id, item, key=idempotency_key)
 
     def posts_unprompted(self, chat_type: str) -> bool:
         """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the

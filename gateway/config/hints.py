@@ -144,7 +144,7 @@ def platform_limit_warnings(settings: Settings) -> list[str]:
 
 def exposure_warnings(settings: Settings) -> list[str]:
     """The console on an address other machines reach (it has no login), and the admin API's
-    bearer token sent over a network without TLS."""
+    and the MCP endpoint's bearer tokens sent over a network without TLS."""
     server = settings.server
     host = server.host.strip("[]")
     if is_loopback(host.lower()):
@@ -168,6 +168,13 @@ def exposure_warnings(settings: Settings) -> list[str]:
             "(server.publicUrl is not https), so its bearer token crosses the network in "
             "clear; serve it through an https proxy (and set publicUrl to it) or listen on "
             "127.0.0.1"
+        )
+    if settings.mcp.enabled and not (server.public_url or "").startswith("https://"):
+        warnings.append(
+            f"mcp: the MCP endpoint ({settings.mcp.path}) listens on {shown} with no TLS in "
+            "front (server.publicUrl is not https), so its clients' bearer tokens and what "
+            "they send cross the network in clear; serve it through an https proxy (and set "
+            "publicUrl to it) or listen on 127.0.0.1"
         )
     return warnings
 

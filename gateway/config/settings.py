@@ -15,6 +15,7 @@ from gateway.config.archive import ArchiveSettings
 from gateway.config.audit import AuditSettings
 from gateway.config.bases import ExpertBase, IntegrationBase
 from gateway.config.masking import unmask
+from gateway.config.mcp import McpSettings
 from gateway.config.model import GatewayModel
 from gateway.config.redis import RedisSettings
 from gateway.config.runtime import LoggingSettings, RuntimeSettings
@@ -67,6 +68,9 @@ class Settings(GatewayModel):
     experts: list[ExpertBase] = Field(min_length=1)
     integrations: list[IntegrationBase] = Field(default_factory=list)
     schedules: Schedules = Field(default_factory=list, description="Turns started by a cron")
+    mcp: McpSettings = Field(
+        default_factory=McpSettings, description="The MCP server of chat actions (docs/mcp.md)"
+    )
 
     # The installed expert kinds the model was built for (build_settings_model).
     expert_kinds: ClassVar[Mapping[str, type[Expert]]] = {}
@@ -82,6 +86,7 @@ class Settings(GatewayModel):
                     problems.append(f"{section}.{i}.id: duplicate id {item.id!r}")
                 seen.add(item.id)
         experts = {e.id for e in self.experts}
+        problems += self.mcp.problems(experts)
         steerable = {e.id for e in self.experts if self._steerable(e.kind)}
         for i, integ in enumerate(self.integrations):
             if integ.busy_policy == "steer":

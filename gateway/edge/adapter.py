@@ -16,12 +16,19 @@ from typing import Any, Generic, TypeVar
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.call_budget import CallBudget
+from gateway.edge.chat_actions import (
+    HISTORY,
+    ChatMember,
+    ChatMessage,
+    Unsupported,
+    post_envelope,
+)
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.outbound import Outbound
 from gateway.edge.platform_api import ApiCalls
-from gateway.envelope import Attachment, Envelope
-from gateway.progress import Progress
+from gateway.envelope import Attachment, Chat, Envelope
+from gateway.progress import Media, Progress
 
 __all__ = ["Adapter", "LiveAdapters"]
 
@@ -116,6 +123,39 @@ class Adapter:
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         """A plain reply (command answers, busy notices)."""
         await self.outbound.send_text(reply_to, text, idempotency_key=idempotency_key)
+
+    # --- chat actions (the MCP server's tools, gateway/edge/chat_actions.py) -------------------
+    def chat_tools(self) -> frozenset[str]:
+        """The chat actions this platform (in this integration's mode) offers; by default the
+        history, which is at least the gateway's own transcript of the chat."""
+        return frozenset({HISTORY})
+
+    def plain_mentions(self, text: str) -> str:
+        """``text`` with the platform's mention syntax escaped, so it notifies nobody."""
+        return text
+
+    async def post_message(
+        self, chat: Chat, text: str, *, mentions: bool, idempotency_key: str
+    ) -> None:
+        """Post ``text`` (Markdown) into ``chat`` with no message to answer, its mention syntax
+        escaped unless ``mentions``: by default the outbound's plain reply, as a scheduled turn
+        posts."""
+        if not mentions:
+            text = self.plain_mentions(text)
+        env = post_envelope(self.integration_id, self.settings.platform, chat, idempotency_key)
+        await self.send_text(env, text, idempotency_key=idempotency_key)
+
+    async def post_file(self, chat: Chat, item: Media, *, idempotency_key: str) -> None:
+        """Post an image or a file into ``chat`` as the answer's media are sent."""
+        raise Unsupported("this platform sends no files here")
+
+    async def chat_history(self, chat: Chat, limit: int) -> list[ChatMessage] | None:
+        """The platform's history of ``chat``, newest last; None where it offers none."""
+        return None
+
+    async def chat_members(self, chat: Chat) -> list[ChatMember] | None:
+        """The chat's members; None where the platform lists none."""
+        return None
 
 
 A = TypeVar("A", bound=Adapter)

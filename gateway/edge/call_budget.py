@@ -5,7 +5,10 @@
 - **Priorities.** A call waits in its API's queue by its caller's priority (``calls_as``): a
   first card, a final state, a click's answer, other calls, an intermediate update. Several
   waiting calls are granted by one Redis call. Intermediate updates fill at most 3/4 of a
-  window, and wait while any first card waits (``holding_back``).
+  window, spread evenly over it (``calls.SPREAD_PARTS``: at most 1/12 of their share in any 1/12 of
+  a window longer than a second, so a minute's share is not spent in its first seconds and the
+  cards live now find room for their finals at its end), and wait while any first card waits
+  (``holding_back``).
 - **Coalescing and fairness.** An intermediate update first takes an update slot
   (``update_slot``), the card shown longest ago first, then picks the latest state.
 - **Throttle answers** (429 / 99991400, 230020, QpsLimit, 45009) pause the API, the chat or the
@@ -30,11 +33,13 @@ from typing import Any, Literal, TypeVar
 import structlog
 
 from gateway.edge.calls import (
+    MARGIN_S,
     BudgetEvents,
     BudgetExhausted,
     CardMode,
     Priority,
     UpdateSlots,
+    api_windows,
     asked,
     calls_as,
     month_of,
@@ -57,10 +62,6 @@ __all__ = [
 log = structlog.get_logger("gateway.edge.call_budget")
 
 BATCH = 32  # waiting calls granted by one Redis call at most
-# Each window is kept this much longer than the platform's: a call granted here reaches the
-# platform a little later, and not always equally late (the network, a busy event loop).
-MARGIN_S = 0.15
-UPDATE_SHARE = 0.75  # of each API window intermediate updates may fill
 UPDATE_SLOTS = 4  # intermediate card updates on their way at once, per app and replica
 MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
 STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
@@ -139,12 +140,10 @@ class CallBudget:
     def _buckets(
         self, endpoint: str, chat: str | None, update: bool = False
     ) -> list[tuple[str, Sequence[Window]]]:
-        """The buckets a call takes from; an intermediate update (``update``) sees only
-        ``UPDATE_SHARE`` of each API window, the rest kept for first cards and final states."""
+        """The buckets a call takes from: its API's windows (``calls.api_windows``: an
+        intermediate update sees only its share, spread out), and its chat's."""
         buckets: list[tuple[str, Sequence[Window]]] = []
-        share = UPDATE_SHARE if update else 1.0
-        api = self.limits.api_windows(endpoint)
-        windows = [Window(max(1, int(n * share)), s + MARGIN_S) for n, s in api]
+        windows = api_windows(self.limits.api_windows(endpoint), update)
         buckets.append((f"api:{endpoint}", windows))  # no windows: its pause still holds
         if chat is not None and (per_chat := self.limits.chat_windows()):
             buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))

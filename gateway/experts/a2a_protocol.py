@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.errors import GatewayError
 from gateway.events import ArtifactEvent, RunEvent, StepEvent, TextDelta
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -31,7 +32,7 @@ CANCELED = "TASK_STATE_CANCELED"
 TERMINAL = frozenset({WAITING, AUTH, DONE, CANCELED, *FAILED})
 
 
-class CardError(ValueError):
+class CardError(GatewayError, ValueError):
     """An agent card this gateway cannot use, with why."""
 
 

@@ -120,6 +120,7 @@ def _check(args: argparse.Namespace) -> int:
     processes = f" ({workers} worker processes)" if workers > 1 else ""
     print(f"server: http://{settings.server.host}:{settings.server.port}{processes}")
     print(f"admin API: {_admin_summary(settings)}")
+    print(f"MCP: {settings.mcp.describe()}")
     print("experts:")
     for expert in settings.experts:
         print(f"  {expert.id} ({expert.kind})")

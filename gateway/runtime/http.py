@@ -8,7 +8,10 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
+from gateway.actions.chats import CallMetrics, Governor
+from gateway.actions.server import ChatActionsServer
 from gateway.archive.reader import ArchiveReader
+from gateway.clock import now_ms
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.factory import AdapterFactory
@@ -27,7 +30,7 @@ from gateway.triggers.schedule_api import ScheduleApi
 from gateway.triggers.schedule_book import ScheduleBook
 from gateway.triggers.watch_admin import WatchAdmin
 from gateway.triggers.watch_intake import GroupWatch
-from sessions import PrincipalStore, SessionRecords, SessionStore
+from sessions import PrincipalStore, RecordStore, SessionRecords, SessionStore
 from sessions.erasure import RedisErasure
 
 
@@ -76,4 +79,11 @@ def web_app(
     for factory in factories.values():
         factory.setup_routes(app, adapters)
     external.setup_routes(app, adapters)  # POST /api/events/{integrationId}/{source}
+    if settings().mcp.enabled:  # the MCP server of chat actions (docs/mcp.md)
+        limits = RecordStore(client=store.redis, keys=store.keys)
+        ChatActionsServer(
+            settings=settings, adapters=adapters, records=records,
+            governor=Governor(records=records, store=store, limits=limits),
+            metrics=CallMetrics.of(metrics.registry), clock=now_ms,
+        ).setup(app)  # fmt: skip
     return app

@@ -357,8 +357,7 @@ class TurnKinds:
         raw = claim.turn.get(name)
         if raw is None:
             raw = (await self.store.binding(claim.conversation)).get(name)
-        load = FailedTurn.load if name == "failed" else PendingInterrupt.load
-        pending = load(raw or None)
+        pending = (FailedTurn if name == "failed" else PendingInterrupt).load(raw or None)
         if pending is None or not clicked_on(action, pending.turn_id):
             return ""
         asked = pending.envelope()

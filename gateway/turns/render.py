@@ -24,7 +24,14 @@ from gateway.progress import Progress
 log = structlog.get_logger("gateway.turns.render")
 
 LEAN_MIN_S = 5.0  # in the quota's lean mode a card changes at most this often
-STALE_S = 30.0  # an update of a card unchanged this long goes at a final state's priority
+STALE_S = 20.0  # an update of a card unchanged this long goes at a final state's priority (its
+# wait included, a live card stays within 30 s unchanged: issue 38)
+# The final state follows the card's last write by this much at most, not a whole interval
+# (issue 38: finals within 2 s of the turn's end): Lark updates one message at most 5 times a
+# second (im-v1/message/patch, "单条消息更新频控为 5 QPS"), and DingTalk's channel SDK keeps
+# 0.5 s between a card's last frame and its final (dingtalk-channel-sdk-python card.py
+# ``FRAME_GAP_S``).
+FINAL_GAP_S = 0.5
 NOTHING = contextlib.nullcontext()
 
 
@@ -143,6 +150,9 @@ class CardRenderer:
                 progress = self._latest
                 if progress is not None and progress.version != self._rendered_version:
                     await self._render_update(progress)
+            elif time.monotonic() - self._last_at > STALE_S:  # no slot: a final's priority
+                self._rendering = True
+                await self._paced_update(budget)
             else:
                 async with budget.update_slot(self._last_at):
                     self._rendering = True  # from here on close() lets the update complete
@@ -259,7 +269,7 @@ class CardRenderer:
             return
         delay = 0.2
         for attempt in range(1, self.final_attempts + 1):
-            wait = self._last_at + self.interval - time.monotonic()
+            wait = self._last_at + min(self.interval, FINAL_GAP_S) - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             try:

@@ -16,6 +16,7 @@ from adapters.dingtalk.cards import (
     MAX_CHARS,
     MAX_PARAM_BYTES,
     Message,
+    ai_card_create_params,
     as_messages,
     fit,
     json_size,
@@ -276,3 +277,11 @@ def test_which_api_errors_are_retried() -> None:
     assert DingTalkApiError(0, "ClientConnectorError", "").refused is False
     assert DingTalkApiError(400, "param.templateNotExist", "").refused is True
     assert DingTalkApiError(403, "Forbidden.AccessDenied.ApiCountLimitForOrg", "").refused is True
+
+
+def test_the_public_card_is_created_inputting_when_it_has_something_to_show() -> None:
+    """Created at 2 with the steps, so no later PUT only changes the status; empty at 1."""
+    shown = ai_card_create_params("⏳ Echo", "[Stop](https://x)")
+    assert shown["flowStatus"] == "2" and shown["msgContent"] == "⏳ Echo"
+    assert shown["config"] == '{"autoLayout": true}'
+    assert ai_card_create_params("", "")["flowStatus"] == "1"

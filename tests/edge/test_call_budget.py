@@ -7,6 +7,7 @@ slots stalest card first, and a store that cannot be reached opening the budget.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -263,3 +264,24 @@ async def test_intermediate_updates_hold_back_while_a_first_card_waits(
         await eventually(lambda: budget.holding_back())  # somebody waits for any card at all
     await asyncio.wait_for(first, timeout=5)
     assert not budget.holding_back()
+
+
+async def test_intermediate_updates_spread_a_minutes_share_over_the_minute(
+    make: Callable[..., CallBudget],
+) -> None:
+    """Of 120 calls a minute, updates may take 90, but at most 7 in any 5 s (a twelfth): the
+    share is not spent in the minute's first seconds, leaving the finals of the cards live now
+    room at its end (issue 38). Other calls see the whole minute."""
+    budget = make(calls_per_second=None, calls_per_minute=120)
+    with calls_as(Priority.UPDATE):
+        for _ in range(7):
+            await budget.take("patch")
+        held = asyncio.create_task(budget.take("patch"))  # the eighth waits for the next part
+        await eventually(lambda: budget.queued() == 1)
+    with calls_as(Priority.FINAL):
+        for _ in range(20):
+            await asyncio.wait_for(budget.take("patch"), timeout=0.5)  # finals do not wait
+    assert not held.done()
+    held.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await held

@@ -36,9 +36,17 @@ OpenAPI (api.dingtalk.com), each refusal as ``{"code", "message", "requestid"}``
   (a non-string cardParamMap value: "属性字段只支持 String 类型"). A template the app may not
   use -> 400 ``param.templateUnpublished`` (the answer an unpublished template got,
   zfanswer/dify-on-dingtalk#2; ⚠ untraced for an id that does not exist at all, taken as the
-  same). Known templates (``templates``): the public AI markdown card of the stream SDK
-  (``AIMarkdownCardInstance``, dingtalk_stream/card_instance.py l.159), the connector's
-  (DingTalk-Real-AI/dingtalk-openclaw-connector card.ts l.12) and the tests' own ``tpl.schema``.
+  same). Known templates (``templates``): the public AI card DingTalk's own connector and
+  channel SDKs stream into, ``02fcf2f4-….schema`` (DingTalk-Real-AI/dingtalk-openclaw-connector
+  src/services/messaging/card.ts l.12; dingtalk-channel-sdk-python card.py: created with only
+  ``config`` '{"autoLayout":true}', then PUT ``flowStatus`` 2 with ``msgContent``, streamed
+  into ``msgContent``, finished by a PUT of ``flowStatus`` 3 with the whole ``msgContent``),
+  the older stream SDK's ``AIMarkdownCardInstance`` one, ``382e4302-….schema`` (open-dingtalk/
+  dingtalk-stream-sdk-python dingtalk_stream/card_instance.py l.159: the same keys; its
+  ``ai_finish``, l.253-274, finishes with that one PUT and no finalizing stream), and the tests'
+  own ``tpl.schema``. A card's variables are whatever its PUTs set: nothing requires a streamed
+  card to get ``isFinalize`` before its finishing PUT (the stream SDK sends none; the channel
+  SDK's ``finish`` sends one, then the PUT).
 - Card permissions: without Card.Instance.Write (``card_permission = False``) the card calls
   answer 403 (open-dingtalk/dingtalk-stream-sdk-python#15: 403 on /v1.0/card/instances, fixed
   by adding 互动卡片实例写权限), the code ``Forbidden.AccessDenied.AccessTokenPermissionDenied``
@@ -108,8 +116,8 @@ CLIENT_SECRET = "dt-app-secret"
 SEND_PATHS = ("/v1.0/robot/groupMessages/send", "/v1.0/robot/oToMessages/batchSend")
 WEBHOOK_PATH = "/robot/sendBySession"
 MAX_PARAM_BYTES = 15_000
-AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"
-CONNECTOR_TEMPLATE = "02fcf2f4-5e02-4a85-b672-46d1f715543e.schema"
+AI_MARKDOWN_TEMPLATE = "382e4302-551d-4880-bf29-a30acfab2e71.schema"  # the stream SDK's
+CONNECTOR_TEMPLATE = "02fcf2f4-5e02-4a85-b672-46d1f715543e.schema"  # DingTalk's connector's
 PERMISSION_DENIED = "Forbidden.AccessDenied.AccessTokenPermissionDenied"
 USER_GET_PATH = "/topapi/v2/user/get"
 # A sessionWebhook body over 20,000 bytes is refused: an observed error, secondary

@@ -39,6 +39,15 @@ same pages are mirrored with their ``source_url`` in the wxkingstar/doc-hub-mcp 
   opus|mp4|pdf|doc|xls|ppt|stream l.47-56, ``file_name``, ``file``; at most 30 MB l.19, not
   empty; answers ``data.file_key``); the field names as lark_oapi 1.7.5
   api/im/v1/model/create_image_request_body.py and create_file_request_body.py send them
+- DOC-LIST   /document/server-docs/im-v1/message/list and lark_oapi 1.7.5
+  api/im/v1/model/list_message_request.py (``container_id_type`` chat|thread, ``container_id``,
+  ``sort_type`` ByCreateTimeAsc (default) | ByCreateTimeDesc, ``page_size`` 1-50, default 20;
+  ``items`` of message_id, msg_type, create_time (ms, a string), sender {id, id_type,
+  sender_type user|app}, body {content}; ``has_more``, ``page_token``)
+- DOC-MEMBERS /document/server-docs/group/chat-member/get and lark_oapi 1.7.5
+  api/im/v1/model/get_chat_members_request.py, list_member.py (``member_id_type``, ``page_size``
+  at most 100; ``items`` of member_id_type, member_id, name, tenant_key; bots are not listed;
+  ``member_total``, ``has_more``, ``page_token``)
 - DOC-BOT    /document/client-docs/bot-v3/obtain-bot-info (``bot`` at top level, not in ``data``)
 - DOC-USER   /document/server-docs/contact-v3/user/get (41050 no user authority)
 - DOC-AT     /document/uAjLw4CM/ukTMukTMukTM/im-v1/message/create_json (text: ``<at
@@ -205,6 +214,7 @@ class FakeLark:
         self.images: dict[str, tuple[bytes, str, str]] = {}
         self.files: dict[str, tuple[bytes, str, str]] = {}
         self.users: dict[str, dict[str, Any]] = {}  # open_id -> contact profile
+        self.members: dict[str, list[dict[str, Any]]] = {}  # chat_id -> its members (DOC-MEMBERS)
         self.tokens: dict[str, float] = {}  # token -> monotonic expiry
         self.failures: list[Failure] = []
         self.refusals: list[tuple[str, int]] = []  # (path, code) of every refused call
@@ -249,6 +259,8 @@ class FakeLark:
         r.add_post("/open-apis/im/v1/messages/{mid}/reactions", self.add_reaction)
         r.add_delete("/open-apis/im/v1/messages/{mid}/reactions/{rid}", self.delete_reaction)
         r.add_get("/open-apis/im/v1/messages/{mid}/resources/{key}", self.resource)
+        r.add_get("/open-apis/im/v1/messages", self.list_messages)
+        r.add_get("/open-apis/im/v1/chats/{chat}/members", self.chat_members)
         r.add_post("/open-apis/im/v1/images", self.upload_image)
         r.add_post("/open-apis/im/v1/files", self.upload_file)
         r.add_post("/open-apis/cardkit/v1/cards", self.card_create)
@@ -308,6 +320,8 @@ class FakeLark:
                 "content": msg["content"],
                 "patches": 0,
                 "from_bot": False,
+                "sender": payload["event"]["sender"]["sender_id"]["open_id"],
+                "create_time": int(time.time() * 1000),
             },
         )
 
@@ -431,6 +445,7 @@ class FakeLark:
             "content": body["content"],
             "patches": 0,
             "from_bot": True,
+            "create_time": int(time.time() * 1000),
         }
         if key:
             self.by_uuid[key] = mid
@@ -450,6 +465,52 @@ class FakeLark:
         if card.get("schema") == "2.0" and card.get("config", {}).get("update_multi") is False:
             return 230099, "Failed to create card content, update_multi must be true"  # ⚠
         return _over_elements(card, 11310)
+
+    # --- history and members (DOC-LIST, DOC-MEMBERS) ------------------------------------------
+    async def list_messages(self, request: web.Request) -> web.Response:
+        _, error = await self._enter(request, "messages")
+        if error:
+            return error
+        q = request.query
+        size = int(q.get("page_size", "20")) if q.get("page_size", "20").isdigit() else 0
+        if q.get("container_id_type") not in ("chat", "thread") or not 1 <= size <= 50:
+            return refuse(400, 230001, "param is invalid")  # ⚠ the code of a bad parameter
+        found = [m for m in self.messages.values() if m["chat_id"] == q.get("container_id")]
+        found.sort(key=lambda m: (m.get("create_time", 0), m["message_id"]))
+        if q.get("sort_type") == "ByCreateTimeDesc":
+            found.reverse()
+        items = [
+            {
+                "message_id": m["message_id"],
+                "msg_type": m["msg_type"],
+                "create_time": str(m.get("create_time", 0)),
+                "chat_id": m["chat_id"],
+                "sender": {"id": BOT_OPEN_ID if m["from_bot"] else m.get("sender", ""),
+                           "id_type": "open_id" if not m["from_bot"] else "app_id",
+                           "sender_type": "app" if m["from_bot"] else "user"},
+                "body": {"content": m["content"]},
+            }
+            for m in found[:size]
+        ]  # fmt: skip
+        return self._ok({"items": items, "has_more": len(found) > size, "page_token": ""})
+
+    async def chat_members(self, request: web.Request) -> web.Response:
+        _, error = await self._enter(request, "members")
+        if error:
+            return error
+        size = request.query.get("page_size", "20")
+        if not size.isdigit() or not 1 <= int(size) <= 100:
+            return refuse(400, 230001, "param is invalid")  # ⚠
+        members = self.members.get(request.match_info["chat"])
+        if members is None:
+            return refuse(400, 232011, "the bot is not in the chat")  # ⚠ the code
+        start = int(request.query.get("page_token") or 0)
+        page = members[start : start + int(size)]
+        more = start + int(size) < len(members)
+        items = [{"member_id_type": "open_id", "tenant_key": "tenant_test", **m} for m in page]
+        token = str(start + int(size)) if more else ""
+        return self._ok({"items": items, "has_more": more, "page_token": token,
+                         "member_total": len(members)})  # fmt: skip
 
     # --- OpenAPI ---------------------------------------------------------------------------
     async def token(self, request: web.Request) -> web.Response:

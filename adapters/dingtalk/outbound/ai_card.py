@@ -206,40 +206,72 @@ class CardOutbound:
         else:
             content = parts[0] if progress.final else first_part(text, progress.title, parts)
         params = self._params(progress, content, links)
-        shown_params, shown_content = self._shown.get(handle, ({}, None))
+        shown_params = self._shown.get(handle, ({}, None))[0]
         if params.get("status") != shown_params.get("status"):
             log.info(
                 "card state", out_track_id=track, turn_id=progress.turn_id, status=progress.status
             )
-        finish_last = self.public and progress.final
-        if params != shown_params and not finish_last:
-            await self._put(track, params)
-            self._shown[handle] = (params, shown_content or "")
-        elif finish_last and content and shown_params.get("flowStatus") == "1":
-            # Inputting before the first stream, as both sources do even when it is the last.
-            await self._put(track, {"flowStatus": "2"})
-        # An empty content is refused (400 param.stream.contentEmpty, …/api-streamingupdate).
-        if content and (content != shown_content or progress.final):
-            await self.api.call(
-                "PUT",
-                "/v1.0/card/streaming",
-                {
-                    "outTrackId": track,
-                    "guid": uuid.uuid4().hex,
-                    "key": self.key,
-                    "content": content,
-                    "isFull": True,
-                    "isFinalize": progress.final,
-                    "isError": progress.status == "error",
-                },
-            )
-            self._shown[handle] = (params, content)
-        if finish_last:
-            await self._put(track, {**params, "msgContent": content} if content else params)
+        if self.public:
+            await self._public_update(handle, params, content, progress.final)
+        else:
+            await self._own_update(handle, params, content, progress)
         if progress.final:
             self._shown.pop(handle, None)
             return parts[1:]
         return []
+
+    async def _public_update(
+        self, handle: str, params: dict[str, str], content: str, final: bool
+    ) -> None:
+        """The public card in as few calls as its API allows (issue 38): a state whose
+        ``flowStatus`` or links change goes as ONE ``PUT /v1.0/card/instances`` carrying them
+        with the whole ``msgContent`` (processing -> inputting with the first content, as the
+        SDKs' inputting PUT carries it: dingtalk-channel-sdk-python card.py ``set_status``);
+        only the answer growing within one status is streamed; and the final state is one PUT
+        of ``flowStatus`` 3 (5 failed) with the whole ``msgContent``, as the stream SDK's
+        ``AIMarkdownCardInstance.ai_finish`` makes it (card_instance.py l.253-274: no finalizing
+        stream). No call only changes the status."""
+        track = handle.removeprefix("card:")
+        shown_params, shown_content = self._shown.get(handle, ({}, None))
+        if final or params != shown_params:
+            body = {**params, "msgContent": content} if content or final else params
+            await self._put(track, body)
+            self._shown[handle] = (params, content or shown_content or "")
+        elif content and content != shown_content:
+            await self._stream(track, content, final=False, error=False)
+            self._shown[handle] = (params, content)
+
+    async def _own_update(
+        self, handle: str, params: dict[str, str], content: str, progress: Progress
+    ) -> None:
+        """The operator's template: status, steps and flags PUT when they change; the answer
+        streamed into ``content``, ``isFinalize`` on the final state (§2.6)."""
+        track = handle.removeprefix("card:")
+        shown_params, shown_content = self._shown.get(handle, ({}, None))
+        if params != shown_params:
+            await self._put(track, params)
+            self._shown[handle] = (params, shown_content or "")
+        # An empty content is refused (400 param.stream.contentEmpty, …/api-streamingupdate).
+        if content and (content != shown_content or progress.final):
+            await self._stream(
+                track, content, final=progress.final, error=progress.status == "error"
+            )
+            self._shown[handle] = (params, content)
+
+    async def _stream(self, track: str, content: str, *, final: bool, error: bool) -> None:
+        await self.api.call(
+            "PUT",
+            "/v1.0/card/streaming",
+            {
+                "outTrackId": track,
+                "guid": uuid.uuid4().hex,
+                "key": self.key,
+                "content": content,
+                "isFull": True,
+                "isFinalize": final,
+                "isError": error,
+            },
+        )
 
     async def _put(self, track: str, params: dict[str, str]) -> None:
         await self.api.call(

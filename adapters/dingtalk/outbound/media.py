@@ -18,6 +18,7 @@ import structlog
 
 from adapters.dingtalk.api import DingTalkApi, DingTalkApiError
 from adapters.dingtalk.outbound.robot import SENT_NS, SENT_TTL_MS, Sender
+from gateway.edge.chat_actions import Unsupported
 from gateway.envelope import Envelope
 from gateway.progress import Media, Progress
 
@@ -77,6 +78,15 @@ class DingTalkMedia:
             except BaseException:
                 await records.delete(SENT_NS, claim)
                 raise
+
+    async def post(self, reply_to: Envelope, item: Media) -> None:
+        """An agent's file or image (MCP ``chat_send_file``), as an answer's are sent;
+        Unsupported when DingTalk takes no message of its type."""
+        if item.kind == "image" and item.mime not in IMAGE_TYPES:
+            raise Unsupported("DingTalk sends images of JPG, PNG, GIF and BMP only")
+        if item.kind == "file" and not _file_type(item):
+            raise Unsupported(f"DingTalk sends files of {', '.join(sorted(FILE_TYPES))} only")
+        await self._one(reply_to, item)
 
     async def _one(self, reply_to: Envelope, item: Media) -> None:
         if item.kind == "image":

@@ -20,7 +20,8 @@ import structlog
 
 import adapters.wecom.cards as cards
 from adapters.wecom.api import WeComApi, WeComApiError
-from adapters.wecom.outbound.media import app_media
+from adapters.wecom.outbound.media import FILE_BYTES, IMAGE_BYTES, IMAGE_TYPES, app_media
+from gateway.edge.chat_actions import Unsupported
 from gateway.edge.downloads import FetchedFile
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Attachment, Envelope
@@ -191,6 +192,20 @@ class AppOutbound:
             log.warning("card buttons not closed", task_id=task_id, errcode=exc.errcode)
         except TimeoutError:
             log.warning("card buttons not closed", task_id=task_id, errcode="timeout")
+
+    # --- an agent's chat actions (MCP): as the answer's text and media go, errors raised ---------
+    async def post_markdown(self, touser: str, text: str, *, key: str) -> None:
+        for i, part in enumerate(cards.split_bytes(text)):
+            msg = {"msgtype": "markdown", "markdown": {"content": part}}
+            await self._once(f"mcp:{key}:{i}", touser, msg)
+
+    async def post_media(self, touser: str, item: Media, *, key: str) -> None:
+        image = item.kind == "image" and item.mime in IMAGE_TYPES and len(item.data) <= IMAGE_BYTES
+        if not image and len(item.data) > FILE_BYTES:
+            raise Unsupported(f"WeCom sends files of at most {FILE_BYTES} bytes")
+        kind = "image" if image else "file"
+        media_id = await self.api.upload(kind, item.data, item.name, item.mime)
+        await self._once(f"mcp:{key}", touser, {"msgtype": kind, kind: {"media_id": media_id}})
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         for i, part in enumerate(cards.split_bytes(text)):
