@@ -16,6 +16,9 @@ Decision = Literal["confirm", "reject"]
 class Started:
     run_id: str = ""
     thread_id: str = ""
+    # The identity the thread belongs to, where the session keeps one per identity (issue 36):
+    # kept as the binding's ``thread:<key>``; None: the session's one thread.
+    thread_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,10 @@
 A chat: its turns' audit records (with their index entries and its sessions' summaries), its
 session records and conversation histories, its sessions' variables, its memory, recent group
 messages and transcript, and the archive outbox's entries about it. A sender: the audit records
-of the turns that ran as them (found by reading the integration's records), the memory items
-they added in those chats, and the outbox's entries of theirs. Every key an integration's audit
+of the turns that ran as them (found by reading the integration's records), their words in the
+records of other senders' turns (redacted: issue 36), the memory items they added in any chat of
+the integration, their entries in the conversation histories the gateway keeps for a model, and
+the outbox's entries of theirs. Every key an integration's audit
 trail has carries its hash tag, so its removals are one MULTI on one slot; the other keys are
 removed each on its own slot. Counts in Redis' session summaries are not recomputed.
 """
@@ -28,6 +30,12 @@ class RedisErasure:
     def __init__(self, *, client: RedisClient, keys: KeyBuilder) -> None:
         self.redis = client
         self.keys = keys
+
+    async def known(self, integration_id: str) -> bool:
+        """Whether Redis holds audit records or sessions of the integration."""
+        k = self.keys
+        found = await self.redis.exists(k.audit_records(integration_id))
+        return bool(found or await self.redis.exists(k.audit_sessions(integration_id)))
 
     async def chat(self, integration_id: str, chat_id: str) -> dict[str, int]:
         k, i = self.keys, integration_id
@@ -64,7 +72,7 @@ class RedisErasure:
     async def sender(self, integration_id: str, sender_id: str) -> dict[str, int]:
         k, i = self.keys, integration_id
         ids: list[str] = []
-        chats: set[str] = set()
+        redacted: dict[str, str] = {}
         cursor = 0
         while True:
             cursor, page = await self.redis.hscan(k.audit_records(i), cursor, count=PAGE)
@@ -72,22 +80,46 @@ class RedisErasure:
                 record = json.loads(body)
                 if record.get("senderId") == sender_id:
                     ids.append(record_id)
-                    chats.add(str(record.get("chatId")))
+                elif sender_id in (record.get("input") or {}).get("senders", []):
+                    redacted[record_id] = json.dumps(redact(record, sender_id))
             if not cursor:
                 break
-        await self._drop_records(i, ids)
+        sessions = await self._drop_records(i, ids)
+        if redacted:
+            flat = [part for pair in redacted.items() for part in pair]
+            await self.redis.execute_command("HSET", k.audit_records(i), *flat)
         memory = 0
-        for chat_id in chats:
-            key = k.memory(i, chat_id)
+        async for key in self.redis.scan_iter(match=k.memory_pattern(i), count=PAGE):
             for raw in cast(list[str], await self.redis.lrange(key, 0, -1)):
                 if json.loads(raw).get("by") == sender_id:
                     memory += int(await self.redis.lrem(key, 0, raw))
+        known = cast(list[str], await self.redis.zrange(k.audit_sessions(i), 0, -1))
+        history = await self._drop_history([*sessions, *known], sender_id)
 
         def theirs(body: dict[str, Any]) -> bool:
-            return sender_id in (body.get("senderId"), body.get("by"))
+            # Their own, and others' records holding their words (not archived, then).
+            senders = (body.get("input") or {}).get("senders", [])
+            return sender_id in (body.get("senderId"), body.get("by")) or sender_id in senders
 
         queued = await self._purge_outbox(i, theirs)
-        return {"turns": len(ids), "memoryItems": memory, "queued": queued}
+        return {
+            "turns": len(ids),
+            "redactedTurns": len(redacted),
+            "memoryItems": memory,
+            "historyMessages": history,
+            "queued": queued,
+        }
+
+    async def _drop_history(self, session_ids: Iterable[str], sender_id: str) -> int:
+        """The messages of a model's conversation history (``sessions.history``) that a turn
+        with the sender's words wrote: their message and the answer to it."""
+        dropped = 0
+        for sid in dict.fromkeys(session_ids):
+            key = self.keys.history(sid)
+            for raw in cast(list[str], await self.redis.lrange(key, 0, -1)):
+                if sender_id in json.loads(raw).get("senders", []):
+                    dropped += int(await self.redis.lrem(key, 0, raw))
+        return dropped
 
     async def _drop_records(self, integration_id: str, ids: list[str]) -> list[str]:
         """Remove audit records and every index entry of theirs; their sessions' ids."""
@@ -146,3 +178,16 @@ def _matches(body: str, test: Callable[[dict[str, Any]], bool]) -> bool:
     except ValueError:
         return False
     return isinstance(value, dict) and test(value)
+
+
+ERASED = "[erased on request: the words of a sender]"
+
+
+def redact(record: dict[str, Any], sender_id: str) -> dict[str, Any]:
+    """Another sender's turn record with the erased sender's words in it (a merged or steered
+    turn): its input text redacted, the sender's id gone from its senders."""
+    text = ERASED
+    data = dict(record.get("input") or {})
+    data.update(text=text, chars=len(text), truncated=False)
+    data["senders"] = [s for s in data.get("senders", []) if s != sender_id]
+    return {**record, "input": data}

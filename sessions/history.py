@@ -21,6 +21,13 @@ class HistoryStore:
         self.ttl_ms = ttl_ms
 
     async def load(self, session_id: str) -> list[dict[str, Any]]:
+        """The messages as the model takes them (without ``senders``: whose words a message
+        holds, kept for erasure)."""
+        return [
+            {k: v for k, v in m.items() if k != "senders"} for m in await self._stored(session_id)
+        ]
+
+    async def _stored(self, session_id: str) -> list[dict[str, Any]]:
         raw = cast(list[str], await self.redis.lrange(self.keys.history(session_id), 0, -1))
         return [json.loads(item) for item in raw]
 
@@ -33,7 +40,7 @@ class HistoryStore:
         max_chars: int,
     ) -> None:
         key = self.keys.history(session_id)
-        current = await self.load(session_id) + messages
+        current = await self._stored(session_id) + messages
         while current and (
             len(current) > max_messages or sum(len(str(m["content"])) for m in current) > max_chars
         ):

@@ -335,6 +335,11 @@ class KeyBuilder(AuditKeys):
         chat = self._chat(integration_id, chat_id)
         return self._chat_key(integration_id, chat_id, "memory", chat)
 
+    def memory_pattern(self, integration_id: str) -> str:
+        """A SCAN pattern matching the memory of every chat of an integration (erasure)."""
+        chat = _glob(f"{id_part(integration_id)}|")
+        return self.sep.join((_glob(self.prefix), "{*}", "memory", chat + "*"))
+
     def session_variables(self, integration_id: str, chat_id: str, session_id: str) -> str:
         """The variables of a session of the chat (the session record names its chat)."""
         return self._chat_key(integration_id, chat_id, "vars", id_part(session_id))
@@ -355,3 +360,8 @@ class KeyBuilder(AuditKeys):
         return self._k(
             self._tag(shard_of(self._chat(integration_id, chat_id), self.shards)), "timeline"
         )
+
+
+def _glob(text: str) -> str:
+    """``text`` taken literally in a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -105,3 +105,5 @@ class ClaimRequest:
     now_ms: int
     lease_ms: int
     session_timeout_ms: int = 0
+    # The turn takes one sender's messages (the expert acts as its sender: issue 36).
+    split_by_sender: bool = False

@@ -225,6 +225,7 @@ class SessionStore:
             self.turn_ttl_ms,
             timeout,
             timeout + 60_000,
+            "1" if request.split_by_sender else "0",
         ]
 
     async def renew(

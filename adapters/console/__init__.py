@@ -16,6 +16,7 @@ from gateway.progress import Media
 class ConsoleAdapter(ChatAdapter):
     outbound: ConsoleOutbound
     stopped = False  # by the gateway (shutting down, or gone on a reload): Redis may go next
+    verifies_senders = False  # the console's request names its sender (docs/security.md)
 
     def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)

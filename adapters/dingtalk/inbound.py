@@ -6,6 +6,8 @@ is durable. The signed button links of markdown messages are ``links.py``'s."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,7 @@ class Message:
 
     data: dict[str, Any]
     stream_id: str | None = None
+    signed: str = ""  # HTTP mode: the (timestamp, sign) pair it came with
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,8 @@ class DingTalkInbound(Inbound[Message | CardClick, Answer]):
     def verify(self, meta: Mapping[str, str], body: bytes) -> Message:
         """The robot webhook's body (its sign, over the timestamp header alone, is checked
         before the body is read: ``RobotWebhook.check``)."""
-        return Message(json_object(utf8(body)))
+        pair = f"{meta.get('timestamp') or ''}:{meta.get('sign') or ''}"
+        return Message(json_object(utf8(body)), signed=pair if pair != ":" else "")
 
     async def card(self, data: dict[str, Any], stream_id: str | None) -> CardClick | None:
         """A card callback and the card it was on; None for a card unknown here."""
@@ -121,6 +125,9 @@ class DingTalkInbound(Inbound[Message | CardClick, Answer]):
         }
 
 
+SIGNED = "dingtalk-signed"  # RecordStore namespace: a sign pair -> the chat and sender it spoke for
+
+
 class RobotAdapter(Adapter):
     """A DingTalk adapter as its routes see it (``RobotAdapter``): its settings, its clock
     (signature windows, link expiry) and its Inbound."""
@@ -141,8 +148,11 @@ class RobotWebhook(EventWebhook[RobotAdapter, Message | CardClick, Answer]):
     defines ``timestamp`` as the message's send time in ms and ``sign`` as a function of it and
     the AppSecret alone, so two messages sent to the robot in the same millisecond (two people,
     one app) come with the same pair, and refusing the second would lose a real message. What a
-    forged body can do is bounded instead: the window, and replies that go only to DingTalk's
-    own origin (``webhook_origins``): a body naming any other sessionWebhook is refused."""
+    forged body can do is bounded instead: the window; replies that go only to DingTalk's own
+    origin (``webhook_origins``): a body naming any other sessionWebhook is refused; and the
+    pair is bound to the first body's chat and sender for its window (issue 36): a body under
+    it naming another chat or sender is refused (401), so a captured pair speaks only as the
+    one who sent it, where they sent it."""
 
     platform = "dingtalk"
 
@@ -172,7 +182,27 @@ class RobotWebhook(EventWebhook[RobotAdapter, Message | CardClick, Answer]):
         webhook = extras.get("sessionWebhook")
         if webhook and not webhook_allowed(str(webhook), adapter.settings.webhook_origins):
             raise Refused(400, "sessionWebhook not on DingTalk's origin", public="bad body")
+        if isinstance(payload, Message) and payload.signed and isinstance(envelope, Envelope):
+            await self._bind(adapter, payload.signed, envelope)
         return envelope
+
+    async def _bind(self, adapter: RobotAdapter, pair: str, envelope: Envelope) -> None:
+        """The first body under a (timestamp, sign) pair binds it to its chat and sender for
+        twice the window (the pair is accepted that long at most); another body under it must
+        name the same, or is refused. One record per pair, shared by the replicas."""
+        extras = reply_extras(envelope)
+        bound = json.dumps(
+            [str(extras.get("conversationId") or envelope.chat.id), envelope.sender.id]
+        )
+        key = hashlib.sha256(f"{adapter.settings.id}\n{pair}".encode()).hexdigest()
+        ttl_ms = adapter.settings.sign_window_seconds * 2000
+        records = adapter.context.records
+        if await records.put_new(SIGNED, key, bound, ttl_ms=ttl_ms):
+            return
+        if await records.get(SIGNED, key) != bound:
+            raise Refused(
+                401, "signature already used for another chat or sender", public="bad signature"
+            )
 
     def respond(
         self,

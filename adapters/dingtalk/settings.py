@@ -40,6 +40,17 @@ class DingTalkIntegration(IntegrationBase):
     connection_mode: Literal["stream", "http"] = Field(
         "stream", description="stream: outbound WebSocket (no public URL needed); http: webhook"
     )
+
+    def weak_sender_proof(self) -> str:
+        if self.connection_mode != "http":
+            return ""
+        return (
+            "connectionMode http: DingTalk's sign covers the timestamp, not the body, so whoever "
+            "captures one request's headers may send a body naming any sender for up to "
+            "signWindowSeconds (the gateway binds the pair to its first body's chat and sender; "
+            "docs/security.md); use connectionMode stream"
+        )
+
     api_base: str = Field(
         "https://api.dingtalk.com", description="OpenAPI and stream-open base URL"
     )

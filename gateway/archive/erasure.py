@@ -1,6 +1,7 @@
 """Erasure in the archive: a chat's rows (its turns, sessions and memory changes) or a sender's
-(the turns that ran as them, the memory changes they made, and the sessions they opened that
-have no turn left; the others' counts and final answer recounted from what is left), in one
+(the turns that ran as them, the memory changes they made, the sessions they opened that have no
+turn left, the others' counts and final answer recounted from what is left, and their words in
+other senders' turns redacted), in one
 transaction that also leaves a tombstone (``gateway.archive.tombstones``: a batch being written
 at that moment cannot add them back). Redis' side is ``sessions.erasure``; the admin route does
 both."""
@@ -8,12 +9,26 @@ both."""
 from __future__ import annotations
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.archive import tombstones
 from gateway.archive.database import ArchiveDatabase
 from gateway.archive.schema import memory_changes, sessions, turns
 from gateway.archive.writer import recount
 from gateway.clock import now_ms
+from sessions.erasure import redact
+
+PAGE = 1000
+
+
+async def archived(db: ArchiveDatabase, integration_id: str) -> bool:
+    """Whether the archive holds a turn or a session of the integration."""
+    async with db.engine.connect() as conn:
+        for table in (turns, sessions):
+            found = select(table.c.id).where(table.c.integration_id == integration_id).limit(1)
+            if (await conn.execute(found)).first() is not None:
+                return True
+    return False
 
 
 async def erase_chat(db: ArchiveDatabase, integration_id: str, chat_id: str) -> dict[str, int]:
@@ -58,7 +73,36 @@ async def erase_sender(db: ArchiveDatabase, integration_id: str, sender_id: str)
                 await conn.execute(delete(sessions).where(sessions.c.id == session_id))
             ).rowcount
         await recount(conn, kept, {}, now_ms())
-    return {"turns": removed, "sessions": gone, "memoryChanges": memory}
+        redacted = await _redact_others(conn, integration_id, sender_id)
+    return {"turns": removed, "redactedTurns": redacted, "sessions": gone, "memoryChanges": memory}
+
+
+async def _redact_others(conn: AsyncConnection, integration_id: str, sender_id: str) -> int:
+    """Other senders' archived turns with the sender's words in them (a merged or steered turn:
+    ``input.senders``): their input redacted, as in Redis (``sessions.erasure.redact``). Read a
+    page at a time, by id: erasure is rare, and the archive's JSON is not queried alike on
+    PostgreSQL and SQLite."""
+    found, after = 0, ""
+    theirs = (turns.c.integration_id == integration_id) & (turns.c.sender_id != sender_id)
+    while True:
+        page = (
+            await conn.execute(
+                select(turns.c.id, turns.c.record)
+                .where(theirs & (turns.c.id > after))
+                .order_by(turns.c.id)
+                .limit(PAGE)
+            )
+        ).all()
+        for row_id, record in page:
+            senders = (record or {}).get("input", {}).get("senders", [])
+            if isinstance(senders, list) and sender_id in senders:
+                new = redact(record, sender_id)
+                values = {"record": new, "input_text": new["input"]["text"]}
+                await conn.execute(turns.update().where(turns.c.id == row_id).values(**values))
+                found += 1
+        if len(page) < PAGE:
+            return found
+        after = page[-1][0]
 
 
 async def purge_before(db: ArchiveDatabase, cutoff_ms: int) -> dict[str, int]:

@@ -171,6 +171,11 @@ class IntegrationBase(GatewayModel):
         default_factory=list, description="Signed external events (GitHub, GitLab, generic)"
     )
 
+    def weak_sender_proof(self) -> str:
+        """Why a signed event of this integration does not prove its sender ("" when it does):
+        ``check`` warns when such an integration's turns act as their senders (issue 36)."""
+        return ""
+
     @model_validator(mode="after")
     def _windows(self) -> IntegrationBase:
         if self.max_window_seconds < self.summary_window_seconds:

@@ -68,6 +68,7 @@ def config_warnings(settings: Settings) -> list[str]:
     warnings += budget_warnings(settings)  # route options the expert cannot take, and so on
     warnings += platform_limit_warnings(settings)
     warnings += exposure_warnings(settings)
+    warnings += identity_warnings(settings)
     for path, value, secret in _strings(settings, ""):
         if is_placeholder(value, secret=secret):
             shown = "" if secret else f" ({value!r})"
@@ -100,6 +101,24 @@ def budget_warnings(settings: Settings) -> list[str]:
                 f"{'sender' if integ.session_scope == 'chat_sender' else 'thread'} of a chat has "
                 "counters of its own, so the per-chat limits apply to each of them"
             )
+    return warnings
+
+
+def identity_warnings(settings: Settings) -> list[str]:
+    """``principals`` behind an integration whose signed events do not prove their sender: a
+    forged body would act as the XpertAI user of the sender it names (issue 36)."""
+    warnings: list[str] = []
+    for i, integ in enumerate(settings.integrations):
+        why = integ.weak_sender_proof()
+        if not why or not integ.enabled:
+            continue
+        used = {integ.xpert_id, *(r.xpert_id or integ.xpert_id for r in integ.routes)}
+        for expert in settings.experts:
+            if expert.id in used and getattr(expert, "principals", None):
+                warnings.append(
+                    f"integrations.{i}: its turns act as their senders' XpertAI users (expert "
+                    f"{expert.id}'s principals), but {why}"
+                )
     return warnings
 
 

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, SecretStr, create_model, model_valid
 from gateway.config.archive import ArchiveSettings
 from gateway.config.audit import AuditSettings
 from gateway.config.bases import ExpertBase, IntegrationBase
+from gateway.config.masking import unmask
 from gateway.config.mcp import McpSettings
 from gateway.config.model import GatewayModel
 from gateway.config.redis import RedisSettings
@@ -48,6 +49,7 @@ def rebuild_expert(
         raise ValueError(f"expert kind {data.get('kind')!r} is not installed")
     if current is not None and current.id == data.get("id") and current.kind == data["kind"]:
         data.update(_secrets(current))
+        data = unmask(data, current.model_dump(mode="json", by_alias=True))  # URL credentials
     return kind.settings_model.model_validate(data)
 
 

@@ -42,6 +42,10 @@ class Adapter:
     # The states its long connection reports in readiness() (as "connection" or "state"), each
     # a 0/1 series of xgw_connection_state; a state it does not declare is counted as "other".
     connection_states: ClassVar[tuple[str, ...]] = ()
+    # Whether the platform vouches for who sent a message (a signed event naming its sender);
+    # False where the request itself names the sender (the console): a ``principals`` entry
+    # then matches its turns only when it names the integration (issue 36).
+    verifies_senders = True
 
     def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
         self.settings = settings

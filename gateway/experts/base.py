@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -25,6 +25,11 @@ class TurnInput:
     chat_type: str
     sender_id: str
     sender_name: str | None = None
+    # False where the platform does not vouch for the sender (the console: the request names
+    # it): a ``principals`` entry matches such a turn only when it names the integration.
+    sender_verified: bool = True
+    # Every sender whose message the input holds (a merged burst), the one it acts as first.
+    senders: tuple[str, ...] = ()
     thread_id: str | None = None
     attachments: tuple[dict[str, Any], ...] = ()
     state: dict[str, Any] = field(default_factory=dict)  # conversation variables, as we hold them
@@ -33,6 +38,9 @@ class TurnInput:
     # The session's declared conversation variables and their reducers (replace|append|merge).
     declared_variables: Mapping[str, str] = field(default_factory=dict)
     expert_thread_id: str | None = None  # the backend's conversation, kept with the session
+    # The backend's conversations per identity the session's turns acted as (a group whose turns
+    # act as their senders keeps one per backend user: issue 36), kept with the session.
+    expert_threads: Mapping[str, str] = field(default_factory=dict)
     group_history: tuple[dict[str, Any], ...] = ()  # recent group messages not sent to the bot
     notices: tuple[str, ...] = ()  # what the card tells of the input (attachments left out)
     memory_rules: int = 0  # how many items of the chat's memory memory.rules holds
@@ -48,6 +56,9 @@ class ExpertContext:
 
     history: HistoryStore | None = None  # for backends that keep no conversation themselves
     principals: PrincipalStore | None = None  # runtime sender -> backend user entries (xpert)
+    # The current config's expert of an id (a session keeps its snapshot, but who a sender
+    # acts as is read from the config in force at each turn, as secrets are: issue 36).
+    current: Callable[[str], ExpertBase | None] | None = None
 
 
 class Expert(abc.ABC):
@@ -94,6 +105,13 @@ class Expert(abc.ABC):
         reach; an ``ExpertHttpError`` (gateway/experts/http.py) says what failed."""
         return None
 
+    @classmethod
+    def acts_as_sender(cls, settings: ExpertBase) -> bool:
+        """Whether a group turn of this expert acts as its sender (a backend user per sender):
+        then the gateway never puts two senders' messages into one turn or one run (a burst is
+        split by sender, a steer goes only into the same sender's run; issue 36)."""
+        return False
+
     def refuses_file(self, mime: str) -> str | None:
         """Why this expert cannot take a fetched file of type ``mime`` (the card shows it and
         the turn runs without the file), or None when it takes it."""
@@ -118,8 +136,11 @@ class Expert(abc.ABC):
             own = (f"{scheme}://{rest.split('/', 1)[0]}",)
         return (*own, *settings.media_hosts)
 
-    async def steer(self, turn: TurnInput, text: str) -> None:
-        """Hand a follow-up message to the running run (busyPolicy steer)."""
+    async def steer(
+        self, turn: TurnInput, text: str, attachments: tuple[dict[str, Any], ...] = ()
+    ) -> tuple[RunEvent, ...]:
+        """Hand a follow-up message (and its attachments, fetched as for a turn) to the running
+        run (busyPolicy steer); what it answers is shown on the run's card (steps)."""
         raise NotImplementedError(f"{self.kind} experts cannot be steered")
 
     async def cancel(self, turn: TurnInput) -> None:  # noqa: B027 - optional hook

@@ -169,11 +169,14 @@ class OpenAIExpert(Expert):
             yield Finished("error", str(exc))
             return
         yield StepEvent("model", f"Asking {s.model}", "done")
+        senders = list(turn.senders or (turn.sender_id,))
         await self.history.append(
             turn.session_id,
             [
-                {"role": "user", "content": turn.text},
-                {"role": "assistant", "content": "".join(answer)},
+                # Whose words these are, so a sender's erasure finds them (issue 36); the
+                # model never sees the key (HistoryStore.load leaves it out).
+                {"role": "user", "content": turn.text, "senders": senders},
+                {"role": "assistant", "content": "".join(answer), "senders": senders},
             ],
             max_messages=s.max_history_messages,
             max_chars=s.max_history_chars,

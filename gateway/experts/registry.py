@@ -9,7 +9,7 @@ brings its settings model. Adding a kind is a package with one entry point, not 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Literal, get_args, get_origin
 
@@ -67,11 +67,12 @@ def build_expert(
     history: HistoryStore | None = None,
     kinds: Mapping[str, type[Expert]] | None = None,
     principals: PrincipalStore | None = None,
+    current: Callable[[str], ExpertBase | None] | None = None,
 ) -> Expert:
     """The expert for ``settings``, built by its kind (``kinds``: a settings model's
     ``expert_kinds``; the installed ones when not given)."""
     kind = (discover_experts() if kinds is None else kinds).get(settings.kind)
     if kind is None:
         raise ValueError(f"expert kind {settings.kind!r} is not installed")
-    context = ExpertContext(history=history, principals=principals)
+    context = ExpertContext(history=history, principals=principals, current=current)
     return kind.create(settings=settings, context=context)

@@ -1,5 +1,5 @@
-"""XpertAI agents through the Agent-Protocol API (docs/xpertai.md): one thread per
-session, each turn a ``runs/stream`` SSE whose frames ``xpert_stream`` turns into run events.
+"""XpertAI agents through the Agent-Protocol API (docs/xpertai.md): one thread per session and
+XpertAI user (xpert_principals.thread_key), each turn a ``runs/stream`` SSE (``xpert_stream``).
 
 What the real server needs, read in its source (xpert-ai/xpert @5135ce25, ``packages/server-ai``):
 the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); Stop is
@@ -8,17 +8,15 @@ the run id is ``on_message_start.data.executionId`` (no ``Content-Location``); S
 carries ``target`` (without it the server refuses the run); a steer is ``follow_up``/``steer``
 aimed at the running execution; conversation variables (and an ``ask_clarification``
 question) live in the thread and are read from ``GET /threads/{t}/state`` after each run.
-Every request of a turn carries the turn's ``x-principal-user-id`` (``xpert_principals``).
-A turn's files are uploaded before its run (``xpert_files``); pictures go inline; audio and
-video are left out (XpertAI fails the whole run on them: ``xpert_files.refuses_media``).
+Every request carries the turn's ``x-principal-user-id`` (``xpert_principals``); files are
+uploaded first (``xpert_files``), pictures inline, audio and video left out (``refuses_media``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -35,6 +33,7 @@ from gateway.events import (
     TextDelta,
     VariablesEvent,
 )
+from gateway.experts import xpert_principals as who
 from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for, user_error
 from gateway.experts.probes import probe_xpert
@@ -44,8 +43,8 @@ from gateway.experts.xpert_files import refuses_media, upload_files
 from gateway.experts.xpert_input import changed_state, files_of, json_body, read_state, with_history
 from gateway.experts.xpert_principals import Principal, refused, refused_run, resolve
 from gateway.experts.xpert_settings import XpertExpertSettings
+from gateway.experts.xpert_steer import follow_up
 from gateway.experts.xpert_stream import XpertStream
-from sessions import PrincipalStore
 
 log = structlog.get_logger("gateway.experts.xpert")
 END_GRACE_S = 2.0  # after the run's end event, how long its "complete" frame is waited for
@@ -72,11 +71,10 @@ class XpertExpert(Expert):
     # bundles"); and XpertAI drops state keys the agent did not declare.
     declared_variables_only = True
 
-    def __init__(
-        self, *, settings: XpertExpertSettings, principals: PrincipalStore | None = None
-    ) -> None:
+    def __init__(self, *, settings: XpertExpertSettings, context: ExpertContext | None = None):
         self.settings = settings
-        self.principals = principals  # the admin API's runtime entries
+        self.principals = context.principals if context else None  # the admin API's entries
+        self.current = context.current if context else None  # the config in force
         self._http: aiohttp.ClientSession | None = None
         self._runs: dict[str, _Run] = {}  # turn id -> the run it follows
 
@@ -89,7 +87,15 @@ class XpertExpert(Expert):
     @classmethod
     def create(cls, *, settings: ExpertBase, context: ExpertContext) -> XpertExpert:
         assert isinstance(settings, XpertExpertSettings)
-        return cls(settings=settings, principals=context.principals)
+        return cls(settings=settings, context=context)
+
+    @classmethod
+    def acts_as_sender(cls, settings: ExpertBase) -> bool:
+        return isinstance(settings, XpertExpertSettings) and settings.group_identity == "sender"
+
+    def identity(self) -> XpertExpertSettings:  # who a sender acts as: the config in force
+        now = self.current(self.settings.id) if self.current is not None else None
+        return now if isinstance(now, XpertExpertSettings) else self.settings
 
     @property
     def assistant_id(self) -> str:
@@ -110,8 +116,10 @@ class XpertExpert(Expert):
         return f"{self.settings.base_url}{path}"
 
     async def _thread(self, turn: TurnInput, principal: Principal) -> str:
-        if turn.expert_thread_id:
-            return turn.expert_thread_id
+        key = who.thread_key(self.identity(), turn, principal)
+        known = turn.expert_thread_id if key is None else turn.expert_threads.get(key)
+        if known:
+            return known
         # assistant_id binds the thread (conversation) to the xpert (thread-create.handler.ts).
         body = {"assistant_id": self.assistant_id}  # the server titles it from the first input
         url, headers = self._url("/threads"), principal.headers
@@ -122,7 +130,7 @@ class XpertExpert(Expert):
         return str(data["thread_id"])
 
     async def run(self, turn: TurnInput) -> AsyncIterator[RunEvent]:
-        principal = await resolve(self.settings, self.principals, turn)
+        principal = await resolve(self.identity(), self.principals, turn)
         try:
             thread_id = await self._thread(turn, principal)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
@@ -161,7 +169,7 @@ class XpertExpert(Expert):
             "target": dict(target) if isinstance(target, dict) else {},
             "decision": {"type": decision},
         }
-        thread_id = turn.expert_thread_id
+        thread_id = str(interrupt.get("threadId") or "") or turn.expert_thread_id  # its own
         if not thread_id:
             yield Finished("error", "The conversation this confirmation belongs to is gone.")
             return
@@ -169,7 +177,7 @@ class XpertExpert(Expert):
         # (down to its "complete") the server would replay first without Last-Event-ID
         # (redis-sse.service.ts normalizeStartId).
         last_id = interrupt.get("lastEventId")
-        principal = await resolve(self.settings, self.principals, turn)
+        principal = await resolve(self.identity(), self.principals, turn)
         async for event in self._turn(
             turn,
             principal,
@@ -196,7 +204,7 @@ class XpertExpert(Expert):
         sent, with the text it kept: persisted-follow-up.ts), all in the same card. ``holds``:
         what the thread holds of the variables once the run took its ``state``, recorded when
         the run has started (a run refused at its start took nothing)."""
-        yield Started(run_id=turn.turn_id, thread_id=thread_id)
+        yield Started(turn.turn_id, thread_id, who.thread_key(self.identity(), turn, principal))
         context = {
             "integrationId": turn.integration_id,
             "chatId": turn.chat_id,
@@ -255,7 +263,8 @@ class XpertExpert(Expert):
                 prefix += "\n\n"
                 yield TextDelta("\n\n")
         if asked is not None and final.outcome == "interrupted":
-            yield Interrupt(asked.prompt, {**asked.data, "lastEventId": run.last_id})
+            ids = {"lastEventId": run.last_id, "threadId": thread_id}
+            yield Interrupt(asked.prompt, {**asked.data, **ids})
         if stream.execution_id is not None:
             # The agent's writes (and XpertAI's reducers) live in the thread: read them back;
             # so does the question of a run that asked one (xpert_clarify.py).
@@ -354,29 +363,24 @@ class XpertExpert(Expert):
                     if not isinstance(event, Finished):
                         yield event
 
-    async def steer(self, turn: TurnInput, text: str) -> None:
-        """``follow_up`` / ``steer`` aimed at the running execution (chat.handler.ts); the
-        server refuses it with 400 once that execution stopped running."""
+    async def steer(
+        self, turn: TurnInput, text: str, attachments: tuple[dict[str, Any], ...] = ()
+    ) -> tuple[RunEvent, ...]:
+        """``follow_up``/``steer`` at the running execution, with its files (xpert_steer)."""
         run = self._runs.get(turn.turn_id)
         if run is None or run.stream.execution_id is None:
             raise ExpertHttpError("the run has not started yet")
-        # Without target.executionId the server would open a stray run that never ends.
-        client_id = uuid.uuid4().hex
-        body = {
-            "assistant_id": self.assistant_id,
-            "input": {
-                "action": "follow_up",
-                "mode": "steer",
-                "target": run.stream.target,
-                "message": {"clientMessageId": client_id, "input": {"input": text}},
-            },
-        }
-        async with self._session().post(
-            self._url(f"/threads/{run.thread_id}/runs"), json=body, headers=run.principal.headers
-        ) as resp:
-            if not 200 <= resp.status < 300:
-                raise await error_for(resp, "XpertAI")
+        client_id, shown = await follow_up(
+            self._session(),
+            self.settings,
+            replace(turn, attachments=attachments),
+            text,
+            thread_id=run.thread_id,
+            target=run.stream.target,
+            headers=run.principal.headers,
+        )
         run.steers.append((client_id, text))
+        return shown
 
     async def cancel(self, turn: TurnInput) -> None:
         run = self._runs.pop(turn.turn_id, None)

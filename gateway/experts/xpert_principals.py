@@ -41,7 +41,12 @@ class Principal:
 
 
 def matches(entry: PrincipalEntry, turn: TurnInput) -> bool:
+    """Every field the entry gives equals the turn's; where the platform does not vouch for
+    who sent the message (the console: the request names its sender), only an entry naming
+    the integration matches."""
     if entry.integration_id is not None and entry.integration_id != turn.integration_id:
+        return False
+    if entry.integration_id is None and not turn.sender_verified:
         return False
     if entry.sender_id is not None and entry.sender_id != turn.sender_id:
         return False
@@ -69,15 +74,27 @@ def choose(
     runtime: Sequence[tuple[str, PrincipalEntry]] = (),
 ) -> Principal:
     """The first ``principals`` entry matching the turn, else the first runtime one (id,
-    entry), else ``principalUserId``."""
+    entry), else ``principalUserId``; a group turn of an expert whose ``groupIdentity`` is
+    ``shared`` acts as ``principalUserId`` whoever sent it."""
+    default = settings.principal_user_id
+    if settings.group_identity == "shared" and turn.chat_type == "group":
+        return Principal(default, "principalUserId (groupIdentity shared)" if default else "none")
     for index, entry in enumerate(settings.principals):
         if matches(entry, turn):
             return Principal(entry.user_id, describe(entry, f"principals[{index}]"))
     for entry_id, entry in runtime:
         if matches(entry, turn):
             return Principal(entry.user_id, describe(entry, f"runtime principal {entry_id}"))
-    default = settings.principal_user_id
     return Principal(default, "principalUserId" if default else "none")
+
+
+def thread_key(settings: XpertExpertSettings, turn: TurnInput, principal: Principal) -> str | None:
+    """The identity a group session keeps an XpertAI thread for (issue 36): the user the turn
+    acts as ("-": the assistant's technical user), so a turn never continues another user's
+    thread; None (one thread per session) in a direct chat or a ``shared`` group."""
+    if turn.chat_type != "group" or settings.group_identity == "shared":
+        return None
+    return principal.user_id or "-"
 
 
 RUNTIME_FIELDS = ("integrationId", "senderId", "email", "userId")
@@ -167,3 +184,5 @@ def _warn(principal: Principal, turn: TurnInput, status: int | None) -> None:
         integration_id=turn.integration_id,
         sender_id=turn.sender_id,
     )
+
+

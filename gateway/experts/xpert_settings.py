@@ -26,6 +26,10 @@ class PrincipalEntry(GatewayModel):
     def _matches_something(self) -> PrincipalEntry:
         if self.integration_id is None and self.sender_id is None and self.email is None:
             raise ValueError("give at least one of integrationId, senderId, email")
+        if self.sender_id is not None and self.integration_id is None:
+            # A sender id means something only on its platform (and the console's is whatever
+            # its request says): an entry naming one names its integration (issue 36).
+            raise ValueError("an entry with senderId needs integrationId")
         return self
 
 
@@ -45,6 +49,13 @@ class XpertExpertSettings(ExpertBase):
     principals: list[PrincipalEntry] = Field(
         default_factory=list,
         description="Senders mapped to XpertAI users (first match wins, else principalUserId)",
+    )
+    group_identity: Literal["sender", "shared"] = Field(
+        "sender",
+        description="In a group, sender: each turn acts as its own sender (principals), a "
+        "burst is split by sender, a steer goes only into the same sender's run and each "
+        "XpertAI user has its own thread; shared: the group is one identity (principalUserId, "
+        "or the assistant's technical user): senders' messages merge and share one thread",
     )
     connect_retries: int = Field(3, ge=0, le=10, description="Retries before the first byte")
     idle_timeout_seconds: float = Field(

@@ -78,10 +78,10 @@ class Buttons:
             return await self.answer(incoming)
         if action_id not in (ACTION_CONFIRM, ACTION_REJECT, ACTION_RETRY):
             return IngestOutcome("ignored", f"unknown action {action_id!r}")
-        if action_id != ACTION_RETRY:  # only the asker or an approver answers (issue 25)
-            refused = await approval.refusal(self.store, integ, env, conv)
-            if refused is not None:
-                return refused
+        # Only the asker or an approver answers (issue 25), or retries (issue 36).
+        refused = await approval.refusal(self.store, integ, env, conv)
+        if refused is not None:
+            return refused
         return await self.burst.put(incoming, "urgent")
 
     async def answer(self, incoming: Incoming) -> IngestOutcome:

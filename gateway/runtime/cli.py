@@ -160,7 +160,10 @@ def _check(args: argparse.Namespace) -> int:
             print(f"    events {source.source} -> chat {source.chat_id}")
     _print_schedules(settings)
     if args.verbose:
-        print(json.dumps(json.loads(settings.model_dump_json(by_alias=True)), indent=2))
+        from gateway.config.masking import mask_urls
+
+        shown = mask_urls(json.loads(settings.model_dump_json(by_alias=True)))
+        print(json.dumps(shown, indent=2))  # secrets and URL credentials masked
     for warning in config_warnings(settings):
         print(f"warning: {warning}", file=sys.stderr)
     return _probe(settings) if args.probe else 0

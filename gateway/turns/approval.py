@@ -1,7 +1,8 @@
-"""Who may answer a Confirm / Reject: the sender of the interrupted turn, and the sender ids a
-route's or the integration's ``approvers`` list (issue 25). Anyone else in the chat, or anyone
-holding an action link, is refused with a short notice (a toast where the platform has one)
-saying who may answer; the interrupt stays pending for them.
+"""Who may answer a Confirm / Reject, or press Retry on a failed card (issue 36: a Retry runs
+as the original sender, so it follows the same rule): the sender of the interrupted (failed)
+turn, and the sender ids a route's or the integration's ``approvers`` list (issue 25). Anyone
+else in the chat, or anyone holding an action link, is refused with a short notice (a toast
+where the platform has one) saying who may answer; the interrupt stays pending for them.
 
 Checked twice: at intake (so the refused clicker gets the toast at once, and nothing queues),
 and again when the click's turn takes the interrupt (a click that came in before the interrupt
@@ -18,9 +19,9 @@ from gateway.config.bases import IntegrationBase
 from gateway.edge.approvers import approvers_for
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, asker_of
-from gateway.progress import Progress, Step
-from gateway.turns.records import PendingInterrupt
-from sessions import SessionStore
+from gateway.progress import ACTION_RETRY, Progress, Step
+from gateway.turns.records import FailedTurn, PendingInterrupt
+from sessions import Claim, SessionStore
 
 log = structlog.get_logger("gateway.turns")
 
@@ -76,16 +77,17 @@ def who_may_answer(integ: IntegrationBase, asked: Envelope) -> str:
 async def refusal(
     store: SessionStore, integ: IntegrationBase, env: Envelope, conversation: str
 ) -> IngestOutcome | None:
-    """Intake's check of a Confirm / Reject click: None lets it through (it is the clicker's
-    to answer, or nothing is pending and the click's turn says so)."""
-    raw = (await store.binding(conversation)).get("interrupt")
-    interrupt = PendingInterrupt.load(raw or None)
-    if interrupt is None or not clicked_on(env, interrupt.turn_id):
+    """Intake's check of a Confirm / Reject / Retry click: None lets it through (it is the
+    clicker's to answer, or nothing is pending and the click's turn says so)."""
+    retry = env.action is not None and env.action.id == ACTION_RETRY
+    raw = (await store.binding(conversation)).get("failed" if retry else "interrupt")
+    pending = (FailedTurn if retry else PendingInterrupt).load(raw or None)
+    if pending is None or not clicked_on(env, pending.turn_id):
         return None
-    asked = interrupt.envelope()
+    asked = pending.envelope()
     if may_answer(integ, asked, env.sender.id):
         return None
-    log.info("confirmation click by someone else refused", turn_id=interrupt.turn_id)
+    log.info("click by someone else refused", turn_id=pending.turn_id, retry=retry)
     return IngestOutcome("refused", APPROVER_REFUSED, notice=who_may_answer(integ, asked))
 
 
@@ -94,3 +96,22 @@ def clicked_on(action: Envelope, turn_id: str) -> bool:
     older cards had, is taken as that card's)."""
     clicked = str(action.action.value.get("turnId") or "") if action.action else ""
     return not clicked or clicked == turn_id
+
+
+async def not_theirs(
+    store: SessionStore, claim: Claim, integ: IntegrationBase, action: Envelope, name: str
+) -> str:
+    """Who may answer, when the pending ``interrupt`` or ``failed`` turn this click is on is
+    not the clicker's (intake refuses such clicks; one that came before the record was
+    stored reaches this turn); "" when it is theirs, or nothing is pending."""
+    raw = claim.turn.get(name)
+    if raw is None:
+        raw = (await store.binding(claim.conversation)).get(name)
+    pending = (FailedTurn if name == "failed" else PendingInterrupt).load(raw or None)
+    if pending is None or not clicked_on(action, pending.turn_id):
+        return ""
+    asked = pending.envelope()
+    if may_answer(integ, asked, action.sender.id):
+        return ""
+    log.info("confirmation click by someone else refused", turn_id=pending.turn_id)
+    return who_may_answer(integ, asked)

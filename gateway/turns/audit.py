@@ -63,6 +63,7 @@ class TurnTrace:
     output_tokens: int = 0
     cost: float = 0.0
     usage_seen: bool = False
+    steered: list[Envelope] = field(default_factory=list)  # messages steered into the run
 
     def see(self, event: RunEvent) -> None:
         if isinstance(event, StepEvent | ToolEvent):
@@ -239,6 +240,12 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
     text = facts.input_text
     if text is None:
         text = facts.turn.text if facts.turn is not None else merge_input(facts.items)
+    steered = trace.steered if trace else []
+    if steered:  # what went into the run while it ran: its words are the turn's input too
+        text += "\n\n" + merge_input(steered)
+    # Every sender whose message went into the turn (issue 36), the one it ran as first.
+    senders = [facts.sender_id or last.sender.id]
+    senders += [e.sender.id for e in [*facts.items, *steered] if e.kind == "message"]
     cut, truncated = bounded(text, INPUT_BYTES)
     final = facts.final
     whole = facts.answer or (whole_answer(final) if final else "")
@@ -263,8 +270,10 @@ def audit_body(facts: TurnFacts, trace: TurnTrace | None) -> dict[str, Any]:
             "text": cut,
             "chars": len(text),
             "truncated": truncated,
-            "messages": len(facts.items),
+            "messages": len(facts.items) + len(steered),
             "sha256": sha256(text),
+            "senders": list(dict.fromkeys(senders)),
+            "steered": len(steered),
         },
         "context": _context(facts.turn) if facts.turn is not None else None,
         "expert": expert_of(facts.xpert_id, facts.snapshot),

@@ -60,8 +60,10 @@ class AuditInput(_Model):
     text: str
     chars: int  # the merged input's length before any cut
     truncated: bool
-    messages: int  # how many messages (or clicks, fires) the turn merged
+    messages: int  # how many messages (or clicks, fires) the turn merged, steered ones too
     sha256: str | None = None  # of the whole input (UTF-8): what a cut record still identifies
+    senders: list[str] = []  # who sent them: the sender it ran as first (issue 36)
+    steered: int = 0  # of ``messages``, how many were steered into the running run
 
 
 class AuditContext(_Model):
@@ -127,7 +129,7 @@ class AuditRecord(_Model):
     conversation: str
     session_id: str
     sender_id: str  # who the turn ran as (a Confirm / Reject: the interrupted turn's sender)
-    approver: str | None = None  # a Confirm / Reject's clicker
+    approver: str | None = None  # a Confirm / Reject / Retry clicker (sender_id: the asker)
     trigger: AuditTrigger
     input: AuditInput
     context: AuditContext | None

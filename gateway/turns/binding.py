@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -29,6 +29,17 @@ class Session:
     snapshot: SessionSnapshot
     thread_id: str | None  # the expert backend's conversation, kept as long as the session
     new: bool
+    # The backend's conversation per identity its turns acted as (binding fields
+    # ``thread:<key>``: a group whose turns act as their senders keeps one per user; issue 36).
+    threads: dict[str, str] = field(default_factory=dict)
+
+
+THREAD_FIELD = "thread:"
+
+
+def threads_of(fields: Mapping[str, str]) -> dict[str, str]:
+    """The binding's per-identity backend conversations (``thread:<key>`` fields)."""
+    return {k[len(THREAD_FIELD) :]: v for k, v in fields.items() if k.startswith(THREAD_FIELD)}
 
 
 class Binder:
@@ -67,6 +78,7 @@ class Binder:
                 snapshot=snapshot,
                 thread_id=fields.get("threadId") or None,
                 new=False,
+                threads=threads_of(fields),
             )
         xpert_id, _text, digest = self._current(integ, last)
         known = claim.turn.get("session")
@@ -114,6 +126,7 @@ class Binder:
             snapshot=snapshot,
             thread_id=binding.fields.get("threadId") or None,
             new=binding.state == "new",
+            threads=threads_of(binding.fields),
         )
 
     def _current(self, integ: IntegrationBase, last: Envelope) -> tuple[str, str, str]:

@@ -14,10 +14,25 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from gateway.clock import now_ms
+from gateway.config.bases import IntegrationBase
 from gateway.config.settings import Settings
 from gateway.turns.drive import ActiveRun
 from gateway.turns.prefetch import ContextPrefetch, Prefetched
 from sessions import Claim, ClaimRequest, SessionRecords, SessionStore
+
+
+def acts_as_sender(settings: Settings, integ: IntegrationBase | None) -> bool:
+    """Whether a group turn of this integration acts as its sender (an expert it uses runs each
+    sender as their own backend user, ``Expert.acts_as_sender``): then a turn takes one sender's
+    messages, and a steer goes only into the same sender's run (issue 36)."""
+    if integ is None:
+        return False
+    for expert_id in {integ.xpert_id, *(r.xpert_id or integ.xpert_id for r in integ.routes)}:
+        expert = settings.expert(expert_id)
+        kind = settings.expert_kinds.get(expert.kind) if expert is not None else None
+        if expert is not None and kind is not None and kind.acts_as_sender(expert):
+            return True
+    return False
 
 
 class _Answered(Protocol):
@@ -70,6 +85,7 @@ class Claims:
             now_ms=self.clock(),
             lease_ms=int(settings.runtime.lease_seconds * 1000),
             session_timeout_ms=integ.session_timeout_seconds * 1000 if integ else 0,
+            split_by_sender=scope[:6] == "group:" and acts_as_sender(settings, integ),
         )
         # Its context reads go along when its last turn ran here (not where the turn also reads
         # the group's recent messages): the claim is queued first, the reads right after it.

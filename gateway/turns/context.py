@@ -129,6 +129,10 @@ class ContextBuilder:
             chat_type=reply_to.chat.type,
             sender_id=request.sender.sender.id,
             sender_name=request.sender.sender.name,
+            sender_verified=adapter.verifies_senders,
+            senders=tuple(
+                dict.fromkeys([request.sender.sender.id, *(e.sender.id for e in request.items)])
+            ),
             thread_id=reply_to.chat.thread_id,
             attachments=attachments,
             notices=notices,
@@ -137,6 +141,7 @@ class ContextBuilder:
             backend_state=context.backend,
             declared_variables={d.name: d.reducer for d in session.snapshot.declared},
             expert_thread_id=session.thread_id,
+            expert_threads=session.threads,
             group_history=tuple(group),
             memory_rules=len(context.memory),
             seen_before=context.seen,

@@ -124,16 +124,17 @@ class Driver:
                             timer = loop.call_later(FOLD_S, fold)
                     continue
                 fold()
-                if (
-                    isinstance(event, Started)
-                    and event.thread_id
-                    and (event.thread_id != turn.expert_thread_id)
-                ):
+                if isinstance(event, Started) and event.thread_id:
                     # The backend's conversation lives as long as the session (docs/architecture.md,
-                    # "Sessions").
-                    await self.store.set_binding_fields(
-                        conversation, turn.session_id, threadId=event.thread_id
-                    )
+                    # "Sessions"), one per identity where its turns act as their senders.
+                    kept: dict[str, str] = {}
+                    if event.thread_id != turn.expert_thread_id:
+                        kept["threadId"] = event.thread_id
+                    key = event.thread_key
+                    if key is not None and turn.expert_threads.get(key) != event.thread_id:
+                        kept[f"thread:{key}"] = event.thread_id
+                    if kept:
+                        await self.store.set_binding_fields(conversation, turn.session_id, **kept)
                 if isinstance(event, VariablesEvent) and event.values:
                     # An agent's writes go through the declared reducers; a backend's own
                     # state ("backend", "sent") is stored as it is.

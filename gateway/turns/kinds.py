@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TypeVar
 
 import structlog
@@ -22,8 +22,8 @@ from gateway.events import Decision, StepEvent
 from gateway.experts.base import Expert
 from gateway.progress import Progress, Step
 from gateway.triggers.event_cards import EventCards
-from gateway.turns.approval import clicked_on, may_answer, supersede, who_may_answer
-from gateway.turns.binding import Binder, Session
+from gateway.turns.approval import clicked_on, not_theirs, supersede
+from gateway.turns.binding import Binder, Session, threads_of
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
 from gateway.turns.records import FailedTurn, PendingInterrupt, outcome_of
@@ -272,7 +272,11 @@ class TurnKinds:
     async def retry(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
     ) -> TurnResult:
-        """Retry: run the failed turn's input again, in its own card."""
+        """Retry: the failed turn's input again, in its card, as its sender (issue 36)."""
+        refused = await not_theirs(self.store, claim, integ, action, "failed")
+        if refused:
+            await adapter.send_text(action, refused, idempotency_key=claim.turn_id)
+            return TurnResult("", {}, said=refused)
         failed = await self._take(claim, "failed", FailedTurn.load)
         if failed is None or not clicked_on(action, failed.turn_id):
             log.info("retry click on a turn that is no longer failed")
@@ -280,7 +284,8 @@ class TurnKinds:
             await adapter.send_text(action, said, idempotency_key=claim.turn_id)
             return TurnResult("", {}, said=said)
         original = failed.envelope().model_copy(update={"text": failed.text})
-        return await self.message(claim, integ, adapter, [original], failed=failed)
+        result = await self.message(claim, integ, adapter, [original], failed=failed)
+        return replace(result, sender_id=original.sender.id, approver=action.sender.id)
 
     async def resume(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, action: Envelope
@@ -288,7 +293,7 @@ class TurnKinds:
         """Confirm / Reject: resume the interrupted run in its own card, which keeps what it
         showed before the question."""
         assert action.action is not None
-        refused = await self._not_theirs(claim, integ, action)
+        refused = await not_theirs(self.store, claim, integ, action, "interrupt")
         if refused:
             await adapter.send_text(action, refused, idempotency_key=claim.turn_id)
             return TurnResult("", {}, said=refused)
@@ -302,7 +307,11 @@ class TurnKinds:
             return TurnResult(session_id, {}, said=said)
         snapshot = SessionSnapshot.of(interrupt.snapshot)
         session = Session(
-            id=session_id, snapshot=snapshot, thread_id=binding.get("threadId") or None, new=False
+            id=session_id,
+            snapshot=snapshot,
+            thread_id=binding.get("threadId") or None,
+            new=False,
+            threads=threads_of(binding),
         )
         expert = self.expert_for(snapshot)
         reply_to = interrupt.envelope()
@@ -349,22 +358,6 @@ class TurnKinds:
             sender_id=reply_to.sender.id,
             approver=action.sender.id,
         )
-
-    async def _not_theirs(self, claim: Claim, integ: IntegrationBase, action: Envelope) -> str:
-        """Who may answer, when the pending confirmation this click is on is not the clicker's
-        to answer (intake refuses such clicks; one that came before the interrupt was stored
-        reaches this turn); "" when it is theirs, or nothing is pending."""
-        raw = claim.turn.get("interrupt")
-        if raw is None:
-            raw = (await self.store.binding(claim.conversation)).get("interrupt")
-        pending = PendingInterrupt.load(raw or None)
-        if pending is None or not clicked_on(action, pending.turn_id):
-            return ""
-        asked = pending.envelope()
-        if may_answer(integ, asked, action.sender.id):
-            return ""
-        log.info("confirmation click by someone else refused", turn_id=pending.turn_id)
-        return who_may_answer(integ, asked)
 
     async def give_up(
         self, claim: Claim, integ: IntegrationBase, adapter: Adapter, last: Envelope

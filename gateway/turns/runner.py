@@ -39,6 +39,7 @@ from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTiming
 from gateway.turns.render import RenderObserver
 from gateway.turns.result import TurnResult
 from gateway.turns.snapshot import SessionSnapshot
+from gateway.turns.steer import steer_files, steerable
 from sessions import (
     Claim,
     EventCardStore,
@@ -176,23 +177,28 @@ class Runner:
     async def _steer(self, run: ActiveRun) -> None:
         try:
             while run.consume is not None and run.expert and run.turn:
-                take: list[Envelope] = []
-                for item in await self.store.burst_items(run.conversation):
-                    envelope = Envelope.from_json(item)
-                    if envelope.kind != "message":
-                        break
-                    take.append(envelope)
+                take = steerable(run, await self.store.burst_items(run.conversation))
                 if not take:
                     return
                 text = merge_input(take)
-                await run.expert.steer(run.turn, text)
+                adapter = self.adapters.get(take[-1].integration_id)
+                integ = self.settings.integration(take[-1].integration_id)
+                attachments, notices = await steer_files(run, take, adapter, integ)
+                shown = await run.expert.steer(run.turn, text, attachments)
                 await self.store.burst_take(
                     conversation=run.conversation, owner=run.owner, count=len(take)
                 )
                 log.info("follow-up steered into the running turn", messages=len(take))
+                if run.trace is not None:
+                    run.trace.steered.extend(take)  # its senders and words in the audit record
                 if run.inject is not None:
+                    mark = uuid.uuid4().hex[:8]
                     title = "Follow-up: " + (text if len(text) <= 80 else text[:79] + "…")
-                    run.inject(StepEvent(f"steer-{uuid.uuid4().hex[:8]}", title, "done"))
+                    run.inject(StepEvent(f"steer-{mark}", title, "done"))
+                    for i, notice in enumerate(notices):
+                        run.inject(StepEvent(f"steer-{mark}:notice:{i}", notice, "failed"))
+                    for event in shown:
+                        run.inject(event)
         except Exception as exc:
             # The messages stay in the burst and become the next turn (collect).
             log.warning("steer failed; the message will be the next turn", error=str(exc))
@@ -228,6 +234,7 @@ class Runner:
                 history=self.history,
                 kinds=settings.expert_kinds,
                 principals=self.principals,
+                current=lambda expert_id: self.settings.expert(expert_id),
             )
             self._experts[snapshot.digest] = expert
         return expert

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.config.bases import ExpertBase, IntegrationBase, VariableDecl
+from gateway.config.masking import mask_urls
 from gateway.config.settings import Settings
 
 # The integration options a session keeps (``snapshot_of``), read back by SnapshotOptions.
@@ -46,7 +47,7 @@ def snapshot_of(
     routes keep their digests)."""
     data: dict[str, Any] = {
         "xpertId": xpert_id,
-        "expert": expert.model_dump(mode="json", by_alias=True),
+        "expert": mask_urls(expert.model_dump(mode="json", by_alias=True)),
         "integration": integration.model_dump(mode="json", by_alias=True, include=KEPT_OPTIONS),
     }
     if bundle:

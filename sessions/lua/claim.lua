@@ -5,7 +5,9 @@
 -- a new session, a click, a trigger or a resumed turn is bound by binding.lua as before.
 -- KEYS: 1 due index, 2 lease, 3 burst, 4 burstmeta, 5 turn, 6 binding (optional)
 -- ARGV: 1 conversation, 2 now ms, 3 owner token, 4 lease ms, 5 new turn id, 6 turn ttl ms,
---       7 session idle timeout ms (0 or absent: bind nothing here), 8 binding ttl ms
+--       7 session idle timeout ms (0 or absent: bind nothing here), 8 binding ttl ms,
+--       9 '1': split by sender (a turn takes the messages of one sender: the expert acts as
+--         its sender, so two senders' messages never run as one's; issue 36)
 -- Returns {'none'} | {'notdue', due} | {'busy'} | {'empty'} | {'resume', turnjson} |
 --   {'new', turnjson} | {'new', turnjson, bindingjson} (the session continued)
 local member = ARGV[1]
@@ -54,17 +56,31 @@ end
 -- once), and an item's kind is read off its JSON text, not decoded: an Envelope's "kind" is its
 -- fifth field, after four strings (in which a quote is always escaped), so the first
 -- '"kind":"' is the envelope's own; an item without one is decoded.
+-- Split by sender: the sender's id is read off the JSON text as well (the first unescaped
+-- '"sender":{"id":"' is the envelope's own: a quote inside a string is always escaped), decoded
+-- when the id holds an escape.
 local TAKE = 1000
+local split = ARGV[9] == '1'
 local items = redis.call('LRANGE', KEYS[3], 0, TAKE - 1)
 local take = 0
 local taken_bytes = 0
 local plain = true  -- every item taken is a message (no click, no trigger)
+local first_sender = nil
+local function sender_of(item)
+  local id = string.match(item, '"sender":{"id":"([^"\\]*)"')
+  if id == nil then id = cjson.decode(item)['sender']['id'] end
+  return id
+end
 for i = 1, #items do
   local kind = string.match(items[i], '"kind":"(%a+)"')
   if kind == nil then kind = cjson.decode(items[i])['kind'] end
   if kind == 'action' then
     if i == 1 then take = 1; plain = false; taken_bytes = string.len(items[1]) end
     break
+  end
+  if split then
+    local sender = sender_of(items[i])
+    if i == 1 then first_sender = sender elseif sender ~= first_sender then break end
   end
   if kind ~= nil and kind ~= 'message' then plain = false end
   take = i

@@ -56,8 +56,19 @@ async def test_a_sender_then_a_chat_are_erased_from_redis_and_the_archive(
     status, body = await admin(c, "DELETE", "/v1.0/senders/console/alice/records")
     assert status == 200, body
     result = body["result"]
-    assert result["redis"] == {"turns": 2, "memoryItems": 2, "queued": 0}
-    assert result["archive"] == {"turns": 2, "sessions": 1, "memoryChanges": 2}
+    assert result["redis"] == {
+        "turns": 2,
+        "redactedTurns": 0,
+        "memoryItems": 2,
+        "historyMessages": 0,
+        "queued": 0,
+    }
+    assert result["archive"] == {
+        "turns": 2,
+        "redactedTurns": 0,
+        "sessions": 1,
+        "memoryChanges": 2,
+    }
     status, body = await admin(c, "GET", "/v1.0/audit")
     assert [r["senderId"] for r in body["result"]] == ["bob"]
     assert {r["sender_id"] for r in await table(archive_url, turns)} == {"bob"}
@@ -84,3 +95,31 @@ async def test_a_sender_then_a_chat_are_erased_from_redis_and_the_archive(
 
     status, body = await admin(c, "DELETE", "/v1.0/chats/nowhere/team/records")
     assert status == 404
+
+
+async def test_a_senders_words_in_another_senders_archived_turn_are_redacted(
+    archive_url: str, prefix: str, gateways: Gateways
+) -> None:
+    """Issue 36: a merged turn ran as alice with bob's message in it; bob's erasure redacts its
+    input in Redis and in the archive (alice's record stays, without his words)."""
+    config = base_config(prefix, summaryWindowSeconds=1)
+    config["admin"] = {"token": TOKEN}
+    config["archive"] = {"url": archive_url, "leaseSeconds": 1}
+    gw = await gateways(config)
+    c = gw.client
+    await c.send("bob's secret plan", chat="team", sender="bob", mention=True)
+    await c.send("alice asks", chat="team", sender="alice", mention=True)
+    await c.wait_cards("team")
+
+    async def archived() -> bool:
+        return len(await table(archive_url, turns)) == 1
+
+    await eventually(archived, timeout=20)
+    status, body = await admin(c, "DELETE", "/v1.0/senders/console/bob/records")
+    assert status == 200, body
+    assert body["result"]["archive"]["redactedTurns"] == 1
+    assert body["result"]["redis"]["redactedTurns"] == 1
+    [row] = await table(archive_url, turns)
+    assert row["sender_id"] == "alice"
+    assert "secret" not in row["input_text"] and "secret" not in str(row["record"]["input"])
+    assert row["record"]["input"]["senders"] == ["alice"]

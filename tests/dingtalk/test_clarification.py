@@ -82,3 +82,38 @@ async def test_an_option_link_on_the_public_ai_card_answers_the_question(prefix:
             await eventually(lambda: len(xpert.requests) == 2, timeout=15)
             assert inputs(xpert) == ["[clarify] the report", "Americas"]
             assert len({r["thread"] for r in xpert.requests}) == 1  # the same session
+
+
+async def test_in_a_group_options_are_text_to_type_not_links_that_answer_as_the_asker(
+    prefix: str,
+) -> None:
+    """Issue 36: an option link acts as the person its token names (the asker), so in a group,
+    where any member could open it, the question's options are not links: the answer lists them
+    numbered, and whoever answers types one, as themself."""
+    xpert = FakeXpertAI(keepalive_s=0.2)
+    fake = FakeDingTalk()
+    await fake.start()
+    async for url in serve(xpert.app()):
+        _gw, h = await start_harness(
+            prefix, fake, experts=[xpert_expert(url + "/api/ai")], xpertId="sales"
+        )
+        try:
+            asking = robot_message(fake, "[clarify] the report", group=True, sender="alice")
+            status, _ = await h.post(asking)
+            assert status == 200
+
+            def asked() -> dict[str, Any] | None:
+                got = [m for m in fake.sent() if RESTATED in (m.get("text") or "")]
+                return got[-1] if got else None
+
+            question = await eventually(asked, timeout=15)
+            assert "1. China" in question["text"] and "3. Americas" in question["text"]
+            assert not {"China", "Europe", "Americas"} & set(question.get("buttons") or [])
+            assert all("answer_" not in u for u in question.get("urls") or [])
+            status, _ = await h.post(robot_message(fake, "Americas", group=True, sender="bob"))
+            assert status == 200
+            await eventually(lambda: len(xpert.requests) == 2, timeout=15)
+            assert inputs(xpert) == ["[clarify] the report", "Americas"]
+        finally:
+            await h.close()
+    await fake.stop()

@@ -70,6 +70,30 @@ async def test_bad_sign_and_stale_timestamp_are_401_and_store_nothing(dt: Harnes
     await final_answer(fake)
 
 
+async def test_a_captured_sign_pair_speaks_only_for_its_first_chat_and_sender(
+    dt: Harness,
+) -> None:
+    """Issue 36: the sign covers the timestamp, not the body, so a captured (timestamp, sign)
+    pair could carry a body naming anyone, in any chat the robot is in. The first body binds
+    the pair to its chat and sender for its window: another body under it naming another
+    sender or chat is 401 and stores nothing; the same sender in the same chat (two of their
+    messages in one millisecond) still gets through."""
+    fake, h = dt
+    ts = int(time.time() * 1000)
+    first = robot_message(fake, "mine", group=True, sender="alice")
+    assert (await h.post(first, timestamp=ts))[0] == 200
+    as_bob = robot_message(fake, "as bob", group=True, sender="bob")
+    elsewhere = robot_message(fake, "elsewhere", group=True, sender="alice", conversation="cidX")
+    for forged in (as_bob, elsewhere):
+        status, body = await h.post(forged, timestamp=ts)
+        assert status == 401 and "bad signature" in body
+    again = robot_message(fake, "mine again", group=True, sender="alice")
+    status, body = await h.post(again, timestamp=ts)
+    assert status == 200 and json.loads(body)["status"] == "queued"
+    # A fresh pair is bob's own: he is not locked out.
+    assert (await h.post(as_bob, timestamp=ts + 1))[0] == 200
+
+
 async def test_group_message_without_mention_is_ignored(dt: Harness) -> None:
     fake, h = dt
     _, body = await h.post(robot_message(fake, "chatter", group=True, mention=False))

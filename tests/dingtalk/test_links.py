@@ -135,3 +135,25 @@ def test_the_link_bound_is_within_the_least_dedup_window() -> None:
     field = RuntimeSettings.model_fields["dedup_ttl_hours"]
     [least] = [m.ge for m in field.metadata if isinstance(m, Ge)]
     assert LINK_TTL_MAX_S <= float(least) * 3600  # type: ignore[arg-type]
+
+
+def test_check_warns_of_principals_behind_http_mode(
+    prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36: HTTP mode's sign does not prove the sender; ``check`` says so where the turns
+    act as their senders' XpertAI users, and not in stream mode."""
+    from gateway.runtime.cli import main as cli_main
+
+    config = dingtalk_config(prefix, FakeDingTalk(), 8080, xpertId="sales")
+    expert = {"id": "sales", "kind": "xpert", "baseUrl": "https://x.example/api/ai"}
+    entry = {"integrationId": "dt", "senderId": "alice", "userId": "u-1"}
+    config["experts"] = [{**expert, "apiKey": "k-1", "principals": [entry]}]
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli_main(["check", "--config", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "act as their senders' XpertAI users" in err and "connectionMode stream" in err
+    config["integrations"][0]["connectionMode"] = "stream"
+    path.write_text(yaml.safe_dump(config))
+    assert cli_main(["check", "--config", str(path)]) == 0
+    assert "XpertAI users" not in capsys.readouterr().err

@@ -27,9 +27,9 @@ from tests.support.xpert import config
 
 PRINCIPALS = [
     {"integrationId": "elsewhere", "senderId": "dave", "userId": "u-7"},  # another integration
-    {"senderId": "bob", "userId": "u-7"},
-    {"email": "Carol@Example.com", "userId": "u-9"},
-    {"senderId": "carol", "userId": "u-7"},  # after carol's email entry: never reached for her
+    {"integrationId": "console", "senderId": "bob", "userId": "u-7"},
+    {"integrationId": "console", "email": "Carol@Example.com", "userId": "u-9"},
+    {"integrationId": "console", "senderId": "carol", "userId": "u-7"},  # never reached for her
 ]
 
 
@@ -72,16 +72,23 @@ async def test_a_refused_user_id_ends_the_turn_with_a_card_and_a_log_naming_the_
     xpert: tuple[FakeXpertAI, str], make_gateway: Callable[..., Any], prefix: str
 ) -> None:
     fake, url = xpert
-    entries = [{"senderId": "bob", "userId": "u-gone"}]
+    entries = [{"integrationId": "console", "senderId": "bob", "userId": "u-gone"}]
     console = await make_gateway(config(prefix, url, {"principals": entries}))
     with capture_logs() as logs:
         await console.send("hello", chat="dm-bob", sender="bob")
         [card] = await console.wait_cards(chat="dm-bob", status="error")
     error = card["card"]["error"]
-    assert "HTTP 401" in error and "u-gone" in error and "principals[0] (senderId=bob)" in error
+    assert (
+        "HTTP 401" in error
+        and "u-gone" in error
+        and "principals[0] (integrationId=console, senderId=bob)" in error
+    )
     assert fake.principal_ids == [("/api/ai/threads", "u-gone")]  # refused: nothing ran
     [line] = [e for e in logs if e["event"] == "xpert refused the principal user"]
-    assert line["entry"] == "principals[0] (senderId=bob)" and line["user_id"] == "u-gone"
+    assert (
+        line["entry"] == "principals[0] (integrationId=console, senderId=bob)"
+        and line["user_id"] == "u-gone"
+    )
     assert line["log_level"] == "warning" and line["sender_id"] == "bob"
     # The default user still works for everyone else.
     await console.send("hello", chat="dm-alice", sender="alice")
@@ -94,7 +101,7 @@ async def test_a_user_without_access_to_the_assistant_is_named_on_the_card(
 ) -> None:
     fake, url = xpert
     fake.no_access = {"u-7"}  # a user of the tenant the assistant is not shared with
-    entries = [{"senderId": "bob", "userId": "u-7"}]
+    entries = [{"integrationId": "console", "senderId": "bob", "userId": "u-7"}]
     console = await make_gateway(config(prefix, url, {"principals": entries}))
     with capture_logs() as logs:
         await console.send("hello", chat="dm-bob", sender="bob")
@@ -103,7 +110,8 @@ async def test_a_user_without_access_to_the_assistant_is_named_on_the_card(
     assert "user u-7" in error and "does not have access to this assistant" in error
     assert fake.principal_ids == [("/api/ai/threads", "u-7")]  # POST /threads refused: 403
     [line] = [e for e in logs if e["event"] == "xpert refused the principal user"]
-    assert line["entry"] == "principals[0] (senderId=bob)" and line["status"] == 403
+    assert line["entry"] == "principals[0] (integrationId=console, senderId=bob)"
+    assert line["status"] == 403
     # A thread that exists, then the access is taken away: the run stream's error frame.
     await console.send("hello", chat="dm-alice", sender="alice")
     await console.wait_cards(chat="dm-alice")
@@ -157,9 +165,27 @@ def test_an_entry_that_matches_every_sender_is_refused() -> None:
 
 def test_runtime_entries_are_the_experts_oldest_first_and_an_unreadable_one_is_left_out() -> None:
     raw = {
-        "b": json.dumps({"expertId": "sales", "senderId": "ou_1", "userId": "u-2", "createdAt": 2}),
-        "a": json.dumps({"expertId": "sales", "senderId": "ou_1", "userId": "u-1", "createdAt": 1}),
-        "other": json.dumps({"expertId": "hr", "senderId": "ou_1", "userId": "u-3"}),
+        "b": json.dumps(
+            {
+                "expertId": "sales",
+                "integrationId": "lark-main",
+                "senderId": "ou_1",
+                "userId": "u-2",
+                "createdAt": 2,
+            }
+        ),
+        "a": json.dumps(
+            {
+                "expertId": "sales",
+                "integrationId": "lark-main",
+                "senderId": "ou_1",
+                "userId": "u-1",
+                "createdAt": 1,
+            }
+        ),
+        "other": json.dumps(
+            {"expertId": "hr", "integrationId": "lark-main", "senderId": "ou_1", "userId": "u-3"}
+        ),
         "broken": "{not json",
         "no-user": json.dumps({"expertId": "sales", "senderId": "ou_1"}),
     }
@@ -168,7 +194,10 @@ def test_runtime_entries_are_the_experts_oldest_first_and_an_unreadable_one_is_l
     assert [(i, e.user_id) for i, e in entries] == [("a", "u-1"), ("b", "u-2")]
     assert sorted(e["entry_id"] for e in logs) == ["broken", "no-user"]
     chosen = choose(_settings(), _turn(), entries)
-    assert (chosen.user_id, chosen.entry) == ("u-1", "runtime principal a (senderId=ou_1)")
+    assert (chosen.user_id, chosen.entry) == (
+        "u-1",
+        "runtime principal a (integrationId=lark-main, senderId=ou_1)",
+    )
 
 
 class _DownStore:
@@ -187,7 +216,9 @@ async def test_runtime_entries_are_read_and_parsed_again_only_after_a_change(
         parsed.append(raw)
         return sorted(raw)
 
-    entry = json.dumps({"expertId": "sales", "senderId": "ou_1", "userId": "u-1"})
+    entry = json.dumps(
+        {"expertId": "sales", "integrationId": "lark-main", "senderId": "ou_1", "userId": "u-1"}
+    )
     assert await store.entries_as("sales", convert) == []
     assert await other.add("a", entry, limit=2) == 1
     assert await store.entries_as("sales", convert) == ["a"]

@@ -67,5 +67,8 @@ class ShoutExpert(Expert):
     ) -> AsyncIterator[RunEvent]:
         yield Finished("error", "This expert does not ask for confirmations.")
 
-    async def steer(self, turn: TurnInput, text: str) -> None:
+    async def steer(
+        self, turn: TurnInput, text: str, attachments: tuple[dict[str, Any], ...] = ()
+    ) -> tuple[RunEvent, ...]:
         self._queue(turn).put_nowait(text)
+        return ()

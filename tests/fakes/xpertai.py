@@ -556,6 +556,8 @@ class FakeXpertAI:
             "input": dict(message["input"]),
             "clientMessageId": (client_id or "").strip() or None,
         }
+        if files:  # kept as the human message's attachments, as they came: XC @0021e606,
+            pending["attachments"] = files  # follow_up branch, ``attachments: followUpInput.files``
         same = next(
             (
                 m

@@ -112,3 +112,31 @@ async def test_a_file_that_fails_to_download_is_told_and_the_turn_runs_on_the_te
     assert "gone.pdf was not passed on: the download from the chat failed" in shown
     assert server.files.uploads == []
     assert "files" not in server.requests[0]["input"]["message"]["input"]
+
+
+async def test_a_file_sent_while_the_run_is_steered_goes_into_the_run(
+    fake: FakeLark, xpert: tuple[FakeXpertAI, str], gateway: Callable[..., Any]
+) -> None:
+    """Issue 37 item 4: the steer carries the file as a send does (uploaded first, its AgentFile
+    in the follow-up's ``message.input.files``, which XpertAI keeps as the human message's
+    attachments: tests/fakes/xpertai.py), not the text only."""
+    server, _ = xpert
+    lark = await gateway(busyPolicy="steer")
+    fake.resources["file_v3_late"] = (PDF, "application/pdf")
+    status, _ = await lark.post(message_event("read this [hold]", message_id="om_s1"))
+    assert status == 200
+    await eventually(lambda: [r for r in server.runs.values() if r.log], timeout=15)
+    status, _ = await lark.post(file_message("om_s2", "file_v3_late", "late.pdf"))
+    assert status == 200
+    await eventually(lambda: server.steers, timeout=15)
+    server.release()
+    card = await eventually(final_card(fake, "om_s1"), timeout=15)
+    [stored] = server.files.stored.values()
+    assert stored.data == PDF
+    [steer] = server.steers
+    assert steer["message"]["input"]["files"] == [stored.agent_file]
+    [thread] = server.threads.values()
+    [human] = [m for m in thread.messages if m.get("followUpMode") == "steer"]
+    assert human["attachments"] == [stored.agent_file]
+    assert len(server.requests) == 1  # the file went into the run, not into a turn of its own
+    assert "Uploaded late.pdf" in json.dumps(card, ensure_ascii=False)

@@ -88,6 +88,8 @@ async def test_a_message_turn_records_its_input_context_steps_and_timings(
         "truncated": False,
         "messages": 1,
         "sha256": hashlib.sha256(b"what is our plan?").hexdigest(),
+        "senders": ["carol"],  # every sender whose message went into the turn (issue 36)
+        "steered": 0,
     }
     context = record["context"]
     assert {"sys.language", "sys.date", "memory.rules"} <= set(context["variables"])

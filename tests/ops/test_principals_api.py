@@ -13,7 +13,7 @@ from tests.support.admin import TOKEN, admin
 from tests.support.helpers import ConsoleClient, serve
 from tests.support.xpert import config
 
-CONFIGURED = [{"senderId": "bob", "userId": "u-7"}]
+CONFIGURED = [{"integrationId": "console", "senderId": "bob", "userId": "u-7"}]
 
 
 @pytest.fixture
@@ -46,7 +46,8 @@ async def test_a_runtime_entry_is_listed_applies_at_the_next_turn_and_goes_when_
     fake, url = xpert
     console = await make_gateway(config(prefix, url, {"principals": CONFIGURED}))
     assert await _turn_as(console, fake, "carol", 1) == "u-42"  # unmapped: principalUserId
-    status, body = await _post(console, {"expertId": "sales", "senderId": "carol", "userId": "u-7"})
+    carol = {"expertId": "sales", "integrationId": "console", "senderId": "carol", "userId": "u-7"}
+    status, body = await _post(console, carol)
     assert status == 200, body
     added = body["result"]
     assert added["source"] == "runtime" and added["senderId"] == "carol"
@@ -75,6 +76,7 @@ async def test_a_runtime_entry_is_listed_applies_at_the_next_turn_and_goes_when_
         ({"expertId": "sales", "senderId": "x"}, 400, "userId: Field required"),
         ({"expertId": "sales", "senderId": "x", "userId": "u", "role": "x"}, 400, "role: Extra"),
         ({"expertId": "sales", "id": "a b", "senderId": "x", "userId": "u"}, 400, "id: must"),
+        ({"expertId": "sales", "senderId": "x", "userId": "u"}, 400, "senderId needs integ"),
     ],
 )
 async def test_a_bad_entry_is_refused_with_the_reason(

@@ -58,3 +58,38 @@ async def test_sighup_applies_new_config_to_new_sessions_only(
         assert carol["card"]["answer"].startswith("Heard:")
     finally:
         await daemon.stop()
+
+
+async def test_a_principals_change_reaches_a_live_session_at_its_next_turn(
+    tmp_path: Path, prefix: str, redis_client: aioredis.Redis
+) -> None:
+    """Issue 36: who a sender acts as is read from the config in force at each turn (as the
+    secrets are), not from the session's snapshot: a mapping removed by SIGHUP stops at once."""
+    from tests.fakes.xpertai import FakeXpertAI
+    from tests.fakes.xpertai_input import Principal
+    from tests.support.helpers import serve
+    from tests.support.xpert import config as xpert_config
+
+    fake = FakeXpertAI(keepalive_s=0.2)
+    fake.principals["u-a"] = Principal("en-US", "alice@example.com", "Europe/Berlin")
+    async for url in serve(fake.app()):
+        entry = {"integrationId": "console", "senderId": "alice", "userId": "u-a"}
+        config = xpert_config(prefix, url + "/api/ai", {"principals": [entry]})
+        config["logging"] = {"level": "info", "format": "json"}
+        daemon = DaemonProcess(config, tmp_path)
+        await daemon.start()
+        try:
+            await daemon.client.send("first")
+            await daemon.client.wait_cards()
+            config["experts"][0]["principals"] = []
+            daemon.config_path.write_text(yaml.safe_dump(config))
+            assert daemon.proc is not None
+            daemon.proc.send_signal(signal.SIGHUP)
+            await eventually(lambda d=daemon: _logged(d, "configuration reloaded"))
+            await daemon.client.send("second")  # the same session (dm-alice)
+            await daemon.client.wait_cards(count=2)
+        finally:
+            await daemon.stop()
+    runs = [named for path, named in fake.principal_ids if path.endswith("/runs/stream")]
+    assert runs == ["u-a", "u-42"]  # the second turn as principalUserId: the entry is gone
+    assert len(fake.threads) == 1  # still the same session and thread (a direct chat)

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from sessions import BufferCap, IntakeResult, KeyBuilder, LayoutMismatch, SessionStore
+from sessions import BufferCap, Claim, IntakeResult, KeyBuilder, LayoutMismatch, SessionStore
 from sessions.layout import upgrade_layout_1
 from tests.support.helpers import command_calls
 from tests.support.redis_targets import BOTH_REDIS
@@ -484,3 +484,32 @@ async def test_a_burst_past_its_cap_refuses_told_once_and_counts_what_takes_from
     assert (again.status, again.told) == ("full", True)  # told anew: the take made room
     meta = await store.redis.hgetall(store.keys.burst_meta(CONV))
     assert meta["n"] == "3" and int(meta["bytes"]) == sum(len(env(e)) for e in ("e7", "e8", "e9"))
+
+
+async def test_a_split_claim_takes_one_senders_messages_each_time(store: SessionStore) -> None:
+    """Issue 36: with ``split_by_sender`` a claim takes the burst's first sender's messages
+    only, up to another sender's (read off the JSON text; an id with an escape in it is
+    decoded); the rest are due at once, each sender a turn of their own, in order."""
+    from sessions import ClaimRequest
+
+    senders = ["alice", "alice", 'b"ob', 'b"ob', "alice"]
+    for n, sender in enumerate(senders):
+        body = {"eventId": f"e{n}", "kind": "message", "text": "hi", "sender": {"id": sender}}
+        await store.intake(
+            conversation=CONV,
+            event_id=f"e{n}",
+            envelope_json=json.dumps(body),
+            now_ms=0,
+            window_ms=0,
+            max_window_ms=5000,
+            mode="collect",
+        )
+    taken: list[list[str]] = []
+    for turn in range(3):
+        now = 10 * (turn + 1)
+        request = ClaimRequest(f"o{turn}", f"t{turn}", now, 10_000, split_by_sender=True)
+        claimed = Claim.of_reply(CONV, f"o{turn}", await store.claim_reply(CONV, request))
+        assert claimed is not None
+        taken.append([i["sender"]["id"] for i in claimed.items])
+        await store.finish(conversation=CONV, owner=f"o{turn}", now_ms=now + 1)
+    assert taken == [["alice", "alice"], ['b"ob', 'b"ob'], ["alice"]]

@@ -158,3 +158,32 @@ async def _with_status(
 ) -> list[dict[str, Any]] | None:
     found = [x for x in await client.cards("team") if x["card"]["status"] == status]
     return found if len(found) == count else None
+
+
+async def test_a_retry_follows_the_confirm_rule_and_the_audit_names_sender_and_clicker(
+    make_gateway: Callable[..., Any], prefix: str
+) -> None:
+    """Issue 36: Retry runs the failed turn again as its sender, so only the sender or an
+    approver may press it; the audit record names both the sender and the clicker."""
+    from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
+    from tests.support.helpers import serve
+
+    fake = FakeOpenAI(fail_with=[500])
+    async for url in serve(fake.app()):
+        cfg = config(prefix, xpertId="gpt", approvers=["u2"])
+        expert = {"id": "gpt", "kind": "openai", "baseUrl": url + "/v1", "apiKey": OPENAI_KEY}
+        cfg["experts"] = [{**expert, "model": "m", "retries": 0}]
+        console = await make_gateway(cfg)
+        await console.send("hello", chat="team", mention=True)
+        [card] = await console.wait_cards("team", status="error")
+        body = await click(console, card, "retry", "bob")
+        assert body["status"] == "refused", body
+        assert "who asked" in body["notice"] and "alice" in body["notice"].lower()
+        assert len(fake.requests) == 1  # bob's click ran nothing
+        assert (await click(console, card, "retry", "u2"))["status"] == "queued"
+        [done] = await console.wait_cards("team", status="done")
+        assert done["card"]["answer"] == "Echo: hello"
+        retried, failed = await audit(console, 2)
+        assert (failed["senderId"], failed["approver"]) == ("alice", None)
+        assert (retried["senderId"], retried["approver"]) == ("alice", "u2")
+        assert retried["trigger"]["action"] == "retry"

@@ -29,8 +29,10 @@ from gateway.edge.context import AdapterContext
 from gateway.edge.media import shown
 from gateway.envelope import Envelope
 from gateway.progress import (
+    ACTION_ANSWER,
     ACTION_CONFIRM,
     ACTION_REJECT,
+    ACTION_RETRY,
     ACTION_ROUTINE_CANCEL,
     ACTION_ROUTINE_CONFIRM,
     Progress,
@@ -38,12 +40,30 @@ from gateway.progress import (
 
 __all__ = ["DingTalkOutbound"]
 
-# Buttons only certain people may answer (gateway/turns/approval.py, triggers/routines.py). A
-# link acts as the person its token names, so in a group these links never go into the chat:
-# each person who may answer gets their own, signed for them, in a 1:1 robot message.
+# Buttons only certain people may answer (gateway/turns/approval.py, triggers/routines.py): a
+# Retry too, as it runs as the asker (issue 36). A link acts as the person its token names, so
+# in a group these links never go into the chat: each person who may answer gets their own,
+# signed for them, in a 1:1 robot message.
 ANSWERS = frozenset({ACTION_CONFIRM, ACTION_REJECT})
 ROUTINE_ANSWERS = frozenset({ACTION_ROUTINE_CONFIRM, ACTION_ROUTINE_CANCEL})
-PRIVATE = ANSWERS | ROUTINE_ANSWERS
+PRIVATE = ANSWERS | ROUTINE_ANSWERS | {ACTION_RETRY}
+
+
+def withheld_in_group(progress: Progress) -> frozenset[str]:
+    """The buttons a group chat's message never carries as links: the private ones, and the
+    options of the agent's question (a link would answer as the asker whoever opened it; the
+    answer lists them numbered, to type: issue 36)."""
+    options = {b.action_id for b in progress.buttons if b.action_id.startswith(ACTION_ANSWER)}
+    return PRIVATE | options
+
+
+def typed_options(progress: Progress) -> str:
+    """The options of the agent's question as text to type (a group shows no option links),
+    unless the answer lists them already; "" without options."""
+    listed = [f"{i}. {option}" for i, option in enumerate(progress.options, 1)]
+    if not listed or progress.status != "done" or all(o in progress.answer for o in listed):
+        return ""
+    return "Reply with one of:\n\n" + "\n".join(listed)
 
 
 class DingTalkOutbound:
@@ -86,7 +106,9 @@ class DingTalkOutbound:
         links = self._links(reply_to, progress, handle)
         if self.cards is None or not self.cards.public or links is None:
             return ""
-        shown = tuple(b.action_id for b in progress.buttons if b.action_id not in PRIVATE)
+        group = target(reply_to)[0]
+        hidden = withheld_in_group(progress) if group else PRIVATE
+        shown = tuple(b.action_id for b in progress.buttons if b.action_id not in hidden)
         kept = self._link_lines.get(handle)
         if kept is None or kept[0] != shown:
             labels = {b.action_id: b.label for b in progress.buttons}
@@ -94,7 +116,8 @@ class DingTalkOutbound:
             kept = self._link_lines[handle] = (shown, line)
         if progress.final:
             self._link_lines.pop(handle, None)
-        return kept[1]
+        typed = typed_options(progress) if group else ""
+        return f"{typed}\n\n{kept[1]}".strip() if typed else kept[1]
 
     def _links(
         self, reply_to: Envelope, progress: Progress, handle: str, user: str | None = None
@@ -125,11 +148,15 @@ class DingTalkOutbound:
         Reject go privately to each person who may answer (``_ask_privately``), and the group
         is told who was asked; Stop, Retry and New stay, as anyone there may /stop or /new."""
         links = self._links(reply_to, progress, handle)
-        private = PRIVATE & {b.action_id for b in progress.buttons}
-        if links is None or not private or not target(reply_to)[0]:
+        group = target(reply_to)[0]
+        if links is None or not group:
             return render_messages(progress, links)
+        hidden = withheld_in_group(progress)
+        private = PRIVATE & {b.action_id for b in progress.buttons}
+        if not private:
+            return render_messages(progress, links, withheld=hidden, note=typed_options(progress))
         note = await self._ask_privately(reply_to, progress, handle, key, frozenset(private))
-        return render_messages(progress, links, withheld=PRIVATE, note=note)
+        return render_messages(progress, links, withheld=hidden, note=note)
 
     async def _ask_privately(
         self,
@@ -141,7 +168,7 @@ class DingTalkOutbound:
     ) -> str:
         """Send ``actions``' links to each person who may answer, each signed for them; the
         group's note saying who was asked, or that it could not be delivered."""
-        people = answerers(self.settings, reply_to, routine=not actions & ANSWERS)
+        people = answerers(self.settings, reply_to, routine=bool(actions & ROUTINE_ANSWERS))
         if not people:
             return "*Nobody in this chat may answer this: approvers are set in the config.*"
         asker = reply_to.sender.id if reply_to.kind not in ("schedule", "event") else None
@@ -156,7 +183,13 @@ class DingTalkOutbound:
             message = private_message(progress, links, actions=actions, asked_in=asked_in)
             ok = await self.sender.to_user_once(f"{key}:dm:{person}", person, message)
             (reached if ok else missed).append(name.get(person, person))
-        answer = "Confirm or Reject" if actions & ANSWERS else "Confirm or Cancel"
+        answer = (
+            "Confirm or Reject"
+            if actions & ANSWERS
+            else "Retry"
+            if ACTION_RETRY in actions
+            else "Confirm or Cancel"
+        )
         if reached and not missed:
             who = " or ".join(reached)
             return f"*Waiting for {who} to {answer} (sent to them privately).*"
@@ -200,9 +233,11 @@ class DingTalkOutbound:
                 title = fit(progress.title, 200)
                 await self.sender.once(f"{key}:more", [Message(title, p) for p in rest], reply_to)
             step = phase(progress)
-            if self.cards.public and step is not None and step.startswith("waiting"):
+            asks = step is not None and step.startswith("waiting")
+            retry = any(b.action_id == ACTION_RETRY for b in progress.buttons)
+            if self.cards.public and step is not None and (asks or (retry and target(reply_to)[0])):
                 # The public card has no buttons: Confirm / Reject go as a markdown message
-                # (privately in a group), as without a card.
+                # (privately in a group), as without a card; so does a group's Retry.
                 ask = replace(progress, answer="")
                 messages = await self._messages(reply_to, ask, handle, f"{key}:{step}")
                 await self.sender.once(f"{key}:{step}", messages, reply_to)
