@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 MASK = "***"
-# scheme://userinfo@ : userinfo has no "/", "?", "#" or "@" (RFC 3986 §3.2.1).
+# scheme://userinfo@ : userinfo has no "/", "?", "#" or "@" (RFC 3986, section 3.2.1).
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
 
 

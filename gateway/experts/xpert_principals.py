@@ -184,5 +184,3 @@ def _warn(principal: Principal, turn: TurnInput, status: int | None) -> None:
         integration_id=turn.integration_id,
         sender_id=turn.sender_id,
     )
-
-
