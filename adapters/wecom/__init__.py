@@ -90,6 +90,7 @@ class WeComAdapter(CallbackAdapter):
                 records=context.records,
             )
             self.outbound = app
+            self.live_updates = False  # app messages show no live progress (outbound)
             self.callbacks = AppCallbacks(opener=opener, outbound=app, integration_id=settings.id)
         else:
             stream = StreamOutbound(

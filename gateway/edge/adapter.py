@@ -46,6 +46,10 @@ class Adapter:
     # False where the request itself names the sender (the console): a ``principals`` entry
     # then matches its turns only when it names the integration (issue 36).
     verifies_senders = True
+    # Whether a card shows the turn's states as they come; False where only its last state can
+    # be shown (WeCom app messages): the renderer then sends no intermediate update and the
+    # final state waits for none (issue 38: finals within 2 s of the turn's end).
+    live_updates = True
 
     def __init__(self, *, settings: IntegrationBase, context: AdapterContext) -> None:
         self.settings = settings

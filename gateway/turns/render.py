@@ -110,6 +110,9 @@ class CardRenderer:
         self._schedule()  # a state pushed while the first card was on its way
 
     def push(self, progress: Progress) -> None:
+        if not self.adapter.live_updates:
+            self._latest = progress  # nothing to show until close(): no timer, no update
+            return
         if self._unshown is not None and self._unshown.version < progress.version:
             self._coalesced()  # replaced within the interval: never shown
         self._unshown = progress
@@ -122,6 +125,8 @@ class CardRenderer:
         """Arm the timer of the next update, unless one is armed or on its way, or nothing new
         is to be shown."""
         if self._closing or not self._started or self._task is not None or self._timer:
+            return
+        if not self.adapter.live_updates:
             return
         latest = self._latest
         if latest is None or latest.version == self._rendered_version:

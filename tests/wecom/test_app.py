@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tests.fakes.wecom import FakeWeCom
 from tests.support.helpers import InProcessGateway
+from tests.support.metrics import scrape
 from tests.support.waits import eventually
 from tests.support.wecom import (
     AES_KEY,
@@ -348,3 +349,23 @@ async def test_a_long_answer_past_a_members_per_minute_cap_waits_instead_of_bein
     await eventually(lambda: unmarked(fake.texts("hal")) == expected, timeout=30)
     assert len(fake.texts("hal")) > 30
     assert fake.dropped == []
+
+
+async def test_an_app_card_gets_no_live_update_and_the_final_waits_for_none(
+    gateways: list[Any], prefix: str, fake: FakeWeCom, http: aiohttp.ClientSession
+) -> None:
+    """App messages show no live progress: the card's only update is its final state, sent
+    when the turn ends, not after an intermediate update's gap (issue 38: a WeCom final came
+    up to 0.5 s after an update that called nothing)."""
+    expert = {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 3, "chunkChars": 1}
+    gw = await app_gateway(gateways, prefix, fake, expert=expert, updateIntervalMs=100)
+    text = "one delta a character, streamed for longer than the update interval " * 2
+    query, body = encrypt_xml(app_message("gil", text, "8401"))
+    await post(http, url(gw), query, body)
+    await eventually(lambda: fake.texts("gil"))
+    assert fake.texts("gil") == ["You said:\n> " + text.strip()]
+    [update] = fake.updates
+    assert update["template_card"]["main_title"]["title"] == "Done"
+    s = await scrape(f"http://127.0.0.1:{gw.port}")
+    assert s.value("xgw_card_updates_total", integration="wc", kind="update") == 1  # the final
+    assert s.value("xgw_card_updates_coalesced_total", integration="wc") == 0
