@@ -14,14 +14,11 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from gateway import __version__
 from gateway.actions import bridge, tools
@@ -51,6 +48,12 @@ from gateway.envelope import Chat
 from gateway.errors import PlatformApiError
 from sessions import STORE_FAILED, SessionRecords
 
+if TYPE_CHECKING:
+    # The SDK is imported when the server is made (a daemon without mcp.clients never pays
+    # its 0.6 s of imports at start).
+    import mcp_types as types
+    from mcp.server.lowlevel.server import Server
+
 log = structlog.get_logger("gateway.actions")
 
 
@@ -73,6 +76,9 @@ class ChatActionsServer:
         self.governor = governor
         self.metrics = metrics
         self.clock = clock
+        from mcp.server.lowlevel.server import Server
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
         self.server: Server[Any] = Server(
             "xpert-gateway",
             version=__version__,
@@ -159,6 +165,8 @@ class ChatActionsServer:
     async def _list_tools(
         self, _ctx: Any, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        import mcp_types as types
+
         listed = [
             types.Tool(
                 name=name, description=tools.SCHEMAS[name][0], input_schema=tools.input_schema(name)
@@ -170,6 +178,8 @@ class ChatActionsServer:
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        import mcp_types as types
+
         client = getattr(getattr(ctx.request, "state", None), "client", None)
         if not isinstance(client, McpClient):  # the handler always sets it
             return _error("unauthenticated")
@@ -270,4 +280,6 @@ def _dumps(value: Any) -> str:
 
 
 def _error(text: str) -> types.CallToolResult:
+    import mcp_types as types
+
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)

@@ -45,7 +45,7 @@ def test_check_names_the_endpoint_and_its_clients(tmp_path: Path, prefix: str) -
     [
         ({"id": "xp", "token": "short", "experts": ["echo"]}, "mcp.clients[xp].token: too short"),
         ({"id": "xp", "token": TOKEN, "experts": ["nobody"]}, "'nobody' names no expert"),
-        ({"id": "xp", "token": TOKEN, "experts": []}, "mcp.clients[xp].experts: List should"),
+        ({"id": "xp", "token": TOKEN, "experts": []}, "mcp.clients[xp].experts: needs at least 1 item"),
         ({"id": "xp", "experts": ["echo"]}, "mcp.clients[xp].token: missing"),
     ],
 )

@@ -77,6 +77,7 @@ async def test_a_batch_read_before_an_erasure_cannot_add_the_erased_records_back
         batch = batch_of(in_flight, now_ms=t)
         assert await erase_sender(db, "c", "alice") == {
             "turns": 0,
+            "redactedTurns": 0,
             "sessions": 0,
             "memoryChanges": 0,
         }
