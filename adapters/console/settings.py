@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from gateway.config.bases import IntegrationBase
+from gateway.config.bases import IntegrationBase, PlatformLimits
 from gateway.config.model import GatewayModel
 
 
@@ -34,6 +34,8 @@ class ConsoleIntegration(IntegrationBase):
     """The local web console at ``/console/``."""
 
     platform: Literal["console"]
+    # The console calls no platform: nothing to pace.
+    published_limits: ClassVar[PlatformLimits | None] = PlatformLimits(enabled=False)
     bot_name: str = "Xpert"
     users: list[DemoUser] = Field(default_factory=_users)
     group_chats: list[DemoChat] = Field(

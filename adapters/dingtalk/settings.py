@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from pydantic import Field, SecretStr, field_validator, model_validator
 from yarl import URL
 
-from gateway.config.bases import IntegrationBase
+from gateway.config.bases import IntegrationBase, PlatformLimits
 from gateway.edge.downloads import LOCAL_HOSTS
 
 # A link's click is remembered for runtime.dedupTtlHours, which is at least 8 h: a link that
@@ -32,6 +32,10 @@ class DingTalkIntegration(IntegrationBase):
     platform: Literal["dingtalk"]
     # `check` says "did you mean" for these (what users also call DingTalk).
     platform_aliases: ClassVar[tuple[str, ...]] = ("dingding", "钉钉")
+    # The defaults of platformLimits (docs/dingtalk.md, "Limits"): Standard edition, 20 calls/s
+    # per app per API (how-to-process-api-throttling…). The APIs that send to a chat:
+    # DingTalkApi.chat_endpoints.
+    published_limits: ClassVar[PlatformLimits | None] = PlatformLimits(calls_per_second=20)
     client_id: str = Field(min_length=1, description="The app's AppKey (Client ID)")
     client_secret: SecretStr = Field(description="The app's AppSecret (Client Secret)")
     robot_code: str | None = Field(

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gateway.config.bases import IntegrationBase
+from gateway.config.bases import IntegrationBase, PlatformLimits
 from gateway.edge.downloads import LOCAL_HOSTS
 
 
@@ -17,6 +17,15 @@ class LarkIntegration(IntegrationBase):
     platform: Literal["lark"]
     # `check` says "did you mean" for these (Feishu is Lark in mainland China: the same adapter).
     platform_aliases: ClassVar[tuple[str, ...]] = ("feishu", "larksuite", "飞书")
+    # The defaults of platformLimits (docs/lark.md, "Limits"): 50/s and 1,000/min per API per
+    # app; 5 sends/s to one chat (频控策略.md l.55-82, 发送消息.md l.21). CardKit's page says
+    # updates while streaming_mode is on "不会触发接口的频率限制（QPS）" (流式更新卡片.md l.33, 61),
+    # yet each CardKit API's page still names 1000/min & 50/s: streaming text is metered like
+    # the rest unless unmeteredApis says otherwise (docs/platform-limits.md). The APIs that send
+    # to a chat: LarkApi.chat_endpoints.
+    published_limits: ClassVar[PlatformLimits | None] = PlatformLimits(
+        calls_per_second=50, calls_per_minute=1000, chat_sends_per_second=5
+    )
     app_id: str = Field(min_length=1, description="App ID (cli_…)")
     app_secret: SecretStr = Field(description="App Secret")
     verification_token: SecretStr | None = Field(

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from gateway.config.bases import IntegrationBase
+from gateway.config.bases import IntegrationBase, PlatformLimits
 
 
 class WeComIntegration(IntegrationBase):
@@ -18,6 +18,15 @@ class WeComIntegration(IntegrationBase):
     platform: Literal["wecom"]
     # `check` says "did you mean" for these (WeCom's other names (WeChat Work, 企业微信)).
     platform_aliases: ClassVar[tuple[str, ...]] = ("wework", "wxwork", "workwx", "qywx", "企业微信")
+    # The defaults of platformLimits (docs/wecom.md, "Limits"): 10,000/min and 150,000/h per
+    # company per API; app messages 30/min and 1,000/h to one member, the excess silently
+    # dropped (访问频率限制.md l.15-22). The APIs that send to a chat: WeComApi.chat_endpoints.
+    published_limits: ClassVar[PlatformLimits | None] = PlatformLimits(
+        calls_per_minute=10_000,
+        calls_per_hour=150_000,
+        chat_sends_per_minute=30,
+        chat_sends_per_hour=1000,
+    )
     connection_mode: Literal["app", "aibot", "aibot_ws"] = Field(
         "app",
         description="app: self-built app callbacks; aibot: AI bot JSON callbacks with stream "

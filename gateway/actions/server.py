@@ -83,7 +83,7 @@ class ChatActionsServer:
             "xpert-gateway",
             version=__version__,
             instructions="Chat actions: send into, read and list the chats your agent has "
-            "sessions in, on Lark/Feishu, DingTalk, WeCom and the console.",
+            "sessions in, on each chat platform the gateway connects and the console.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )

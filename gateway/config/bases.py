@@ -5,14 +5,14 @@ each expert kind adds its backend's fields), with the conversation variables bot
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gateway.config.model import ID_PATTERN, GatewayModel, media_host
 from gateway.policy.limits import Limits
-from gateway.policy.platform_limits import PlatformLimits
+from gateway.policy.platform_limits import PlatformLimits as PlatformLimits
 from gateway.policy.route import Route
 from gateway.triggers.cron import unknown_zone
 from gateway.triggers.event_settings import EventSource, unique_sources
@@ -61,8 +61,14 @@ class VariableDecl(GatewayModel):
 
 
 class IntegrationBase(GatewayModel):
-    """Options every integration has; adapters subclass it with their platform fields."""
+    """Options every integration has; adapters subclass it with their platform fields and
+    declare their platform: ``platform_aliases`` (other names users give it: ``check`` says
+    "did you mean") and ``published_limits`` (its published per-app limits, the defaults of
+    ``platformLimits``; ``PlatformLimits(enabled=False)`` for a platform that publishes none;
+    left None, the integration runs unpaced and ``check`` says so)."""
 
+    platform_aliases: ClassVar[tuple[str, ...]] = ()
+    published_limits: ClassVar[PlatformLimits | None] = None
     id: str = Field(pattern=ID_PATTERN, description="integrationId")
     platform: str
     xpert_id: str = Field(description="The expert this integration talks to")
@@ -104,7 +110,7 @@ class IntegrationBase(GatewayModel):
         ge=1,
         le=1000,
         description="An answer longer than this many messages is sent as one file, answer.md, "
-        "the card showing its head (Lark, DingTalk, WeCom app mode)",
+        "the card showing its head (where the platform takes files: docs/<platform>.md)",
     )
     language: str | None = None
     timezone: str | None = None

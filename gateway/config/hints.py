@@ -14,7 +14,7 @@ from pydantic import BaseModel, SecretStr
 from gateway.config.paths import item_path, rename
 from gateway.config.settings import Settings
 from gateway.policy.checks import bundle_warnings
-from gateway.policy.platform_limits import PlatformLimits, platform_defaults
+from gateway.policy.platform_limits import PlatformLimits, platform_defaults, undeclared_limits
 from gateway.runtime.http_guard import is_loopback
 
 # Values the example configs and docs use where the operator must put a real one: replace-me,
@@ -124,11 +124,17 @@ def identity_warnings(settings: Settings) -> list[str]:
 
 def platform_limit_warnings(settings: Settings) -> list[str]:
     """``platformLimits`` figures above what the platform publishes: the platform refuses the
-    calls past its own, whatever the budget allows."""
+    calls past its own, whatever the budget allows; and an adapter that declares no published
+    limits, whose integrations run unpaced unless their ``platformLimits`` turn pacing on."""
     warnings: list[str] = []
     for i, integ in enumerate(settings.integrations):
-        published = platform_defaults(integ.platform)
-        own = integ.platform_limits
+        own, published = integ.platform_limits, platform_defaults(integ)
+        if integ.enabled and undeclared_limits(integ) and not own.over(published).enabled:
+            warnings.append(
+                f"integrations.{i}: the {integ.platform} adapter declares no published limits, "
+                "so its calls are not paced; set platformLimits (enabled: true and the "
+                "platform's figures, docs/platform-limits.md)"
+            )
         if not published.enabled or not own.enabled:
             continue
         for key in own.model_fields_set & set(PlatformLimits.model_fields):

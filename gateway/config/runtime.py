@@ -39,8 +39,8 @@ class RuntimeSettings(GatewayModel):
     connection_lease_seconds: float = Field(
         15,
         ge=1,
-        description="Long connections (Lark, DingTalk stream, WeCom aibot_ws) are held by one "
-        "process of all; another takes over within this long after it died",
+        description="Long connections (an adapter's WebSocket or stream to its platform) are "
+        "held by one process of all; another takes over within this long after it died",
     )
     spool_max_bytes: int = Field(
         64 * 1024 * 1024,

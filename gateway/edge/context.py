@@ -62,7 +62,7 @@ def budgets_for(
     ``platformLimits`` over its platform's published figures; None when it is not paced."""
 
     def budget(settings: IntegrationBase, app: str) -> CallBudget | None:
-        limits = settings.platform_limits.over(platform_defaults(settings.platform))
+        limits = settings.platform_limits.over(platform_defaults(settings))
         if not limits.enabled:
             return None
         return CallBudget(

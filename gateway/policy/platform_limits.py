@@ -1,15 +1,18 @@
 """``platformLimits``: what a platform lets one app call, per API and per month, with each
 platform's published figures as defaults (``docs/platform-limits.md``) and every figure
-overridable per integration, since tenants and editions differ. The budget that enforces them,
-shared by every replica, is ``gateway.edge.call_budget``."""
+overridable per integration, since tenants and editions differ. Each adapter declares its
+platform's figures (its settings model's ``published_limits``); the core names no platform. The
+budget that enforces them, shared by every replica, is ``gateway.edge.call_budget``."""
 
 from __future__ import annotations
+
+from typing import ClassVar, Protocol
 
 from pydantic import Field
 
 from gateway.config.model import GatewayModel
 
-__all__ = ["ApiLimits", "PlatformLimits", "platform_defaults"]
+__all__ = ["ApiLimits", "Declares", "PlatformLimits", "platform_defaults", "undeclared_limits"]
 
 
 def _windows(*per: int | None) -> list[tuple[int, float]]:
@@ -46,8 +49,8 @@ class PlatformLimits(ApiLimits):
     calls_per_month: int | None = Field(
         None,
         ge=1,
-        description="The tenant's monthly API quota (Feishu Basic: 10000; DingTalk Standard: "
-        "5000); cards spend less as it nears its end",
+        description="The tenant's monthly API quota (the platform's page in docs/ gives each "
+        "edition's); cards spend less as it nears its end",
     )
     month_utc_offset_hours: float = Field(
         8, ge=-12, le=14, description="The quota's month starts at midnight of this UTC offset"
@@ -84,27 +87,20 @@ class PlatformLimits(ApiLimits):
         return own.windows() if own is not None else self.windows()
 
 
-# The platforms' published figures (docs/<platform>.md, "Limits", with the doc sources).
-_DEFAULTS = {
-    # Lark: 50/s and 1,000/min per API per app; 5 sends/s to one chat (频控策略.md l.55-82,
-    # 发送消息.md l.21). CardKit's page says updates while streaming_mode is on "不会触发接口的
-    # 频率限制（QPS）" (流式更新卡片.md l.33, 61), yet each CardKit API's page still names
-    # 1000/min & 50/s: streaming text is metered like the rest unless unmeteredApis says
-    # otherwise (docs/platform-limits.md).
-    "lark": PlatformLimits(calls_per_second=50, calls_per_minute=1000, chat_sends_per_second=5),
-    # DingTalk Standard edition: 20 calls/s per app per API (how-to-process-api-throttling…).
-    "dingtalk": PlatformLimits(calls_per_second=20),
-    # WeCom: 10,000/min and 150,000/h per company per API; app messages 30/min and 1,000/h to
-    # one member, the excess silently dropped (访问频率限制.md l.15-22).
-    "wecom": PlatformLimits(
-        calls_per_minute=10_000,
-        calls_per_hour=150_000,
-        chat_sends_per_minute=30,
-        chat_sends_per_hour=1000,
-    ),
-}
+class Declares(Protocol):
+    """An adapter's settings model: ``published_limits`` is its platform's published figures
+    (``PlatformLimits(enabled=False)`` for one that publishes none), None when undeclared."""
+
+    published_limits: ClassVar[PlatformLimits | None]
 
 
-def platform_defaults(platform: str) -> PlatformLimits:
-    """The published limits of ``platform``; a platform without any is not paced."""
-    return _DEFAULTS.get(platform, PlatformLimits(enabled=False))
+def platform_defaults(model: Declares | type[Declares]) -> PlatformLimits:
+    """The published limits an adapter's settings model declares; one that declares none is
+    not paced (``check`` says so: ``undeclared_limits``)."""
+    declared = model.published_limits
+    return declared if declared is not None else PlatformLimits(enabled=False)
+
+
+def undeclared_limits(model: Declares | type[Declares]) -> bool:
+    """Whether the adapter left its platform's limits undeclared (so it runs unpaced)."""
+    return model.published_limits is None

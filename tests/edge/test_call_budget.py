@@ -14,6 +14,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from adapters.console.settings import ConsoleIntegration
+from adapters.dingtalk.settings import DingTalkIntegration
+from adapters.lark.settings import LarkIntegration
+from adapters.wecom.settings import WeComIntegration
 from gateway.edge.call_budget import BudgetExhausted, CallBudget, Priority, calls_as, month_of
 from gateway.policy.platform_limits import PlatformLimits, platform_defaults
 from sessions import KeyBuilder, PlatformBudgets, SessionStore
@@ -220,15 +224,15 @@ async def test_a_store_that_cannot_be_reached_lets_calls_go_unpaced() -> None:
 
 
 def test_the_published_limits_are_the_defaults_and_each_can_be_overridden() -> None:
-    lark = platform_defaults("lark")
+    lark = platform_defaults(LarkIntegration)  # each adapter declares its platform's
     assert lark.api_windows("reply") == [(50, 1.0), (1000, 60.0)]
     assert lark.chat_windows() == [(5, 1.0)]
     assert lark.api_windows("card_stream") == [(50, 1.0), (1000, 60.0)]  # metered: the safe reading
     streaming = PlatformLimits.model_validate({"unmeteredApis": ["card_stream"]}).over(lark)
     assert streaming.api_windows("card_stream") == []
-    assert platform_defaults("dingtalk").api_windows("group_send") == [(20, 1.0)]
-    assert platform_defaults("wecom").chat_windows() == [(30, 60.0), (1000, 3600.0)]
-    assert not platform_defaults("console").enabled
+    assert platform_defaults(DingTalkIntegration).api_windows("group_send") == [(20, 1.0)]
+    assert platform_defaults(WeComIntegration).chat_windows() == [(30, 60.0), (1000, 3600.0)]
+    assert not platform_defaults(ConsoleIntegration).enabled  # declared: nothing to pace
     own = PlatformLimits.model_validate(
         {"callsPerSecond": 10, "callsPerMonth": 10000, "apis": {"patch": {"callsPerSecond": 3}}}
     ).over(lark)
