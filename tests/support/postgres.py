@@ -74,22 +74,31 @@ class TcpProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # no new connections
+        # Cut the open ones before waiting: from Python 3.12 ``wait_closed`` waits for every
+        # connection the server accepted to end (CPython gh-79033).
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
+        if server is not None:
+            await server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        self._writers.add(writer)  # cut by close() from now on
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.transport.abort()
+            self._writers.discard(writer)
             return
-        self._writers |= {writer, up_writer}
+        if self._server is None or writer.transport.is_closing():  # closed meanwhile
+            writer.transport.abort()
+            up_writer.transport.abort()
+            return
+        self._writers.add(up_writer)
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(Exception):
