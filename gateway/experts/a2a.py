@@ -37,7 +37,7 @@ from gateway.experts.a2a_protocol import (
     message,
 )
 from gateway.experts.base import Expert, ExpertContext, TurnInput
-from gateway.experts.http import ExpertHttpError, error_for
+from gateway.experts.http import ExpertHttpError, error_for, user_error
 from gateway.experts.sse import COMMENT, read_sse
 
 log = structlog.get_logger("gateway.experts.a2a")
@@ -127,7 +127,7 @@ class A2AExpert(Expert):
             yield Finished("error", f"The A2A agent cannot be used: {exc}.")
             return
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
-            yield Finished("error", _user_error(exc))
+            yield Finished("error", user_error(exc, "The A2A agent", self.settings.url))
             return
         metadata = {
             "senderId": turn.sender_id,
@@ -152,7 +152,7 @@ class A2AExpert(Expert):
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("a2a exchange failed", error=str(exc))
             self._tasks.pop(turn.turn_id, None)
-            yield Finished("error", _user_error(exc))
+            yield Finished("error", user_error(exc, "The A2A agent", self.settings.url))
             return
         except asyncio.CancelledError:
             raise  # Stop: cancel() still needs the task's id
@@ -291,9 +291,3 @@ def _result(data: Any, endpoint: Endpoint) -> Any:
             f"(code {error.get('code')})."
         )
     return data.get("result")
-
-
-def _user_error(exc: BaseException) -> str:
-    if isinstance(exc, ExpertHttpError):
-        return str(exc)
-    return f"The A2A agent could not be reached ({type(exc).__name__})."

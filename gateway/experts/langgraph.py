@@ -34,7 +34,7 @@ from gateway.events import (
     VariablesEvent,
 )
 from gateway.experts.base import Expert, ExpertContext, TurnInput
-from gateway.experts.http import ExpertHttpError, error_for
+from gateway.experts.http import ExpertHttpError, error_for, unreachable, user_error
 from gateway.experts.langgraph_stream import (
     LangGraphStream,
     decision_for,
@@ -205,7 +205,7 @@ class LangGraphExpert(Expert):
             waiting = await self._waiting(turn.expert_thread_id)
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             yield Started(run_id=turn.turn_id, thread_id=thread_id)
-            yield Finished("error", _user_error(exc))
+            yield Finished("error", user_error(exc, BACKEND, self.settings.base_url))
             return
         holds: dict[str, Any] = {}
         if waiting:
@@ -269,7 +269,7 @@ class LangGraphExpert(Expert):
         except (ExpertHttpError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("langgraph run failed", error=str(exc), thread_id=thread_id)
             self._runs.pop(turn.turn_id, None)
-            yield Finished("error", _user_error(exc))
+            yield Finished("error", user_error(exc, BACKEND, self.settings.base_url))
             return
         except asyncio.CancelledError:
             raise  # Stop: cancel() still needs the run's ids
@@ -322,6 +322,8 @@ class LangGraphExpert(Expert):
                 if failures == s.connect_retries or (sent and run.stream.run_id is None):
                     # A run that may have started but whose id we never saw cannot be
                     # rejoined, and starting it again could run it twice.
+                    if not sent:
+                        raise unreachable(BACKEND, s.base_url, exc) from exc
                     raise ExpertHttpError(
                         f"{BACKEND} connection was lost ({type(exc).__name__})."
                     ) from exc
@@ -389,9 +391,3 @@ class LangGraphExpert(Expert):
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
-
-
-def _user_error(exc: BaseException) -> str:
-    if isinstance(exc, ExpertHttpError):
-        return str(exc)
-    return f"{BACKEND} could not be reached ({type(exc).__name__})."

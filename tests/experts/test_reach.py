@@ -66,6 +66,25 @@ async def test_an_unreachable_xpertai_is_named_on_the_card_and_in_the_log(
     assert f"{url}/threads" in line["error"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "key", "backend"),
+    [("langgraph", "baseUrl", "The LangGraph agent"), ("a2a", "url", "The A2A agent")],
+)
+async def test_an_unreachable_agent_server_is_named_on_the_card(
+    make_gateway: Callable[..., Any], prefix: str, kind: str, key: str, backend: str
+) -> None:
+    url = nobody()
+    cfg = base_config(prefix, xpertId="agent")
+    expert: dict[str, Any] = {"id": "agent", "kind": kind, key: url, "connectRetries": 0}
+    if kind == "langgraph":
+        expert["assistantId"] = "agent"
+    cfg["experts"] = [expert]
+    console = await make_gateway(cfg)
+    await console.send("hello")
+    [card] = await console.wait_cards(status="error")
+    assert f"{backend} could not be reached at {url}" in card["card"]["error"]
+
+
 async def test_check_probe_tries_each_experts_url_and_key(
     backends: tuple[FakeOpenAI, str, FakeXpertAI, str], tmp_path: Path
 ) -> None:
