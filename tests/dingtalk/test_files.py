@@ -6,24 +6,13 @@ fetched from it, uploaded to XpertAI (``POST /api/ai/contexts/file``), and the r
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.support.dingtalk import robot_message, running
-from tests.support.helpers import serve
 from tests.support.waits import eventually
 
 PDF = b"%PDF-1.4\n" + os.urandom(30_000) + b"\n%%EOF\n"
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 async def test_a_dingtalk_pdf_is_uploaded_and_the_run_carries_its_agent_file(

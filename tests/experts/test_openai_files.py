@@ -30,14 +30,6 @@ async def model() -> AsyncIterator[tuple[FakeOpenAI, str]]:
 
 
 @pytest.fixture
-async def lark() -> AsyncIterator[FakeLark]:
-    server = FakeLark()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def gateway(
     lark: FakeLark, prefix: str, model: tuple[FakeOpenAI, str], redis_client: Any
 ) -> AsyncIterator[Callable[..., Any]]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,13 +17,6 @@ from tests.support.admin import TOKEN, admin
 from tests.support.helpers import ConsoleClient, serve
 from tests.support.waits import eventually
 from tests.support.xpert import config
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 async def test_a_run_shows_its_tool_and_steps_streams_the_answer_and_ends_done(

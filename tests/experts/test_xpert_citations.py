@@ -5,10 +5,8 @@ titles, a tool's model-facing description in a confirmation. End to end through 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from gateway.citations import Sources, render
 from gateway.events import TextDelta
@@ -17,17 +15,10 @@ from gateway.experts.xpert_stream import XpertStream, interrupt_prompt
 from gateway.progress import Progress
 from tests.fakes.lark import FakeLark
 from tests.fakes.xpertai import FakeXpertAI
-from tests.support.helpers import InProcessGateway, serve
+from tests.support.helpers import InProcessGateway
 from tests.support.lark import LarkHarness, answer, final_card, lark_integration, message_event
 from tests.support.waits import eventually
 from tests.support.xpert import CITED, config
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 async def test_citations_become_footnotes_with_the_sources_the_run_named(

@@ -5,12 +5,11 @@ the call's arguments in a stream component; and the option buttons a Progress ma
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import aiohttp
-import pytest
 
 from gateway.events import Clarification, TextDelta
 from gateway.experts.sse import SseEvent
@@ -20,7 +19,6 @@ from gateway.experts.xpert_stream import XpertStream
 from gateway.progress import Progress, option_of
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import RESTATED, Thread, format_clarification, lc_message
-from tests.support.helpers import serve
 from tests.support.xpert import config
 
 ASKED = Clarification("Which region?", ("China", "Europe"), "Sales are per region.", True)
@@ -179,13 +177,6 @@ def test_the_card_asks_with_one_button_per_option() -> None:
     shown = Progress(turn_id="t").apply(many).finish("success")
     assert len(shown.buttons) == 6 and all(len(b.label) <= 40 for b in shown.buttons)
     assert "6. option 5" in shown.answer and "5. option 4" not in shown.answer  # no button
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 def _inputs(fake: FakeXpertAI) -> list[str]:

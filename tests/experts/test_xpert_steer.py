@@ -5,7 +5,7 @@ clientMessageId) is in the fake's docstring."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,16 +13,8 @@ import pytest
 import gateway.experts.xpert as xpert_module
 from tests.fakes.xpertai import FakeXpertAI
 from tests.fakes.xpertai_agent import Run
-from tests.support.helpers import serve
 from tests.support.waits import eventually
 from tests.support.xpert import config
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 def _texts(run: Run) -> str:

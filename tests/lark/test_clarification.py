@@ -13,7 +13,7 @@ import pytest
 from tests.fakes.lark import FakeLark
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
 from tests.fakes.xpertai_agent import RESTATED
-from tests.support.helpers import InProcessGateway, serve
+from tests.support.helpers import InProcessGateway
 from tests.support.lark import (
     LarkHarness,
     answer,
@@ -26,13 +26,6 @@ from tests.support.lark import (
 from tests.support.waits import eventually
 
 ASKING = "A question for you"
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 @pytest.fixture

@@ -15,18 +15,11 @@ import pytest
 
 from tests.fakes.lark import FakeLark
 from tests.fakes.xpertai import API_KEY, FakeXpertAI
-from tests.support.helpers import InProcessGateway, serve
+from tests.support.helpers import InProcessGateway
 from tests.support.lark import LarkHarness, final_card, lark_config, message_event
 from tests.support.waits import eventually
 
 PDF = b"%PDF-1.7\n" + os.urandom(40_000) + b"\n%%EOF\n"
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 @pytest.fixture

@@ -3,24 +3,17 @@ and the next turn's requests carry what they say (console -> daemon -> fake Xper
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.fakes.xpertai import FakeXpertAI
 from tests.support.admin import TOKEN, admin
-from tests.support.helpers import ConsoleClient, serve
+from tests.support.helpers import ConsoleClient
 from tests.support.xpert import config
 
 CONFIGURED = [{"integrationId": "console", "senderId": "bob", "userId": "u-7"}]
-
-
-@pytest.fixture
-async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
-    fake = FakeXpertAI(keepalive_s=0.2)
-    async for url in serve(fake.app()):
-        yield fake, url + "/api/ai"
 
 
 async def _post(console: ConsoleClient, body: Any, token: str = TOKEN) -> tuple[int, Any]:

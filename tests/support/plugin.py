@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tests.fakes.lark import FakeLark
+from tests.fakes.xpertai import FakeXpertAI
 from tests.support.agent_servers import AgentServer, a2a_server, langgraph_dev
 from tests.support.cluster import LocalCluster
 from tests.support.configs import base_config
-from tests.support.helpers import ConsoleClient, Gateways
+from tests.support.helpers import ConsoleClient, Gateways, serve
 from tests.support.postgres import own_database
 from tests.support.redis_targets import (
     STANDALONE,
@@ -147,6 +149,24 @@ async def make_gateway(prefix: str, gateways: Gateways) -> Callable[..., Awaitab
 async def console(make_gateway: Callable[..., Any]) -> ConsoleClient:
     client: ConsoleClient = await make_gateway()
     return client
+
+
+@pytest.fixture
+async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
+    """The fake XpertAI served on a free port, and its API base URL (a module may define its
+    own ``xpert`` fixture for a differently set-up fake)."""
+    fake = FakeXpertAI(keepalive_s=0.2)
+    async for url in serve(fake.app()):
+        yield fake, url + "/api/ai"
+
+
+@pytest.fixture
+async def lark() -> AsyncIterator[FakeLark]:
+    """The fake Lark OpenAPI server, started and stopped with the test."""
+    server = FakeLark()
+    await server.start()
+    yield server
+    await server.stop()
 
 
 @pytest.fixture
