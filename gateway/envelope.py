@@ -77,7 +77,7 @@ class Subject(_Frozen):
 
 class Trigger(_Frozen):
     """What started a turn nobody addressed to the bot (kind ``watch``): the watch's id, its
-    instruction and the expert it names, if any (``gateway.triggers.watch``)."""
+    instruction and the expert it names, if any (``gateway.config.watch``)."""
 
     id: str
     text: str | None = None

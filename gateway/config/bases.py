@@ -10,13 +10,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from gateway.config.cron import unknown_zone
+from gateway.config.event_settings import EventSource, unique_sources
+from gateway.config.limits import Limits
 from gateway.config.model import ID_PATTERN, GatewayModel, media_host
-from gateway.policy.limits import Limits
-from gateway.policy.platform_limits import PlatformLimits as PlatformLimits
-from gateway.policy.route import Route
-from gateway.triggers.cron import unknown_zone
-from gateway.triggers.event_settings import EventSource, unique_sources
-from gateway.triggers.watch import Watches
+from gateway.config.platform_limits import PlatformLimits as PlatformLimits
+from gateway.config.route import Route
+from gateway.config.watch import Watches
 
 MAX_ATTACHMENT_BYTES = 36 * 1024 * 1024  # see max_attachment_bytes_per_turn
 
@@ -41,6 +41,30 @@ class ExpertBase(GatewayModel):
         for entry in value:
             media_host(entry)
         return value
+
+
+class ExpertKind:
+    """What the settings know of an expert kind (``gateway.experts.base.Expert`` subclasses
+    it): its ``kind``, its settings model, and what it can do, declared on the class."""
+
+    kind: ClassVar[str]
+    settings_model: ClassVar[type[ExpertBase]]
+    # Whether a running run takes follow-up messages (``steer``): busyPolicy steer needs it.
+    supports_steer: ClassVar[bool] = False
+    # What a route's access bundle may set on this kind (gateway/policy/bundles.py): of
+    # BUNDLE_OPTIONS (gateway/experts/base.py), each a field of ``settings_model`` that the
+    # route's value replaces.
+    bundle_options: ClassVar[frozenset[str]] = frozenset()
+    # Whether only declared conversation variables reach the backend (route variables that are
+    # not declared are then warned about by ``check``).
+    declared_variables_only: ClassVar[bool] = False
+
+    @classmethod
+    def acts_as_sender(cls, settings: ExpertBase) -> bool:
+        """Whether a group turn of this expert acts as its sender (a backend user per sender):
+        then the gateway never puts two senders' messages into one turn or one run (a burst is
+        split by sender, a steer goes only into the same sender's run; issue 36)."""
+        return False
 
 
 class VariableDecl(GatewayModel):

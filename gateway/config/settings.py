@@ -13,17 +13,16 @@ from pydantic import AfterValidator, Field, SecretStr, create_model, model_valid
 
 from gateway.config.archive import ArchiveSettings
 from gateway.config.audit import AuditSettings
-from gateway.config.bases import ExpertBase, IntegrationBase
+from gateway.config.bases import ExpertBase, ExpertKind, IntegrationBase
 from gateway.config.masking import unmask
 from gateway.config.mcp import McpSettings
 from gateway.config.model import GatewayModel
 from gateway.config.redis import RedisSettings
+from gateway.config.route import bundle_problems
 from gateway.config.runtime import LoggingSettings, RuntimeSettings
+from gateway.config.schedule_settings import Schedules, problems_of
 from gateway.config.server import AdminSettings, ServerSettings
-from gateway.experts.base import Expert
-from gateway.policy.checks import bundle_problems
-from gateway.triggers.schedule_settings import Schedules, problems_of
-from gateway.triggers.watch import watch_problems
+from gateway.config.watch import watch_problems
 from sessions.audit import AuditLimits
 
 
@@ -38,7 +37,7 @@ def _secrets(expert: ExpertBase) -> dict[str, str]:
 
 
 def rebuild_expert(
-    snapshot: Mapping[str, Any], current: ExpertBase | None, kinds: Mapping[str, type[Expert]]
+    snapshot: Mapping[str, Any], current: ExpertBase | None, kinds: Mapping[str, type[ExpertKind]]
 ) -> ExpertBase:
     """A session's expert settings, validated again by the model of its kind. Snapshots hold no
     secrets (they are masked there): those of ``current``, the expert with the same id in the
@@ -73,7 +72,7 @@ class Settings(GatewayModel):
     )
 
     # The installed expert kinds the model was built for (build_settings_model).
-    expert_kinds: ClassVar[Mapping[str, type[Expert]]] = {}
+    expert_kinds: ClassVar[Mapping[str, type[ExpertKind]]] = {}
 
     @model_validator(mode="after")
     def _cross_check(self) -> Settings:
@@ -151,7 +150,7 @@ class Settings(GatewayModel):
 
 def build_settings_model(
     integration_models: Mapping[str, type[IntegrationBase]],
-    expert_kinds: Mapping[str, type[Expert]],
+    expert_kinds: Mapping[str, type[ExpertKind]],
 ) -> type[Settings]:
     """A Settings model whose ``integrations`` accept the installed adapters' models and whose
     ``experts`` accept the installed expert kinds' models (discriminated by ``kind``)."""

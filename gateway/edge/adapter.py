@@ -80,7 +80,7 @@ class Adapter:
 
     def reuses_card(self, handle: str) -> bool:
         """Whether a card an earlier turn sent can show a later turn in place (an external
-        object's card, updated by each of its events: gateway/triggers/event_cards.py). False
+        object's card, updated by each of its events: gateway/turns/event_cards.py). False
         where updates are once-only messages (markdown replies), so each turn gets its own."""
         return False
 

@@ -4,8 +4,8 @@ hand such buttons to each person privately."""
 from __future__ import annotations
 
 from gateway.config.bases import IntegrationBase
+from gateway.config.route import route_of
 from gateway.envelope import Envelope, asker_of
-from gateway.policy.route import route_of
 
 __all__ = ["answerers", "approvers_for"]
 

@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 
+from gateway.config.platform_limits import PlatformLimits
 from gateway.edge.calls import (
     MARGIN_S,
     BudgetEvents,
@@ -46,7 +47,6 @@ from gateway.edge.calls import (
     quota_mode,
 )
 from gateway.errors import unwatched
-from gateway.policy.platform_limits import PlatformLimits
 from sessions import STORE_FAILED, PlatformBudgets, Take, Window
 
 __all__ = [

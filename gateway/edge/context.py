@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.bases import IntegrationBase
+from gateway.config.platform_limits import platform_defaults
 from gateway.edge.call_budget import BudgetEvents, CallBudget
 from gateway.edge.ingest import Ingest
 from gateway.edge.platform_api import ApiCalls
 from gateway.edge.stores import RecordStore, TimelineStore
-from gateway.policy.platform_limits import platform_defaults
 from sessions import PlatformBudgets
 
 __all__ = ["AdapterContext", "budgets_for"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from gateway.config.bases import ExpertBase
+from gateway.config.bases import ExpertBase, ExpertKind
 from gateway.events import Decision, RunEvent
 from sessions import HistoryStore, PrincipalStore
 
@@ -61,16 +61,17 @@ class ExpertContext:
     current: Callable[[str], ExpertBase | None] | None = None
 
 
-class Expert(abc.ABC):
+BUNDLE_OPTIONS = ("model", "tools")  # what a route may set on its expert (Expert.bundle_options)
+
+
+class Expert(ExpertKind, abc.ABC):
     """A backend. ``run`` and ``resume`` stream events and end with exactly one ``Finished``.
 
     Each subclass is an expert kind: registered under the ``xpert_gateway.experts`` entry point
     group by its ``kind`` (gateway/experts/registry.py), it brings ``settings_model`` (what a
-    config's ``experts`` entry of this kind holds) and builds itself from it in ``create``.
+    config's ``experts`` entry of this kind holds) and builds itself from it in ``create``;
+    what it can do is declared on the class (``gateway.config.bases.ExpertKind``).
     """
-
-    kind: ClassVar[str]
-    settings_model: ClassVar[type[ExpertBase]]
 
     @classmethod
     @abc.abstractmethod
@@ -85,18 +86,10 @@ class Expert(abc.ABC):
         self, turn: TurnInput, decision: Decision, interrupt: dict[str, Any]
     ) -> AsyncIterator[RunEvent]: ...
 
-    # Whether a running run takes follow-up messages (``steer``): busyPolicy steer needs it.
-    supports_steer: ClassVar[bool] = False
     accepts_images = False  # the runner fetches image attachments through the adapter for it
     # ... and other files (PDF, Word, text: kind "file") for it, as data URLs; ``refuses_file``
     # may still turn one away by its type. Without it, the card says it reads no files.
     accepts_files = False
-    # What a route's access bundle may set on this kind (gateway/policy/bundles.py): "model" and/or
-    # "tools", each a field of ``settings_model`` that the route's value replaces.
-    bundle_options: ClassVar[frozenset[str]] = frozenset()
-    # Whether only declared conversation variables reach the backend (route variables that are
-    # not declared are then warned about by ``check``).
-    declared_variables_only: ClassVar[bool] = False
 
     @classmethod
     async def probe(cls, settings: ExpertBase) -> str | None:
@@ -104,13 +97,6 @@ class Expert(abc.ABC):
         (``xpert-gateway check --probe``): what answered, or None for a kind with nothing to
         reach; an ``ExpertHttpError`` (gateway/experts/http.py) says what failed."""
         return None
-
-    @classmethod
-    def acts_as_sender(cls, settings: ExpertBase) -> bool:
-        """Whether a group turn of this expert acts as its sender (a backend user per sender):
-        then the gateway never puts two senders' messages into one turn or one run (a burst is
-        split by sender, a steer goes only into the same sender's run; issue 36)."""
-        return False
 
     def refuses_file(self, mime: str) -> str | None:
         """Why this expert cannot take a fetched file of type ``mime`` (the card shows it and
@@ -143,8 +129,8 @@ class Expert(abc.ABC):
         run (busyPolicy steer); what it answers is shown on the run's card (steps)."""
         raise NotImplementedError(f"{self.kind} experts cannot be steered")
 
-    async def cancel(self, turn: TurnInput) -> None:  # noqa: B027 - optional hook
+    async def cancel(self, turn: TurnInput) -> None:
         """Ask the backend to stop the run; the runner cancels the local stream itself."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:
         """Release connections."""

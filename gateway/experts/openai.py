@@ -6,6 +6,7 @@ import asyncio
 import base64
 import binascii
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -20,13 +21,20 @@ from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for, unreachable
 from gateway.experts.probes import probe_openai
 from gateway.experts.sse import read_sse
-from gateway.turns.variables import render_template
 from sessions import HistoryStore
 
 log = structlog.get_logger("gateway.experts.openai")
 PDF = "application/pdf"
 MAX_TEXT_CHARS = 100_000  # of one text file, inlined into the prompt
 TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-yaml"})
+
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w.]*)\s*\}\}")
+
+
+def render_template(template: str, variables: dict[str, Any]) -> str:
+    """Fill ``{{name}}`` placeholders of the system prompt; an unknown name becomes empty text."""
+    return _PLACEHOLDER.sub(lambda m: str(variables.get(m.group(1), "")), template)
 
 
 def is_text(mime: str) -> bool:

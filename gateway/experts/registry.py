@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Literal, get_args, get_origin
 
-from gateway.config.bases import ExpertBase
+from gateway.config.bases import ExpertBase, ExpertKind
 from gateway.errors import GatewayError
-from gateway.experts.base import Expert, ExpertContext
-from gateway.policy.bundles import option_problems
+from gateway.experts.base import BUNDLE_OPTIONS, Expert, ExpertContext
 from sessions import HistoryStore, PrincipalStore
 
 ENTRY_POINT_GROUP = "xpert_gateway.experts"
@@ -65,14 +64,25 @@ def build_expert(
     settings: ExpertBase,
     *,
     history: HistoryStore | None = None,
-    kinds: Mapping[str, type[Expert]] | None = None,
+    kinds: Mapping[str, type[ExpertKind]] | None = None,
     principals: PrincipalStore | None = None,
     current: Callable[[str], ExpertBase | None] | None = None,
 ) -> Expert:
     """The expert for ``settings``, built by its kind (``kinds``: a settings model's
     ``expert_kinds``; the installed ones when not given)."""
     kind = (discover_experts() if kinds is None else kinds).get(settings.kind)
-    if kind is None:
+    if kind is None or not issubclass(kind, Expert):
         raise ValueError(f"expert kind {settings.kind!r} is not installed")
     context = ExpertContext(history=history, principals=principals, current=current)
     return kind.create(settings=settings, context=context)
+
+
+def option_problems(kind: type[ExpertKind]) -> list[str]:
+    """A kind's ``bundle_options`` that are unknown or that its settings model has no field
+    for (a packaging mistake, reported by the expert registry)."""
+    return [
+        f"bundle option {option!r} "
+        + ("is unknown" if option not in BUNDLE_OPTIONS else "has no field")
+        for option in sorted(kind.bundle_options)
+        if option not in BUNDLE_OPTIONS or option not in kind.settings_model.model_fields
+    ]

@@ -20,11 +20,11 @@ from aiohttp import web
 
 from gateway.config.bases import IntegrationBase
 from gateway.config.model import ID_PATTERN
+from gateway.config.route import match_route
 from gateway.config.settings import Settings
 from gateway.conversation import ConversationId
 from gateway.ops.admin import Handler, fail, ok
 from gateway.policy.budgets import Budgets, day_of
-from gateway.policy.route import match_route
 from sessions.budgets import HOUR_MS
 
 log = structlog.get_logger("gateway.ops.admin")

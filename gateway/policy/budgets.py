@@ -1,4 +1,4 @@
-"""Budgets: ``limits`` per integration, overridden per route (gateway/policy/limits.py),
+"""Budgets: ``limits`` per integration, overridden per route (gateway/config/limits.py),
 enforced at intake and reported by ``GET /v1.0/usage`` (gateway/ops/usage_api.py).
 
 What counts, and when: a message that opens a new burst is a turn, counted when it is accepted
@@ -31,10 +31,10 @@ import structlog
 
 from gateway.clock import now_ms
 from gateway.config.bases import IntegrationBase
+from gateway.config.limits import Limits
+from gateway.config.route import route_of
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
-from gateway.policy.limits import Limits
-from gateway.policy.route import route_of
 from gateway.policy.routing import route
 from gateway.turns.audit import TurnFacts, audit_record
 from gateway.turns.records import TurnEnd, TurnTimings

@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.config.bases import ExpertKind
+from gateway.config.route import Route, route_of
 from gateway.envelope import Envelope
-from gateway.experts.base import Expert
-from gateway.policy.route import Route, route_of
-
-BUNDLE_OPTIONS = ("model", "tools")  # what a route may set on its expert (Expert.bundle_options)
+from gateway.experts.base import BUNDLE_OPTIONS
 
 
-def applied_options(route: Route, kind: type[Expert] | None) -> dict[str, Any]:
+def applied_options(route: Route, kind: type[ExpertKind] | None) -> dict[str, Any]:
     """The route's model and tools its expert's kind takes; the others are left (``check``
     warns about them: :func:`bundle_warnings`)."""
     taken = kind.bundle_options if kind is not None else frozenset()
@@ -41,7 +40,12 @@ def bundle_part(index: int, route: Route, applied: Mapping[str, Any]) -> dict[st
 
 
 def bundled(
-    routes: list[Route], envelope: Envelope, expert: Any, kind: type[Expert] | None, *, own: bool
+    routes: list[Route],
+    envelope: Envelope,
+    expert: Any,
+    kind: type[ExpertKind] | None,
+    *,
+    own: bool,
 ) -> tuple[Any, dict[str, Any] | None]:
     """The expert settings (an ExpertBase) a session opened by ``envelope`` uses, and the bundle
     part of its snapshot (None: no route holds). ``own``: the route's expert (or the
@@ -55,14 +59,3 @@ def bundled(
     if applied:
         expert = expert.model_copy(update=applied)
     return expert, bundle_part(index, route, applied)
-
-
-def option_problems(kind: type[Expert]) -> list[str]:
-    """A kind's ``bundle_options`` that are unknown or that its settings model has no field
-    for (a packaging mistake, reported by the expert registry)."""
-    return [
-        f"bundle option {option!r} "
-        + ("is unknown" if option not in BUNDLE_OPTIONS else "has no field")
-        for option in sorted(kind.bundle_options)
-        if option not in BUNDLE_OPTIONS or option not in kind.settings_model.model_fields
-    ]

@@ -1,24 +1,15 @@
-"""What ``check`` says about routes: a route naming no expert is an error; options or variables
-its expert's kind cannot take are warnings, never silently ignored."""
+"""What ``check`` says about routes: options or variables its expert's kind cannot take are
+warnings, never silently ignored (a route naming no expert is an error:
+``gateway.config.route.bundle_problems``)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from gateway.experts.base import Expert
-from gateway.policy.bundles import BUNDLE_OPTIONS
-from gateway.policy.route import Route
-
-
-def bundle_problems(path: str, routes: list[Route], experts: Collection[str]) -> list[str]:
-    """Errors: a route naming no expert (and the experts there are)."""
-    known = ", ".join(sorted(experts))
-    return [
-        f"{path}.routes.{j}.xpertId: {route.xpert_id!r} names no expert (experts: {known})"
-        for j, route in enumerate(routes)
-        if route.xpert_id is not None and route.xpert_id not in experts
-    ]
+from gateway.config.bases import ExpertKind
+from gateway.config.route import Route
+from gateway.experts.base import BUNDLE_OPTIONS
 
 
 def bundle_warnings(
@@ -26,7 +17,7 @@ def bundle_warnings(
     default_xpert: str,
     routes: list[Route],
     experts: Mapping[str, Any],
-    kinds: Mapping[str, type[Expert]],
+    kinds: Mapping[str, type[ExpertKind]],
     declared: set[str],
 ) -> list[str]:
     """What a route sets that its expert's kind cannot take: never silently ignored."""

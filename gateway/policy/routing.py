@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from gateway.config.bases import IntegrationBase
+from gateway.config.route import route_of
 from gateway.envelope import Envelope
-from gateway.policy.route import route_of
 
 
 def named_expert(integration: IntegrationBase, envelope: Envelope) -> str | None:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from gateway import __version__
 
 if TYPE_CHECKING:
+    from gateway.config.limits import Limits
     from gateway.config.settings import Settings
-    from gateway.policy.limits import Limits
 
 
 HELP = """\
@@ -82,7 +82,7 @@ def _print_schedules(settings: Settings) -> None:
     (runtime ones live in Redis)."""
     import time
 
-    from gateway.triggers.cron import iso
+    from gateway.config.cron import iso
     from gateway.triggers.schedule_book import entries_of
 
     entries = entries_of(settings, {})
@@ -125,7 +125,7 @@ def _limits(limits: Limits) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from gateway.config.hints import config_warnings, redis_summary
+    from gateway.runtime.hints import config_warnings, redis_summary
 
     settings = _load_or_report(args.config)
     if settings is None:
@@ -207,9 +207,9 @@ def _run(args: argparse.Namespace) -> int:
     import structlog
 
     from gateway.archive.service import ArchiveRefused
-    from gateway.config.hints import config_warnings, redis_summary
     from gateway.logging import configure_logging
     from gateway.runtime.daemon import StartupError, Worker, serve
+    from gateway.runtime.hints import config_warnings, redis_summary
     from sessions.connection import RedisStartupError
 
     settings = _load_or_report(args.config)

@@ -12,7 +12,7 @@ dedup id is the digest of the signed body, so a replay under a new delivery id i
 
 Each event is about an object (a pull request, a merge request, a CI run, a generic ``key``):
 the Envelope's ``subject``. The object's events are one conversation, so they run in order, and
-they show in one card until the object reaches a final state (``gateway.triggers.event_cards``).
+they show in one card until the object reaches a final state (``gateway.turns.event_cards``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from gateway.config.event_settings import EventSource
 from gateway.edge.adapter import Adapter
 from gateway.edge.body import HttpRequest, body_text, json_object
 from gateway.edge.ingest import IngestOutcome
 from gateway.edge.webhook import Webhook
 from gateway.envelope import Chat, Envelope, Sender, Subject, Trigger
 from gateway.errors import Refused
-from gateway.triggers.event_settings import EventSource
 from gateway.triggers.github import GitHubSource
 from gateway.triggers.gitlab import GitLabSource
 from gateway.triggers.sources import ExternalEvent, GenericSource, Ignored, Source, body_digest

@@ -27,9 +27,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.config.event_settings import EventSource
 from gateway.edge.body import HttpRequest
 from gateway.errors import Refused
-from gateway.triggers.event_settings import EventSource
 from gateway.triggers.sources import (
     ExternalEvent,
     Ignored,

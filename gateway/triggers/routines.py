@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from gateway.config.bases import IntegrationBase
+from gateway.config.cron import Cron, CronError, split_command
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.ingest import IngestOutcome
@@ -30,7 +31,6 @@ from gateway.envelope import Envelope
 from gateway.errors import Refused
 from gateway.intake.router import Incoming
 from gateway.progress import ACTION_ROUTINE_CANCEL, ACTION_ROUTINE_CONFIRM, Button, Progress
-from gateway.triggers.cron import Cron, CronError, split_command
 from gateway.triggers.phrases import USAGE_TEXT, RoutineSpec, Unrecognised, parse_routine
 from gateway.triggers.schedule_book import Entry, ScheduleBook, too_often
 from sessions import ScheduleStore, SessionStore

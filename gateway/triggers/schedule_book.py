@@ -14,10 +14,10 @@ from pydantic import ValidationError
 
 from gateway.clock import now_ms
 from gateway.config.bases import IntegrationBase
+from gateway.config.cron import Cron, CronError, iso, min_gap_seconds
+from gateway.config.schedule_settings import RuntimeSchedule, ScheduleConfig, problems_of
 from gateway.config.settings import Settings
 from gateway.errors import Refused, first_problem
-from gateway.triggers.cron import Cron, CronError, iso, min_gap_seconds
-from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig, problems_of
 from sessions import ScheduleStore
 
 log = structlog.get_logger("gateway.schedules")

@@ -27,13 +27,13 @@ from datetime import UTC, datetime
 import structlog
 
 from gateway.clock import now_ms
+from gateway.config.cron import CronError, iso
+from gateway.config.schedule_settings import RuntimeSchedule, ScheduleConfig
 from gateway.config.settings import Settings
 from gateway.edge.adapter import Adapter
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender, Trigger
-from gateway.triggers.cron import CronError, iso
 from gateway.triggers.schedule_book import Entry, entries_of, made_in_chat, too_often
-from gateway.triggers.schedule_settings import RuntimeSchedule, ScheduleConfig
 from sessions import ScheduleStore
 
 log = structlog.get_logger("gateway.schedules")

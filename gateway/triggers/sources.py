@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gateway.config.event_settings import EventSource
 from gateway.edge.body import HttpRequest, ascii_text
 from gateway.errors import Refused
-from gateway.triggers.event_settings import EventSource
 
 _DELIVERY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

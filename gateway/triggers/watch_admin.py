@@ -24,10 +24,10 @@ from pydantic import StrictBool, ValidationError
 from gateway.config.bases import IntegrationBase
 from gateway.config.model import GatewayModel
 from gateway.config.settings import Settings
+from gateway.config.watch import ALL_MESSAGES, WATCH_ID, Watch
 from gateway.edge.body import body_text, json_object, read_body
 from gateway.errors import Refused, first_problem
 from gateway.ops.admin import Handler, fail, ok
-from gateway.triggers.watch import ALL_MESSAGES, WATCH_ID, Watch
 from gateway.triggers.watch_intake import GroupWatch, WatchEntry
 
 log = structlog.get_logger("gateway.ops.admin")

@@ -33,12 +33,12 @@ from pydantic import ValidationError
 
 from gateway.config.bases import IntegrationBase
 from gateway.config.settings import Settings
+from gateway.config.watch import Watch
 from gateway.conversation import ConversationId
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, Trigger
 from gateway.errors import first_problem
 from gateway.intake.router import Incoming
-from gateway.triggers.watch import Watch
 from sessions import BufferCap, SessionStore
 from sessions.key_ids import id_part
 from sessions.watch import WatchStore

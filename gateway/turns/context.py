@@ -30,7 +30,7 @@ EMAIL_WAIT_S = 2.0  # a sender's email is waited for this long at most
 def merge_input(items: list[Envelope]) -> str:
     """One line per message (a scheduled turn's or an external event's text counts as one); in a
     group with several speakers, or with a watch's match, each line names its speaker; a watch's
-    or an event source's instruction goes first, once (gateway/triggers/watch.py, external.py)."""
+    or an event source's instruction goes first, once (gateway/config/watch.py, external.py)."""
     messages = [e for e in items if e.kind in ("message", "schedule", "event", "watch")]
     speakers = {e.sender.id for e in messages}
     watched = any(e.kind == "watch" for e in messages)

@@ -21,11 +21,11 @@ from gateway.envelope import Envelope
 from gateway.events import Decision, StepEvent
 from gateway.experts.base import Expert
 from gateway.progress import Progress, Step
-from gateway.triggers.event_cards import EventCards
 from gateway.turns.approval import clicked_on, not_theirs, supersede
 from gateway.turns.binding import Binder, Session, threads_of
 from gateway.turns.context import ContextBuilder, TurnRequest, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Outcome
+from gateway.turns.event_cards import EventCards
 from gateway.turns.records import FailedTurn, PendingInterrupt, outcome_of
 from gateway.turns.render import CardRenderer, RenderObserver
 from gateway.turns.result import TurnResult

@@ -27,12 +27,12 @@ from gateway.experts.base import Expert
 from gateway.experts.registry import build_expert
 from gateway.logging import LOG_IDS
 from gateway.policy.budgets import Budgets
-from gateway.triggers.event_cards import EventCards
 from gateway.turns.audit import TurnFacts, TurnTrace, audit_writes
 from gateway.turns.binding import Binder
 from gateway.turns.claims import Claims
 from gateway.turns.context import ContextBuilder, merge_input
 from gateway.turns.drive import ActiveRun, Driver, Handback
+from gateway.turns.event_cards import EventCards
 from gateway.turns.kinds import TurnKinds
 from gateway.turns.lease import LeaseKeeper
 from gateway.turns.records import TurnEnd, TurnObserver, TurnOutcome, TurnTimings

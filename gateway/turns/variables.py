@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
-from typing import Any
 from zoneinfo import ZoneInfo
-
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w.]*)\s*\}\}")
-
 
 _CLOCK_TEXT: dict[tuple[str | None, int], tuple[str, str]] = {}
 
@@ -55,8 +50,3 @@ def system_variables(
     if user_email:
         values["sys.user_email"] = user_email
     return values
-
-
-def render_template(template: str, variables: dict[str, Any]) -> str:
-    """Fill ``{{name}}`` placeholders; an unknown name becomes empty text."""
-    return _PLACEHOLDER.sub(lambda m: str(variables.get(m.group(1), "")), template)

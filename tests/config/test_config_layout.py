@@ -13,7 +13,7 @@ from gateway.errors import GatewayError
 from tests.support.helpers import ROOT
 
 WATCHED = ("gateway/config", "gateway/policy", "gateway/experts/base.py")
-EXTRA = ("gateway/triggers/schedule_settings.py",)
+EXTRA = ("gateway/config/schedule_settings.py",)
 
 
 def module_of(path: Path) -> str:

@@ -19,7 +19,7 @@ from adapters.dingtalk.settings import DingTalkIntegration
 from adapters.lark.settings import LarkIntegration
 from adapters.wecom.settings import WeComIntegration
 from gateway.edge.call_budget import BudgetExhausted, CallBudget, Priority, calls_as, month_of
-from gateway.policy.platform_limits import PlatformLimits, platform_defaults
+from gateway.config.platform_limits import PlatformLimits, platform_defaults
 from sessions import KeyBuilder, PlatformBudgets, SessionStore
 from tests.support.helpers import free_port
 from tests.support.waits import eventually

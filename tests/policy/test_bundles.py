@@ -22,11 +22,11 @@ from pydantic import Field
 
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.config.hints import budget_warnings
+from gateway.runtime.hints import budget_warnings
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.experts.registry import ExpertKindError, checked_kind
 from gateway.policy.bundles import bundled
-from gateway.policy.route import Route
+from gateway.config.route import Route
 from gateway.runtime.cli import main as cli_main
 from gateway.runtime.cli import settings_model
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI

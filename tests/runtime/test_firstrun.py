@@ -26,7 +26,7 @@ import yaml
 import gateway
 from gateway.config.errors import ConfigFileError
 from gateway.config.file import load_settings
-from gateway.config.hints import config_warnings, is_placeholder, redis_location
+from gateway.runtime.hints import config_warnings, is_placeholder, redis_location
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
 from sessions.connection import EmbeddedRedis

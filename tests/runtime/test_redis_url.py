@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from gateway.config.hints import redis_location
+from gateway.runtime.hints import redis_location
 from tests.support.cli import cli, processes_mentioning
 from tests.support.helpers import ConsoleClient
 from tests.support.workers import Supervised

@@ -11,7 +11,7 @@ from gateway.edge.adapter import Adapter
 from gateway.envelope import Chat, Envelope, Sender, Subject
 from gateway.progress import Progress
 from gateway.runtime.cli import settings_model
-from gateway.triggers.event_cards import EventCards
+from gateway.turns.event_cards import EventCards
 from gateway.turns.kinds import TurnKinds
 from gateway.turns.render import CardRenderer
 from sessions import EventCardStore, KeyBuilder

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.triggers.cron import Cron, min_gap_seconds
+from gateway.config.cron import Cron, min_gap_seconds
 from gateway.triggers.schedules import Scheduler
 from tests.support.admin import TOKEN, admin
 from tests.support.configs import base_config

@@ -1,5 +1,5 @@
 """Cron and time zone validation, the /schedule argument rule, and fire times across DST changes
-in Europe/Berlin and America/New_York (gateway/triggers/cron.py)."""
+in Europe/Berlin and America/New_York (gateway/config/cron.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
 from gateway.runtime.cli import settings_model
-from gateway.triggers.cron import Cron, CronError, split_command
+from gateway.config.cron import Cron, CronError, split_command
 
 
 def ms(text: str, zone: str) -> int:

@@ -16,7 +16,7 @@ from gateway.edge.ingest import IngestUnavailable
 from gateway.envelope import Attachment, Chat, Envelope, Sender, Trigger
 from gateway.intake.pipeline import Pipeline
 from gateway.runtime.cli import settings_model
-from gateway.triggers.watch import Watch
+from gateway.config.watch import Watch
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore
 from tests.support.configs import base_config

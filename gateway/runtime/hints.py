@@ -12,9 +12,9 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import BaseModel, SecretStr
 
 from gateway.config.paths import item_path, rename
+from gateway.config.platform_limits import PlatformLimits, platform_defaults, undeclared_limits
 from gateway.config.settings import Settings
 from gateway.policy.checks import bundle_warnings
-from gateway.policy.platform_limits import PlatformLimits, platform_defaults, undeclared_limits
 from gateway.runtime.http_guard import is_loopback
 
 # Values the example configs and docs use where the operator must put a real one: replace-me,

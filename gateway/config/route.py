@@ -4,14 +4,15 @@ is ``gateway.policy.bundles``."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from gateway.config.limits import Limits
 from gateway.config.model import GatewayModel
 from gateway.envelope import Envelope
-from gateway.policy.limits import Limits
 
 VARIABLE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 
@@ -93,3 +94,13 @@ def match_route(
 
 def route_of(routes: list[Route], envelope: Envelope) -> tuple[int, Route] | None:
     return match_route(routes, envelope.chat.id, envelope.chat.type, envelope.sender.id)
+
+
+def bundle_problems(path: str, routes: list[Route], experts: Collection[str]) -> list[str]:
+    """Errors: a route naming no expert (and the experts there are)."""
+    known = ", ".join(sorted(experts))
+    return [
+        f"{path}.routes.{j}.xpertId: {route.xpert_id!r} names no expert (experts: {known})"
+        for j, route in enumerate(routes)
+        if route.xpert_id is not None and route.xpert_id not in experts
+    ]

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, Field, model_validator
 
+from gateway.config.cron import Cron, CronError, zone
 from gateway.config.model import GatewayModel
-from gateway.triggers.cron import Cron, CronError, zone
 
 
 class _Zoned(Protocol):
