@@ -170,7 +170,7 @@ async def claim_figures(args: argparse.Namespace) -> dict[str, Any]:
     """One conversation's burst of ``--messages`` stored envelopes of ``--size`` (no cap), then
     its claim: the intake's time at the start and the end of the burst, and the claim's."""
     from gateway.envelope import Chat, Envelope, Sender
-    from sessions import SessionStore
+    from sessions import BurstWrite, SessionStore
 
     prefix = f"bench-claim-{uuid.uuid4().hex[:8]}"
     client = aioredis.from_url(args.redis_url, decode_responses=True)
@@ -190,12 +190,14 @@ async def claim_figures(args: argparse.Namespace) -> dict[str, Any]:
             )
             began = time.perf_counter()
             await store.intake(
-                conversation=conv,
-                event_id=env.event_id,
-                envelope_json=env.to_json(),
-                now_ms=0,
-                window_ms=0,
-                max_window_ms=5000,
+                BurstWrite(
+                    conversation=conv,
+                    event_id=env.event_id,
+                    envelope_json=env.to_json(),
+                    now_ms=0,
+                    window_ms=0,
+                    max_window_ms=5000,
+                )
             )
             intake_ms.append((time.perf_counter() - began) * 1000)
         began = time.perf_counter()

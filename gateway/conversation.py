@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 from urllib.parse import unquote
 
-from gateway.config.bases import IntegrationBase
 from gateway.envelope import Envelope
 from sessions.key_ids import id_part, id_tail
 
@@ -26,6 +25,16 @@ _TEXT = re.compile(
     r"(?::(?:u:(?P<sender>[^:|]*)|t:(?P<thread>[^|]*)))?$",
     re.DOTALL,
 )
+
+
+class Scoped(Protocol):
+    """What the id reads of an integration (``gateway.config.bases.IntegrationBase``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def session_scope(self) -> Literal["chat", "chat_sender", "thread"]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +47,7 @@ class ConversationId:
     # ``<source>:<key>``, the source an id part, the key an id tail)
 
     @classmethod
-    def of(cls, integration: IntegrationBase, envelope: Envelope) -> ConversationId:
+    def of(cls, integration: Scoped, envelope: Envelope) -> ConversationId:
         """The scope (docs/architecture.md, "Sessions"): the chat, the chat and its sender, or the
         chat's thread. An external event's is its object's, whatever the scope: a pull request's
         events are one
@@ -46,7 +55,7 @@ class ConversationId:
         return cls(*_parts(integration, envelope))
 
     @staticmethod
-    def text_of(integration: IntegrationBase, envelope: Envelope) -> str:
+    def text_of(integration: Scoped, envelope: Envelope) -> str:
         """``str(ConversationId.of(integration, envelope))``, without the object in between:
         every message asks (issue 15)."""
         return _text(*_parts(integration, envelope))
@@ -74,7 +83,7 @@ class ConversationId:
 _Parts = tuple[str, Literal["p2p", "group"], str, str | None, str | None]
 
 
-def _parts(integration: IntegrationBase, envelope: Envelope) -> _Parts:
+def _parts(integration: Scoped, envelope: Envelope) -> _Parts:
     """A conversation's fields (``ConversationId``'s, in order) for a message's scope."""
     chat = envelope.chat
     subject = envelope.subject

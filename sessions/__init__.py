@@ -17,7 +17,7 @@ from sessions.principals import PrincipalStore
 from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
 from sessions.records_admin import SessionRecords
-from sessions.results import BufferCap
+from sessions.results import BufferCap, BurstWrite
 from sessions.schedules import ScheduleStore
 from sessions.store import (
     Binding,
@@ -33,6 +33,7 @@ __all__ = [
     "STORE_FAILED",
     "Binding",
     "BufferCap",
+    "BurstWrite",
     "Claim",
     "ClaimRequest",
     "EventCardStore",

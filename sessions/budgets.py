@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 from redis.commands.core import AsyncScript
 
 from sessions.keys import KeyBuilder
-from sessions.results import NO_CAP, BufferCap
+from sessions.results import BurstWrite
 from sessions.scripts import lua
 from sessions.store import ClaimRequest, SessionStore
 
@@ -30,6 +30,20 @@ class BudgetLimits:
     chat_turns: int | None = None
     sender_turns: int | None = None
     tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCheck:
+    """What a message is counted against: its integration's and sender's turns, under
+    ``limits``, at ``now_ms`` (the budget windows' clock), on the integration's local ``day``
+    (which ends at ``day_end_ms``)."""
+
+    integration_id: str
+    sender_id: str
+    limits: BudgetLimits
+    now_ms: int
+    day: str
+    day_end_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,43 +95,26 @@ class BudgetStore:
         return self._intake, self._spend, self._intake_claim
 
     async def intake(
-        self,
-        *,
-        integration_id: str,
-        conversation: str,
-        event_id: str,
-        sender_id: str,
-        envelope_json: str,
-        now_ms: int,
-        window_ms: int,
-        max_window_ms: int,
-        mode: Literal["collect", "reject"],
-        limits: BudgetLimits,
-        budget_now_ms: int,
-        day: str,
-        day_end_ms: int,
-        claim: ClaimRequest | None = None,
-        cap: BufferCap = NO_CAP,
+        self, write: BurstWrite, check: BudgetCheck, claim: ClaimRequest | None = None
     ) -> BudgetIntakeResult:
-        """Dedup, check the limits and append in ONE round trip (refused past ``cap``: status
-        ``full``); returns once the envelope is
-        durable in Redis (or refused, with nothing of it stored but the verdict). With
-        ``claim``, a message that is due at once (window 0, no turn running) has its turn
-        claimed in the same call (``BudgetIntakeResult.claimed``)."""
-        k, store = self.keys, self.store
+        """Dedup, check the limits and append in ONE round trip (refused past ``write.cap``:
+        status ``full``); returns once the envelope is durable in Redis (or refused, with
+        nothing of it stored but the verdict). With ``claim``, a message that is due at once
+        (window 0, no turn running) has its turn claimed in the same call
+        (``BudgetIntakeResult.claimed``)."""
+        k, store, conversation = self.keys, self.store, write.conversation
         script, _, with_claim = self._scripts()
-        keys = k.intake(conversation, event_id)
-        keys += k.budget_intake(conversation, sender_id, day, integration_id)
+        keys = store.intake_keys(write)
+        keys += k.budget_intake(conversation, check.sender_id, check.day, check.integration_id)
+        limits = check.limits
         args = [
-            *store.intake_args(
-                conversation, envelope_json, now_ms, window_ms, max_window_ms, mode, cap
-            ),
-            event_id,
-            budget_now_ms,
+            *store.intake_args(write),
+            write.event_id,
+            check.now_ms,
             _limit(limits.chat_turns),
             _limit(limits.sender_turns),
             _limit(limits.tokens),
-            day_end_ms,
+            check.day_end_ms,
             USAGE_KEEP_MS,
         ]
         if claim is not None:

@@ -48,6 +48,23 @@ NO_CAP = BufferCap()
 
 
 @dataclass(frozen=True, slots=True)
+class BurstWrite:
+    """One envelope's write into its conversation's burst (intake.lua's ARGV, and the keys it
+    touches): the stored JSON, when, the burst's windows, what it does while a turn runs, and
+    the buffer cap. Built once by intake; the scripts that wrap intake.lua (budgets, group
+    watch) take it as it is."""
+
+    conversation: str
+    event_id: str
+    envelope_json: str
+    now_ms: int
+    window_ms: int  # due this long after the last message (0: at once)
+    max_window_ms: int  # ... and at the latest this long after the first
+    mode: Literal["collect", "reject", "urgent"] = "collect"
+    cap: BufferCap = NO_CAP
+
+
+@dataclass(frozen=True, slots=True)
 class Binding:
     state: Literal["new", "continue"]
     fields: dict[str, str]

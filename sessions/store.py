@@ -21,8 +21,8 @@ from sessions.errors import StoreUnavailable as StoreUnavailable
 from sessions.keys import KeyBuilder
 from sessions.layout import ensure_layout
 from sessions.pubsub import PubSubHub
-from sessions.results import NO_CAP, BufferCap
 from sessions.results import Binding as Binding
+from sessions.results import BurstWrite as BurstWrite
 from sessions.results import Claim as Claim
 from sessions.results import ClaimRequest as ClaimRequest
 from sessions.results import IntakeResult as IntakeResult
@@ -90,27 +90,12 @@ class SessionStore:
             script.sha = await self.redis.script_load(script.script)
 
     # --- intake ----------------------------------------------------------------------------
-    async def intake(
-        self,
-        *,
-        conversation: str,
-        event_id: str,
-        envelope_json: str,
-        now_ms: int,
-        window_ms: int,
-        max_window_ms: int,
-        mode: Literal["collect", "reject", "urgent"] = "collect",
-        cap: BufferCap = NO_CAP,
-    ) -> IntakeResult:
+    async def intake(self, write: BurstWrite) -> IntakeResult:
         """Dedup and append in ONE round trip; returns once the envelope is durable in Redis
-        (or refused past ``cap``: status ``full``)."""
+        (or refused past ``write.cap``: status ``full``)."""
         try:
             status, due, busy, told = await self.pipe.evalsha(
-                self._intake,
-                self.intake_keys(conversation, event_id),
-                self.intake_args(
-                    conversation, envelope_json, now_ms, window_ms, max_window_ms, mode, cap
-                ),
+                self._intake, self.intake_keys(write), self.intake_args(write)
             )
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(str(exc)) from exc
@@ -118,33 +103,24 @@ class SessionStore:
             status=status, due_ms=int(due), busy=bool(int(busy)), told=str(told) == "1"
         )
 
-    def intake_keys(self, conversation: str, event_id: str) -> list[str]:
+    def intake_keys(self, write: BurstWrite) -> list[str]:
         """KEYS of intake.lua; the scripts that wrap it (group watch, budgets) append theirs."""
-        return self.keys.intake(conversation, event_id)
+        return self.keys.intake(write.conversation, write.event_id)
 
-    def intake_args(
-        self,
-        conversation: str,
-        envelope_json: str,
-        now_ms: int,
-        window_ms: int,
-        max_window_ms: int,
-        mode: str,
-        cap: BufferCap = NO_CAP,
-    ) -> list[Any]:
+    def intake_args(self, write: BurstWrite) -> list[Any]:
         """ARGV of intake.lua (the wrapping scripts append theirs)."""
-        burst_ttl = max(self.dedup_ttl_ms, 3 * max_window_ms)
+        burst_ttl = max(self.dedup_ttl_ms, 3 * write.max_window_ms)
         return [
-            envelope_json,
-            now_ms,
-            window_ms,
-            max_window_ms,
+            write.envelope_json,
+            write.now_ms,
+            write.window_ms,
+            write.max_window_ms,
             self.dedup_ttl_ms,
             burst_ttl,
-            conversation,
-            mode,
-            cap.messages,
-            cap.bytes,
+            write.conversation,
+            write.mode,
+            write.cap.messages,
+            write.cap.bytes,
         ]
 
     async def mark_seen(self, conversation: str, event_id: str, now_ms: int) -> bool:

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 
 from sessions.connection import RedisClient
 from sessions.keys import KeyBuilder
-from sessions.results import NO_CAP, BufferCap
+from sessions.results import BurstWrite
 from sessions.scripts import lua
 from sessions.store import SessionStore, StoreUnavailable
 
@@ -57,18 +57,7 @@ class WatchStore:
 
     # --- intake ----------------------------------------------------------------------------
     async def intake(
-        self,
-        *,
-        conversation: str,
-        watch_id: str,
-        cooldown_ms: int,
-        cooldown_value: str,
-        event_id: str,
-        envelope_json: str,
-        now_ms: int,
-        window_ms: int,
-        max_window_ms: int,
-        cap: BufferCap = NO_CAP,
+        self, write: BurstWrite, *, watch_id: str, cooldown_ms: int, cooldown_value: str
     ) -> WatchIntakeResult:
         """Store a matched message unless it is a duplicate or the watch is cooling down (and
         the burst its last match opened has been claimed); returns once it is durable."""
@@ -77,23 +66,10 @@ class WatchStore:
             reply = await store.pipe.evalsha(
                 self._intake,
                 [
-                    *store.intake_keys(conversation, event_id),
-                    self.keys.watch_cooldown(conversation, watch_id),
+                    *store.intake_keys(write),
+                    self.keys.watch_cooldown(write.conversation, watch_id),
                 ],
-                [
-                    *store.intake_args(
-                        conversation,
-                        envelope_json,
-                        now_ms,
-                        window_ms,
-                        max_window_ms,
-                        "collect",
-                        cap,
-                    ),
-                    watch_id,
-                    cooldown_ms,
-                    cooldown_value,
-                ],
+                [*store.intake_args(write), watch_id, cooldown_ms, cooldown_value],
             )
             status, due, busy = reply[:3]
         except (RedisError, OSError) as exc:

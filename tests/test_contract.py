@@ -23,8 +23,8 @@ from gateway.edge.ingest import IngestUnavailable, ShuttingDown
 from gateway.edge.stores import StoreUnavailable
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.errors import GatewayError
-from gateway.intake.pipeline import Pipeline
 from gateway.runtime.cli import settings_model
+from gateway.runtime.intake import build_intake
 from sessions import KeyBuilder, SessionStore
 from tests.support.configs import base_config
 
@@ -175,7 +175,7 @@ class DownStore:
     async def evalsha(self, *_: Any) -> Any:
         raise self.error
 
-    async def intake(self, **_: Any) -> Any:
+    async def intake(self, *_: Any) -> Any:
         raise self.error
 
     async def mark_seen(self, *_: Any) -> bool:
@@ -209,14 +209,14 @@ async def test_intake_raises_ingest_unavailable_for_any_storage_failure(
     error: Exception, text: str
 ) -> None:
     settings = load_settings(base_config("x"), model=settings_model())
-    pipeline = Pipeline(
+    pipeline = build_intake(
         store=DownStore(error),  # type: ignore[arg-type]
         records=None,  # type: ignore[arg-type]
         settings=lambda: settings,
         adapters={},
         wake=lambda _due: None,
         spawn=lambda _coro: None,
-    )
+    ).pipeline
     with pytest.raises(IngestUnavailable) as raised:
         await pipeline.ingest(envelope(text))
     assert raised.value.__cause__ is error

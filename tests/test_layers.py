@@ -90,8 +90,8 @@ def test_every_gateway_package_has_its_place_in_the_order() -> None:
 
 def test_gateway_packages_import_in_one_direction() -> None:
     found = backward_imports(ROOT)
-    assert found == [], "imports pointing up the order " + " < ".join(LAYERS) + ":\n" + "\n".join(
-        found
+    assert found == [], (
+        "imports pointing up the order " + " < ".join(LAYERS) + ":\n" + "\n".join(found)
     )
 
 

@@ -6,19 +6,21 @@ or full. ``Messages`` is the handler of a chat message (the last of the chain fo
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import structlog
 
 from gateway.edge.ingest import IngestOutcome
+from gateway.intake.refusals import Refusals
 from gateway.intake.replies import Replies
 from gateway.intake.router import Incoming
 from gateway.policy.budgets import Budgets
-from gateway.turns.claims import Claims
+from gateway.turns.claims import RidingClaims
 from gateway.turns.control import Control
-from sessions import BufferCap, IntakeResult, SessionRecords, SessionStore
+from sessions import BufferCap, BurstWrite, IntakeResult, SessionStore
 from sessions.budgets import BudgetIntakeResult
+from sessions.results import NO_CAP
 
 log = structlog.get_logger("gateway.intake")
 
@@ -31,29 +33,43 @@ FULL_TEXT = (
 Mode = Literal["collect", "reject", "urgent"]
 
 
+def burst_write(incoming: Incoming, mode: Mode, *, now_ms: int, cap: bool = False) -> BurstWrite:
+    """``incoming``'s write into its burst, under its integration's windows (``cap``: and its
+    buffer cap, issue 25)."""
+    integ, env = incoming.integ, incoming.env
+    return BurstWrite(
+        conversation=incoming.conversation,
+        event_id=env.event_id,
+        envelope_json=env.to_json(store_raw=integ.store_raw),
+        now_ms=now_ms,
+        window_ms=int(integ.summary_window_seconds * 1000),
+        max_window_ms=int(integ.max_window_seconds * 1000),
+        mode=mode,
+        cap=BufferCap(integ.max_buffered_messages, integ.max_buffered_bytes) if cap else NO_CAP,
+    )
+
+
 class Burst:
     def __init__(
         self,
         *,
         store: SessionStore,
-        records: SessionRecords,
         budgets: Budgets,
+        refusals: Refusals,
         control: Control,
         replies: Replies,
         wake: Callable[[int, str], None],
-        spawn: Callable[[Awaitable[Any]], None],
         clock: Callable[[], int],
-        claims: Claims | None = None,
+        rides: RidingClaims | None = None,
     ) -> None:
         self.store = store
-        self.records = records
         self.budgets = budgets
+        self.refusals = refusals
         self.control = control
         self.replies = replies
         self.wake = wake
-        self.spawn = spawn
         self.clock = clock
-        self.claims = claims  # claims sent with a message's intake (gateway.turns.claims)
+        self.rides = rides  # claims sent with a message's intake (gateway.turns.claims)
 
     async def put(
         self, incoming: Incoming, mode: Mode, *, cap: bool = False, budgeted: bool = False
@@ -62,34 +78,22 @@ class Burst:
         (issue 25); ``budgeted``: under the integration's and route's limits (it may start a
         turn)."""
         env, integ, conv = incoming.env, incoming.integ, incoming.conversation
-        stored: dict[str, Any] = {
-            "envelope_json": env.to_json(store_raw=integ.store_raw),
-            "now_ms": self.clock(),
-            "window_ms": int(integ.summary_window_seconds * 1000),
-            "max_window_ms": int(integ.max_window_seconds * 1000),
-            "mode": mode,
-        }
-        if cap:
-            stored["cap"] = BufferCap(integ.max_buffered_messages, integ.max_buffered_bytes)
+        write = burst_write(incoming, mode, now_ms=self.clock(), cap=cap)
         claimed = False
         result: IntakeResult | BudgetIntakeResult
         if budgeted:
-            claims = self.claims
-            if claims is not None and not stored["window_ms"]:
+            rides = self.rides
+            if rides is not None and not write.window_ms:
                 # Due at once (window 0): its turn is claimed by the same call when there is room.
-                result, claimed = await claims.ride(
-                    conv,
-                    lambda claim: self.budgets.intake(integ, env, conv, claim=claim, **stored),
+                result, claimed = await rides.ride(
+                    conv, lambda claim: self.budgets.intake(integ, env, write, claim)
                 )
             else:
-                result = await self.budgets.intake(integ, env, conv, **stored)
+                result = await self.budgets.intake(integ, env, write)
             if result.status in ("refused", "again"):
-                return self.budgets.refused(
-                    integ, env, conv, result, notice=self.replies.notice, spawn=self.spawn,
-                    records=self.records,
-                )  # fmt: skip
+                return self.refusals.refuse(incoming, result)
         else:
-            result = await self.store.intake(conversation=conv, event_id=env.event_id, **stored)
+            result = await self.store.intake(write)
         if result.status == "dup":
             return IngestOutcome("duplicate")
         if result.status == "full":

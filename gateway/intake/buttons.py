@@ -16,17 +16,18 @@ from gateway.edge.ingest import IngestOutcome
 from gateway.intake.burst import Burst
 from gateway.intake.controls import Controls
 from gateway.intake.replies import Replies
-from gateway.intake.router import Incoming
+from gateway.intake.router import ChatSchedules, Incoming
 from gateway.progress import (
     ACTION_ANSWER,
     ACTION_CONFIRM,
     ACTION_NEW,
     ACTION_REJECT,
     ACTION_RETRY,
+    ACTION_ROUTINE_CANCEL,
+    ACTION_ROUTINE_CONFIRM,
     ACTION_STOP,
     option_of,
 )
-from gateway.triggers import routines
 from gateway.turns import approval
 from sessions import SessionStore
 
@@ -39,7 +40,7 @@ class Buttons:
         *,
         store: SessionStore,
         controls: Controls,
-        schedules: routines.ChatSchedules,
+        schedules: ChatSchedules,
         burst: Burst,
         replies: Replies,
         clock: Callable[[], int],
@@ -72,7 +73,7 @@ class Buttons:
             else:
                 await self.controls.new(conv, env, announce=True)
             return IngestOutcome("handled", action_id)
-        if action_id in routines.ACTIONS:
+        if action_id in (ACTION_ROUTINE_CONFIRM, ACTION_ROUTINE_CANCEL):
             return await self.schedules.click(integ, env, conv)
         if action_id.startswith(ACTION_ANSWER):
             return await self.answer(incoming)

@@ -13,11 +13,10 @@ import structlog
 from gateway.config.bases import IntegrationBase
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
-from gateway.intake.commands import HELP_TEXT
+from gateway.intake.commands import HELP_TEXT, SCHEDULE_COMMANDS
 from gateway.intake.controls import Controls
 from gateway.intake.replies import Replies
-from gateway.intake.router import Incoming
-from gateway.triggers import routines
+from gateway.intake.router import ChatSchedules, Incoming
 from sessions import SessionRecords, SessionStore
 
 log = structlog.get_logger("gateway.intake")
@@ -32,7 +31,7 @@ class ChatCommands:
         store: SessionStore,
         records: SessionRecords,
         controls: Controls,
-        schedules: routines.ChatSchedules,
+        schedules: ChatSchedules,
         replies: Replies,
         clock: Callable[[], int],
     ) -> None:
@@ -66,7 +65,7 @@ class ChatCommands:
         if command.name in ("remember", "memory", "forget"):
             await self._memory(integ, env, command.name, command.rest)
             return IngestOutcome("handled", command.name)
-        if command.name in routines.COMMANDS:
+        if command.name in SCHEDULE_COMMANDS:
             await self.schedules.command(integ, env, command.name, command.rest)
             return IngestOutcome("handled", command.name)
         await self.controls.new(conv, env, announce=not command.rest)

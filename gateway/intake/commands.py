@@ -31,6 +31,7 @@ HELP_TEXT = (
 KNOWN = (
     "new", "stop", "help", "remember", "memory", "forget", "schedule", "schedules", "unschedule",
 )  # fmt: skip
+SCHEDULE_COMMANDS = ("schedule", "schedules", "unschedule")  # gateway/triggers/routines.py
 NO_REST = ("stop", "help")  # what follows these is dropped
 
 _COMMAND = re.compile(r"/([A-Za-z][A-Za-z0-9_]*)(?=\s|$)")

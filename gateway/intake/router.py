@@ -63,6 +63,19 @@ class Handler(Protocol):
     async def handle(self, incoming: Incoming) -> IngestOutcome | None: ...
 
 
+class ChatSchedules(Protocol):
+    """A chat's own schedules, as commands (``SCHEDULE_COMMANDS``) and the Confirm / Cancel of a
+    routine's card (``gateway.triggers.routines.ChatSchedules``, handed in by the runtime)."""
+
+    async def command(
+        self, integ: IntegrationBase, env: Envelope, name: str, rest: str
+    ) -> None: ...
+
+    async def click(
+        self, integ: IntegrationBase, env: Envelope, conversation: str
+    ) -> IngestOutcome: ...
+
+
 class Router:
     def __init__(self, *handlers: Handler) -> None:
         self.handlers: Sequence[Handler] = handlers  # the order they are offered an envelope

@@ -21,10 +21,8 @@ one audit record with outcome ``refused``, and the ingest outcome ``refused`` (c
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -33,14 +31,9 @@ from gateway.clock import now_ms
 from gateway.config.bases import IntegrationBase
 from gateway.config.limits import Limits
 from gateway.config.route import route_of
-from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope
-from gateway.policy.routing import route
-from gateway.turns.audit import TurnFacts, audit_record
-from gateway.turns.records import TurnEnd, TurnTimings
-from sessions import BufferCap, ClaimRequest, SessionRecords, SessionStore
-from sessions.budgets import BudgetIntakeResult, BudgetLimits, BudgetStore
-from sessions.results import NO_CAP
+from sessions import BurstWrite, ClaimRequest, SessionStore
+from sessions.budgets import BudgetCheck, BudgetIntakeResult, BudgetLimits, BudgetStore
 
 log = structlog.get_logger("gateway.policy.budgets")
 
@@ -77,69 +70,34 @@ def day_of(timezone: str | None, at_ms: int) -> tuple[str, int]:
     return day, end
 
 
-class BudgetObserver(Protocol):
-    """Told of each refusal (``gateway.ops.metrics.Metrics``): the limit, and the refused turn."""
-
-    def budget_refused(self, integration_id: str, limit: str) -> None: ...
-
-    def turn_ended(self, end: TurnEnd) -> None: ...
-
-
 class Budgets:
-    def __init__(
-        self,
-        *,
-        store: SessionStore,
-        clock: Callable[[], int] = now_ms,
-        observer: BudgetObserver | None = None,
-    ) -> None:
+    def __init__(self, *, store: SessionStore, clock: Callable[[], int] = now_ms) -> None:
         self.counters = BudgetStore(store=store)
         self.clock = clock  # the budget windows' clock (tests move it)
-        self.wall = clock  # when things happen, for the audit record and the metrics
-        self.observer = observer  # the app sets its metrics here
 
     # --- intake ----------------------------------------------------------------------------
     async def intake(
         self,
         integ: IntegrationBase,
         env: Envelope,
-        conversation: str,
-        *,
-        envelope_json: str,
-        now_ms: int,
-        window_ms: int,
-        max_window_ms: int,
-        mode: Literal["collect", "reject"],
+        write: BurstWrite,
         claim: ClaimRequest | None = None,
-        cap: BufferCap = NO_CAP,
     ) -> BudgetIntakeResult:
-        """Store ``env`` unless it would start a turn over a limit or fill its conversation's
-        buffer past ``cap``: one round trip (which also claims the turn with ``claim`` when the
-        message is due at once)."""
+        """Store ``env`` (``write``) unless it would start a turn over a limit or fill its
+        conversation's buffer past the write's cap: one round trip (which also claims the turn
+        with ``claim`` when the message is due at once)."""
         limits = limits_for(integ, env)
         at = self.clock()
         day, day_end = day_of(integ.timezone, at)
-        return await self.counters.intake(
-            integration_id=integ.id,
-            conversation=conversation,
-            event_id=env.event_id,
-            sender_id=env.sender.id,
-            envelope_json=envelope_json,
-            now_ms=now_ms,
-            window_ms=window_ms,
-            max_window_ms=max_window_ms,
-            mode=mode,
-            limits=BudgetLimits(
-                limits.turns_per_hour_per_chat,
-                limits.turns_per_hour_per_sender,
-                limits.tokens_per_day_per_chat,
-            ),
-            budget_now_ms=at,
-            day=day,
-            day_end_ms=day_end,
-            claim=claim,
-            cap=cap,
+        chat, sender, tokens = (
+            limits.turns_per_hour_per_chat,
+            limits.turns_per_hour_per_sender,
+            limits.tokens_per_day_per_chat,
         )
+        check = BudgetCheck(
+            integ.id, env.sender.id, BudgetLimits(chat, sender, tokens), at, day, day_end
+        )
+        return await self.counters.intake(write, check, claim)
 
     def refusal_text(
         self, integ: IntegrationBase, env: Envelope, result: BudgetIntakeResult
@@ -181,75 +139,6 @@ class Budgets:
             head = head.replace("you have", "this schedule has")  # its sender is the schedule
             return f"This scheduled run was skipped: {head} Runs due {when} or later go ahead."
         return f"Sorry, {head} You can ask again {when}."
-
-    def refused(
-        self,
-        integ: IntegrationBase,
-        env: Envelope,
-        conversation: str,
-        result: BudgetIntakeResult,
-        *,
-        notice: Callable[[Envelope, str, str, str], None],
-        spawn: Callable[[Awaitable[Any]], None],
-        records: SessionRecords,
-    ) -> IngestOutcome:
-        """Answer a refused message with a short card (again for a redelivery: the card's
-        idempotency key is the event's, so the chat sees it once); the first time also audit and
-        count it."""
-        text = self.refusal_text(integ, env, result)
-        chinese = (integ.language or env.locale or "").lower().startswith("zh")
-        if env.kind == "schedule":
-            headline = "定时任务已跳过" if chinese else "Scheduled run skipped"
-        else:
-            headline = "已达到使用上限" if chinese else "Limit reached"
-        notice(env, conversation, headline, text)
-        if result.status == "again":
-            return IngestOutcome("duplicate")
-        log.info(
-            "over a budget: refused",
-            limit=result.limit,
-            retry_at=result.retry_ms,
-            **({"schedule_id": env.trigger.id} if env.trigger is not None else {}),
-        )
-        at = self.wall()
-        timings = TurnTimings(
-            received=int(env.received_at.timestamp() * 1000), claimed=at, finished=at
-        )
-        if self.observer is not None:
-            self.observer.budget_refused(integ.id, LIMIT_NAMES.get(result.limit, result.limit))
-            end = TurnEnd(integ.id, env.platform, route(integ, env), "refused", timings)
-            self.observer.turn_ended(end)
-        spawn(self._audit(records, integ, env, conversation, result, text, timings))
-        return IngestOutcome("refused", result.limit)
-
-    async def _audit(
-        self,
-        records: SessionRecords,
-        integ: IntegrationBase,
-        env: Envelope,
-        conversation: str,
-        result: BudgetIntakeResult,
-        text: str,
-        timings: TurnTimings,
-    ) -> None:
-        zone = ZoneInfo(integ.timezone) if integ.timezone else UTC
-        until = datetime.fromtimestamp(result.retry_ms / 1000, zone).isoformat(timespec="seconds")
-        facts = TurnFacts(
-            claim_turn_id=f"refused-{uuid.uuid4().hex}",
-            attempt=1,
-            resumed=False,
-            conversation=conversation,
-            items=[env],
-            outcome="refused",
-            timings=timings,
-            replica="",
-            xpert_id=route(integ, env),  # the expert it would have gone to
-            input_text=env.text,
-            error=f"over {LIMIT_NAMES.get(result.limit, result.limit)} until {until}",
-            answer=text,
-        )
-        record = audit_record(facts, None)
-        await records.audit.put(record.entry(), now_ms=timings.finished, session={})
 
     # --- turn end --------------------------------------------------------------------------
     async def spend(self, integ: IntegrationBase, conversation: str, tokens: int) -> None:

@@ -26,7 +26,6 @@ from gateway.edge.adapter import Adapter
 from gateway.edge.context import AdapterContext, budgets_for
 from gateway.edge.factory import AdapterFactory, discover_adapters
 from gateway.edge.platform_api import log_failure
-from gateway.intake.pipeline import Pipeline
 from gateway.intake.spool import store_identity
 from gateway.intake.spooler import Spooler
 from gateway.ops.collectors import GatewayCollector
@@ -34,8 +33,9 @@ from gateway.ops.metrics import Metrics
 from gateway.policy.budgets import Budgets
 from gateway.runtime import http, quiet
 from gateway.runtime.heartbeat import Heartbeat
+from gateway.runtime.intake import build_intake
 from gateway.triggers.schedules import Scheduler
-from gateway.turns.claims import Claims
+from gateway.turns.claims import Claims, RidingClaims
 from gateway.turns.control import Control
 from gateway.turns.flusher import Flusher
 from gateway.turns.runner import Runner
@@ -167,8 +167,8 @@ class Gateway:
         self.timeline = TimelineStore(
             client=client, keys=keys, pubsub=self.store.pubsub, pipe=self.store.pipe
         )
-        # One set of budgets: intake checks them, the runner spends tokens (refusals: /metrics).
-        self.budgets = Budgets(store=self.store, observer=self.metrics)
+        # One set of budgets: intake checks them, the runner spends tokens.
+        self.budgets = Budgets(store=self.store)
         self.claims = Claims(
             store=self.store,
             settings=self.live,
@@ -189,25 +189,22 @@ class Gateway:
             poll_ms=s.runtime.poll_interval_ms,
             clock=self.clock,
         )
+        # A message due at once has its turn claimed by its intake call: the runner starts it,
+        # or the flusher reads its shard.
+        self.rides = RidingClaims(self.claims, start=self.runner.start, missed=self.flusher.missed)
         self.control = Control(store=self.store)
         # A schedule made in a chat (intake) wakes the scheduler built after intake: one event.
         self._schedules_changed = asyncio.Event()
-        self.pipeline = Pipeline(
-            store=self.store,
-            records=self.records,
-            settings=self.live,
-            adapters=self.adapters,
-            wake=self.flusher.wake,
-            spawn=self.spawn,
-            control=self.control,
-            claims=self.claims,
-            budgets=self.budgets,
+        self.intake = build_intake(
+            store=self.store, records=self.records, settings=self.live, adapters=self.adapters,
+            wake=self.flusher.wake, spawn=self.spawn, clock=self.clock, control=self.control,
+            budgets=self.budgets, rides=self.rides, observer=self.metrics,
             on_schedule_change=self._schedules_changed.set,
-            clock=self.clock,
-        )
+        )  # fmt: skip
+        self.pipeline = self.intake.pipeline
         ingest = self.ingests.wrap(self.metrics.wrap_ingest(self.pipeline.ingest))
         self.scheduler = Scheduler(
-            store=self.pipeline.schedules.book.store,
+            store=self.intake.schedules.book.store,
             settings=self.live,
             ingest=ingest,
             adapters=self.adapters,
@@ -321,7 +318,7 @@ class Gateway:
         """What this replica serves (gateway.runtime.http); after :meth:`start`."""
         return http.web_app(
             settings=self.live, replica=self, metrics=self.metrics, store=self.store,
-            records=self.records, watch=self.pipeline.watch, book=self.pipeline.schedules.book,
+            records=self.records, watch=self.intake.watch, book=self.intake.schedules.book,
             schedules_changed=self.scheduler.wake, budgets=self.budgets,
             factories=self.factories, adapters=self.adapters,
             archive=self.archive.reader if self.archive is not None else None,

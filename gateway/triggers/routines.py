@@ -38,8 +38,6 @@ from sessions import ScheduleStore, SessionStore
 log = structlog.get_logger("gateway.schedules")
 
 ROUTINE_TTL_MS = 3_600_000
-COMMANDS = ("schedule", "schedules", "unschedule")
-ACTIONS = (ACTION_ROUTINE_CONFIRM, ACTION_ROUTINE_CANCEL)
 USAGE = "Usage: /schedule <cron> <text> - 5 cron fields, or 6 with seconds first\n" + USAGE_TEXT
 NOT_ALLOWED = "Only this chat's schedule admins can change its schedules."
 

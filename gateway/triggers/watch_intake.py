@@ -38,8 +38,9 @@ from gateway.conversation import ConversationId
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Envelope, Trigger
 from gateway.errors import first_problem
+from gateway.intake.burst import burst_write
 from gateway.intake.router import Incoming
-from sessions import BufferCap, SessionStore
+from sessions import SessionStore
 from sessions.key_ids import id_part
 from sessions.watch import WatchStore
 
@@ -181,19 +182,14 @@ class GroupWatch:
         now, cooldown_ms = self.clock(), watch.cooldown_seconds * 1000
         trigger = Trigger(id=watch.id, text=watch.text, xpert_id=watch.xpert_id)
         matched = env.model_copy(update={"kind": "watch", "trigger": trigger})
+        incoming = Incoming(matched, integ, conv)
         result = await self.watches.intake(
-            conversation=conv,
+            burst_write(incoming, "collect", now_ms=now, cap=True),
             watch_id=watch.id,
             cooldown_ms=cooldown_ms,
             cooldown_value=json.dumps(
                 {"at": now, "until": now + cooldown_ms, "eventId": env.event_id}
             ),
-            event_id=env.event_id,
-            envelope_json=matched.to_json(store_raw=integ.store_raw),
-            now_ms=now,
-            window_ms=int(integ.summary_window_seconds * 1000),
-            max_window_ms=int(integ.max_window_seconds * 1000),
-            cap=BufferCap(integ.max_buffered_messages, integ.max_buffered_bytes),
         )
         if result.status == "dup":
             return IngestOutcome("duplicate")

@@ -1,10 +1,10 @@
 """This replica's claims of turns: what one claim sends and what claim.lua's reply means, the
 turns this replica runs (``active``), and the claim that rides along with a message's intake.
 
-One object, shared by the runner (its claims and follow-up claims), the flusher (its room, and it
-serves the claims that ride: starting the turn, or reading the shard) and intake (``ride``). A
-local message due at once (window 0) has its turn claimed by its own intake call when there is
-room here: one round trip from the webhook to the turn (issue 15).
+One ``Claims``, shared by the runner (its claims and follow-up claims), the flusher (its room)
+and intake, through ``RidingClaims``: a local message due at once (window 0) has its turn
+claimed by its own intake call when there is room here - one round trip from the webhook to the
+turn (issue 15) - and the runner starts the turn, or the flusher reads the shard.
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ class Claims:
         self.riding: dict[str, ClaimRequest] = {}  # claims sent with an intake, not yet answered
         self.made = 0  # claims that started a turn here (the flusher's and those that rode)
         self.closed = False  # shutting down (the flusher stopped, or the runner hands back)
-        self._start: Callable[[Claim], object] | None = None
-        self._missed: Callable[[str], None] | None = None
 
     # --- one claim ---------------------------------------------------------------------------
     def request(self, conversation: str) -> tuple[ClaimRequest, Prefetched | None]:
@@ -120,23 +118,30 @@ class Claims:
         """No claim rides with an intake any more (shutdown)."""
         self.closed = True
 
-    # --- the claim that rides with an intake -------------------------------------------------
-    def serve(self, *, start: Callable[[Claim], object], missed: Callable[[str], None]) -> None:
-        """Who takes the answers of riding claims (the flusher): ``start`` a claimed turn;
-        ``missed``: the claim was tried and took nothing (another's lease, nothing left), so
-        the conversation's shard is read instead. Until then no claim rides."""
-        self._start, self._missed = start, missed
+
+class RidingClaims:
+    """The claim that rides along with a message's intake, and who acts on its answer: built by
+    the runtime once the runner and the flusher are (``start``: the runner starts a claimed
+    turn; ``missed``: the claim was tried and took nothing - another's lease, nothing left - so
+    the flusher reads the conversation's shard instead)."""
+
+    def __init__(
+        self, claims: Claims, *, start: Callable[[Claim], object], missed: Callable[[str], None]
+    ) -> None:
+        self.claims = claims
+        self._start = start
+        self._missed = missed
 
     def rides(self, conversation: str) -> bool:
         """Whether a claim would ride with an intake of ``conversation`` now: not when there is
-        no room here, the conversation's turn runs here (or is being claimed), or no one
-        serves the answers."""
+        no room here, the conversation's turn runs here (or is being claimed), or this replica
+        is shutting down."""
+        claims = self.claims
         return (
-            self._start is not None
-            and not self.closed
-            and conversation not in self.active
-            and conversation not in self.riding
-            and self.room() > 0
+            not claims.closed
+            and conversation not in claims.active
+            and conversation not in claims.riding
+            and claims.room() > 0
         )
 
     async def ride(
@@ -148,15 +153,16 @@ class Claims:
         (no room, not due at once, or the call failed): then the caller wakes as usual."""
         if not self.rides(conversation):
             return await intake(None), False
-        request, prefetched = self.request(conversation)
-        self.riding[conversation] = request
+        claims = self.claims
+        request, prefetched = claims.request(conversation)
+        claims.riding[conversation] = request
         reply: list[Any] | None = None
         try:
             result = await intake(request)
             reply = result.claimed
         finally:
-            if self.riding.get(conversation) is request:
-                del self.riding[conversation]
+            if claims.riding.get(conversation) is request:
+                del claims.riding[conversation]
             tried = self._answered(conversation, request, prefetched, reply)
         return result, tried
 
@@ -167,12 +173,12 @@ class Claims:
         prefetched: Prefetched | None,
         reply: list[Any] | None,
     ) -> bool:
-        if reply is None or self._start is None or self._missed is None:
+        if reply is None:
             return False
-        claim = self.read(conversation, request, prefetched, reply)
+        claim = self.claims.read(conversation, request, prefetched, reply)
         if claim is None:  # another's lease, or nothing left: its shard is read instead
             self._missed(conversation)
         else:
             self._start(claim)
-            self.made += 1
+            self.claims.made += 1
         return True

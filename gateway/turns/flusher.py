@@ -2,8 +2,8 @@
 claim and start them.
 
 A local message due at once (window 0) has its turn claimed by its own intake call when there is
-room here (``gateway.turns.claims.Claims.ride``; the flusher serves the answers: it starts the
-turn, or reads the conversation's shard); any other local intake wakes the flusher at once;
+room here (``gateway.turns.claims.RidingClaims``: the runner starts the turn, or the flusher
+reads the conversation's shard); any other local intake wakes the flusher at once;
 otherwise it sleeps until the next due time or ``pollIntervalMs``, whichever is sooner, to pick
 up work other replicas scheduled.
 A look at every due shard (``runtime.dueShards``) is one pipelined round trip per Redis server;
@@ -51,7 +51,6 @@ class Flusher:
         self._read_all_at: int | None = None
         self._stopping = False
         self._ticking = False
-        claims.serve(start=runner.start, missed=self._missed)
 
     def wake(self, due_ms: int, conversation: str | None = None) -> None:
         """A local intake scheduled ``conversation`` at ``due_ms`` (without it: look everywhere)."""
@@ -67,7 +66,7 @@ class Flusher:
         if due_ms <= self.clock() + 1:
             self._event.set()
 
-    def _missed(self, conversation: str) -> None:
+    def missed(self, conversation: str) -> None:
         """A claim that rode with an intake took nothing: the conversation's shard is read."""
         self._woken.add(self.store.keys.shard(conversation))
         self._event.set()

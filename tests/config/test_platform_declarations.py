@@ -10,11 +10,11 @@ import pytest
 
 from adapters.console.settings import ConsoleIntegration
 from gateway.config.bases import IntegrationBase
-from gateway.runtime.hints import platform_limit_warnings
+from gateway.config.platform_limits import platform_defaults, undeclared_limits
 from gateway.config.settings import Settings, build_settings_model
 from gateway.edge.factory import discover_adapters
 from gateway.experts.registry import discover_experts
-from gateway.config.platform_limits import platform_defaults, undeclared_limits
+from gateway.runtime.hints import platform_limit_warnings
 
 
 class SilentIntegration(IntegrationBase):

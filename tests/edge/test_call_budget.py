@@ -18,8 +18,8 @@ from adapters.console.settings import ConsoleIntegration
 from adapters.dingtalk.settings import DingTalkIntegration
 from adapters.lark.settings import LarkIntegration
 from adapters.wecom.settings import WeComIntegration
-from gateway.edge.call_budget import BudgetExhausted, CallBudget, Priority, calls_as, month_of
 from gateway.config.platform_limits import PlatformLimits, platform_defaults
+from gateway.edge.call_budget import BudgetExhausted, CallBudget, Priority, calls_as, month_of
 from sessions import KeyBuilder, PlatformBudgets, SessionStore
 from tests.support.helpers import free_port
 from tests.support.waits import eventually

@@ -21,11 +21,11 @@ from gateway.config.file import load_settings
 from gateway.config.settings import Settings
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.intake.pipeline import Pipeline
 from gateway.ops.usage_api import usage_of
 from gateway.policy.budgets import Budgets, day_of, limits_for
 from gateway.runtime.cli import settings_model
-from sessions import KeyBuilder, SessionRecords, SessionStore
+from gateway.runtime.intake import Intake, build_intake
+from sessions import BurstWrite, KeyBuilder, SessionRecords, SessionStore
 from sessions.budgets import BudgetIntakeResult
 from tests.support.configs import base_config
 from tests.support.redis_targets import BOTH_REDIS, RedisTarget
@@ -53,7 +53,7 @@ class Rig:
     stores: list[SessionStore]
     settings: Settings
     clock: Clock
-    pipelines: list[Pipeline]
+    pipelines: list[Intake]
     tasks: list[asyncio.Future[Any]] = field(default_factory=list)
     claimed: list[list[str]] = field(default_factory=list)
 
@@ -79,7 +79,7 @@ class Rig:
             text=text,
             bot_mentioned=True,
         )
-        return await self.pipelines[replica].ingest(envelope)
+        return await self.pipelines[replica].pipeline.ingest(envelope)
 
     async def burst(self, conv: str = TEAM) -> list[str]:
         return [i["eventId"] for i in await self.store.burst_items(conv)]
@@ -123,7 +123,7 @@ async def make_rig(
             await store.prepare()
             rig.stores.append(store)
             rig.pipelines.append(
-                Pipeline(
+                build_intake(
                     store=store,
                     records=SessionRecords(client=client, keys=store.keys),
                     settings=lambda: settings,
@@ -253,12 +253,7 @@ async def test_a_refusal_is_remembered_per_event(make_rig: Any) -> None:
             sender=Sender(id="bob"),
             text="two",
         ),
-        TEAM,
-        envelope_json="{}",
-        now_ms=rig.clock.now,
-        window_ms=0,
-        max_window_ms=5000,
-        mode="collect",
+        BurstWrite(TEAM, "e2", "{}", now_ms=rig.clock.now, window_ms=0, max_window_ms=5000),
     )
     assert (result.status, result.limit, result.retry_ms) == ("again", "chat", T0 + HOUR)
     # An hour after the first turn the chat is free, but this event stays answered.

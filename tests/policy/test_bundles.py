@@ -22,13 +22,13 @@ from pydantic import Field
 
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
-from gateway.runtime.hints import budget_warnings
+from gateway.config.route import Route
 from gateway.envelope import Chat, Envelope, Sender
 from gateway.experts.registry import ExpertKindError, checked_kind
 from gateway.policy.bundles import bundled
-from gateway.config.route import Route
 from gateway.runtime.cli import main as cli_main
 from gateway.runtime.cli import settings_model
+from gateway.runtime.hints import budget_warnings
 from tests.fakes.experts import OPENAI_KEY, FakeOpenAI
 from tests.fakes.throwaway_expert import ShoutExpert, ShoutSettings
 from tests.support.configs import base_config
@@ -127,7 +127,7 @@ async def test_over_the_hourly_limit_the_chat_gets_the_polite_answer_and_nothing
     gw = await gateways(cfg)
     start_ms = int(datetime(2026, 3, 2, 13, 4, 30, tzinfo=SHANGHAI).timestamp() * 1000)
     now = [start_ms]
-    gw.gateway.pipeline.budgets.clock = lambda: now[0]
+    gw.gateway.intake.budgets.clock = lambda: now[0]
     console = gw.client
     for count, text in enumerate(("one", "two"), 1):
         await console.send(text)
@@ -243,7 +243,7 @@ async def test_the_tokens_an_expert_reports_close_the_chat_for_the_day(
     tomorrow = datetime.now(SHANGHAI).replace(hour=0, minute=0, second=0, microsecond=0)
     # 02:00 the next day: over an hour after the turns above even when they ran at 23:xx.
     next_day = int(tomorrow.timestamp() * 1000) + 86_400_000 + 2 * 3_600_000
-    gw.gateway.pipeline.budgets.clock = lambda: next_day
+    gw.gateway.intake.budgets.clock = lambda: next_day
     gw.gateway.runner.budgets.clock = lambda: next_day
     await console.send("fourth")
     await console.wait_cards(count=4, status=None)  # two turns, the notice, the next turn

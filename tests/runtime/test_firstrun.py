@@ -26,9 +26,9 @@ import yaml
 import gateway
 from gateway.config.errors import ConfigFileError
 from gateway.config.file import load_settings
-from gateway.runtime.hints import config_warnings, is_placeholder, redis_location
 from gateway.runtime.app import Gateway
 from gateway.runtime.cli import settings_model
+from gateway.runtime.hints import config_warnings, is_placeholder, redis_location
 from sessions.connection import EmbeddedRedis
 from tests.support.cli import QUICKSTART, cli, processes_mentioning, quickstart, run_cli
 from tests.support.configs import base_config

@@ -12,7 +12,15 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from sessions import BufferCap, Claim, IntakeResult, KeyBuilder, LayoutMismatch, SessionStore
+from sessions import (
+    BufferCap,
+    BurstWrite,
+    Claim,
+    IntakeResult,
+    KeyBuilder,
+    LayoutMismatch,
+    SessionStore,
+)
 from sessions.layout import upgrade_layout_1
 from tests.support.helpers import command_calls
 from tests.support.redis_targets import BOTH_REDIS
@@ -55,13 +63,15 @@ async def intake(
     kind: str = "message",
 ):
     return await store.intake(
-        conversation=CONV,
-        event_id=event_id,
-        envelope_json=env(event_id, kind=kind),
-        now_ms=now,
-        window_ms=window,
-        max_window_ms=maxw,
-        mode=mode,
+        BurstWrite(
+            conversation=CONV,
+            event_id=event_id,
+            envelope_json=env(event_id, kind=kind),
+            now_ms=now,
+            window_ms=window,
+            max_window_ms=maxw,
+            mode=mode,
+        )
     )  # type: ignore[arg-type]
 
 
@@ -368,12 +378,14 @@ async def test_due_conversations_are_read_from_every_shard_soonest_first(
     assert len({store.keys.shard(c) for c in conversations}) > 8  # spread over the shards
     for i, conv in enumerate(conversations):
         await store.intake(
-            conversation=conv,
-            event_id=f"e{i}",
-            envelope_json=env(f"e{i}"),
-            now_ms=1000 + i,
-            window_ms=0,
-            max_window_ms=0,
+            BurstWrite(
+                conversation=conv,
+                event_id=f"e{i}",
+                envelope_json=env(f"e{i}"),
+                now_ms=1000 + i,
+                window_ms=0,
+                max_window_ms=0,
+            )
         )
     due, nxt = await store.due_and_next(1000 + 19, limit=64)
     assert due == conversations[:20]  # due now, soonest first, across shards
@@ -394,9 +406,8 @@ async def test_a_look_at_shards_reads_each_in_one_write_and_says_when_each_is_ne
     )
     for i, (conv, at) in enumerate(((later, 5000), (now_due, 1000))):
         await store.intake(
-            conversation=conv, event_id=f"s{i}", envelope_json=env(f"s{i}"),
-            now_ms=at, window_ms=0, max_window_ms=0,
-        )  # fmt: skip
+            BurstWrite(conv, f"s{i}", env(f"s{i}"), now_ms=at, window_ms=0, max_window_ms=0)
+        )
     writes = store.pipe.stats.writes
     due, soonest = await store.due_in(2000, limit=8)
     # All 16 shards' reads in one write per server: the one server, or each primary of a cluster.
@@ -458,13 +469,15 @@ async def test_a_burst_past_its_cap_refuses_told_once_and_counts_what_takes_from
 
     async def add(event_id: str, text: str = "hi") -> IntakeResult:
         return await store.intake(
-            conversation=CONV,
-            event_id=event_id,
-            envelope_json=env(event_id, text),
-            now_ms=0,
-            window_ms=0,
-            max_window_ms=5000,
-            cap=cap,
+            BurstWrite(
+                conversation=CONV,
+                event_id=event_id,
+                envelope_json=env(event_id, text),
+                now_ms=0,
+                window_ms=0,
+                max_window_ms=5000,
+                cap=cap,
+            )
         )
 
     assert [(await add(f"e{i}")).status for i in range(3)] == ["queued"] * 3
@@ -496,13 +509,15 @@ async def test_a_split_claim_takes_one_senders_messages_each_time(store: Session
     for n, sender in enumerate(senders):
         body = {"eventId": f"e{n}", "kind": "message", "text": "hi", "sender": {"id": sender}}
         await store.intake(
-            conversation=CONV,
-            event_id=f"e{n}",
-            envelope_json=json.dumps(body),
-            now_ms=0,
-            window_ms=0,
-            max_window_ms=5000,
-            mode="collect",
+            BurstWrite(
+                conversation=CONV,
+                event_id=f"e{n}",
+                envelope_json=json.dumps(body),
+                now_ms=0,
+                window_ms=0,
+                max_window_ms=5000,
+                mode="collect",
+            )
         )
     taken: list[list[str]] = []
     for turn in range(3):

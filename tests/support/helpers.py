@@ -358,7 +358,7 @@ def clocked_scheduler(
         config if isinstance(config, Settings) else load_settings(config, model=settings_model())
     )
     return Scheduler(
-        store=gw.gateway.pipeline.schedules.book.store,
+        store=gw.gateway.intake.schedules.book.store,
         settings=lambda: settings,
         ingest=gw.gateway.pipeline.ingest,
         adapters=gw.gateway.adapters,

@@ -178,8 +178,8 @@ def hostile_gateway() -> Iterator[Hostile]:
             gw.gateway.flusher.stop()  # no turns: stored events stay stored
             # No replies (command answers, busy and flood notices): a reply sent in the
             # background would write to Redis after its request's check, during the next one's.
-            gw.gateway.pipeline.replies.spawn = _drop
-            gw.gateway.pipeline.burst.spawn = _drop
+            gw.gateway.intake.replies.spawn = _drop
+            gw.gateway.intake.refusals.spawn = _drop
             hostile.keys, hostile.written = hostile.snapshot(), hostile.writes()
             yield hostile
         finally:

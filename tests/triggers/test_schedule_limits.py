@@ -55,7 +55,7 @@ async def test_a_schedule_every_second_made_in_a_chat_is_refused_naming_the_mini
     gateways: Callable[..., Any], prefix: str
 ) -> None:
     gw = await gateways(config(prefix))
-    c, store = gw.client, gw.gateway.pipeline.schedules.book.store
+    c, store = gw.client, gw.gateway.intake.schedules.book.store
     await c.send("/schedule */1 * * * * * x")
     [refused] = await eventually(lambda: texts_with(c, "dm-alice", "Not scheduled"))
     assert refused == (
@@ -156,7 +156,7 @@ async def test_a_chat_schedule_made_under_a_lower_minimum_is_held_not_fired(
     """One made before the minimum existed (or before it was raised): the scheduler holds it."""
     gw: InProcessGateway = await gateways(config(prefix, scheduleMinIntervalSeconds=0))
     gw.gateway.scheduler.stop()  # the test's scheduler fires, on the test's clock
-    c, book = gw.client, gw.gateway.pipeline.schedules.book
+    c, book = gw.client, gw.gateway.intake.schedules.book
     await c.send("/schedule */1 * * * * * x")
     await eventually(lambda: texts_with(c, "dm-alice", "Scheduled: */1 * * * * *"))
     [entry] = await book.entries("console", "dm-alice")

@@ -64,7 +64,7 @@ def scheduler_at(
 ) -> tuple[Scheduler, Recorder]:
     """A scheduler on the gateway's Redis and intake whose clock the test moves."""
     recorder = Recorder(gw)
-    store = gw.gateway.pipeline.schedules.book.store
+    store = gw.gateway.intake.schedules.book.store
     scheduler = Scheduler(
         store=store,
         settings=lambda: settings,
@@ -340,7 +340,7 @@ async def test_schedule_commands_in_a_direct_chat(
     await eventually(lambda: texts_with(c, "dm-alice", "Usage: /unschedule <n>"))
     await c.send("/unschedule 2")
     await eventually(lambda: texts_with(c, "dm-alice", "Removed schedule 2: 30 8 * * 1-5"))
-    runtime = await gw.gateway.pipeline.schedules.book.store.runtime()
+    runtime = await gw.gateway.intake.schedules.book.store.runtime()
     assert runtime == {}
     assert not await c.cards("dm-alice"), "a command started a turn"
 
@@ -359,8 +359,8 @@ async def test_only_schedule_admins_change_a_groups_schedules(
     await c.send("/unschedule 1", chat="team", sender="alice", mention=True)
     await eventually(lambda: _all(c, "team", "Only this chat's schedule admins"), timeout=5)
     await gw.idle()
-    assert len(await gw.gateway.pipeline.schedules.book.store.runtime()) == 1
-    [entry] = await gw.gateway.pipeline.schedules.book.entries("console", "team")
+    assert len(await gw.gateway.intake.schedules.book.store.runtime()) == 1
+    [entry] = await gw.gateway.intake.schedules.book.entries("console", "team")
     assert entry.schedule.created_by == "bob" and entry.source == "runtime"
     # A direct chat is the user's own: no admin list applies there.
     await c.send("/schedule 0 7 * * * wake up", chat="dm-alice", sender="alice")
@@ -377,7 +377,7 @@ async def test_a_reload_adds_and_removes_config_schedules(
 ) -> None:
     clock = FakeClock(aligned(1_000))
     gw = await gateways(config(prefix), clock=clock)
-    store = gw.gateway.pipeline.schedules.book.store
+    store = gw.gateway.intake.schedules.book.store
     with_one = config(prefix, schedule(id="hot", cron="* * * * * *", chatId="dm-carol",
                                        chatType="p2p"))  # fmt: skip
     await gw.gateway.reload(load_settings(with_one, model=settings_model()))

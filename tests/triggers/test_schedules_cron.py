@@ -9,10 +9,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from gateway.config.cron import Cron, CronError, split_command
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
 from gateway.runtime.cli import settings_model
-from gateway.config.cron import Cron, CronError, split_command
 
 
 def ms(text: str, zone: str) -> int:

@@ -127,7 +127,7 @@ async def test_a_routine_on_lark_is_confirmed_with_its_card_button(
 
         card = await eventually(scheduled)
         assert buttons(card) == {}
-        book = lark.gw.gateway.pipeline.schedules.book
+        book = lark.gw.gateway.intake.schedules.book
         [entry] = await book.entries(INTEGRATION)
         assert (entry.schedule.chat_id, entry.schedule.cron) == ("oc_p2p1", "30 9 * * 1-5")
         assert entry.zone == "Europe/Berlin" and entry.schedule.created_by == "ou_alice"

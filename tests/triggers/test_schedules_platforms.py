@@ -101,7 +101,7 @@ async def test_a_mode_that_cannot_post_skips_its_fires_with_one_warning(
             return await gw.gateway.pipeline.ingest(envelope)
 
         clock = [gw.gateway.scheduler.clock() // 1000 * 1000]
-        store = gw.gateway.pipeline.schedules.book.store
+        store = gw.gateway.intake.schedules.book.store
         scheduler = Scheduler(
             store=store,
             settings=lambda: settings,

@@ -51,7 +51,7 @@ async def test_a_routine_is_scheduled_after_confirm_and_then_fires(
     # The replica's own scheduler is stopped, so a real five-minute boundary during the test
     # cannot fire the routine; a scheduler with its own clock fires it below.
     gw.gateway.scheduler.stop()
-    c, book = gw.client, gw.gateway.pipeline.schedules.book
+    c, book = gw.client, gw.gateway.intake.schedules.book
     await c.send("every 5 minutes check the queue")
     card = await eventually(lambda: card_titled(c, "dm-alice", "Schedule this routine?"))
     assert card["card"]["status"] == "waiting"
@@ -107,7 +107,7 @@ async def test_cancel_schedules_nothing(gateway: Callable[..., Any]) -> None:
     cancelled = await eventually(lambda: card_titled(c, "team", "Cancelled"))
     assert cancelled["card"]["buttons"] == []
     await c.idle()
-    assert await gw.gateway.pipeline.schedules.book.store.runtime() == {}
+    assert await gw.gateway.intake.schedules.book.store.runtime() == {}
     assert len(await c.cards("team")) == 1
 
 
@@ -122,7 +122,7 @@ async def test_an_unrecognised_routine_gets_the_reason_and_the_usage(
     await c.send("hello there")  # not a routine: a normal turn
     [card] = await c.wait_cards("dm-alice")
     assert card["card"]["answer"] == "You said:\n> hello there"
-    assert await gw.gateway.pipeline.schedules.book.store.runtime() == {}
+    assert await gw.gateway.intake.schedules.book.store.runtime() == {}
 
 
 async def test_in_a_group_only_schedule_admins_ask_and_the_asker_confirms(
@@ -137,9 +137,9 @@ async def test_in_a_group_only_schedule_admins_ask_and_the_asker_confirms(
     card = await eventually(lambda: card_titled(c, "team", "Schedule this routine?"))
     assert await c.click("team", card["id"], "routine_confirm", sender="alice") == 202
     await eventually(lambda: texts_with(c, "team", "Only the person who asked"))
-    assert await gw.gateway.pipeline.schedules.book.store.runtime() == {}
+    assert await gw.gateway.intake.schedules.book.store.runtime() == {}
     # Another schedule admin may answer for bob.
     assert await c.click("team", card["id"], "routine_confirm", sender="carol") == 202
     await eventually(lambda: card_titled(c, "team", "Scheduled"))
-    [entry] = await gw.gateway.pipeline.schedules.book.entries("console", "team")
+    [entry] = await gw.gateway.intake.schedules.book.entries("console", "team")
     assert entry.schedule.cron == "0 10 * * 1" and entry.schedule.created_by == "bob"

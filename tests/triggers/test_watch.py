@@ -12,11 +12,11 @@ from redis.backoff import NoBackoff
 
 from gateway.config.errors import ConfigError
 from gateway.config.file import load_settings
+from gateway.config.watch import Watch
 from gateway.edge.ingest import IngestUnavailable
 from gateway.envelope import Attachment, Chat, Envelope, Sender, Trigger
-from gateway.intake.pipeline import Pipeline
 from gateway.runtime.cli import settings_model
-from gateway.config.watch import Watch
+from gateway.runtime.intake import build_intake
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore
 from tests.support.configs import base_config
@@ -236,14 +236,14 @@ async def test_a_match_while_redis_is_down_is_unavailable_so_the_platform_resend
     # nothing listens there; no retries, so the failure is immediate
     client = aioredis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
     store = SessionStore(client=client, keys=KeyBuilder(prefix="x"))
-    pipeline = Pipeline(
+    pipeline = build_intake(
         store=store,
         records=SessionRecords(client=client, keys=store.keys),
         settings=lambda: settings,
         adapters={},
         wake=lambda _due, _conv: None,
         spawn=lambda _coro: None,
-    )
+    ).pipeline
     try:
         with pytest.raises(IngestUnavailable):
             await pipeline.ingest(message("P0: checkout is down"))

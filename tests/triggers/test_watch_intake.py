@@ -18,9 +18,9 @@ from gateway.config.file import load_settings
 from gateway.config.settings import Settings
 from gateway.edge.ingest import IngestOutcome
 from gateway.envelope import Chat, Envelope, Sender
-from gateway.intake.pipeline import Pipeline
 from gateway.policy.routing import route
 from gateway.runtime.cli import settings_model
+from gateway.runtime.intake import Intake, build_intake
 from gateway.triggers.watch_intake import GroupWatch
 from gateway.turns.context import merge_input
 from sessions import KeyBuilder, SessionRecords, SessionStore
@@ -54,7 +54,7 @@ class Rig:
     store: SessionStore
     settings: Settings
     clock: Clock
-    pipelines: list[Pipeline]
+    pipelines: list[Intake]
     woken: list[str] = field(default_factory=list)
     tasks: list[asyncio.Future[Any]] = field(default_factory=list)
 
@@ -70,7 +70,7 @@ class Rig:
             text=text,
             **fields,
         )
-        return await self.pipelines[replica].ingest(envelope)
+        return await self.pipelines[replica].pipeline.ingest(envelope)
 
     async def burst(self, conv: str = CHAT_CONV) -> list[Envelope]:
         return [Envelope.from_json(i) for i in await self.store.burst_items(conv)]
@@ -116,7 +116,7 @@ async def make_rig(redis_client: aioredis.Redis, prefix: str) -> AsyncIterator[A
 
         for _ in range(replicas):
             rig.pipelines.append(
-                Pipeline(
+                build_intake(
                     store=store,
                     records=records,
                     settings=lambda: settings,

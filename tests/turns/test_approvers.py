@@ -123,7 +123,7 @@ async def test_a_chat_schedule_asks_the_member_who_made_it_and_a_config_one_its_
     cfg["schedules"] = [nightly]
     gw: InProcessGateway = await gateways(cfg)
     gw.gateway.scheduler.stop()  # the test's scheduler fires, on the test's clock
-    c, book = gw.client, gw.gateway.pipeline.schedules.book
+    c, book = gw.client, gw.gateway.intake.schedules.book
     await c.send("/schedule 0 4 * * * [confirm] drop the cache", chat="team", mention=True)
     await eventually(lambda: _texts_with(c, "team", "Scheduled: 0 4 * * *"))
     [made] = [e for e in await book.entries("console", "team") if e.source == "runtime"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.turns.claims import Claims
+from gateway.turns.claims import Claims, RidingClaims
 from sessions import ClaimRequest, KeyBuilder
 from sessions.scripts import lua
 from tests.support.configs import base_config
@@ -112,21 +112,22 @@ async def test_no_claim_rides_without_room_or_while_the_conversation_runs_here(
     config["runtime"]["maxConcurrentRuns"] = 1
     gw = await gateways(config)
     claims: Claims = gw.gateway.claims
+    rides: RidingClaims = gw.gateway.rides
     sent: list[ClaimRequest | None] = []
 
     async def intake(claim: ClaimRequest | None) -> _NotDue:
         sent.append(claim)
         # One claim on its way fills the only slot; the same conversation gets no second one.
-        assert not claims.rides(CONV)
-        assert not claims.rides("console|p2p:dm-bob")
+        assert not rides.rides(CONV)
+        assert not rides.rides("console|p2p:dm-bob")
         return _NotDue()
 
-    assert claims.rides(CONV)
-    _, tried = await claims.ride(CONV, intake)
+    assert rides.rides(CONV)
+    _, tried = await rides.ride(CONV, intake)
     assert sent[0] is not None
     assert tried is False  # not tried: the caller wakes as before
     assert not claims.riding
-    assert claims.rides("console|p2p:dm-bob")
+    assert rides.rides("console|p2p:dm-bob")
 
 
 async def test_messages_beyond_the_room_still_run_once_each(
