@@ -1,2 +1,2 @@
-"""The runtime: assembling a replica, the daemon process around it, the supervisor of workers, and
-the command line."""
+"""The runtime: assembling a replica (``intake`` wires intake's chain), the daemon process around
+it, the supervisor of workers, the command line and the hints ``check`` prints."""
