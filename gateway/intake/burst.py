@@ -85,9 +85,10 @@ class Burst:
             rides = self.rides
             if rides is not None and not write.window_ms:
                 # Due at once (window 0): its turn is claimed by the same call when there is room.
-                result, claimed = await rides.ride(
-                    conv, lambda claim: self.budgets.intake(integ, env, write, claim)
-                )
+                with rides.ride(conv) as ride:
+                    result = await self.budgets.intake(integ, env, write, ride.request)
+                    ride.reply = result.claimed
+                claimed = ride.tried
             else:
                 result = await self.budgets.intake(integ, env, write)
             if result.status in ("refused", "again"):

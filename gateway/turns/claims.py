@@ -10,8 +10,8 @@ turn (issue 15) - and the runner starts the turn, or the flusher reads the shard
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from gateway.clock import now_ms
 from gateway.config.bases import IntegrationBase
@@ -33,16 +33,6 @@ def acts_as_sender(settings: Settings, integ: IntegrationBase | None) -> bool:
         if expert is not None and kind is not None and kind.acts_as_sender(expert):
             return True
     return False
-
-
-class _Answered(Protocol):
-    """An intake's result: claim.lua's reply when the claim that rode with it was tried."""
-
-    @property
-    def claimed(self) -> list[Any] | None: ...
-
-
-R = TypeVar("R", bound=_Answered)
 
 
 class Claims:
@@ -119,6 +109,37 @@ class Claims:
         self.closed = True
 
 
+class Ride:
+    """One intake's riding claim, a context around the intake call: ``request`` goes with the
+    call (None: no claim rides), ``reply`` is claim.lua's answer the call brought back (None:
+    the message was not due at once, or the call failed). On leaving, the answer is acted on;
+    ``tried`` then says whether the claim was tried (its turn started here, or its shard left to
+    the flusher's next look) - when not, the caller wakes the flusher as usual."""
+
+    __slots__ = ("_owner", "conversation", "prefetched", "reply", "request", "tried")
+
+    def __init__(
+        self,
+        owner: RidingClaims | None,
+        conversation: str,
+        request: ClaimRequest | None = None,
+        prefetched: Prefetched | None = None,
+    ) -> None:
+        self._owner = owner
+        self.conversation = conversation
+        self.request = request
+        self.prefetched = prefetched
+        self.reply: list[Any] | None = None
+        self.tried = False
+
+    def __enter__(self) -> Ride:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._owner is not None:
+            self._owner.answered(self)
+
+
 class RidingClaims:
     """The claim that rides along with a message's intake, and who acts on its answer: built by
     the runtime once the runner and the flusher are (``start``: the runner starts a claimed
@@ -144,41 +165,28 @@ class RidingClaims:
             and claims.room() > 0
         )
 
-    async def ride(
-        self, conversation: str, intake: Callable[[ClaimRequest | None], Awaitable[R]]
-    ) -> tuple[R, bool]:
-        """Run ``intake`` with a claim of ``conversation`` riding along when there is room
-        (else with None), and act on its answer. The second value: True when the claim was
-        tried (its turn started, or its shard left to the next look), False when it was not
-        (no room, not due at once, or the call failed): then the caller wakes as usual."""
+    def ride(self, conversation: str) -> Ride:
+        """A claim of ``conversation`` to send with its intake when there is room (else a ride
+        without one): ``with rides.ride(conv) as ride: ride.reply = (await intake(ride.request))
+        .claimed``."""
         if not self.rides(conversation):
-            return await intake(None), False
-        claims = self.claims
-        request, prefetched = claims.request(conversation)
-        claims.riding[conversation] = request
-        reply: list[Any] | None = None
-        try:
-            result = await intake(request)
-            reply = result.claimed
-        finally:
-            if claims.riding.get(conversation) is request:
-                del claims.riding[conversation]
-            tried = self._answered(conversation, request, prefetched, reply)
-        return result, tried
+            return Ride(None, conversation)
+        request, prefetched = self.claims.request(conversation)
+        self.claims.riding[conversation] = request
+        return Ride(self, conversation, request, prefetched)
 
-    def _answered(
-        self,
-        conversation: str,
-        request: ClaimRequest,
-        prefetched: Prefetched | None,
-        reply: list[Any] | None,
-    ) -> bool:
-        if reply is None:
-            return False
-        claim = self.claims.read(conversation, request, prefetched, reply)
+    def answered(self, ride: Ride) -> None:
+        """Act on the answer the intake brought back: start the claimed turn, or have the
+        conversation's shard read."""
+        claims, conversation, request = self.claims, ride.conversation, ride.request
+        if request is not None and claims.riding.get(conversation) is request:
+            del claims.riding[conversation]
+        if request is None or ride.reply is None:
+            return
+        ride.tried = True
+        claim = claims.read(conversation, request, ride.prefetched, ride.reply)
         if claim is None:  # another's lease, or nothing left: its shard is read instead
             self._missed(conversation)
         else:
             self._start(claim)
-            self.claims.made += 1
-        return True
+            claims.made += 1

@@ -14,7 +14,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.turns.claims import Claims, RidingClaims
-from sessions import ClaimRequest, KeyBuilder
+from sessions import KeyBuilder
 from sessions.scripts import lua
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway
@@ -101,10 +101,6 @@ async def test_a_message_due_at_once_is_claimed_by_its_intake(
     assert card["card"]["answer"] == "You said:\n> hello"
 
 
-class _NotDue:
-    claimed = None  # the intake's answer: the message was not due at once
-
-
 async def test_no_claim_rides_without_room_or_while_the_conversation_runs_here(
     gateways: Callable[[dict[str, Any]], Awaitable[InProcessGateway]], prefix: str
 ) -> None:
@@ -113,19 +109,17 @@ async def test_no_claim_rides_without_room_or_while_the_conversation_runs_here(
     gw = await gateways(config)
     claims: Claims = gw.gateway.claims
     rides: RidingClaims = gw.gateway.rides
-    sent: list[ClaimRequest | None] = []
 
-    async def intake(claim: ClaimRequest | None) -> _NotDue:
-        sent.append(claim)
+    assert rides.rides(CONV)
+    with rides.ride(CONV) as ride:
+        assert ride.request is not None
         # One claim on its way fills the only slot; the same conversation gets no second one.
         assert not rides.rides(CONV)
         assert not rides.rides("console|p2p:dm-bob")
-        return _NotDue()
-
-    assert rides.rides(CONV)
-    _, tried = await rides.ride(CONV, intake)
-    assert sent[0] is not None
-    assert tried is False  # not tried: the caller wakes as before
+        with rides.ride("console|p2p:dm-bob") as other:
+            assert other.request is None
+        # The intake's answer: the message was not due at once (ride.reply stays None).
+    assert ride.tried is False  # not tried: the caller wakes as before
     assert not claims.riding
     assert rides.rides("console|p2p:dm-bob")
 
