@@ -12,9 +12,11 @@ buttons of a markdown answer only from its last part: a part elsewhere fails the
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
 import uuid
+import zipfile
 from typing import Any
 from urllib.parse import urljoin
 
@@ -248,6 +250,27 @@ class DingTalkHarness(Harness):
         for card in self.fake.cards.values():
             texts += [card.params.get("msgContent", ""), card.stream.get("content", "")]
         return texts
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """``sampleFile`` messages. ``/media/upload`` and ``sampleFile`` take no ``.md``
+        (DOC:upload-media-files, DOC:robot-message-type): an answer.md goes as answer.zip
+        holding it alone, unpacked here."""
+        out: list[tuple[str, bytes]] = []
+        for call in self.fake.calls:
+            if call.path not in SEND_PATHS or call.status >= 300 or not call.delivered:
+                continue
+            if call.body["msgKey"] != "sampleFile":
+                continue
+            param = json.loads(call.body["msgParam"])
+            kind, name, data = self.fake.media[param["mediaId"]]
+            assert kind == "file" and name == param["fileName"]
+            if name == "answer.zip":
+                assert param["fileType"] == "zip"
+                with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                    assert archive.namelist() == ["answer.md"]
+                    name, data = "answer.md", archive.read("answer.md")
+            out.append((name, data))
+        return out
 
     def member(self, user: str, email: str, *, work_address: bool = False) -> None:
         field = "org_email" if work_address else "email"
