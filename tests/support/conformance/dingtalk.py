@@ -29,7 +29,7 @@ from tests.fakes.dingtalk import (
     _normalise,
 )
 from tests.support.conformance.base import Answer, Harness, NoButton, Sent
-from tests.support.dingtalk import FORM, SECRET, robot_message
+from tests.support.dingtalk import FORM, SECRET, dingtalk_config, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
@@ -52,24 +52,14 @@ class DingTalkHarness(Harness):
         await self.fake.stop()
 
     def integration(self, **options: Any) -> dict[str, Any]:
-        integ: dict[str, Any] = {
-            "id": self.integration_id,
-            "platform": "dingtalk",
-            "xpertId": "echo",
-            "clientId": "dingappkey",
-            "clientSecret": SECRET,
-            "connectionMode": "stream" if self.mode == "stream" else "http",
-            "apiBase": self.fake.base,
-            "summaryWindowSeconds": 0,
-            "maxWindowSeconds": 5,
-            "updateIntervalMs": 100,
-        }
         if self.mode == "template":
-            integ["cardTemplateId"] = "tpl.schema"
-        elif self.mode != "ai-card":
-            integ["cards"] = "markdown"
-        integ.update({k: v for k, v in options.items() if v is not None})
-        return integ
+            options.setdefault("cardTemplateId", "tpl.schema")
+        elif self.mode == "ai-card":
+            options.setdefault("cards", None)  # DingTalk's public AI card, the default
+        elif self.mode == "stream":
+            options.setdefault("connectionMode", "stream")
+        [integ] = dingtalk_config(self.prefix, self.fake, self.port, **options)["integrations"]
+        return dict(integ)
 
     def config(self, experts: list[dict[str, Any]] | None, **options: Any) -> dict[str, Any]:
         config = super().config(experts, **options)
