@@ -15,6 +15,8 @@ from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.outbound.actions import LarkChatActions
 from adapters.lark.settings import LarkIntegration
+from gateway.config.bases import IntegrationBase
+from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import TOOLS, ChatMember, ChatMessage
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
@@ -83,6 +85,11 @@ class LarkAdapter(LarkBot):
         self.bot_error = ""
         self._bot_task: asyncio.Task[None] | None = None
         self.connection: LongConnection | None = None  # when configured
+
+    @classmethod
+    def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
+        """Everything, in both card modes (docs/lark.md)."""
+        return frozenset(Capability)
 
     # --- chat actions (adapters/lark/outbound/actions.py) ---------------------------------------
     def chat_tools(self) -> frozenset[str]:
