@@ -120,6 +120,7 @@ class FakeWeCom:
         self.users: dict[str, dict[str, Any]] = {}  # userid -> member (user/get, 9.)
         self.hidden: set[str] = set()  # userids outside the app's visible range (60011)
         self.minute_s = 60.0
+        self.upload_refusals: list[int] = []
         self.limits: dict[str, int] = {}
         self._calls_at: dict[str, deque[float]] = defaultdict(deque)
         self._blocked_until: dict[str, float] = {}
@@ -142,6 +143,10 @@ class FakeWeCom:
         self.limits[path] = per_minute
         if minute_s is not None:
             self.minute_s = minute_s
+
+    def refuse_uploads(self, errcode: int = 40009, times: int = 1) -> None:
+        """The next ``times`` uploads are refused with ``errcode`` (6b.: 40009, an image's size)."""
+        self.upload_refusals += [errcode] * times
 
     def expire_token(self) -> None:
         """WeCom invalidates the current token early; the next gettoken issues a new one."""
@@ -345,6 +350,8 @@ class FakeWeCom:
         refused = self._check(request, "media/upload")
         if refused is not None:
             return refused
+        if self.upload_refusals:
+            return self._error(self.upload_refusals.pop(0), "refused (a test's fault)")
         if kind not in UPLOAD_BYTES or not isinstance(media, web.FileField):
             return self._error(40005, "invalid type")  # docstring 6b.
         data = media.file.read()

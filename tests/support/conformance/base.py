@@ -179,3 +179,22 @@ class Harness(abc.ABC):
 
     def part_chars(self) -> int | None:
         return self.adapter.answer_part_chars()
+
+    # --- media out (tests/conformance/test_media_out.py) --------------------------------------
+    def media(self, sent: Sent) -> Media:
+        """The pictures and files the chat shows with the answer to ``sent`` (in the card or
+        stream, or messages after it), as their bytes; none where the platform shows none."""
+        return Media()
+
+    def refuse_uploads(self) -> bool:
+        """The platform refuses every image upload from now on, as it answers a bad one; False
+        where the platform takes no upload (its pictures travel inline)."""
+        return False
+
+
+@dataclass
+class Media:
+    """Pictures (their bytes) and files (name, bytes) a chat shows with an answer, in order."""
+
+    images: list[bytes] = field(default_factory=list)
+    files: list[tuple[str, bytes]] = field(default_factory=list)

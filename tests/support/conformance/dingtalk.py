@@ -18,13 +18,14 @@ from typing import Any
 from urllib.parse import urljoin
 
 from adapters.dingtalk.crypto import robot_sign
-from tests.fakes.dingtalk import FakeDingTalk
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.fakes.dingtalk import SEND_PATHS, WEBHOOK_PATH, FakeDingTalk
+from tests.support.conformance.base import Answer, Harness, Media, Sent
 from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+MEDIA_KEYS = ("sampleImageMsg", "sampleFile")  # an answer's pictures and files, after it
 
 
 class DingTalkHarness(Harness):
@@ -96,7 +97,8 @@ class DingTalkHarness(Harness):
         return {"from": len(self.fake.sent()), "cards": len(self.fake.cards)}
 
     def _messages(self, sent: Sent) -> list[dict[str, Any]]:
-        return self.fake.sent()[int(sent.extra["from"]) :]
+        sent_ = self.fake.sent()[int(sent.extra["from"]) :]
+        return [m for m in sent_ if m.get("msgKey") not in MEDIA_KEYS]
 
     def _card(self, sent: Sent) -> Any:
         cards = list(self.fake.cards.values())[int(sent.extra["cards"]) :]
@@ -187,3 +189,26 @@ class DingTalkHarness(Harness):
             for c in self.fake.calls
             if c.status >= 300 or not c.delivered
         ]
+
+    def media(self, sent: Sent) -> Media:
+        """The ``sampleImageMsg`` and ``sampleFile`` messages after the mark (counted as
+        ``FakeDingTalk.sent`` counts), by the bytes of the oapi ``/media/upload`` each names."""
+        sends = [
+            (c.path, c.body)
+            for c in self.fake.calls
+            if c.status < 300 and c.delivered and (c.path in SEND_PATHS or c.path == WEBHOOK_PATH)
+        ]
+        out = Media()
+        for path, body in sends[int(sent.extra["from"]) :]:
+            if path not in SEND_PATHS or body["msgKey"] not in MEDIA_KEYS:
+                continue
+            param = json.loads(body["msgParam"])
+            if body["msgKey"] == "sampleImageMsg":
+                out.images.append(self.fake.media[param["photoURL"]][2])
+            else:
+                out.files.append((param["fileName"], self.fake.media[param["mediaId"]][2]))
+        return out
+
+    def refuse_uploads(self) -> bool:
+        self.fake.refuse_uploads(40006, times=1000)
+        return True

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.progress import STATUS_TITLES
 from tests.fakes.lark import FakeLark
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.conformance.base import Answer, Harness, Media, Sent
 from tests.support.lark import (
     INTEGRATION,
     answer,
@@ -24,6 +24,7 @@ from tests.support.lark import (
 )
 
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 
 
 class LarkHarness(Harness):
@@ -143,6 +144,27 @@ class LarkHarness(Harness):
 
     def refused(self) -> list[str]:
         return [f"{r}" for r in self.fake.refusals if "/contact/" not in r[0]]
+
+    def media(self, sent: Sent) -> Media:
+        """The card's images by the image_key of their upload, then the file messages that
+        reply to the same message."""
+        card_message = self._card_message(sent)
+        if card_message is None:
+            return Media()
+        shown = answer(self.fake.card_of(card_message))
+        images = [self.fake.images[k][0] for k in _IMAGE.findall(shown) if k in self.fake.images]
+        files = []
+        for m in reply_to(self.fake, sent.id):
+            if self.fake.messages[m]["msg_type"] == "file":
+                data, _, name = self.fake.files[
+                    json.loads(self.fake.messages[m]["content"])["file_key"]
+                ]
+                files.append((name, data))
+        return Media(images, files)
+
+    def refuse_uploads(self) -> bool:
+        self.fake.fail("image_upload", status=400, code=234001, times=1000)
+        return True
 
 
 def _buttons(element: dict[str, Any]) -> list[dict[str, Any]]:

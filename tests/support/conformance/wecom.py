@@ -6,6 +6,7 @@ not our adapter (tests/support/wecom.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -14,7 +15,7 @@ from typing import Any
 
 from adapters.wecom.cards import STREAM_BYTES
 from tests.fakes.wecom import FakeWeCom
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.conformance.base import Answer, Harness, Media, Sent
 from tests.support.waits import eventually
 from tests.support.wecom import (
     CORP_ID,
@@ -124,6 +125,30 @@ class WeComAppHarness(_WeCom):
             json.dumps(d) for d in self.fake.dropped
         ]
 
+    def media(self, sent: Sent) -> Media:
+        """The ``image`` and ``file`` messages to the user after the answer's first markdown
+        part, until another turn's card, by the bytes of the temporary media each names."""
+        mine = [m for m in self.fake.sent if m.get("touser") == sent.user]
+        texts = [i for i, m in enumerate(mine) if m.get("msgtype") in ("markdown", "text")]
+        if len(texts) <= int(sent.extra["from"]):
+            return Media()
+        out = Media()
+        for m in mine[texts[int(sent.extra["from"])] :]:
+            if m["msgtype"] == "template_card":
+                break
+            if m["msgtype"] in ("image", "file"):
+                media_id = m[m["msgtype"]]["media_id"]
+                data, name = self.fake.media[media_id][0], self.fake.uploads[media_id][1]
+                if m["msgtype"] == "image":
+                    out.images.append(data)
+                else:
+                    out.files.append((name, data))
+        return out
+
+    def refuse_uploads(self) -> bool:
+        self.fake.refuse_uploads(40009, times=1000)
+        return True
+
 
 class WeComAibotHarness(_WeCom):
     id = "wecom-aibot"
@@ -174,3 +199,9 @@ class WeComAibotHarness(_WeCom):
 
     def part_bytes(self) -> int | None:
         return STREAM_BYTES
+
+    def media(self, sent: Sent) -> Media:
+        """The final stream frame's ``msg_item`` pictures (base64, with their MD5)."""
+        frames = self.fake.stream_frames(str(sent.extra["req_id"]))
+        items = frames[-1]["body"]["stream"].get("msg_item", []) if frames else []
+        return Media([base64.b64decode(i["image"]["base64"]) for i in items])
