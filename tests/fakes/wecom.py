@@ -65,6 +65,7 @@ import itertools
 import os
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -75,6 +76,8 @@ from tests.fakes.wecom_ws import FakeAibotSocket
 TASK_ID_EXISTS = 40099  # not traced (see the module docstring)
 RESPONSE_CODE_USED = 40098  # not traced
 FREQUENCY_LIMIT = 45009
+PER_MINUTE = 10_000  # 3.: each API, per corp [90454]
+MEMBER_PER_MINUTE = 30  # 3.: messages to one member, per app [90454]
 UPLOAD_BYTES = {
     "image": 10 * 1024 * 1024,
     "voice": 2 * 1024 * 1024,
@@ -120,6 +123,8 @@ class FakeWeCom:
         self.users: dict[str, dict[str, Any]] = {}  # userid -> member (user/get, 9.)
         self.hidden: set[str] = set()  # userids outside the app's visible range (60011)
         self.minute_s = 60.0
+        self.clock: Callable[[], float] = time.monotonic  # seconds; a test's own clock fits
+        self.per_minute = PER_MINUTE  # each API's calls a minute, unless ``limit`` sets one
         self.upload_refusals: list[int] = []
         self.limits: dict[str, int] = {}
         self._calls_at: dict[str, deque[float]] = defaultdict(deque)
@@ -276,23 +281,23 @@ class FakeWeCom:
             return 40014, "invalid access_token"
         if not self.tokens[token]:
             return 42001, "access_token expired"
-        now = time.monotonic()
+        now = self.clock()
         if now < self._blocked_until.get(path, 0.0):
             return FREQUENCY_LIMIT, "api freq out of limit"
         calls = self._calls_at[path]
         while calls and calls[0] <= now - self.minute_s:
             calls.popleft()
-        if len(calls) >= self.limits.get(path, 10_000):
+        if len(calls) >= self.limits.get(path, self.per_minute):
             self._blocked_until[path] = now + self.minute_s
             return FREQUENCY_LIMIT, "api freq out of limit"
         calls.append(now)
         return None
 
     def _member_quota(self, touser: str) -> bool:
-        now, sends = time.monotonic(), self._member_sends[touser]
+        now, sends = self.clock(), self._member_sends[touser]
         while sends and sends[0] <= now - self.minute_s:
             sends.popleft()
-        if len(sends) >= 30:
+        if len(sends) >= MEMBER_PER_MINUTE:
             return False
         sends.append(now)
         return True

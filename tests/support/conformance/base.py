@@ -19,11 +19,14 @@ folder, tests/platforms/<name>/) with a :class:`Harness` subclass that sets ``id
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from gateway.edge.adapter import Adapter
 from gateway.edge.capabilities import Capability
+from gateway.edge.factory import discover_adapters
+from gateway.policy.platform_limits import PlatformLimits, platform_defaults
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway, free_port
 from tests.support.waits import eventually
@@ -190,6 +193,39 @@ class Harness(abc.ABC):
         """The platform refuses every image upload from now on, as it answers a bad one; False
         where the platform takes no upload (its pictures travel inline)."""
         return False
+
+    # --- the fake's limits (tests/conformance/test_fake_limits.py, test_platform_budget.py) ---
+    def published(self) -> PlatformLimits:
+        """The limits the platform's adapter declares it publishes (its settings model's)."""
+        platform = str(self.integration()["platform"])
+        return platform_defaults(discover_adapters()[platform].settings_model)
+
+    def fake_figures(self) -> dict[str, int]:
+        """The figures the fake enforces when built with its platform's limits, named as
+        ``PlatformLimits`` fields (``calls_per_second``, ``chat_sends_per_minute``...)."""
+        return {}
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        """From now on (before :meth:`start`) the fake enforces its platform's limits, on
+        ``clock`` (ms; default the monotonic clock), with ``per_api`` calls of one API in its
+        tightest window instead of the published figure. Returns that window in ms."""
+        raise NotImplementedError(f"{self.id}: the fake keeps no limits")
+
+    async def call_api(self, api: str) -> str:
+        """One call a client makes to the fake: ``"a"`` and ``"b"`` are two different APIs,
+        ``"chat:<id>"`` a message to that chat (or user). Its outcome: ``"ok"``, ``"throttled"``
+        (the platform's answer to a call over a limit), ``"dropped"`` (taken, never delivered),
+        or ``"refused <why>"``."""
+        raise NotImplementedError(f"{self.id}: no client calls")
+
+    def throttles(self) -> list[str]:
+        """Every answer of the fake that told the gateway to slow down, each in a line."""
+        return []
 
 
 @dataclass

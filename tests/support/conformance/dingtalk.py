@@ -14,11 +14,15 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
+import aiohttp
+
 from adapters.dingtalk.crypto import robot_sign
-from tests.fakes.dingtalk import SEND_PATHS, WEBHOOK_PATH, FakeDingTalk
+from tests.fakes.dingtalk import CLIENT_ID, CLIENT_SECRET, SEND_PATHS, WEBHOOK_PATH, FakeDingTalk
+from tests.fakes.limits import DINGTALK_THROTTLE, DingTalkLimits
 from tests.support.conformance.base import Answer, Harness, Media, Sent
 from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
@@ -212,3 +216,48 @@ class DingTalkHarness(Harness):
     def refuse_uploads(self) -> bool:
         self.fake.refuse_uploads(40006, times=1000)
         return True
+
+    def fake_figures(self) -> dict[str, int]:
+        return {"calls_per_second": DingTalkLimits().api_second.limit}
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        figures = {"per_second": per_api} if per_api is not None else {}
+        await self.fake.stop()
+        self.fake = FakeDingTalk(limits=DingTalkLimits(clock, **figures))
+        await self.fake.start()
+        self._token = ""
+        return 1000.0
+
+    async def call_api(self, api: str) -> str:
+        """``a``: a robot message to a group; ``b``: one to users (another API);
+        ``chat:<id>``: a robot message to that group."""
+        message = {"robotCode": CLIENT_ID, "msgKey": "sampleText"}
+        message["msgParam"] = json.dumps({"content": "hi"})
+        if api == "b":
+            path, body = SEND_PATHS[1], {**message, "userIds": ["alice"]}
+        else:
+            group = "cid_a" if api == "a" else api.removeprefix("chat:")
+            path, body = SEND_PATHS[0], {**message, "openConversationId": group}
+        async with aiohttp.ClientSession(base_url=self.fake.base) as http:
+            if not getattr(self, "_token", ""):
+                login = {"appKey": CLIENT_ID, "appSecret": CLIENT_SECRET}
+                async with http.post("/v1.0/oauth2/accessToken", json=login) as r:
+                    self._token = (await r.json())["accessToken"]
+            headers = {"x-acs-dingtalk-access-token": self._token}
+            async with http.post(path, json=body, headers=headers) as r:
+                status, answer = r.status, await r.json()
+        if status == 200:
+            return "ok"
+        code = str(answer.get("code"))
+        throttled = any(t in code for t in DINGTALK_THROTTLE)
+        return "throttled" if throttled else f"refused {status} {code}"
+
+    def throttles(self) -> list[str]:
+        if self.fake.limits is None:
+            return []
+        return [f"{a.api} {a.status} {a.code}" for a in self.fake.limits.throttled()]

@@ -7,12 +7,17 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from gateway.progress import STATUS_TITLES
-from tests.fakes.lark import FakeLark
+from tests.fakes.lark import APP_SECRET, FakeLark
+from tests.fakes.limits import LARK_THROTTLE_CODES, LarkLimits
 from tests.support.conformance.base import Answer, Harness, Media, Sent
 from tests.support.lark import (
+    APP_ID,
     INTEGRATION,
     answer,
     bot_mention,
@@ -165,6 +170,61 @@ class LarkHarness(Harness):
     def refuse_uploads(self) -> bool:
         self.fake.fail("image_upload", status=400, code=234001, times=1000)
         return True
+
+    def fake_figures(self) -> dict[str, int]:
+        limits = LarkLimits()
+        return {
+            "calls_per_second": limits.api_second.limit,
+            "calls_per_minute": limits.api_minute.limit,
+            "chat_sends_per_second": limits.chat.limit,
+        }
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        figures = {"per_second": per_api} if per_api is not None else {}
+        await self.fake.stop()
+        self.fake = FakeLark(limits=LarkLimits(clock, **figures))
+        await self.fake.start()
+        self._token = ""
+        return 1000.0
+
+    async def call_api(self, api: str) -> str:
+        """``a``: the bot's info; ``b`` (a message to a chat) and ``chat:<id>``: a message."""
+        async with aiohttp.ClientSession(base_url=self.fake.base_url) as http:
+            if not getattr(self, "_token", ""):
+                body = {"app_id": APP_ID, "app_secret": APP_SECRET}
+                async with http.post(
+                    "/open-apis/auth/v3/tenant_access_token/internal", json=body
+                ) as r:
+                    self._token = (await r.json())["tenant_access_token"]
+            headers = {"Authorization": f"Bearer {self._token}"}
+            if api == "a":
+                call = http.get("/open-apis/bot/v3/info", headers=headers)
+            else:
+                chat = "oc_b" if api == "b" else api.removeprefix("chat:")
+                body = {
+                    "receive_id": chat,
+                    "msg_type": "text",
+                    "content": json.dumps({"text": "hi"}),
+                }
+                query = {"receive_id_type": "chat_id"}
+                call = http.post(
+                    "/open-apis/im/v1/messages", json=body, params=query, headers=headers
+                )
+            async with call as r:
+                status, code = r.status, (await r.json()).get("code")
+        if status == 200 and code == 0:
+            return "ok"
+        return "throttled" if code in LARK_THROTTLE_CODES else f"refused {status} {code}"
+
+    def throttles(self) -> list[str]:
+        if self.fake.limits is None:
+            return [f"{p} {c}" for p, c in self.fake.refusals if c in LARK_THROTTLE_CODES]
+        return [f"{a.api} {a.status} {a.code}" for a in self.fake.limits.throttled()]
 
 
 def _buttons(element: dict[str, Any]) -> list[dict[str, Any]]:

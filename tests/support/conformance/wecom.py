@@ -11,10 +11,13 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from adapters.wecom.cards import STREAM_BYTES
-from tests.fakes.wecom import FakeWeCom
+from tests.fakes.wecom import FREQUENCY_LIMIT, MEMBER_PER_MINUTE, PER_MINUTE, FakeWeCom
 from tests.support.conformance.base import Answer, Harness, Media, Sent
 from tests.support.waits import eventually
 from tests.support.wecom import (
@@ -49,6 +52,53 @@ class _WeCom(Harness):
     def written(self) -> str:
         bodies = [self.fake.sent, self.fake.updates, self.fake.responses, self.fake.ws.frames]
         return json.dumps(bodies, ensure_ascii=False)
+
+    def fake_figures(self) -> dict[str, int]:
+        return {"calls_per_minute": PER_MINUTE, "chat_sends_per_minute": MEMBER_PER_MINUTE}
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        """The fake always keeps WeCom's limits (per API a minute, per member a minute: its
+        minute may be shortened, ``minute_s``); here on ``clock``, ``per_api`` a minute."""
+        if clock is not None:
+            self.fake.clock = lambda: clock() / 1000
+        if per_api is not None:
+            self.fake.per_minute = per_api
+        return self.fake.minute_s * 1000
+
+    async def call_api(self, api: str) -> str:
+        """``a``: a member's details; ``b``: an app message to a member (another API);
+        ``chat:<id>``: an app message to that member."""
+        user = "bob" if api in ("a", "b") else api.removeprefix("chat:")
+        async with aiohttp.ClientSession(base_url=self.fake.base_url) as http:
+            query = {"corpid": CORP_ID, "corpsecret": self.fake.secret}
+            async with http.get("/cgi-bin/gettoken", params=query) as r:
+                token = (await r.json())["access_token"]
+            if api == "a":
+                call = http.get("/cgi-bin/user/get", params={"access_token": token, "userid": user})
+            else:
+                body = {
+                    "touser": user,
+                    "msgtype": "text",
+                    "agentid": 218,
+                    "text": {"content": "hi"},
+                }
+                call = http.post("/cgi-bin/message/send", params={"access_token": token}, json=body)
+            dropped = len(self.fake.dropped)
+            async with call as r:
+                errcode = (await r.json())["errcode"]
+        if errcode == FREQUENCY_LIMIT:
+            return "throttled"
+        if errcode:
+            return f"refused {errcode}"
+        return "dropped" if len(self.fake.dropped) > dropped else "ok"
+
+    def throttles(self) -> list[str]:
+        return [f"{p} {c}" for p, c in self.fake.refusals if c == FREQUENCY_LIMIT]
 
 
 class WeComAppHarness(_WeCom):
