@@ -145,8 +145,8 @@ class WeComAdapter(CallbackAdapter):
 
     def capabilities(self) -> frozenset[Capability]:
         """An app: everything. An AI bot: files in and images in its stream; no files out
-        (links stay), no file for a long answer (parts), no directory to ask for an email, and
-        options numbered and typed."""
+        (links stay), no file for a long answer (parts), no directory to ask for an email,
+        options numbered and typed, and its long connection is not paced."""
         if self.settings.connection_mode == "app":
             return frozenset(Capability)
         return frozenset({Capability.FILES_IN, Capability.IMAGES_OUT})

@@ -26,3 +26,7 @@ class Capability(StrEnum):
     # A clarification's options and Confirm / Reject are buttons (or links) a user clicks;
     # without it they are numbered and the user types one.
     BUTTONS = "buttons"
+    # The platform calls an answer makes are paced to the platform's published limits
+    # (``platformLimits``), and a throttle answer pauses the API for every replica; without it
+    # (an AI bot's long connection) nothing of an answer goes through a paced API.
+    PACED = "paced"

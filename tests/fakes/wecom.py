@@ -106,6 +106,7 @@ class FakeWeCom:
         self.sent: list[dict[str, Any]] = []
         self.dropped: list[dict[str, Any]] = []
         self.refusals: list[tuple[str, int]] = []  # (path, errcode) of refused API calls
+        self.checked: list[tuple[float, str, int]] = []  # (clock, path, errcode) of API calls
         self.updates: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []
         self.task_ids: set[str] = set()
@@ -268,6 +269,7 @@ class FakeWeCom:
     def _check(self, request: web.Request, path: str) -> web.Response | None:
         """Token, then frequency (docstring 2. and 3.); None when the call may proceed."""
         refused = self._refusal(request, path)
+        self.checked.append((self.clock(), path, refused[0] if refused is not None else 0))
         if refused is not None:
             self.refusals.append((path, refused[0]))
             return self._error(*refused)

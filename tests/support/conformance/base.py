@@ -227,6 +227,26 @@ class Harness(abc.ABC):
         """Every answer of the fake that told the gateway to slow down, each in a line."""
         return []
 
+    # --- the platform budget (tests/conformance/test_platform_budget.py) ----------------------
+    # The mode whose answers go through the platform's paced APIs (None: the first).
+    paced_mode: ClassVar[str | None] = None
+
+    def budget(self, per_api: int) -> dict[str, Any]:
+        """The ``platformLimits`` of an app that may call each API ``per_api`` times in the
+        fake's window (:meth:`limit_fake`, a second on the real clock)."""
+        return {"callsPerSecond": per_api}
+
+    def throttle_next(self) -> float:
+        """The next call of the API an answer goes through gets the platform's throttle answer
+        (after :meth:`limit_fake`, which records the fake's answers); returns the seconds the
+        API is to rest, as that answer names them (or the platform's documented default)."""
+        raise NotImplementedError(f"{self.id}: nothing of an answer is paced")
+
+    def after_throttle(self) -> float | None:
+        """Milliseconds from the throttle answer to the next call of that API the fake
+        served; None before."""
+        raise NotImplementedError(f"{self.id}: nothing of an answer is paced")
+
 
 @dataclass
 class Media:

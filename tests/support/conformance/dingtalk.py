@@ -261,3 +261,17 @@ class DingTalkHarness(Harness):
         if self.fake.limits is None:
             return []
         return [f"{a.api} {a.status} {a.code}" for a in self.fake.limits.throttled()]
+
+    paced_mode = "openapi"  # an answer through the robot OpenAPI (a sessionWebhook is none)
+
+    def throttle_next(self) -> float:
+        code = "Forbidden.AccessDenied.QpsLimitForAppkeyAndApi"
+        self.fake.fail(SEND_PATHS[1], status=403, code=code, times=1)
+        return 1.0  # DingTalk names no reset: a second, its QPS window
+
+    def after_throttle(self) -> float | None:
+        assert self.fake.limits is not None, "limit_fake() first"
+        sends = [a for a in self.fake.limits.answers if a.path == SEND_PATHS[1]]
+        refused = [a.at_ms for a in sends if a.status == 403]
+        served = [a.at_ms for a in sends if a.status < 300 and refused and a.at_ms > refused[-1]]
+        return min(served) - refused[-1] if served else None

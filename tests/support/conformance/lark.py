@@ -226,6 +226,17 @@ class LarkHarness(Harness):
             return [f"{p} {c}" for p, c in self.fake.refusals if c in LARK_THROTTLE_CODES]
         return [f"{a.api} {a.status} {a.code}" for a in self.fake.limits.throttled()]
 
+    def throttle_next(self) -> float:
+        self.fake.fail("reply", code=99991400, reset=1)  # 429, x-ogw-ratelimit-reset: 1
+        return 1.0
+
+    def after_throttle(self) -> float | None:
+        assert self.fake.limits is not None, "limit_fake() first"
+        replies = [a for a in self.fake.limits.answers if a.api.endswith("/reply")]
+        refused = [a.at_ms for a in replies if a.status == 429]
+        served = [a.at_ms for a in replies if a.status < 300 and refused and a.at_ms > refused[-1]]
+        return min(served) - refused[-1] if served else None
+
 
 def _buttons(element: dict[str, Any]) -> list[dict[str, Any]]:
     if element.get("tag") == "button":

@@ -66,6 +66,8 @@ class _WeCom(Harness):
         minute may be shortened, ``minute_s``); here on ``clock``, ``per_api`` a minute."""
         if clock is not None:
             self.fake.clock = lambda: clock() / 1000
+        else:  # the real clock: a minute of a second, so that a test waits seconds
+            self.fake.minute_s = 1.0
         if per_api is not None:
             self.fake.per_minute = per_api
         return self.fake.minute_s * 1000
@@ -99,6 +101,22 @@ class _WeCom(Harness):
 
     def throttles(self) -> list[str]:
         return [f"{p} {c}" for p, c in self.fake.refusals if c == FREQUENCY_LIMIT]
+
+    def budget(self, per_api: int) -> dict[str, Any]:
+        own = self.integration()["platformLimits"] if self.id == "wecom-app" else {}
+        return {**own, "callsPerSecond": per_api}
+
+    def throttle_next(self) -> float:
+        """One app message a (shortened) minute: the answer after the card gets 45009, and
+        WeCom keeps the API blocked for the rest of the minute (doc 90454)."""
+        self.fake.limit("message/send", per_minute=1)
+        return self.fake.minute_s
+
+    def after_throttle(self) -> float | None:
+        sends = [(at, code) for at, path, code in self.fake.checked if path == "message/send"]
+        refused = [at for at, code in sends if code == FREQUENCY_LIMIT]
+        served = [at for at, code in sends if code == 0 and refused and at > refused[-1]]
+        return (min(served) - refused[-1]) * 1000 if served else None
 
 
 class WeComAppHarness(_WeCom):
