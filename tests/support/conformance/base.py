@@ -29,6 +29,7 @@ from gateway.edge.factory import discover_adapters
 from gateway.policy.platform_limits import PlatformLimits, platform_defaults
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway, free_port
+from tests.support.mcp import with_mcp
 from tests.support.waits import eventually
 
 # An echo expert that answers at once, in one chunk: for answers whose size is the point.
@@ -246,6 +247,30 @@ class Harness(abc.ABC):
         """Milliseconds from the throttle answer to the next call of that API the fake
         served; None before."""
         raise NotImplementedError(f"{self.id}: nothing of an answer is paced")
+
+    # --- MCP chat actions (tests/conformance/test_chat_actions.py) ---------------------------
+    async def start_mcp(
+        self, *, experts: list[dict[str, Any]] | None = None, **options: Any
+    ) -> None:
+        """:meth:`start`, with the MCP server and its clients on (tests/support/mcp.py)."""
+        self.port = free_port()
+        gw = InProcessGateway(with_mcp(self.config(experts, **options)))
+        gw.port = self.port
+        await gw.start()
+        self._gateway = gw
+        await self.connected()
+
+    def chat_id(self, sent: Sent) -> str:
+        """The platform's id of the chat ``sent`` was written in (what a chat tool names)."""
+        return self.user_id(sent.user)
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        """Every file (name, bytes) the bot sent as a file message, in any chat."""
+        return []
+
+    def seat_members(self, sent: Sent, names: list[str]) -> None:
+        """The chat of ``sent`` has these members (where the platform lists members)."""
+        return None
 
 
 @dataclass

@@ -275,3 +275,14 @@ class DingTalkHarness(Harness):
         refused = [a.at_ms for a in sends if a.status == 403]
         served = [a.at_ms for a in sends if a.status < 300 and refused and a.at_ms > refused[-1]]
         return min(served) - refused[-1] if served else None
+
+    def chat_id(self, sent: Sent) -> str:
+        return "cidGROUP" if sent.group else f"cidP2P{sent.user}"  # tests/support/dingtalk.py
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        return [
+            (param["fileName"], self.fake.media[param["mediaId"]][2])
+            for c in self.fake.calls
+            if c.status < 300 and c.path in SEND_PATHS and c.body["msgKey"] == "sampleFile"
+            for param in [json.loads(c.body["msgParam"])]
+        ]

@@ -237,6 +237,21 @@ class LarkHarness(Harness):
         served = [a.at_ms for a in replies if a.status < 300 and refused and a.at_ms > refused[-1]]
         return min(served) - refused[-1] if served else None
 
+    def chat_id(self, sent: Sent) -> str:
+        return self.chat_of(sent.user, sent.group)
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        out = []
+        for m in self.fake.messages.values():
+            if m["from_bot"] and m["msg_type"] == "file":
+                data, _, name = self.fake.files[json.loads(m["content"])["file_key"]]
+                out.append((name, data))
+        return out
+
+    def seat_members(self, sent: Sent, names: list[str]) -> None:
+        members = [{"member_id": self.user_id(n), "name": n} for n in names]
+        self.fake.members[self.chat_of(sent.user, sent.group)] = members
+
 
 def _buttons(element: dict[str, Any]) -> list[dict[str, Any]]:
     if element.get("tag") == "button":

@@ -217,6 +217,13 @@ class WeComAppHarness(_WeCom):
         self.fake.refuse_uploads(40009, times=1000)
         return True
 
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        return [
+            (self.fake.uploads[m["file"]["media_id"]][1], self.fake.media[m["file"]["media_id"]][0])
+            for m in self.fake.sent
+            if m.get("msgtype") == "file"
+        ]
+
 
 class WeComAibotHarness(_WeCom):
     id = "wecom-aibot"
