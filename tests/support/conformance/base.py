@@ -36,6 +36,10 @@ from tests.support.waits import eventually
 FAST_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 10_000}
 
 
+class NoButton(LookupError):
+    """The user has no such button (or link) to click: the platform shows it to others only."""
+
+
 @dataclass(frozen=True)
 class Sent:
     """A message a user sent: its platform id and the user's and chat's names."""
@@ -142,6 +146,19 @@ class Harness(abc.ABC):
         in a group; returns once the platform delivered it (the webhook answered, or the long
         connection's frame was pushed)."""
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        """``user`` sends the file ``name`` holding ``data`` (None: the platform fails to serve
+        it). The returned ``Sent`` names, in ``extra["name"]``, the name the gateway can know
+        (where the message names no file, the one it gives the file)."""
+        raise AssertionError(f"{self.id} takes no files here")
+
+    def fetched(self) -> list[str]:
+        """What the gateway downloaded from the platform (one line each; the harness checks the
+        wire form of each download: its API, path and parameters)."""
+        return []
+
     @abc.abstractmethod
     def seen(self, sent: Sent) -> Answer | None:
         """The answer to ``sent`` as its chat shows it now, once it is final (no part still
@@ -161,12 +178,28 @@ class Harness(abc.ABC):
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
         """``user`` (default: who sent ``sent``) clicks the button (or opens the action link
         and presses its page's button) labelled ``label`` on the answer to ``sent``; returns a
-        handle whose :meth:`answer` is what follows the click, and what the platform showed
-        the clicker at once (a toast, a page, a greyed button's label; "" where nothing)."""
+        handle whose :meth:`answer` is what follows the click (a new turn's answer), and what
+        the platform showed the clicker at once (a toast, a page, a greyed button's label; ""
+        where nothing). Raises :class:`NoButton` when ``user`` has no such button."""
 
     @abc.abstractmethod
     def shown(self) -> list[str]:
         """Every text the bot showed in any chat, in order (messages, cards' answers)."""
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """The files the bot sent into chats, oldest first: (name, bytes) as the user gets them
+        (the harness checks the platform's wire form, e.g. an archive it must be sent in)."""
+        return []
+
+    # --- the platform's directory -------------------------------------------------------------
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        """``user`` is in the organisation's directory with ``email`` (``work_address``: in the
+        platform's second address field where it has one, the first left empty)."""
+        raise AssertionError(f"{self.id} has no directory here")
+
+    def lookups(self) -> list[str]:
+        """The platform ids of the users whose directory entry the gateway asked for."""
+        return []
 
     # --- the platform's side ------------------------------------------------------------------
     @abc.abstractmethod

@@ -12,8 +12,11 @@ buttons of a markdown answer only from its last part: a part elsewhere fails the
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
+import uuid
+import zipfile
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
@@ -21,13 +24,23 @@ from urllib.parse import urljoin
 import aiohttp
 
 from adapters.dingtalk.crypto import robot_sign
-from tests.fakes.dingtalk import CLIENT_ID, CLIENT_SECRET, SEND_PATHS, WEBHOOK_PATH, FakeDingTalk
+from tests.fakes.dingtalk import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    SEND_PATHS,
+    USER_GET_PATH,
+    WEBHOOK_PATH,
+    FakeDingTalk,
+    _normalise,
+)
 from tests.fakes.limits import DINGTALK_THROTTLE, DingTalkLimits
-from tests.support.conformance.base import Answer, Harness, Media, Sent
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
 from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
+DOWNLOAD = "/v1.0/robot/messageFiles/download"
+BATCH = "/v1.0/robot/oToMessages/batchSend"
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 MEDIA_KEYS = ("sampleImageMsg", "sampleFile")  # an answer's pictures and files, after it
 
@@ -84,25 +97,89 @@ class DingTalkHarness(Harness):
             self.fake, text, group=group, sender=user, webhook=self.mode != "openapi"
         )
         mark = self._mark(user, group)
-        if self.mode == "stream":
-            await self.fake.push("CALLBACK", ROBOT, message)
-        else:
-            ts = str(message["createAt"])
-            headers = {"timestamp": ts, "sign": robot_sign(SECRET, ts)}
-            url = f"http://127.0.0.1:{self.gateway.port}/api/dingtalk/webhook/{self.integration_id}"
-            async with self.gateway.client.http.post(url, json=message, headers=headers) as resp:
-                assert resp.status == 200, resp.status
+        await self._deliver(message)
         # An answer to a message goes through the API its mode names; a click's may not.
         mark["via"] = "openapi" if self.mode == "openapi" else "webhook"
         return Sent(message["msgId"], user, group, mark)
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        code = f"dc-{uuid.uuid4().hex[:8]}"
+        if data is None:
+            self.fake.fail(DOWNLOAD, status=400, code="invalidParameter.downloadCode", times=5)
+        else:
+            self.fake.files[code] = (data, "application/pdf")
+        message = robot_message(
+            self.fake, "", group=group, sender=user, webhook=self.mode != "openapi"
+        )
+        message["msgtype"] = "file"
+        message["content"] = {"downloadCode": code, "fileName": name}
+        mark = self._mark(user, group)
+        await self._deliver(message)
+        return Sent(message["msgId"], user, group, {**mark, "name": name})
+
+    def fetched(self) -> list[str]:
+        """The robot file API turns a downloadCode into a URL, which is then fetched."""
+        asked = [c.body for c in self.fake.calls if c.path == DOWNLOAD and c.status < 300]
+        got = [c.path for c in self.fake.calls if c.path.startswith("/f/")]
+        assert [f"/f/{b['downloadCode']}" for b in asked] == got, (asked, got)
+        assert all(b["robotCode"] == "dingappkey" for b in asked)
+        return got
+
+    async def _deliver(self, message: dict[str, Any]) -> None:
+        """As DingTalk does: pushed over the stream, or posted signed to the webhook."""
+        if self.mode == "stream":
+            await self.fake.push("CALLBACK", ROBOT, message)
+            return
+        ts = str(message["createAt"])
+        headers = {"timestamp": ts, "sign": robot_sign(SECRET, ts)}
+        url = f"http://127.0.0.1:{self.gateway.port}/api/dingtalk/webhook/{self.integration_id}"
+        async with self.gateway.client.http.post(url, json=message, headers=headers) as resp:
+            assert resp.status == 200, resp.status
+
     def _mark(self, user: str, group: bool) -> dict[str, Any]:
         """Where the answer to what happens next starts: the messages and cards so far."""
-        return {"from": len(self.fake.sent()), "cards": len(self.fake.cards)}
+        return {"from": len(self._sent()), "cards": len(self.fake.cards)}
 
     def _messages(self, sent: Sent) -> list[dict[str, Any]]:
-        sent_ = self.fake.sent()[int(sent.extra["from"]) :]
-        return [m for m in sent_ if m.get("msgKey") not in MEDIA_KEYS]
+        """The chat's messages since ``sent``: in a group, not the 1:1 messages to the people
+        asked to Confirm (``oToMessages/batchSend``, read by :meth:`click`)."""
+        got = self._sent()[int(sent.extra["from"]) :]
+        return [
+            m
+            for m in got
+            if not (sent.group and m.get("private")) and m.get("msgKey") not in MEDIA_KEYS
+        ]
+
+    def _sent(self) -> list[dict[str, Any]]:
+        """``FakeDingTalk.sent``, each message marked ``private`` when it went 1:1."""
+        out: list[dict[str, Any]] = []
+        for call in self.fake.calls:
+            if call.status >= 300 or not call.delivered:
+                continue
+            if call.path == WEBHOOK_PATH:
+                content, via = call.body[call.body["msgtype"]], "webhook"
+            elif call.path in SEND_PATHS:
+                content, via = json.loads(call.body["msgParam"]), "openapi"
+            else:
+                continue
+            key = call.body.get("msgKey")  # the OpenAPI's message type (a picture, a file...)
+            out.append(
+                {"via": via, "private": call.path == BATCH, "msgKey": key, **_normalise(content)}
+            )
+        return out
+
+    def _private(self, user: str) -> dict[str, str]:
+        """The action links the bot sent ``user`` in a 1:1 message, newest last, by label."""
+        links: dict[str, str] = {}
+        for call in self.fake.calls:
+            if call.path != BATCH or call.status >= 300 or not call.delivered:
+                continue
+            if user in call.body["userIds"]:
+                param = _normalise(json.loads(call.body["msgParam"]))
+                links.update(zip(param["buttons"], param["urls"], strict=True))
+        return links
 
     def _card(self, sent: Sent) -> Any:
         cards = list(self.fake.cards.values())[int(sent.extra["cards"]) :]
@@ -161,9 +238,13 @@ class DingTalkHarness(Harness):
         """A signed action link, opened as a person does: a page, then its button, which
         posts its form back as a browser does (same origin). The link acts as whom it names:
         ``user`` cannot be another person here."""
-        assert user in (None, sent.user), "a DingTalk action link acts as the asker"
-        link = self._links(sent).get(label)
-        assert link is not None, f"no link {label!r}"
+        who = user or sent.user
+        # In a group a Confirm / Reject goes to each person asked in a 1:1 message, signed for
+        # them; elsewhere the links are the answer's, signed for the asker.
+        links = self._private(who) if sent.group else self._links(sent)
+        link = links.get(label)
+        if link is None or (not sent.group and who != sent.user):
+            raise NoButton(label)
         mark = self._mark(sent.user, sent.group)
         http = self.gateway.client.http
         async with http.get(link) as resp:
@@ -176,13 +257,41 @@ class DingTalkHarness(Harness):
             async with http.post(action, data=data, headers=headers) as resp:
                 status, page = resp.status, await resp.text()
         assert status == 200, (status, page)
-        return Sent(f"click-{label}", sent.user, sent.group, mark), page
+        return Sent(f"click-{label}", who, sent.group, mark), page
 
     def shown(self) -> list[str]:
-        texts = [str(m["text"] or "") for m in self.fake.sent()]
+        texts = [str(m["text"] or "") for m in self._sent()]
         for card in self.fake.cards.values():
             texts += [card.params.get("msgContent", ""), card.stream.get("content", "")]
         return texts
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """``sampleFile`` messages. ``/media/upload`` and ``sampleFile`` take no ``.md``
+        (DOC:upload-media-files, DOC:robot-message-type): an answer.md goes as answer.zip
+        holding it alone, unpacked here."""
+        out: list[tuple[str, bytes]] = []
+        for call in self.fake.calls:
+            if call.path not in SEND_PATHS or call.status >= 300 or not call.delivered:
+                continue
+            if call.body["msgKey"] != "sampleFile":
+                continue
+            param = json.loads(call.body["msgParam"])
+            kind, name, data = self.fake.media[param["mediaId"]]
+            assert kind == "file" and name == param["fileName"]
+            if name == "answer.zip":
+                assert param["fileType"] == "zip"
+                with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                    assert archive.namelist() == ["answer.md"]
+                    name, data = "answer.md", archive.read("answer.md")
+            out.append((name, data))
+        return out
+
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        field = "org_email" if work_address else "email"
+        self.fake.users[user] = {"name": user.capitalize(), "email": "", field: email}
+
+    def lookups(self) -> list[str]:
+        return [str(c.body["userid"]) for c in self.fake.calls if c.path == USER_GET_PATH]
 
     def written(self) -> str:
         return json.dumps([c.body for c in self.fake.calls], ensure_ascii=False)

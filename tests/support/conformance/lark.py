@@ -15,7 +15,7 @@ import aiohttp
 from gateway.progress import STATUS_TITLES
 from tests.fakes.lark import APP_SECRET, FakeLark
 from tests.fakes.limits import LARK_THROTTLE_CODES, LarkLimits
-from tests.support.conformance.base import Answer, Harness, Media, Sent
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
 from tests.support.lark import (
     APP_ID,
     INTEGRATION,
@@ -83,6 +83,34 @@ class LarkHarness(Harness):
         assert status == 200, status
         return Sent(message_id, user, group)
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        message_id, key = f"om_{uuid.uuid4().hex[:12]}", f"file_v3_{uuid.uuid4().hex[:8]}"
+        if data is None:
+            self.fake.fail("resource", status=400, code=234003, times=5)  # File not in message.
+        else:  # Lark serves a file's bytes without saying what they are: the name tells.
+            self.fake.resources[key] = (data, "application/octet-stream")
+        event = message_event(
+            message_id=message_id,
+            message_type="file",
+            content={"file_key": key, "file_name": name},
+            chat_id=self.chat_of(user, group),
+            chat_type="group" if group else "p2p",
+            sender=self.user_id(user),
+        )
+        status, _ = await self.post(event)
+        assert status == 200, status
+        return Sent(message_id, user, group, {"name": name})
+
+    def fetched(self) -> list[str]:
+        calls = self.fake.of("resource")
+        for call in calls:  # a message's resource, of type file
+            assert call.path.startswith("/open-apis/im/v1/messages/om_") and call.query == {
+                "type": "file"
+            }, call
+        return [c.path for c in calls]
+
     def _card_message(self, sent: Sent) -> str | None:
         replies = reply_to(self.fake, sent.id)
         cards = [m for m in replies if self.fake.messages[m]["msg_type"] == "interactive"]
@@ -118,7 +146,8 @@ class LarkHarness(Harness):
             for b in _buttons(element):
                 known.setdefault(str(b["text"]["content"]), b)
         button = known.get(label)
-        assert button is not None, f"no button {label!r}"
+        if button is None:
+            raise NoButton(label)
         who = user or sent.user
         click = card_click(
             button["behaviors"][0]["value"],
@@ -143,6 +172,23 @@ class LarkHarness(Harness):
             elif m["msg_type"] == "interactive":
                 out.append(json.dumps(self.fake.card_of(m["message_id"]), ensure_ascii=False))
         return out
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """``file`` messages of files uploaded as ``stream`` (im/v1/files: any other type)."""
+        out: list[tuple[str, bytes]] = []
+        for m in self.fake.messages.values():
+            if m["from_bot"] and m["msg_type"] == "file":
+                data, file_type, name = self.fake.files[json.loads(m["content"])["file_key"]]
+                assert file_type == "stream", file_type
+                out.append((name, data))
+        return out
+
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        open_id = self.user_id(user)
+        self.fake.users[open_id] = {"open_id": open_id, "email": email}
+
+    def lookups(self) -> list[str]:
+        return [c.path.rsplit("/", 1)[-1] for c in self.fake.of("user")]
 
     def written(self) -> str:
         return json.dumps([c.body for c in self.fake.calls], ensure_ascii=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import time
 import uuid
@@ -18,7 +19,7 @@ import aiohttp
 
 from adapters.wecom.cards import STREAM_BYTES
 from tests.fakes.wecom import FREQUENCY_LIMIT, MEMBER_PER_MINUTE, PER_MINUTE, FakeWeCom
-from tests.support.conformance.base import Answer, Harness, Media, Sent
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
 from tests.support.waits import eventually
 from tests.support.wecom import (
     CORP_ID,
@@ -48,6 +49,13 @@ class _WeCom(Harness):
 
     async def connected(self) -> None:
         await control_subscribed(self.gateway)
+
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        field = "biz_mail" if work_address else "email"
+        self.fake.users[user] = {"name": user.capitalize(), "email": "", field: email}
+
+    def lookups(self) -> list[str]:
+        return [str(body["userid"]) for path, body in self.fake.calls if path == "user/get"]
 
     def written(self) -> str:
         bodies = [self.fake.sent, self.fake.updates, self.fake.responses, self.fake.ws.frames]
@@ -151,6 +159,27 @@ class WeComAppHarness(_WeCom):
         await self.post(app_message(user, text, msg_id))
         return Sent(msg_id, user, group, mark)
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        """A file message names its file by MediaId (``media/get``); an unknown id is 40007."""
+        media_id = f"m-{uuid.uuid4().hex[:8]}"
+        if data is not None:
+            self.fake.media[media_id] = (data, "application/pdf")
+        msg_id = str(uuid.uuid4().int % 10**12)
+        xml = app_message(user, "x", msg_id).replace(
+            "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[x]]></Content>",
+            f"<MsgType><![CDATA[file]]></MsgType><MediaId><![CDATA[{media_id}]]></MediaId>"
+            f"<FileName><![CDATA[{name}]]></FileName>",
+        )
+        mark = self._mark(user)
+        await self.post(xml)
+        return Sent(msg_id, user, group, {**mark, "name": name})
+
+    def fetched(self) -> list[str]:
+        assert all(d.startswith("m-") for d in self.fake.downloads), self.fake.downloads
+        return list(self.fake.downloads)
+
     def _card(self, sent: Sent) -> dict[str, Any] | None:
         """The answer's card in its final state: an app card gets one update, its last."""
         updates = self.fake.updates[int(sent.extra["updates"]) :]
@@ -160,9 +189,9 @@ class WeComAppHarness(_WeCom):
     def seen(self, sent: Sent) -> Answer | None:
         card = self._card(sent)
         parts = self.fake.texts(sent.user)[int(sent.extra["from"]) :]
-        if card is None or not parts:
+        if card is None:
             return None
-        last = _MARK.search(parts[-1])
+        last = _MARK.search(parts[-1]) if parts else None  # a waiting card has no text yet
         if last and len(parts) != int(last[2]):
             return None
         buttons = [b["text"] for b in card.get("button_list", [])]
@@ -171,7 +200,10 @@ class WeComAppHarness(_WeCom):
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
         card = self._card(sent)
         assert card is not None, "no card to click"
-        [button] = [b for b in card.get("button_list", []) if b["text"] == label]
+        buttons = [b for b in card.get("button_list", []) if b["text"] == label]
+        if not buttons:
+            raise NoButton(label)
+        [button] = buttons
         who = user or sent.user
         mark = self._mark(who)
         code = self.fake.issue_code()
@@ -187,6 +219,17 @@ class WeComAppHarness(_WeCom):
 
     def shown(self) -> list[str]:
         return self.fake.texts()
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """``file`` messages of temporary media (``media/upload``)."""
+        out: list[tuple[str, bytes]] = []
+        for m in self.fake.sent:
+            if m.get("msgtype") == "file":
+                media_id = m["file"]["media_id"]
+                kind, name = self.fake.uploads[media_id]
+                assert kind == "file"
+                out.append((name, self.fake.media[media_id][0]))
+        return out
 
     def refused(self) -> list[str]:
         return [f"{path} {code}" for path, code in self.fake.refusals] + [
@@ -237,8 +280,38 @@ class WeComAibotHarness(_WeCom):
         msg_id = f"w-{uuid.uuid4().hex[:10]}"
         extra: dict[str, Any] = {"chattype": "group", "chatid": "grp-1"} if group else {}
         body = aibot_message(msg_id, "text", {"content": text}, user=user, **extra)
+        mark = {"from": len(self._markdown()), "cards": len(self._cards())}
         req_id = await self.fake.push("aibot_msg_callback", body)
-        return Sent(msg_id, user, group, {"req_id": req_id, "from": len(self._markdown())})
+        return Sent(msg_id, user, group, {**mark, "req_id": req_id})
+
+    def _cards(self) -> list[dict[str, Any]]:
+        """The template cards sent (a direct chat's buttons), oldest first."""
+        return [
+            f["body"]["template_card"]
+            for f in self.fake.frames
+            if f.get("cmd") == "aibot_send_msg" and f["body"].get("msgtype") == "template_card"
+        ]
+
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        """A long-connection file: an encrypted download link and its own ``aeskey``; the
+        message names no file (the gateway names it by its bytes: file.pdf)."""
+        key = os.urandom(32)
+        link = self.fake.encrypted_link(data or b"", key, name)
+        if data is None:
+            self.fake.files.pop(link.rsplit("/", 1)[-1])  # gone: 404
+        msg_id = f"w-{uuid.uuid4().hex[:10]}"
+        extra: dict[str, Any] = {"chattype": "group", "chatid": "grp-1"} if group else {}
+        content = {"url": link, "aeskey": base64.b64encode(key).decode()}
+        body = aibot_message(msg_id, "file", content, user=user, **extra)
+        mark = {"from": len(self._markdown()), "cards": len(self._cards()), "name": "file.pdf"}
+        req_id = await self.fake.push("aibot_msg_callback", body)
+        return Sent(msg_id, user, group, {**mark, "req_id": req_id})
+
+    def fetched(self) -> list[str]:
+        assert all(d.startswith("f-") for d in self.fake.downloads), self.fake.downloads
+        return list(self.fake.downloads)
 
     def _markdown(self) -> list[str]:
         return [
@@ -249,7 +322,7 @@ class WeComAibotHarness(_WeCom):
 
     def seen(self, sent: Sent) -> Answer | None:
         frames = self.fake.stream_frames(str(sent.extra["req_id"]))
-        if not frames or not frames[-1]["body"]["stream"]["finish"]:
+        if not frames:  # (read once the gateway is idle: a stream left open waits for a user)
             return None
         parts = [
             frames[-1]["body"]["stream"]["content"],
@@ -261,7 +334,7 @@ class WeComAibotHarness(_WeCom):
         return Answer(parts)
 
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
-        raise AssertionError("the AI bot declares no buttons: its options are typed")
+        raise NoButton(f"{label}: the AI bot declares no buttons, its options are typed")
 
     def shown(self) -> list[str]:
         streams: dict[str, str] = {}
