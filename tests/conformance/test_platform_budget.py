@@ -23,8 +23,8 @@ async def test_many_turns_at_once_get_no_throttle_answer_and_every_answer_lands(
     paced: Harness,
 ) -> None:
     platform = paced
-    window = await platform.limit_fake(per_api=PER_API)
-    assert window == 1000
+    if platform.declares(Capability.PACED):
+        assert await platform.limit_fake(per_api=PER_API) == 1000
     await platform.start(experts=[FAST_ECHO], platformLimits=platform.budget(PER_API))
     texts = [f"m{i}" for i in range(6)]
     for i, text in enumerate(texts):  # six people at once, each in a direct chat

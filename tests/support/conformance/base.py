@@ -234,6 +234,12 @@ class Harness(abc.ABC):
         platform = str(self.integration()["platform"])
         return platform_defaults(discover_adapters()[platform].settings_model)
 
+    def declares(self, capability: Capability) -> bool:
+        """:meth:`can`, before :meth:`start`: the declaration of this mode's settings."""
+        factory = discover_adapters()[str(self.integration()["platform"])]
+        settings = factory.settings_model.model_validate(self.integration())
+        return capability in factory.declared(settings)
+
     def fake_figures(self) -> dict[str, int]:
         """The figures the fake enforces when built with its platform's limits, named as
         ``PlatformLimits`` fields (``calls_per_second``, ``chat_sends_per_minute``...)."""
