@@ -49,3 +49,15 @@ async def paced(
     cls = HARNESSES[request.param]
     async for harness in _opened(cls(prefix, cls.paced_mode)):
         yield harness
+
+
+@pytest.fixture(params=list(HARNESSES))
+async def platform_fake(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """Each platform's harness with its fake alone (no gateway, no Redis): for what the fake
+    itself does, as a client meets it."""
+    harness = HARNESSES[request.param]("fake-only")
+    await harness.open()
+    try:
+        yield harness
+    finally:
+        await harness.shut()

@@ -3,8 +3,9 @@ platform's fake: every tool is listed; each one the adapter offers (``chat_tools
 the chat a session runs in — a message shown there once, a file sent as a file, the history
 holding the gateway's transcript, the members — and each one it does not offer says so and
 sends nothing; every call is in the audit trail. A chat without a session, or an integration
-that does not exist, is refused with nothing sent. (Each platform's own: mentions, targets,
-pages, file types, an AI bot on callbacks: tests/{lark,dingtalk,wecom}/test_mcp.py.)"""
+that does not exist, is refused with nothing sent (one gateway for all: each start costs).
+(Each platform's own: mentions, targets, pages, file types, an AI bot on callbacks:
+tests/{lark,dingtalk,wecom}/test_mcp.py.)"""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def shown_count(platform: Harness) -> int:
     return sum(TEXT in shown for shown in platform.shown())
 
 
-async def test_the_tools_a_platform_offers_work_and_the_rest_say_so(platform: Harness) -> None:
+async def test_the_tools_a_platform_offers_work_the_rest_say_so_and_no_session_no_send(
+    platform: Harness,
+) -> None:
     await platform.start_mcp()
     sent = await platform.send("hello")
     await platform.answer(sent)
@@ -39,7 +42,16 @@ async def test_the_tools_a_platform_offers_work_and_the_rest_say_so(platform: Ha
     async with mcp_client(platform.gateway.port) as client:
         listed = {t.name for t in (await client.list_tools()).tools}
         results = {tool: await client.call_tool(tool, {**where, **ARGS[tool]}) for tool in TOOLS}
+        await platform.idle()
+        written = platform.written()
+        elsewhere = await client.call_tool(
+            SEND_MESSAGE, {**where, "chatId": "elsewhere", "text": "hi"}
+        )
+        unknown = await client.call_tool(SEND_MESSAGE, {**where, "integrationId": "nope"})
     await platform.idle()
+    assert elsewhere.is_error and "no live or recent session" in elsewhere.content[0].text
+    assert unknown.is_error
+    assert platform.written() == written  # not one platform call for either
     assert listed == set(TOOLS)
     for tool, result in results.items():
         if tool not in offered:
@@ -58,25 +70,5 @@ async def test_the_tools_a_platform_offers_work_and_the_rest_say_so(platform: Ha
         assert len(members) == 3
     outcomes = sorted((r["tool"], r["outcome"]) for r in await audit_rows(platform.gateway.port))
     expected = [(t, "ok" if t in offered else "unsupported") for t in TOOLS]
-    assert outcomes == sorted(expected)
+    assert outcomes == sorted([*expected, *[(SEND_MESSAGE, "refused")] * 2])
     assert platform.refused() == []
-
-
-async def test_a_chat_without_a_session_is_refused_and_nothing_is_sent(
-    platform: Harness,
-) -> None:
-    await platform.start_mcp()
-    await platform.answer(sent := await platform.send("hello"))
-    written = platform.written()
-    where = {"integrationId": platform.integration_id, "chatId": platform.chat_id(sent)}
-    async with mcp_client(platform.gateway.port) as client:
-        elsewhere = await client.call_tool(
-            SEND_MESSAGE, {**where, "chatId": "elsewhere", "text": "hi"}
-        )
-        unknown = await client.call_tool(SEND_MESSAGE, {**where, "integrationId": "nope"})
-    assert elsewhere.is_error and "no live or recent session" in elsewhere.content[0].text
-    assert unknown.is_error
-    await platform.idle()
-    assert platform.written() == written  # not one platform call
-    rows = await audit_rows(platform.gateway.port)
-    assert [r["outcome"] for r in rows] == ["refused", "refused"]

@@ -18,7 +18,8 @@ KEPT = ("calls_per_second", "calls_per_minute", "chat_sends_per_second", "chat_s
 SHOWN = 100  # a published figure past this is shown at 3 a window (same rule, fewer calls)
 
 
-async def test_the_fake_keeps_the_figures_the_adapter_publishes(platform: Harness) -> None:
+async def test_the_fake_keeps_the_figures_the_adapter_publishes(platform_fake: Harness) -> None:
+    platform = platform_fake
     figures = platform.fake_figures()
     published = platform.published().model_dump()
     assert {name: published[name] for name in figures} == figures
@@ -26,8 +27,9 @@ async def test_the_fake_keeps_the_figures_the_adapter_publishes(platform: Harnes
 
 
 async def test_one_api_takes_its_figure_in_its_window_then_is_throttled(
-    platform: Harness,
+    platform_fake: Harness,
 ) -> None:
+    platform = platform_fake
     clock = FakeClock(start=1_000_000)
     windows = platform.published().windows()
     if not windows:  # a platform that publishes no figure: its fake keeps none
@@ -46,7 +48,8 @@ async def test_one_api_takes_its_figure_in_its_window_then_is_throttled(
     assert len(platform.throttles()) == 2
 
 
-async def test_one_chat_takes_the_published_figure_then_no_more(platform: Harness) -> None:
+async def test_one_chat_takes_the_published_figure_then_no_more(platform_fake: Harness) -> None:
+    platform = platform_fake
     await platform.limit_fake(FakeClock(start=1_000_000))
     chat_windows = platform.published().chat_windows()
     if not chat_windows:  # none published: only the per-API figure applies
@@ -58,6 +61,7 @@ async def test_one_chat_takes_the_published_figure_then_no_more(platform: Harnes
     assert await platform.call_api("chat:c2") == "ok"
 
 
-async def test_the_fake_a_test_gets_refuses_a_burst_nothing(platform: Harness) -> None:
+async def test_the_fake_a_test_gets_refuses_a_burst_nothing(platform_fake: Harness) -> None:
+    platform = platform_fake
     assert {await platform.call_api("a") for _ in range(60)} == {"ok"}
     assert platform.throttles() == []
