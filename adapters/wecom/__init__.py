@@ -150,7 +150,8 @@ class WeComAdapter(CallbackAdapter):
         groups, files in, and images and steps in its stream, which lists a question's options
         to be typed (a direct chat's card over the long connection is sent once, as the turn
         starts: its one button is Stop). No files out (links stay), no file for a long answer
-        (parts), no directory to ask for an email."""
+        (parts), no directory to ask for an email, and nothing of an answer over the long
+        connection is paced."""
         assert isinstance(settings, WeComIntegration)
         if settings.connection_mode == "app":
             return frozenset(Capability) - {Capability.GROUPS, Capability.GROUP_BUTTONS}

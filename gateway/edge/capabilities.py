@@ -33,3 +33,7 @@ class Capability(StrEnum):
     BUTTONS = "buttons"
     # ...and in a group too, for the asker and the chat's approvers only.
     GROUP_BUTTONS = "group_buttons"
+    # The platform calls an answer makes are paced to the platform's published limits
+    # (``platformLimits``), and a throttle answer pauses the API for every replica; without it
+    # (an AI bot's long connection) nothing of an answer goes through a paced API.
+    PACED = "paced"

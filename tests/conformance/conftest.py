@@ -39,3 +39,25 @@ async def platform_mode(
     pid, mode = request.param
     async for harness in _opened(HARNESSES[pid](prefix, mode)):
         yield harness
+
+
+@pytest.fixture(params=list(HARNESSES))
+async def paced(
+    request: pytest.FixtureRequest, prefix: str, redis_client: aioredis.Redis
+) -> AsyncIterator[Harness]:
+    """Each platform in the mode whose answers go through its paced APIs (``paced_mode``)."""
+    cls = HARNESSES[request.param]
+    async for harness in _opened(cls(prefix, cls.paced_mode)):
+        yield harness
+
+
+@pytest.fixture(params=list(HARNESSES))
+async def platform_fake(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """Each platform's harness with its fake alone (no gateway, no Redis): for what the fake
+    itself does, as a client meets it."""
+    harness = HARNESSES[request.param]("fake-only")
+    await harness.open()
+    try:
+        yield harness
+    finally:
+        await harness.shut()

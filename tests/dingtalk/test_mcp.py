@@ -3,7 +3,8 @@ DingTalk: a message as a robot markdown message and a file as a ``sampleFile`` (
 ``/media/upload``) into a group and a direct chat (to the person the session runs for, by
 ``oToMessages/batchSend``), a file by URL only from the expert's allowed origins, a type
 DingTalk takes no message of refused, the history the gateway's transcript only (DingTalk
-offers robots none), members not offered."""
+offers robots none), members not offered. (What every platform's tools do:
+tests/conformance/test_chat_actions.py.)"""
 
 from __future__ import annotations
 

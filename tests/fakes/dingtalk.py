@@ -195,6 +195,7 @@ class FakeDingTalk:
         # DingTalk's storage host is the test's choice.
         self.files: dict[str, tuple[bytes, str]] = {}
         self.faults: dict[str, list[Fault]] = {}
+        self.upload_refusals: list[int] = []
         self.flow_controlled = 0  # batchSend lists the recipients as throttled this many times
         self.invalid_staff: set[str] = set()  # staff ids batchSend answers as invalid
         self.failed_deliveries: list[str] = []  # errorMsg of the next refused card deliveries
@@ -253,6 +254,10 @@ class FakeDingTalk:
     def flow_control(self, path: str, times: int = 1) -> None:
         """The API gateway's QPS limit [DOC:server-api-error-codes-1]."""
         self.fail(path, status=403, code="Forbidden.AccessDenied.QpsLimitForApi", times=times)
+
+    def refuse_uploads(self, errcode: int = 40006, times: int = 1) -> None:
+        """The next ``times`` oapi uploads are refused with ``errcode`` (in an HTTP 200)."""
+        self.upload_refusals += [errcode] * times
 
     def refuse_delivery(self, error: str = "robot is not in this group", times: int = 1) -> None:
         self.failed_deliveries += [error] * times
@@ -340,6 +345,8 @@ class FakeDingTalk:
 
         if request.query.get("access_token") != self.token:
             return refuse(40014, "不合法的access_token")
+        if self.upload_refusals:
+            return refuse(self.upload_refusals.pop(0), "refused (a test's fault)")
         if kind not in ("image", "voice", "video", "file") or not isinstance(media, web.FileField):
             return refuse(40004, "不合法的媒体文件类型")
         data = media.file.read()
@@ -539,6 +546,8 @@ class FakeDingTalk:
 
         if request.query.get("access_token") != self.token:
             return refuse(40014, "不合法的access_token")
+        if self.upload_refusals:
+            return refuse(self.upload_refusals.pop(0), "refused (a test's fault)")
         if not self.contact_permission:
             return refuse(60011, "没有调用该接口的权限，接口权限申请参考：…")
         user = self.users.get(str(body.get("userid")))

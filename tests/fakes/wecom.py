@@ -65,6 +65,7 @@ import itertools
 import os
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -75,6 +76,8 @@ from tests.fakes.wecom_ws import FakeAibotSocket
 TASK_ID_EXISTS = 40099  # not traced (see the module docstring)
 RESPONSE_CODE_USED = 40098  # not traced
 FREQUENCY_LIMIT = 45009
+PER_MINUTE = 10_000  # 3.: each API, per corp [90454]
+MEMBER_PER_MINUTE = 30  # 3.: messages to one member, per app [90454]
 UPLOAD_BYTES = {
     "image": 10 * 1024 * 1024,
     "voice": 2 * 1024 * 1024,
@@ -103,6 +106,7 @@ class FakeWeCom:
         self.sent: list[dict[str, Any]] = []
         self.dropped: list[dict[str, Any]] = []
         self.refusals: list[tuple[str, int]] = []  # (path, errcode) of refused API calls
+        self.checked: list[tuple[float, str, int]] = []  # (clock, path, errcode) of API calls
         self.updates: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []
         self.task_ids: set[str] = set()
@@ -120,6 +124,9 @@ class FakeWeCom:
         self.users: dict[str, dict[str, Any]] = {}  # userid -> member (user/get, 9.)
         self.hidden: set[str] = set()  # userids outside the app's visible range (60011)
         self.minute_s = 60.0
+        self.clock: Callable[[], float] = time.monotonic  # seconds; a test's own clock fits
+        self.per_minute = PER_MINUTE  # each API's calls a minute, unless ``limit`` sets one
+        self.upload_refusals: list[int] = []
         self.limits: dict[str, int] = {}
         self._calls_at: dict[str, deque[float]] = defaultdict(deque)
         self._blocked_until: dict[str, float] = {}
@@ -142,6 +149,10 @@ class FakeWeCom:
         self.limits[path] = per_minute
         if minute_s is not None:
             self.minute_s = minute_s
+
+    def refuse_uploads(self, errcode: int = 40009, times: int = 1) -> None:
+        """The next ``times`` uploads are refused with ``errcode`` (6b.: 40009, an image's size)."""
+        self.upload_refusals += [errcode] * times
 
     def expire_token(self) -> None:
         """WeCom invalidates the current token early; the next gettoken issues a new one."""
@@ -258,6 +269,7 @@ class FakeWeCom:
     def _check(self, request: web.Request, path: str) -> web.Response | None:
         """Token, then frequency (docstring 2. and 3.); None when the call may proceed."""
         refused = self._refusal(request, path)
+        self.checked.append((self.clock(), path, refused[0] if refused is not None else 0))
         if refused is not None:
             self.refusals.append((path, refused[0]))
             return self._error(*refused)
@@ -271,23 +283,23 @@ class FakeWeCom:
             return 40014, "invalid access_token"
         if not self.tokens[token]:
             return 42001, "access_token expired"
-        now = time.monotonic()
+        now = self.clock()
         if now < self._blocked_until.get(path, 0.0):
             return FREQUENCY_LIMIT, "api freq out of limit"
         calls = self._calls_at[path]
         while calls and calls[0] <= now - self.minute_s:
             calls.popleft()
-        if len(calls) >= self.limits.get(path, 10_000):
+        if len(calls) >= self.limits.get(path, self.per_minute):
             self._blocked_until[path] = now + self.minute_s
             return FREQUENCY_LIMIT, "api freq out of limit"
         calls.append(now)
         return None
 
     def _member_quota(self, touser: str) -> bool:
-        now, sends = time.monotonic(), self._member_sends[touser]
+        now, sends = self.clock(), self._member_sends[touser]
         while sends and sends[0] <= now - self.minute_s:
             sends.popleft()
-        if len(sends) >= 30:
+        if len(sends) >= MEMBER_PER_MINUTE:
             return False
         sends.append(now)
         return True
@@ -345,6 +357,8 @@ class FakeWeCom:
         refused = self._check(request, "media/upload")
         if refused is not None:
             return refused
+        if self.upload_refusals:
+            return self._error(self.upload_refusals.pop(0), "refused (a test's fault)")
         if kind not in UPLOAD_BYTES or not isinstance(media, web.FileField):
             return self._error(40005, "invalid type")  # docstring 6b.
         data = media.file.read()

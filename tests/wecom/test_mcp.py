@@ -2,7 +2,8 @@
 an app posts a markdown message and a PNG as an ``image`` message of temporary media to the
 user whose chat it is (message/send, as an answer's go); an AI bot answering callbacks cannot
 post unprompted, so its sends are refused with nothing sent; the history is the gateway's
-transcript (WeCom offers none), members are not offered."""
+transcript (WeCom offers none), members are not offered. (What every platform's tools do:
+tests/conformance/test_chat_actions.py.)"""
 
 from __future__ import annotations
 

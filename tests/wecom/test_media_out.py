@@ -1,8 +1,9 @@
-"""Images and files out on WeCom (issue 28). App mode: the answer's markdown shows its images
-as links (app markdown has no images), then each JPG/PNG image follows as an ``image``
-message and each file as a ``file`` message of temporary media uploaded first; an image WeCom
-does not take (GIF) and one on a host nobody allowed stay links. AI bot: the answer's images
-go in the final stream frame as ``msg_item`` (base64 + MD5)."""
+"""Images and files out on WeCom, what is WeCom's own (the behaviour on every platform is
+tests/conformance/test_media_out.py). App mode: the answer's markdown first, then each JPG/PNG
+image as an ``image`` message and each file as a ``file`` message of temporary media uploaded
+first; an image WeCom does not take (a GIF, or one it refuses for its size) stays a link. AI bot:
+the images go in the final stream frame only, as ``msg_item`` (base64 + MD5), over the long
+connection and as the callbacks' last refresh alike."""
 
 from __future__ import annotations
 
@@ -89,18 +90,12 @@ async def test_an_apps_answer_sends_its_images_and_files_as_messages(
         return sent if len(sent) == 2 else None
 
     image, file = await eventually(media_sent, timeout=15)
-    assert image["msgtype"] == "image" and image["touser"] == "alice"
-    assert fake.media[image["image"]["media_id"]][0] == PNG
+    assert image["touser"] == file["touser"] == "alice"
     assert fake.uploads[image["image"]["media_id"]] == ("image", "chart.png")
-    assert file["msgtype"] == "file"
-    assert fake.media[file["file"]["media_id"]][0] == PDF
     assert fake.uploads[file["file"]["media_id"]] == ("file", "q3.pdf")
     [markdown] = [m["markdown"]["content"] for m in fake.sent if m["msgtype"] == "markdown"]
     assert "![" not in markdown  # app markdown has no images: links only
-    assert f"[chart]({own.url}/files/chart.png)" in markdown
     assert f"[anim]({own.url}/files/anim.gif)" in markdown  # a GIF stays a link
-    assert f"[x]({stranger.url}/x.png)" in markdown
-    assert stranger.hits == []
     assert fake.sent.index(markdown_message(fake)) < fake.sent.index(image)  # the text first
 
 
@@ -166,10 +161,8 @@ async def test_an_ai_bots_last_stream_frame_carries_the_images_long_connection(
 
     stream = await eventually(last, timeout=15)
     assert stream["msg_item"] == expected_items(PNG)  # the PNG; the GIF is no JPG/PNG
-    assert f"[chart]({own.url}/files/chart.png)" in stream["content"]
     frames = fake.stream_frames("req-media")
     assert all("msg_item" not in f["body"]["stream"] for f in frames[:-1])
-    assert stranger.hits == []
 
 
 async def test_an_ai_bots_last_refresh_carries_the_images_callbacks(

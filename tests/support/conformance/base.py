@@ -19,13 +19,17 @@ folder, tests/platforms/<name>/) with a :class:`Harness` subclass that sets ``id
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gateway.config.platform_limits import PlatformLimits, platform_defaults
 from gateway.edge.adapter import Adapter
 from gateway.edge.capabilities import Capability
+from gateway.edge.factory import discover_adapters
 from tests.support.configs import base_config
 from tests.support.helpers import InProcessGateway, free_port
+from tests.support.mcp import with_mcp
 from tests.support.waits import eventually
 
 # An echo expert that answers at once, in one chunk: for answers whose size is the point.
@@ -215,3 +219,105 @@ class Harness(abc.ABC):
 
     def part_chars(self) -> int | None:
         return self.adapter.answer_part_chars()
+
+    # --- media out (tests/conformance/test_media_out.py) --------------------------------------
+    def media(self, sent: Sent) -> Media:
+        """The pictures and files the chat shows with the answer to ``sent`` (in the card or
+        stream, or messages after it), as their bytes; none where the platform shows none."""
+        return Media()
+
+    def refuse_uploads(self) -> bool:
+        """The platform refuses every image upload from now on, as it answers a bad one; False
+        where the platform takes no upload (its pictures travel inline)."""
+        return False
+
+    # --- the fake's limits (tests/conformance/test_fake_limits.py, test_platform_budget.py) ---
+    def published(self) -> PlatformLimits:
+        """The limits the platform's adapter declares it publishes (its settings model's)."""
+        platform = str(self.integration()["platform"])
+        return platform_defaults(discover_adapters()[platform].settings_model)
+
+    def declares(self, capability: Capability) -> bool:
+        """:meth:`can`, before :meth:`start`: the declaration of this mode's settings."""
+        factory = discover_adapters()[str(self.integration()["platform"])]
+        settings = factory.settings_model.model_validate(self.integration())
+        return capability in factory.declared(settings)
+
+    def fake_figures(self) -> dict[str, int]:
+        """The figures the fake enforces when built with its platform's limits, named as
+        ``PlatformLimits`` fields (``calls_per_second``, ``chat_sends_per_minute``...)."""
+        return {}
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        """From now on (before :meth:`start`) the fake enforces its platform's limits, on
+        ``clock`` (ms; default the monotonic clock), with ``per_api`` calls of one API in its
+        tightest window instead of the published figure. Returns that window in ms."""
+        raise NotImplementedError(f"{self.id}: the fake keeps no limits")
+
+    async def call_api(self, api: str) -> str:
+        """One call a client makes to the fake: ``"a"`` and ``"b"`` are two different APIs,
+        ``"chat:<id>"`` a message to that chat (or user). Its outcome: ``"ok"``, ``"throttled"``
+        (the platform's answer to a call over a limit), ``"dropped"`` (taken, never delivered),
+        or ``"refused <why>"``."""
+        raise NotImplementedError(f"{self.id}: no client calls")
+
+    def throttles(self) -> list[str]:
+        """Every answer of the fake that told the gateway to slow down, each in a line."""
+        return []
+
+    # --- the platform budget (tests/conformance/test_platform_budget.py) ----------------------
+    # The mode whose answers go through the platform's paced APIs (None: the first).
+    paced_mode: ClassVar[str | None] = None
+
+    def budget(self, per_api: int) -> dict[str, Any]:
+        """The ``platformLimits`` of an app that may call each API ``per_api`` times in the
+        fake's window (:meth:`limit_fake`, a second on the real clock)."""
+        return {"callsPerSecond": per_api}
+
+    def throttle_next(self) -> float:
+        """The next call of the API an answer goes through gets the platform's throttle answer
+        (after :meth:`limit_fake`, which records the fake's answers); returns the seconds the
+        API is to rest, as that answer names them (or the platform's documented default)."""
+        raise NotImplementedError(f"{self.id}: nothing of an answer is paced")
+
+    def after_throttle(self) -> float | None:
+        """Milliseconds from the throttle answer to the next call of that API the fake
+        served; None before."""
+        raise NotImplementedError(f"{self.id}: nothing of an answer is paced")
+
+    # --- MCP chat actions (tests/conformance/test_chat_actions.py) ---------------------------
+    async def start_mcp(
+        self, *, experts: list[dict[str, Any]] | None = None, **options: Any
+    ) -> None:
+        """:meth:`start`, with the MCP server and its clients on (tests/support/mcp.py)."""
+        self.port = free_port()
+        gw = InProcessGateway(with_mcp(self.config(experts, **options)))
+        gw.port = self.port
+        await gw.start()
+        self._gateway = gw
+        await self.connected()
+
+    def chat_id(self, sent: Sent) -> str:
+        """The platform's id of the chat ``sent`` was written in (what a chat tool names)."""
+        return self.user_id(sent.user)
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        """Every file (name, bytes) the bot sent as a file message, in any chat."""
+        return []
+
+    def seat_members(self, sent: Sent, names: list[str]) -> None:
+        """The chat of ``sent`` has these members (where the platform lists members)."""
+        return None
+
+
+@dataclass
+class Media:
+    """Pictures (their bytes) and files (name, bytes) a chat shows with an answer, in order."""
+
+    images: list[bytes] = field(default_factory=list)
+    files: list[tuple[str, bytes]] = field(default_factory=list)

@@ -17,18 +17,24 @@ import json
 import re
 import uuid
 import zipfile
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
+import aiohttp
+
 from adapters.dingtalk.crypto import robot_sign
 from tests.fakes.dingtalk import (
+    CLIENT_ID,
+    CLIENT_SECRET,
     SEND_PATHS,
     USER_GET_PATH,
     WEBHOOK_PATH,
     FakeDingTalk,
     _normalise,
 )
-from tests.support.conformance.base import Answer, Harness, NoButton, Sent
+from tests.fakes.limits import DINGTALK_THROTTLE, DingTalkLimits
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
 from tests.support.dingtalk import FORM, SECRET, dingtalk_config, robot_message
 from tests.support.waits import eventually
 
@@ -36,6 +42,7 @@ ROBOT = "/v1.0/im/bot/messages/get"
 DOWNLOAD = "/v1.0/robot/messageFiles/download"
 BATCH = "/v1.0/robot/oToMessages/batchSend"
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+MEDIA_KEYS = ("sampleImageMsg", "sampleFile")  # an answer's pictures and files, after it
 
 
 class DingTalkHarness(Harness):
@@ -130,7 +137,11 @@ class DingTalkHarness(Harness):
         """The chat's messages since ``sent``: in a group, not the 1:1 messages to the people
         asked to Confirm (``oToMessages/batchSend``, read by :meth:`click`)."""
         got = self._sent()[int(sent.extra["from"]) :]
-        return [m for m in got if not (sent.group and m.get("private"))]
+        return [
+            m
+            for m in got
+            if not (sent.group and m.get("private")) and m.get("msgKey") not in MEDIA_KEYS
+        ]
 
     def _sent(self) -> list[dict[str, Any]]:
         """``FakeDingTalk.sent``, each message marked ``private`` when it went 1:1."""
@@ -144,7 +155,10 @@ class DingTalkHarness(Harness):
                 content, via = json.loads(call.body["msgParam"]), "openapi"
             else:
                 continue
-            out.append({"via": via, "private": call.path == BATCH, **_normalise(content)})
+            key = call.body.get("msgKey")  # the OpenAPI's message type (a picture, a file...)
+            out.append(
+                {"via": via, "private": call.path == BATCH, "msgKey": key, **_normalise(content)}
+            )
         return out
 
     def _private(self, user: str) -> dict[str, str]:
@@ -278,4 +292,97 @@ class DingTalkHarness(Harness):
             f"{c.method} {c.path} {c.status}"
             for c in self.fake.calls
             if c.status >= 300 or not c.delivered
+        ]
+
+    def media(self, sent: Sent) -> Media:
+        """The ``sampleImageMsg`` and ``sampleFile`` messages after the mark (counted as
+        ``FakeDingTalk.sent`` counts), by the bytes of the oapi ``/media/upload`` each names."""
+        sends = [
+            (c.path, c.body)
+            for c in self.fake.calls
+            if c.status < 300 and c.delivered and (c.path in SEND_PATHS or c.path == WEBHOOK_PATH)
+        ]
+        out = Media()
+        for path, body in sends[int(sent.extra["from"]) :]:
+            if path not in SEND_PATHS or body["msgKey"] not in MEDIA_KEYS:
+                continue
+            param = json.loads(body["msgParam"])
+            if body["msgKey"] == "sampleImageMsg":
+                out.images.append(self.fake.media[param["photoURL"]][2])
+            else:
+                out.files.append((param["fileName"], self.fake.media[param["mediaId"]][2]))
+        return out
+
+    def refuse_uploads(self) -> bool:
+        self.fake.refuse_uploads(40006, times=1000)
+        return True
+
+    def fake_figures(self) -> dict[str, int]:
+        return {"calls_per_second": DingTalkLimits().api_second.limit}
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        figures = {"per_second": per_api} if per_api is not None else {}
+        await self.fake.stop()
+        self.fake = FakeDingTalk(limits=DingTalkLimits(clock, **figures))
+        await self.fake.start()
+        self._token = ""
+        return 1000.0
+
+    async def call_api(self, api: str) -> str:
+        """``a``: a robot message to a group; ``b``: one to users (another API);
+        ``chat:<id>``: a robot message to that group."""
+        message = {"robotCode": CLIENT_ID, "msgKey": "sampleText"}
+        message["msgParam"] = json.dumps({"content": "hi"})
+        if api == "b":
+            path, body = SEND_PATHS[1], {**message, "userIds": ["alice"]}
+        else:
+            group = "cid_a" if api == "a" else api.removeprefix("chat:")
+            path, body = SEND_PATHS[0], {**message, "openConversationId": group}
+        async with aiohttp.ClientSession(base_url=self.fake.base) as http:
+            if not getattr(self, "_token", ""):
+                login = {"appKey": CLIENT_ID, "appSecret": CLIENT_SECRET}
+                async with http.post("/v1.0/oauth2/accessToken", json=login) as r:
+                    self._token = (await r.json())["accessToken"]
+            headers = {"x-acs-dingtalk-access-token": self._token}
+            async with http.post(path, json=body, headers=headers) as r:
+                status, answer = r.status, await r.json()
+        if status == 200:
+            return "ok"
+        code = str(answer.get("code"))
+        throttled = any(t in code for t in DINGTALK_THROTTLE)
+        return "throttled" if throttled else f"refused {status} {code}"
+
+    def throttles(self) -> list[str]:
+        if self.fake.limits is None:
+            return []
+        return [f"{a.api} {a.status} {a.code}" for a in self.fake.limits.throttled()]
+
+    paced_mode = "openapi"  # an answer through the robot OpenAPI (a sessionWebhook is none)
+
+    def throttle_next(self) -> float:
+        code = "Forbidden.AccessDenied.QpsLimitForAppkeyAndApi"
+        self.fake.fail(SEND_PATHS[1], status=403, code=code, times=1)
+        return 1.0  # DingTalk names no reset: a second, its QPS window
+
+    def after_throttle(self) -> float | None:
+        assert self.fake.limits is not None, "limit_fake() first"
+        sends = [a for a in self.fake.limits.answers if a.path == SEND_PATHS[1]]
+        refused = [a.at_ms for a in sends if a.status == 403]
+        served = [a.at_ms for a in sends if a.status < 300 and refused and a.at_ms > refused[-1]]
+        return min(served) - refused[-1] if served else None
+
+    def chat_id(self, sent: Sent) -> str:
+        return "cidGROUP" if sent.group else f"cidP2P{sent.user}"  # tests/support/dingtalk.py
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        return [
+            (param["fileName"], self.fake.media[param["mediaId"]][2])
+            for c in self.fake.calls
+            if c.status < 300 and c.path in SEND_PATHS and c.body["msgKey"] == "sampleFile"
+            for param in [json.loads(c.body["msgParam"])]
         ]

@@ -7,12 +7,17 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from gateway.progress import STATUS_TITLES
-from tests.fakes.lark import FakeLark
-from tests.support.conformance.base import Answer, Harness, NoButton, Sent
+from tests.fakes.lark import APP_SECRET, FakeLark
+from tests.fakes.limits import LARK_THROTTLE_CODES, LarkLimits
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
 from tests.support.lark import (
+    APP_ID,
     INTEGRATION,
     answer,
     bot_mention,
@@ -24,6 +29,7 @@ from tests.support.lark import (
 )
 
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 
 
 class LarkHarness(Harness):
@@ -190,6 +196,108 @@ class LarkHarness(Harness):
 
     def refused(self) -> list[str]:
         return [f"{r}" for r in self.fake.refusals if "/contact/" not in r[0]]
+
+    def media(self, sent: Sent) -> Media:
+        """The card's images by the image_key of their upload, then the file messages that
+        reply to the same message."""
+        card_message = self._card_message(sent)
+        if card_message is None:
+            return Media()
+        shown = answer(self.fake.card_of(card_message))
+        images = [self.fake.images[k][0] for k in _IMAGE.findall(shown) if k in self.fake.images]
+        files = []
+        for m in reply_to(self.fake, sent.id):
+            if self.fake.messages[m]["msg_type"] == "file":
+                data, _, name = self.fake.files[
+                    json.loads(self.fake.messages[m]["content"])["file_key"]
+                ]
+                files.append((name, data))
+        return Media(images, files)
+
+    def refuse_uploads(self) -> bool:
+        self.fake.fail("image_upload", status=400, code=234001, times=1000)
+        return True
+
+    def fake_figures(self) -> dict[str, int]:
+        limits = LarkLimits()
+        return {
+            "calls_per_second": limits.api_second.limit,
+            "calls_per_minute": limits.api_minute.limit,
+            "chat_sends_per_second": limits.chat.limit,
+        }
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        figures = {"per_second": per_api} if per_api is not None else {}
+        await self.fake.stop()
+        self.fake = FakeLark(limits=LarkLimits(clock, **figures))
+        await self.fake.start()
+        self._token = ""
+        return 1000.0
+
+    async def call_api(self, api: str) -> str:
+        """``a``: the bot's info; ``b`` (a message to a chat) and ``chat:<id>``: a message."""
+        async with aiohttp.ClientSession(base_url=self.fake.base_url) as http:
+            if not getattr(self, "_token", ""):
+                body = {"app_id": APP_ID, "app_secret": APP_SECRET}
+                async with http.post(
+                    "/open-apis/auth/v3/tenant_access_token/internal", json=body
+                ) as r:
+                    self._token = (await r.json())["tenant_access_token"]
+            headers = {"Authorization": f"Bearer {self._token}"}
+            if api == "a":
+                call = http.get("/open-apis/bot/v3/info", headers=headers)
+            else:
+                chat = "oc_b" if api == "b" else api.removeprefix("chat:")
+                body = {
+                    "receive_id": chat,
+                    "msg_type": "text",
+                    "content": json.dumps({"text": "hi"}),
+                }
+                query = {"receive_id_type": "chat_id"}
+                call = http.post(
+                    "/open-apis/im/v1/messages", json=body, params=query, headers=headers
+                )
+            async with call as r:
+                status, code = r.status, (await r.json()).get("code")
+        if status == 200 and code == 0:
+            return "ok"
+        return "throttled" if code in LARK_THROTTLE_CODES else f"refused {status} {code}"
+
+    def throttles(self) -> list[str]:
+        if self.fake.limits is None:
+            return [f"{p} {c}" for p, c in self.fake.refusals if c in LARK_THROTTLE_CODES]
+        return [f"{a.api} {a.status} {a.code}" for a in self.fake.limits.throttled()]
+
+    def throttle_next(self) -> float:
+        self.fake.fail("reply", code=99991400, reset=1)  # 429, x-ogw-ratelimit-reset: 1
+        return 1.0
+
+    def after_throttle(self) -> float | None:
+        assert self.fake.limits is not None, "limit_fake() first"
+        replies = [a for a in self.fake.limits.answers if a.api.endswith("/reply")]
+        refused = [a.at_ms for a in replies if a.status == 429]
+        served = [a.at_ms for a in replies if a.status < 300 and refused and a.at_ms > refused[-1]]
+        return min(served) - refused[-1] if served else None
+
+    def chat_id(self, sent: Sent) -> str:
+        return self.chat_of(sent.user, sent.group)
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        out = []
+        for m in self.fake.messages.values():
+            if m["from_bot"] and m["msg_type"] == "file":
+                data, _, name = self.fake.files[json.loads(m["content"])["file_key"]]
+                out.append((name, data))
+        return out
+
+    def seat_members(self, sent: Sent, names: list[str]) -> None:
+        members = [{"member_id": self.user_id(n), "name": n} for n in names]
+        self.fake.members[self.chat_of(sent.user, sent.group)] = members
 
 
 def _buttons(element: dict[str, Any]) -> list[dict[str, Any]]:

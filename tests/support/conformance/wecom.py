@@ -12,11 +12,14 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from adapters.wecom.cards import STREAM_BYTES
-from tests.fakes.wecom import FakeWeCom
-from tests.support.conformance.base import Answer, Harness, NoButton, Sent
+from tests.fakes.wecom import FREQUENCY_LIMIT, MEMBER_PER_MINUTE, PER_MINUTE, FakeWeCom
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
 from tests.support.waits import eventually
 from tests.support.wecom import (
     CORP_ID,
@@ -58,6 +61,71 @@ class _WeCom(Harness):
     def written(self) -> str:
         bodies = [self.fake.sent, self.fake.updates, self.fake.responses, self.fake.ws.frames]
         return json.dumps(bodies, ensure_ascii=False)
+
+    def fake_figures(self) -> dict[str, int]:
+        return {"calls_per_minute": PER_MINUTE, "chat_sends_per_minute": MEMBER_PER_MINUTE}
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        """The fake always keeps WeCom's limits (per API a minute, per member a minute: its
+        minute may be shortened, ``minute_s``); here on ``clock``, ``per_api`` a minute."""
+        if clock is not None:
+            self.fake.clock = lambda: clock() / 1000
+        else:  # the real clock: a minute of a second, so that a test waits seconds
+            self.fake.minute_s = 1.0
+        if per_api is not None:
+            self.fake.per_minute = per_api
+        return self.fake.minute_s * 1000
+
+    async def call_api(self, api: str) -> str:
+        """``a``: a member's details; ``b``: an app message to a member (another API);
+        ``chat:<id>``: an app message to that member."""
+        user = "bob" if api in ("a", "b") else api.removeprefix("chat:")
+        async with aiohttp.ClientSession(base_url=self.fake.base_url) as http:
+            query = {"corpid": CORP_ID, "corpsecret": self.fake.secret}
+            async with http.get("/cgi-bin/gettoken", params=query) as r:
+                token = (await r.json())["access_token"]
+            if api == "a":
+                call = http.get("/cgi-bin/user/get", params={"access_token": token, "userid": user})
+            else:
+                body = {
+                    "touser": user,
+                    "msgtype": "text",
+                    "agentid": 218,
+                    "text": {"content": "hi"},
+                }
+                call = http.post("/cgi-bin/message/send", params={"access_token": token}, json=body)
+            dropped = len(self.fake.dropped)
+            async with call as r:
+                errcode = (await r.json())["errcode"]
+        if errcode == FREQUENCY_LIMIT:
+            return "throttled"
+        if errcode:
+            return f"refused {errcode}"
+        return "dropped" if len(self.fake.dropped) > dropped else "ok"
+
+    def throttles(self) -> list[str]:
+        return [f"{p} {c}" for p, c in self.fake.refusals if c == FREQUENCY_LIMIT]
+
+    def budget(self, per_api: int) -> dict[str, Any]:
+        own = self.integration()["platformLimits"] if self.id == "wecom-app" else {}
+        return {**own, "callsPerSecond": per_api}
+
+    def throttle_next(self) -> float:
+        """One app message a (shortened) minute: the answer after the card gets 45009, and
+        WeCom keeps the API blocked for the rest of the minute (doc 90454)."""
+        self.fake.limit("message/send", per_minute=1)
+        return self.fake.minute_s
+
+    def after_throttle(self) -> float | None:
+        sends = [(at, code) for at, path, code in self.fake.checked if path == "message/send"]
+        refused = [at for at, code in sends if code == FREQUENCY_LIMIT]
+        served = [at for at, code in sends if code == 0 and refused and at > refused[-1]]
+        return (min(served) - refused[-1]) * 1000 if served else None
 
 
 class WeComAppHarness(_WeCom):
@@ -169,6 +237,37 @@ class WeComAppHarness(_WeCom):
             json.dumps(d) for d in self.fake.dropped
         ]
 
+    def media(self, sent: Sent) -> Media:
+        """The ``image`` and ``file`` messages to the user after the answer's first markdown
+        part, until another turn's card, by the bytes of the temporary media each names."""
+        mine = [m for m in self.fake.sent if m.get("touser") == sent.user]
+        texts = [i for i, m in enumerate(mine) if m.get("msgtype") in ("markdown", "text")]
+        if len(texts) <= int(sent.extra["from"]):
+            return Media()
+        out = Media()
+        for m in mine[texts[int(sent.extra["from"])] :]:
+            if m["msgtype"] == "template_card":
+                break
+            if m["msgtype"] in ("image", "file"):
+                media_id = m[m["msgtype"]]["media_id"]
+                data, name = self.fake.media[media_id][0], self.fake.uploads[media_id][1]
+                if m["msgtype"] == "image":
+                    out.images.append(data)
+                else:
+                    out.files.append((name, data))
+        return out
+
+    def refuse_uploads(self) -> bool:
+        self.fake.refuse_uploads(40009, times=1000)
+        return True
+
+    def chat_files(self) -> list[tuple[str, bytes]]:
+        return [
+            (self.fake.uploads[m["file"]["media_id"]][1], self.fake.media[m["file"]["media_id"]][0])
+            for m in self.fake.sent
+            if m.get("msgtype") == "file"
+        ]
+
 
 class WeComAibotHarness(_WeCom):
     id = "wecom-aibot"
@@ -249,3 +348,9 @@ class WeComAibotHarness(_WeCom):
 
     def part_bytes(self) -> int | None:
         return STREAM_BYTES
+
+    def media(self, sent: Sent) -> Media:
+        """The final stream frame's ``msg_item`` pictures (base64, with their MD5)."""
+        frames = self.fake.stream_frames(str(sent.extra["req_id"]))
+        items = frames[-1]["body"]["stream"].get("msg_item", []) if frames else []
+        return Media([base64.b64decode(i["image"]["base64"]) for i in items])
