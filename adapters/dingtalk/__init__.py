@@ -21,6 +21,7 @@ from adapters.dingtalk.outbound import DingTalkOutbound
 from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.robot import Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
+from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import HISTORY, SEND_FILE, SEND_MESSAGE, post_envelope
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import (
@@ -173,6 +174,13 @@ class DingTalkAdapter(RobotAdapter):
         if self.connection is not None:
             await self.connection.close()
         await self.api.close()
+
+    def capabilities(self) -> frozenset[Capability]:
+        """Everything; a card of the operator's own template (``cardTemplateId``) has no
+        buttons for a clarification's options or Confirm / Reject: those are typed."""
+        if self.settings.card_template_id:
+            return frozenset(Capability) - {Capability.BUTTONS}
+        return frozenset(Capability)
 
     def answer_part_bytes(self) -> int | None:
         """A robot markdown message's share of a long answer (``MAX_PARAM_BYTES``, and at most

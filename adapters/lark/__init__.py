@@ -15,6 +15,7 @@ from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.outbound.actions import LarkChatActions
 from adapters.lark.settings import LarkIntegration
+from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import TOOLS, ChatMember, ChatMessage
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
@@ -83,6 +84,10 @@ class LarkAdapter(LarkBot):
         self.bot_error = ""
         self._bot_task: asyncio.Task[None] | None = None
         self.connection: LongConnection | None = None  # when configured
+
+    def capabilities(self) -> frozenset[Capability]:
+        """Everything, in both card modes (docs/lark.md)."""
+        return frozenset(Capability)
 
     # --- chat actions (adapters/lark/outbound/actions.py) ---------------------------------------
     def chat_tools(self) -> frozenset[str]:

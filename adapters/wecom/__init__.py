@@ -25,6 +25,7 @@ from adapters.wecom.inbound import (
 from adapters.wecom.outbound import AppOutbound, Outbound
 from adapters.wecom.outbound.stream import StreamOutbound
 from adapters.wecom.settings import WeComIntegration
+from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import HISTORY, SEND_FILE, SEND_MESSAGE, Unsupported
 from gateway.edge.context import AdapterContext
 from gateway.edge.downloads import FetchedFile
@@ -141,6 +142,14 @@ class WeComAdapter(CallbackAdapter):
         if not isinstance(self.outbound, AppOutbound):
             raise Unsupported("a WeCom AI bot sends no files here")
         await self.outbound.post_media(chat.id, item, key=idempotency_key)
+
+    def capabilities(self) -> frozenset[Capability]:
+        """An app: everything. An AI bot: files in and images in its stream; no files out
+        (links stay), no file for a long answer (parts), no directory to ask for an email, and
+        options numbered and typed."""
+        if self.settings.connection_mode == "app":
+            return frozenset(Capability)
+        return frozenset({Capability.FILES_IN, Capability.IMAGES_OUT})
 
     def answer_part_bytes(self) -> int | None:
         """App mode: a markdown message's share of a long answer (past ``maxAnswerParts`` of

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.call_budget import CallBudget
+from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import (
     HISTORY,
     ChatMember,
@@ -89,6 +90,11 @@ class Adapter:
         same key finds the card already sent rather than a new one: a replica resuming the turn
         then needs no record of it. None (the default): a handle known only once sent."""
         return None
+
+    def capabilities(self) -> frozenset[Capability]:
+        """What this platform, in this integration's mode, can do for its users
+        (gateway/edge/capabilities.py); the conformance suite holds it to each. None by default."""
+        return frozenset()
 
     def answer_part_bytes(self) -> int | None:
         """Bytes of one part of a long answer here: an answer past ``maxAnswerParts`` of them

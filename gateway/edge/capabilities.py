@@ -1,0 +1,28 @@
+"""What a platform (in an integration's mode) can do for its users, as its adapter declares it
+(``Adapter.capabilities()``). The conformance suite (tests/conformance/) checks each declared
+capability end to end against the platform's fake, and that an undeclared one fails gently
+(a link or typed option where a button or file would be); README's "what works where" table is
+checked against the declarations (tests/test_readme.py)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["Capability"]
+
+
+class Capability(StrEnum):
+    # A file or picture a user sends reaches the expert (downloaded from the platform).
+    FILES_IN = "files_in"
+    # The answer's images are shown as images (in the card, or image messages after it).
+    IMAGES_OUT = "images_out"
+    # Files the answer links are sent as files; without it they stay links.
+    FILES_OUT = "files_out"
+    # An answer past ``maxAnswerParts`` parts is sent as one file (``answer_part_bytes``); without
+    # it every part is sent.
+    LONG_ANSWER_FILE = "long_answer_file"
+    # The sender's email is looked up in the platform's directory (``sys.user_email``).
+    SENDER_EMAIL = "sender_email"
+    # A clarification's options and Confirm / Reject are buttons (or links) a user clicks;
+    # without it they are numbered and the user types one.
+    BUTTONS = "buttons"

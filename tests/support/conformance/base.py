@@ -1,0 +1,169 @@
+"""The interface every platform harness of the conformance suite (tests/conformance/) keeps.
+
+A harness is one platform in one mode, driven as its users and its servers drive it: it owns the
+platform's fake (tests/fakes/), starts an in-process gateway with one integration pointed at it,
+sends real signed or encrypted messages as a named user, and reads back what that user sees (the
+answer's texts, in order). The behaviour tests speak only this interface; every wire detail
+(payload shapes, signatures, which API a part went through, how a "done" card looks) stays in
+the platform's harness module.
+
+What a platform can do is declared by its adapter (``Adapter.capabilities()``,
+gateway/edge/capabilities.py), not here: a behaviour test asks ``platform.can(...)`` and checks
+the capability where it is declared and that its absence behaves sensibly where it is not.
+
+Adding a platform: a module in this package (or a ``conformance.py`` in the platform's own test
+folder, tests/platforms/<name>/) with a :class:`Harness` subclass that sets ``id``; the suite's
+``platform`` fixture finds it (tests/support/conformance/__init__.py).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gateway.edge.adapter import Adapter
+from gateway.edge.capabilities import Capability
+from tests.support.configs import base_config
+from tests.support.helpers import InProcessGateway, free_port
+from tests.support.waits import eventually
+
+# An echo expert that answers at once, in one chunk: for answers whose size is the point.
+FAST_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 10_000}
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A message a user sent: its platform id and the user's and chat's names."""
+
+    id: str
+    user: str
+    group: bool
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class Answer:
+    """What the user sees of the answer to a message: its texts in order (the card or stream
+    first, then any further messages), the labels of the buttons it carries, and the images and
+    files sent with it (names)."""
+
+    parts: list[str]
+    buttons: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.parts)
+
+
+class Harness(abc.ABC):
+    """One platform in one mode: a fake server, a gateway in front of it, its users."""
+
+    # The suite's id of this platform ("lark", "wecom-app"); its modes, the first the default
+    # (a behaviour whose wire shape differs per mode runs in each: ``platform_mode``).
+    id: ClassVar[str]
+    modes: ClassVar[tuple[str, ...]] = ("default",)
+    integration_id: ClassVar[str]
+
+    def __init__(self, prefix: str, mode: str | None = None) -> None:
+        self.prefix = prefix
+        self.mode = mode or self.modes[0]
+        self._gateway: InProcessGateway | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Start the platform's fake server."""
+
+    @abc.abstractmethod
+    async def shut(self) -> None:
+        """Stop the platform's fake server (after the gateway)."""
+
+    @abc.abstractmethod
+    def integration(self, **options: Any) -> dict[str, Any]:
+        """The integration config of this platform and mode pointed at the fake, ``options``
+        (camelCase integration fields) merged over it."""
+
+    def config(self, experts: list[dict[str, Any]] | None, **options: Any) -> dict[str, Any]:
+        config = base_config(self.prefix)
+        if experts is not None:
+            config["experts"] = experts
+        config["integrations"] = [self.integration(**options)]
+        return config
+
+    async def start(self, *, experts: list[dict[str, Any]] | None = None, **options: Any) -> None:
+        """Start a gateway with this platform's integration (``options`` over its defaults) and
+        ``experts`` (default: the base config's echo); returns once it takes messages."""
+        self.port = free_port()  # known to the config: a platform's links point back at it
+        gw = InProcessGateway(self.config(experts, **options))
+        gw.port = self.port
+        await gw.start()
+        self._gateway = gw
+        await self.connected()
+
+    async def connected(self) -> None:
+        """Until the gateway's long connection (if the mode has one) is up."""
+        return None
+
+    async def stop(self) -> None:
+        """Stop the gateway (harmless twice)."""
+        if self._gateway is not None:
+            await self._gateway.stop()
+
+    @property
+    def gateway(self) -> InProcessGateway:
+        assert self._gateway is not None, "start() first"
+        return self._gateway
+
+    @property
+    def adapter(self) -> Adapter:
+        return self.gateway.gateway.adapters[self.integration_id]
+
+    def can(self, capability: Capability) -> bool:
+        """Whether the platform in this mode declares ``capability``."""
+        return capability in self.adapter.capabilities()
+
+    async def idle(self, timeout: float = 30.0) -> None:
+        await self.gateway.idle(timeout)
+
+    # --- users' side --------------------------------------------------------------------------
+    def user_id(self, user: str) -> str:
+        """The platform's id of the user named ``user`` (what a config's principals name)."""
+        return user
+
+    @abc.abstractmethod
+    async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
+        """``user`` writes ``text`` to the bot, in a direct chat or (``group``) mentioning it
+        in a group; returns once the platform delivered it (the webhook answered, or the long
+        connection's frame was pushed)."""
+
+    @abc.abstractmethod
+    def seen(self, sent: Sent) -> Answer | None:
+        """The answer to ``sent`` as its chat shows it now, once it is final (no part still
+        to come); None before."""
+
+    async def answer(self, sent: Sent, timeout: float = 30.0) -> Answer:
+        """The final answer to ``sent``, once the gateway has nothing more under way."""
+
+        async def final() -> Answer | None:
+            await self.idle(timeout)
+            return self.seen(sent)
+
+        got: Answer = await eventually(final, timeout=timeout, interval=0.05)
+        return got
+
+    # --- the platform's side ------------------------------------------------------------------
+    @abc.abstractmethod
+    def written(self) -> str:
+        """Everything the gateway sent to the platform, as one string (JSON of the bodies)."""
+
+    @abc.abstractmethod
+    def refused(self) -> list[str]:
+        """The platform calls the fake refused (each described in a line)."""
+
+    def part_bytes(self) -> int | None:
+        """Bytes one part of a long answer holds at most here (the adapter's declaration)."""
+        return self.adapter.answer_part_bytes()
+
+    def part_chars(self) -> int | None:
+        return self.adapter.answer_part_chars()

@@ -1,0 +1,131 @@
+"""WeCom in the conformance suite, two platforms in one adapter: a self-built app (``wecom-app``:
+encrypted XML callbacks, the answer a template card and markdown messages to the user) and the
+AI bot over its long connection (``wecom-aibot``: frames pushed by the fake's WebSocket, the
+answer a stream reply and markdown messages after it). Payloads are built with wechatpy, the SDK,
+not our adapter (tests/support/wecom.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from adapters.wecom.cards import STREAM_BYTES
+from tests.fakes.wecom import FakeWeCom
+from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.waits import eventually
+from tests.support.wecom import (
+    CORP_ID,
+    aibot_message,
+    app_message,
+    control_subscribed,
+    encrypt_xml,
+    integration,
+)
+
+_MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+
+
+class _WeCom(Harness):
+    integration_id = "wc"
+
+    async def open(self) -> None:
+        self.fake = FakeWeCom(corp_id=CORP_ID)
+        await self.fake.start()
+
+    async def shut(self) -> None:
+        await self.fake.stop()
+
+    def integration(self, **options: Any) -> dict[str, Any]:
+        return integration(self.fake, self.mode, **options)
+
+    async def connected(self) -> None:
+        await control_subscribed(self.gateway)
+
+    def written(self) -> str:
+        bodies = [self.fake.sent, self.fake.updates, self.fake.responses, self.fake.ws.frames]
+        return json.dumps(bodies, ensure_ascii=False)
+
+
+class WeComAppHarness(_WeCom):
+    """WeCom drops app messages past 30 a minute to one member (doc 90454): the fake's minute is
+    a second here, and the gateway's member window too, so an answer of 30 messages and more
+    goes out in seconds (a test of the limits sets its own ``platformLimits``)."""
+
+    id = "wecom-app"
+    modes = ("app",)
+
+    async def open(self) -> None:
+        await super().open()
+        self.fake.minute_s = 1.0
+
+    def integration(self, **options: Any) -> dict[str, Any]:
+        limits = {"chatSendsPerSecond": 30, "chatSendsPerMinute": None, "chatSendsPerHour": None}
+        return super().integration(**{"platformLimits": limits, **options})
+
+    async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
+        assert not group, "a WeCom app talks with one member at a time"
+        msg_id = str(uuid.uuid4().int % 10**12)
+        query, body = encrypt_xml(app_message(user, text, msg_id))
+        url = f"http://127.0.0.1:{self.gateway.port}/api/wecom/webhook/{self.integration_id}"
+        async with self.gateway.client.http.post(url, params=query, data=body.encode()) as resp:
+            assert resp.status == 200, resp.status
+        return Sent(msg_id, user, group, {"from": len(self.fake.texts(user))})
+
+    def seen(self, sent: Sent) -> Answer | None:
+        done = [u for u in self.fake.updates if u["template_card"]["main_title"]["title"] == "Done"]
+        parts = self.fake.texts(sent.user)[int(sent.extra["from"]) :]
+        if not done or not parts:
+            return None
+        last = _MARK.search(parts[-1])
+        if last and len(parts) != int(last[2]):
+            return None
+        return Answer(parts)
+
+    def refused(self) -> list[str]:
+        return [f"{path} {code}" for path, code in self.fake.refusals] + [
+            json.dumps(d) for d in self.fake.dropped
+        ]
+
+
+class WeComAibotHarness(_WeCom):
+    id = "wecom-aibot"
+    modes = ("aibot_ws",)
+
+    async def connected(self) -> None:
+        await super().connected()
+        await eventually(lambda: self.fake.subscribes >= 1)
+
+    async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
+        msg_id = f"w-{uuid.uuid4().hex[:10]}"
+        extra: dict[str, Any] = {"chattype": "group", "chatid": "grp-1"} if group else {}
+        body = aibot_message(msg_id, "text", {"content": text}, user=user, **extra)
+        req_id = await self.fake.push("aibot_msg_callback", body)
+        return Sent(msg_id, user, group, {"req_id": req_id, "from": len(self._markdown())})
+
+    def _markdown(self) -> list[str]:
+        return [
+            f["body"]["markdown"]["content"]
+            for f in self.fake.frames
+            if f.get("cmd") == "aibot_send_msg" and f["body"].get("msgtype") == "markdown"
+        ]
+
+    def seen(self, sent: Sent) -> Answer | None:
+        frames = self.fake.stream_frames(str(sent.extra["req_id"]))
+        if not frames or not frames[-1]["body"]["stream"]["finish"]:
+            return None
+        parts = [
+            frames[-1]["body"]["stream"]["content"],
+            *self._markdown()[int(sent.extra["from"]) :],
+        ]
+        last = _MARK.search(parts[-1])
+        if last and len(parts) != int(last[2]):
+            return None
+        return Answer(parts)
+
+    def refused(self) -> list[str]:
+        return [json.dumps(a) for a in self.fake.ws.acks if a["errcode"]]
+
+    def part_bytes(self) -> int | None:
+        return STREAM_BYTES
