@@ -2,7 +2,8 @@
 cards replaced in place, behind a bearer token and Mini's published rate limits (20 calls a
 second to each API, 5 new messages a second to one chat; past either a 429 with
 ``Retry-After``),
-which its adapter declares (``adapter/settings.py``)."""
+which its adapter declares (``adapter/settings.py``); a text (or a card's) past 16,000 bytes is
+refused."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from tests.support.redis_server import free_port
 BOT_TOKEN = "mini-bot-token"
 CALLS_PER_SECOND = 20
 CHAT_SENDS_PER_SECOND = 5
+TEXT_BYTES = 16_000  # of a message's text, or a card's
+
+
+def too_long(text: Any) -> bool:
+    return isinstance(text, str) and len(text.encode()) > TEXT_BYTES
 
 
 @dataclass
@@ -115,6 +121,8 @@ class FakeMini:
         chat = str(body.get("chat") or "")
         if not chat or not body.get("key"):
             return self._answer("send", 400, error="invalid_arguments")
+        if too_long(body.get("text")) or too_long((body.get("card") or {}).get("text")):
+            return self._answer("send", 400, error="too_long")
         refused = await self._admitted(request, "send", chat)
         if refused is not None:
             return refused
@@ -133,6 +141,8 @@ class FakeMini:
 
     async def _update(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if too_long((body.get("card") or {}).get("text")):
+            return self._answer("update", 400, error="too_long")
         refused = await self._admitted(request, "update", None)
         if refused is not None:
             return refused

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.edge.capabilities import Capability
 from gateway.edge.context import AdapterContext
 from gateway.edge.factory import Factory
 from tests.platforms.mini.adapter.api import MiniApi
@@ -27,6 +28,10 @@ class MiniAdapter(MiniBot):
         self.api.budget = self.platform_budget(settings.id)
         self.inbound = MiniInbound(settings)
         self.outbound = MiniOutbound(self.api)
+
+    def capabilities(self) -> frozenset[Capability]:
+        """Buttons; no files either way, no directory to look an email up in."""
+        return frozenset({Capability.BUTTONS})
 
     def reuses_card(self, handle: str) -> bool:
         return True  # any message's card can be replaced by a later turn

@@ -38,7 +38,7 @@ class _Event(BaseModel):
 
 class MessageEvent(_Event):
     type: Literal["message"]
-    text: str = Field(max_length=20_000)
+    text: str = Field(max_length=150_000)
     mentioned: bool = False
 
 

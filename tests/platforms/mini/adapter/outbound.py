@@ -1,16 +1,24 @@
 """Mini's cards and replies: a turn's card is one message, sent once per idempotency key and
-replaced in place by each update; each button carries its conversation and turn back."""
+replaced in place by each update; each button carries its conversation and turn back. An answer
+longer than a card holds is cut by the kit (``gateway.edge.parts``): the card shows part (1/n),
+text messages after it (2/n)..(n/n)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.edge.long_answer import head
+from gateway.edge.parts import Room, numbered, split_answer
 from gateway.envelope import Envelope
 from gateway.progress import Progress
 from tests.platforms.mini.adapter.api import MiniApi
 
-CARD_TEXT_BYTES = 16_000  # what one Mini card's text holds
+TEXT_BYTES = 16_000  # what a Mini message's text (or a card's) holds
+ROOM = Room(TEXT_BYTES - 1_000)  # the rest of a card's JSON fits beside it
+
+
+def answer_parts(answer: str) -> list[str]:
+    """The whole answer in parts marked (1/n)..(n/n) when there are several."""
+    return numbered(split_answer(answer, ROOM))
 
 
 def render_card(progress: Progress, chat_type: str) -> dict[str, Any]:
@@ -24,7 +32,7 @@ def render_card(progress: Progress, chat_type: str) -> dict[str, Any]:
         "title": progress.title,
         "status": progress.status,
         "steps": [f"{s.status}: {s.title}" for s in (*progress.steps, *progress.tools)],
-        "text": head(progress.answer, CARD_TEXT_BYTES),
+        "text": answer_parts(progress.answer)[0] if progress.answer else "",
         "error": progress.error,
         "buttons": [
             {"label": b.label, "value": {**value, "action": b.action_id}} for b in progress.buttons
@@ -44,12 +52,23 @@ class MiniOutbound:
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
         card = render_card(progress, reply_to.chat.type)
-        return await self.api.send(
+        handle = await self.api.send(
             reply_to.chat.id, key=idempotency_key, card=card, reply_to=replied(reply_to)
         )
+        await self._rest(reply_to, handle, progress)
+        return handle
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
         await self.api.update(handle, render_card(progress, reply_to.chat.type))
+        await self._rest(reply_to, handle, progress)
+
+    async def _rest(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
+        """A final answer's parts past the card's, each sent once (keyed per turn and part)."""
+        if not progress.final:
+            return
+        for i, part in enumerate(answer_parts(progress.answer)[1:], start=2):
+            key = f"{handle}#{progress.turn_id}#p{i}"
+            await self.api.send(reply_to.chat.id, key=key, text=part, reply_to=replied(reply_to))
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         await self.api.send(

@@ -1,0 +1,72 @@
+"""Mini in the conformance suite (tests/conformance/), found there by this module's place: signed
+webhook events to an in-process gateway, the answer read from the fake's messages (the card
+replying to the user's message once it says done, then the text parts after it). Mini's entry
+point is on ``sys.path`` from ``open`` to ``shut``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from tests.platforms.mini.fake import FakeMini
+from tests.platforms.mini.harness import (
+    ENTRY_POINT,
+    INTEGRATION,
+    message_event,
+    mini_integration,
+    signed,
+)
+from tests.support.conformance.base import Answer, Harness, Sent
+
+_MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+
+
+class MiniConformance(Harness):
+    id = "mini"
+    integration_id = INTEGRATION
+
+    async def open(self) -> None:
+        sys.path.insert(0, str(ENTRY_POINT))
+        importlib.invalidate_caches()
+        self.fake = FakeMini()
+        await self.fake.start()
+
+    async def shut(self) -> None:
+        await self.fake.stop()
+        sys.path.remove(str(ENTRY_POINT))
+
+    def integration(self, **options: Any) -> dict[str, Any]:
+        return mini_integration(self.fake, **options)
+
+    async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
+        chat = "c-group" if group else f"c-dm-{user}"
+        event = message_event(
+            text, chat=chat, chat_type="group" if group else "dm", user=user, mentioned=group
+        )
+        body, headers = signed(event)
+        url = f"http://127.0.0.1:{self.gateway.port}/api/mini/webhook/{INTEGRATION}"
+        async with self.gateway.client.http.post(url, data=body, headers=headers) as resp:
+            assert resp.status == 200, resp.status
+        return Sent(event["messageId"], user, group)
+
+    def seen(self, sent: Sent) -> Answer | None:
+        replies = self.fake.replies_to(sent.id)
+        cards = [m for m in replies if m.card is not None]
+        if not cards or cards[0].card is None or cards[0].card["status"] != "done":
+            return None
+        card = cards[0].card
+        parts = [str(card["text"]), *(m.text for m in replies if m.card is None)]
+        last = _MARK.search(parts[-1])
+        if last and len(parts) != int(last[2]):
+            return None
+        return Answer(parts, [str(b["label"]) for b in card["buttons"]])
+
+    def written(self) -> str:
+        return json.dumps([asdict(m) for m in self.fake.messages.values()], ensure_ascii=False)
+
+    def refused(self) -> list[str]:
+        return [f"{endpoint}: {status}" for endpoint, status in self.fake.answers if status != 200]
