@@ -63,8 +63,10 @@ def imported(path: Path) -> set[str]:
 
 
 def test_adapters_import_only_the_contract_and_the_public_core_types() -> None:
+    """Those of ``adapters/`` and of each test-only platform (``tests/platforms/*/adapter``)."""
     offending = {}
-    for path in sorted(ADAPTERS.rglob("*.py")):
+    test_only = (ROOT / "tests" / "platforms").glob("*/adapter/**/*.py")
+    for path in sorted([*ADAPTERS.rglob("*.py"), *test_only]):
         ours = {n for n in imported(path) if n.split(".")[0] in ("gateway", "sessions")}
         # "from gateway.edge.adapter import X" records both the module and gateway.edge.adapter.X
         bad = {

@@ -105,8 +105,10 @@ class FakeMini:
             headers["Retry-After"] = str(max(1, round(body.pop("wait"))))
         return web.json_response({"ok": status == 200, **body}, status=status, headers=headers)
 
-    async def _admitted(self, request: web.Request, endpoint: str, chat: str | None) -> Any:
-        """The request's JSON once authorised and within the limits, else the refusal."""
+    def _admitted(
+        self, request: web.Request, endpoint: str, chat: str | None
+    ) -> web.Response | None:
+        """None when the call is authorised and within the limits, else the refusal."""
         if request.headers.get("Authorization") != f"Bearer {BOT_TOKEN}":
             return self._answer(endpoint, 401, error="invalid_auth")
         wait = self.api_window.admit(endpoint)
@@ -123,7 +125,7 @@ class FakeMini:
             return self._answer("send", 400, error="invalid_arguments")
         if too_long(body.get("text")) or too_long((body.get("card") or {}).get("text")):
             return self._answer("send", 400, error="too_long")
-        refused = await self._admitted(request, "send", chat)
+        refused = self._admitted(request, "send", chat)
         if refused is not None:
             return refused
         key = f"{chat}:{body['key']}"
@@ -143,7 +145,7 @@ class FakeMini:
         body = await request.json()
         if too_long((body.get("card") or {}).get("text")):
             return self._answer("update", 400, error="too_long")
-        refused = await self._admitted(request, "update", None)
+        refused = self._admitted(request, "update", None)
         if refused is not None:
             return refused
         message = self.messages.get(request.match_info["id"])

@@ -115,7 +115,8 @@ class MiniHarness(PlatformHarness[FakeMini]):
 
         def check() -> Message | None:
             cards = [m for m in self.fake.replies_to(event["messageId"]) if m.card is not None]
-            return cards[0] if len(cards) == 1 and cards[0].card["status"] == status else None
+            shown = cards[0].card if len(cards) == 1 else None
+            return cards[0] if shown is not None and shown["status"] == status else None
 
         found: Message = await eventually(check)
         return found
