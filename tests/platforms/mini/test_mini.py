@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway.edge.factory import discover_adapters
 from gateway.runtime.cli import settings_model
 from tests.platforms.mini.fake import FakeMini
 from tests.platforms.mini.harness import (
+    ENTRY_POINT,
+    INTEGRATION,
     MiniHarness,
     click_event,
     installed,
@@ -24,6 +28,8 @@ from tests.platforms.mini.harness import (
     signed,
 )
 from tests.support.helpers import Gateways
+from tests.support.metrics import scrape
+from tests.support.spawn import run_gateway
 
 
 @pytest.fixture
@@ -49,6 +55,20 @@ def test_mini_is_found_only_through_its_entry_point(monkeypatch: pytest.MonkeyPa
     installed(monkeypatch)
     assert "mini" in discover_adapters()
     assert "MiniIntegration" in settings_model().model_json_schema()["$defs"]
+
+
+def test_a_fresh_process_checks_a_mini_config_given_its_entry_point(
+    fake: FakeMini, prefix: str, tmp_path: Path
+) -> None:
+    """A gateway subprocess finds Mini through ``PYTHONPATH`` (as pip's site-packages): ``check``
+    takes its config and compares its limits with Mini's published ones."""
+    config = mini_config(prefix, fake, platformLimits={"callsPerSecond": 50})
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_gateway("check", "--config", str(path), env={"PYTHONPATH": str(ENTRY_POINT)})
+    assert result.returncode == 0, result.stderr
+    assert f"{INTEGRATION} (mini) -> echo" in result.stdout
+    assert "callsPerSecond: 50 is above mini's published 20" in result.stderr
 
 
 async def test_a_message_gets_its_card_updated_in_place(mini: MiniHarness) -> None:
@@ -119,6 +139,11 @@ async def test_unpaced_the_same_burst_is_throttled(
     harness = MiniHarness(fake, await gateways(config))
     try:
         await burst(harness)
+        metrics = await scrape(harness.base)
     finally:
         await harness.close()
     assert fake.throttled > 0
+    calls = "xgw_platform_api_calls_total"
+    assert metrics.value(calls, platform="mini", code="rate_limited") == fake.throttled
+    assert metrics.value(calls, platform="mini", endpoint="send", code="ok") >= 30
+    assert metrics.value("xgw_integration_ready", integration=INTEGRATION, platform="mini") == 1
