@@ -16,6 +16,7 @@ from tests.platforms.mini.fake import FakeMini
 from tests.platforms.mini.harness import (
     ENTRY_POINT,
     INTEGRATION,
+    click_event,
     message_event,
     mini_integration,
     signed,
@@ -64,6 +65,23 @@ class MiniConformance(Harness):
         if last and len(parts) != int(last[2]):
             return None
         return Answer(parts, [str(b["label"]) for b in card["buttons"]])
+
+    async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
+        """A click on the button ``label`` of the card answering ``sent``, as the card showed
+        it last with that button; what follows replies to the card."""
+        [card] = [m for m in self.fake.replies_to(sent.id) if m.card is not None][:1]
+        event = click_event(card, label, user=user or sent.user, by="label")
+        body, headers = signed(event)
+        url = f"http://127.0.0.1:{self.gateway.port}/api/mini/webhook/{INTEGRATION}"
+        async with self.gateway.client.http.post(url, data=body, headers=headers) as resp:
+            assert resp.status == 200, resp.status
+            answer = await resp.json()
+        return Sent(card.id, user or sent.user, sent.group), str(answer.get("toast", ""))
+
+    def shown(self) -> list[str]:
+        return [
+            m.text if m.card is None else str(m.card["text"]) for m in self.fake.messages.values()
+        ]
 
     def written(self) -> str:
         return json.dumps([asdict(m) for m in self.fake.messages.values()], ensure_ascii=False)

@@ -80,10 +80,18 @@ def message_event(
     }  # fmt: skip
 
 
-def click_event(message: Message, action: str, *, user: str = "alice") -> dict[str, Any]:
-    """A click on ``message``'s button ``action`` (its value as the card carries it)."""
-    assert message.card is not None
-    [value] = [b["value"] for b in message.card["buttons"] if b["value"]["action"] == action]
+def click_event(
+    message: Message, button: str, *, user: str = "alice", by: str = "action"
+) -> dict[str, Any]:
+    """A click on ``message``'s button whose action (or, ``by="label"``, label) is ``button``,
+    as the newest of the card's versions with that button showed it."""
+    values = [
+        b["value"]
+        for card in reversed(message.versions)
+        for b in card["buttons"]
+        if (b["value"]["action"] if by == "action" else b["label"]) == button
+    ]
+    value = values[0]
     return {
         "type": "click", "id": f"ev-{uuid.uuid4().hex[:12]}", "chat": message.chat,
         "chatType": value["chatType"] if value["chatType"] == "group" else "dm", "user": user,

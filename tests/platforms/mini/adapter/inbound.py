@@ -20,9 +20,18 @@ from gateway.edge.ingest import IngestOutcome
 from gateway.edge.webhook import EventWebhook
 from gateway.envelope import Action, Chat, Envelope, Mention, ReplyTo, Sender
 from gateway.errors import Refused
+from gateway.progress import ACTION_ANSWER
 from tests.platforms.mini.adapter.settings import MiniIntegration
 
 PLATFORM = "mini"
+TOASTS = {
+    "stop": "Stopping…",
+    "new": "Starting a new conversation",
+    "confirm": "Confirmed",
+    "reject": "Rejected",
+    "retry": "Retrying…",
+    "answer": "Answer sent",  # an option of a question
+}
 ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 
@@ -112,9 +121,13 @@ class MiniInbound(Inbound[dict[str, Any], dict[str, Any]]):
         )
 
     async def answer(self, envelope: Envelope, outcome: IngestOutcome) -> dict[str, Any]:
+        """``ok``; for a click, the ``toast`` Mini shows the clicker alone: the refusal's
+        notice, else what the click does."""
         answer: dict[str, Any] = {"ok": True, "status": outcome.status}
-        if outcome.notice:
-            answer["notice"] = outcome.notice  # shown to the clicker alone
+        if envelope.action is not None:
+            action = envelope.action.id
+            kind = "answer" if action.startswith(ACTION_ANSWER) else action
+            answer["toast"] = outcome.notice or TOASTS.get(kind, "")
         return answer
 
 
