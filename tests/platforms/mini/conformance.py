@@ -1,6 +1,7 @@
 """Mini in the conformance suite (tests/conformance/), found there by this module's place: signed
-webhook events to an in-process gateway, the answer read from the fake's messages (the card
-replying to the user's message once it says done, then the text parts after it). Mini's entry
+webhook events to an in-process gateway, the answer read from the fake's messages: the card
+replying to the user's message once it says done, then the text parts after it (mode
+``cards``); only text parts (mode ``texts``). Mini's entry
 point is on ``sys.path`` from ``open`` to ``shut``."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 class MiniConformance(Harness):
     id = "mini"
+    modes = ("cards", "texts")
     integration_id = INTEGRATION
 
     async def open(self) -> None:
@@ -41,7 +43,7 @@ class MiniConformance(Harness):
         sys.path.remove(str(ENTRY_POINT))
 
     def integration(self, **options: Any) -> dict[str, Any]:
-        return mini_integration(self.fake, **options)
+        return mini_integration(self.fake, **{"answers": self.mode, **options})
 
     async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
         chat = "c-group" if group else f"c-dm-{user}"
@@ -56,15 +58,19 @@ class MiniConformance(Harness):
 
     def seen(self, sent: Sent) -> Answer | None:
         replies = self.fake.replies_to(sent.id)
-        cards = [m for m in replies if m.card is not None]
-        if not cards or cards[0].card is None or cards[0].card["status"] != "done":
+        texts = [m.text for m in replies if m.card is None]
+        cards = [m.card for m in replies if m.card is not None]
+        if self.mode == "texts":
+            parts, buttons = texts, []
+        elif cards and cards[0]["status"] == "done":
+            parts = [str(cards[0]["text"]), *texts]
+            buttons = [str(b["label"]) for b in cards[0]["buttons"]]
+        else:
             return None
-        card = cards[0].card
-        parts = [str(card["text"]), *(m.text for m in replies if m.card is None)]
-        last = _MARK.search(parts[-1])
-        if last and len(parts) != int(last[2]):
+        last = _MARK.search(parts[-1]) if parts else None
+        if not parts or (last and len(parts) != int(last[2])):
             return None
-        return Answer(parts, [str(b["label"]) for b in card["buttons"]])
+        return Answer(parts, buttons)
 
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
         """A click on the button ``label`` of the card answering ``sent``, as the card showed

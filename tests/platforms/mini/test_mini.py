@@ -79,6 +79,21 @@ async def test_a_message_gets_its_card_updated_in_place(mini: MiniHarness) -> No
     assert [b["label"] for b in card.card["buttons"]] == ["New conversation"]
 
 
+async def test_in_texts_mode_the_answer_is_one_message_sent_final(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeMini, prefix: str, gateways: Gateways
+) -> None:
+    installed(monkeypatch)
+    harness = MiniHarness(fake, await gateways(mini_config(prefix, fake, answers="texts")))
+    try:
+        event = await harness.say("plain please")
+        await harness.idle()
+    finally:
+        await harness.close()
+    [reply] = fake.replies_to(event["messageId"])
+    assert reply.card is None and "plain please" in reply.text
+    assert [endpoint for endpoint, _ in fake.answers] == ["send"]  # nothing updated
+
+
 async def test_a_redelivered_event_is_one_turn(mini: MiniHarness) -> None:
     event = message_event("once")
     assert (await mini.post(event))[0] == 200

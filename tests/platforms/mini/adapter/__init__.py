@@ -1,6 +1,7 @@
 """The Mini adapter: signed JSON webhooks in; cards sent and replaced in place, with buttons,
-out. It declares what Mini lacks rather than implementing it: no files either way, no history or
-members, no long connection."""
+out (or, ``answers: texts``, plain messages once the answer is final). It declares what Mini
+lacks rather than implementing it: no files either way, no history or members, no long
+connection, no buttons on texts."""
 
 from __future__ import annotations
 
@@ -27,17 +28,20 @@ class MiniAdapter(MiniBot):
         )
         self.api.budget = self.platform_budget(settings.id)
         self.inbound = MiniInbound(settings)
-        self.outbound = MiniOutbound(self.api)
+        texts = settings.answers == "texts"
+        self.outbound = MiniOutbound(self.api, texts=texts)
+        if texts:
+            self.live_updates = False  # a text is sent once, final
 
     def capabilities(self) -> frozenset[Capability]:
-        """Buttons; no files either way, no directory to look an email up in."""
-        return frozenset({Capability.BUTTONS})
+        """Buttons on cards; no files either way, no directory to look an email up in."""
+        return frozenset({Capability.BUTTONS}) if self.settings.answers == "cards" else frozenset()
 
     def reuses_card(self, handle: str) -> bool:
-        return True  # any message's card can be replaced by a later turn
+        return not handle.startswith("tx:")  # a card can show a later turn; a text cannot
 
     def readiness(self) -> dict[str, Any]:
-        return {"ready": True, "mode": "webhook"}
+        return {"ready": True, "mode": self.settings.answers}
 
     async def stop(self) -> None:
         await self.api.close()

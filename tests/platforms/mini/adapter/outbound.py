@@ -44,29 +44,51 @@ def replied(envelope: Envelope) -> str | None:
     return envelope.reply_to.message_id if envelope.reply_to else None
 
 
+def final_text(progress: Progress) -> str:
+    """A final state as plain text: the answer, and the error where there is one."""
+    shown = [progress.answer.strip()] if progress.answer.strip() else []
+    if progress.error:
+        shown.append(f"{progress.status_title}: {progress.error}")
+    return "\n\n".join(shown) or progress.status_title
+
+
 class MiniOutbound:
-    def __init__(self, api: MiniApi) -> None:
+    """Cards updated in place (``texts`` False), or (``texts``) no card at all: the answer as
+    text messages once it is final, the handle then only a key (``tx:`` and the turn's key)."""
+
+    def __init__(self, api: MiniApi, *, texts: bool) -> None:
         self.api = api
+        self.texts = texts
 
     async def send_card(
         self, reply_to: Envelope, progress: Progress, *, idempotency_key: str
     ) -> str:
+        if self.texts:
+            handle = f"tx:{idempotency_key}"
+            await self.update_card(reply_to, handle, progress)
+            return handle
         card = render_card(progress, reply_to.chat.type)
         handle = await self.api.send(
             reply_to.chat.id, key=idempotency_key, card=card, reply_to=replied(reply_to)
         )
-        await self._rest(reply_to, handle, progress)
+        await self._rest(reply_to, handle, progress, answer_parts(progress.answer)[1:])
         return handle
 
     async def update_card(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        await self.api.update(handle, render_card(progress, reply_to.chat.type))
-        await self._rest(reply_to, handle, progress)
+        if not handle.startswith("tx:"):
+            await self.api.update(handle, render_card(progress, reply_to.chat.type))
+            await self._rest(reply_to, handle, progress, answer_parts(progress.answer)[1:])
+        else:
+            await self._rest(reply_to, handle, progress, answer_parts(final_text(progress)))
 
-    async def _rest(self, reply_to: Envelope, handle: str, progress: Progress) -> None:
-        """A final answer's parts past the card's, each sent once (keyed per turn and part)."""
+    async def _rest(
+        self, reply_to: Envelope, handle: str, progress: Progress, parts: list[str]
+    ) -> None:
+        """A final answer's ``parts`` not in its card, each sent once (keyed per turn and
+        part)."""
         if not progress.final:
             return
-        for i, part in enumerate(answer_parts(progress.answer)[1:], start=2):
+        for i, part in enumerate(parts, start=1):
             key = f"{handle}#{progress.turn_id}#p{i}"
             await self.api.send(reply_to.chat.id, key=key, text=part, reply_to=replied(reply_to))
 

@@ -22,6 +22,11 @@ class MiniIntegration(IntegrationBase):
     api_base: str = Field(description="The Mini API's origin")
     bot_token: SecretStr = Field(description="The bot's API token")
     signing_secret: SecretStr = Field(description="The secret webhook events are signed with")
+    answers: Literal["cards", "texts"] = Field(
+        "cards",
+        description="cards: a card updated in place as the turn goes, with buttons; texts: "
+        "plain messages, sent once the answer is final (no buttons: options are typed)",
+    )
     timestamp_tolerance_seconds: int = Field(
         300, ge=1, le=3600, description="Events whose timestamp is further off are refused"
     )
