@@ -39,4 +39,6 @@ async def test_a_60_kb_answer_arrives_whole_in_numbered_parts(platform_mode: Har
     assert whole.endswith(expected)  # after the steps, where the stream shows them
     assert platform.refused() == []
     await platform.idle()
-    assert platform.seen(sent) == answer, "each part sent once"
+    assert platform.seen(sent) == answer
+    shown = platform.shown()
+    assert all(shown.count(part) == 1 for part in answer.parts[1:]), "each part sent once"

@@ -1,15 +1,12 @@
-"""An XpertAI agent's ``ask_clarification`` on a WeCom app (tests/fakes/xpertai_agent.py
-``clarify``): the final template card carries the options as buttons, the answer message the
-question; a click (``template_card_event``) is the clicker's next message in the session."""
+"""An XpertAI agent's ``ask_clarification`` on the WeCom AI bot (tests/fakes/xpertai_agent.py
+``clarify``): the stream lists the options numbered, to be typed. The app card's option buttons
+are tested with every platform's: tests/conformance/test_clarifications.py."""
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from tests.fakes.wecom import FakeWeCom
@@ -19,12 +16,7 @@ from tests.support.helpers import serve
 from tests.support.waits import eventually
 from tests.support.wecom import (
     aibot_message,
-    app_message,
-    card_click,
-    encrypt_xml,
-    post,
     start_gateway,
-    url,
 )
 
 
@@ -37,45 +29,6 @@ async def xpert() -> AsyncIterator[tuple[FakeXpertAI, str]]:
 
 def inputs(server: FakeXpertAI) -> list[str]:
     return [r["input"]["message"]["input"]["input"] for r in server.requests]
-
-
-async def test_an_option_button_on_the_app_card_answers_the_question(
-    gateways: list[Any], prefix: str, fake: FakeWeCom, xpert: tuple[FakeXpertAI, str]
-) -> None:
-    server, base = xpert
-    expert = {"id": "sales", "kind": "xpert", "baseUrl": base, "apiKey": API_KEY}
-    gw = await start_gateway(prefix, fake, expert=expert, xpertId="sales")
-    gateways.append(gw)
-    async with aiohttp.ClientSession() as http:
-        query, body = encrypt_xml(app_message("zoe", "[clarify] the report", "6001"))
-        assert await post(http, url(gw), query, body) == (200, "")
-        await eventually(lambda: fake.updates, timeout=15)
-        [update] = fake.updates
-        card = update["template_card"]
-        assert card["main_title"]["title"] == "A question for you"
-        keys = {b["text"]: json.loads(b["key"]) for b in card["button_list"]}
-        assert list(keys) == ["China", "Europe", "Americas", "New conversation"]
-        await eventually(lambda: fake.texts("zoe"))
-        assert fake.texts("zoe")[0] == RESTATED  # the model's text after the question, once
-        click = card_click(
-            "zoe",
-            card["button_list"][2]["key"],
-            card["task_id"],
-            fake.issue_code(),
-            int(time.time()),
-        )
-        query, body = encrypt_xml(click)
-        assert await post(http, url(gw), query, body) == (200, "")
-        await eventually(lambda: len(server.requests) == 2, timeout=15)
-        assert inputs(server) == ["[clarify] the report", "Americas"]
-        assert len({r["thread"] for r in server.requests}) == 1  # the same session
-        await eventually(
-            lambda: any("Hello from xpert [Americas]" in t for t in fake.texts("zoe")), timeout=15
-        )
-        # The question card's buttons became one grey label, with the click's code.
-        closed = await eventually(lambda: fake.updates[1:] or None, timeout=15)
-        assert closed[0]["button"] == {"replace_name": "Answer sent"}
-        assert "template_card" not in closed[0]
 
 
 async def test_the_ai_bot_stream_lists_the_options_to_be_typed(

@@ -45,11 +45,12 @@ class Sent:
 @dataclass
 class Answer:
     """What the user sees of the answer to a message: its texts in order (the card or stream
-    first, then any further messages), the labels of the buttons it carries, and the images and
-    files sent with it (names)."""
+    first, then any further messages), the labels of the buttons (or action links) it carries,
+    and its title where the platform shows one (a card's header, a markdown message's title)."""
 
     parts: list[str]
     buttons: list[str] = field(default_factory=list)
+    title: str = ""
 
     @property
     def text(self) -> str:
@@ -151,6 +152,17 @@ class Harness(abc.ABC):
 
         got: Answer = await eventually(final, timeout=timeout, interval=0.05)
         return got
+
+    @abc.abstractmethod
+    async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
+        """``user`` (default: who sent ``sent``) clicks the button (or opens the action link
+        and presses its page's button) labelled ``label`` on the answer to ``sent``; returns a
+        handle whose :meth:`answer` is what follows the click, and what the platform showed
+        the clicker at once (a toast, a page, a greyed button's label; "" where nothing)."""
+
+    @abc.abstractmethod
+    def shown(self) -> list[str]:
+        """Every text the bot showed in any chat, in order (messages, cards' answers)."""
 
     # --- the platform's side ------------------------------------------------------------------
     @abc.abstractmethod

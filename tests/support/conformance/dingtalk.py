@@ -11,14 +11,16 @@ buttons of a markdown answer only from its last part: a part elsewhere fails the
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Any
+from urllib.parse import urljoin
 
 from adapters.dingtalk.crypto import robot_sign
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.support.conformance.base import Answer, Harness, Sent
-from tests.support.dingtalk import SECRET, robot_message
+from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
@@ -33,7 +35,7 @@ class DingTalkHarness(Harness):
     async def open(self) -> None:
         self.fake = FakeDingTalk()
         await self.fake.start()
-        self._seen_from = 0
+        self._known: dict[str, dict[str, str]] = {}
 
     async def shut(self) -> None:
         await self.fake.stop()
@@ -76,7 +78,7 @@ class DingTalkHarness(Harness):
         message = robot_message(
             self.fake, text, group=group, sender=user, webhook=self.mode != "openapi"
         )
-        self._seen_from = len(self.fake.sent())
+        mark = self._mark(user, group)
         if self.mode == "stream":
             await self.fake.push("CALLBACK", ROBOT, message)
         else:
@@ -85,44 +87,96 @@ class DingTalkHarness(Harness):
             url = f"http://127.0.0.1:{self.gateway.port}/api/dingtalk/webhook/{self.integration_id}"
             async with self.gateway.client.http.post(url, json=message, headers=headers) as resp:
                 assert resp.status == 200, resp.status
-        return Sent(message["msgId"], user, group, {"from": self._seen_from})
+        # An answer to a message goes through the API its mode names; a click's may not.
+        mark["via"] = "openapi" if self.mode == "openapi" else "webhook"
+        return Sent(message["msgId"], user, group, mark)
+
+    def _mark(self, user: str, group: bool) -> dict[str, Any]:
+        """Where the answer to what happens next starts: the messages and cards so far."""
+        return {"from": len(self.fake.sent()), "cards": len(self.fake.cards)}
 
     def _messages(self, sent: Sent) -> list[dict[str, Any]]:
         return self.fake.sent()[int(sent.extra["from"]) :]
 
+    def _card(self, sent: Sent) -> Any:
+        cards = list(self.fake.cards.values())[int(sent.extra["cards"]) :]
+        return cards[0] if cards else None
+
     def seen(self, sent: Sent) -> Answer | None:
         messages = self._messages(sent)
-        via = "openapi" if self.mode == "openapi" else "webhook"
-        assert all(m["via"] == via for m in messages), [m["via"] for m in messages]
         if self.markdown:
+            # The first message is the "working on it" one; the answer is the next, or the next
+            # n marked (1/n)..(n/n); what follows is another turn's.
             if len(messages) < 2:
                 return None
-            parts = [m["text"] for m in messages[1:]]  # the first: "working on it"
+            first = _MARK.search(messages[1]["text"] or "")
+            messages = messages[: 1 + (int(first[2]) if first else 1)]
+        via = sent.extra.get("via")
+        assert via is None or all(m["via"] == via for m in messages), [m["via"] for m in messages]
+        if self.markdown:
+            parts = [m["text"] for m in messages[1:]]
             assert not any(m["buttons"] for m in messages[1:-1]), "buttons on the last part only"
-            buttons = list(messages[-1]["buttons"])
+            buttons, title = list(messages[-1]["buttons"]), str(messages[-1]["title"] or "")
         else:
             # Final: the last stream frame (a template), or flowStatus 3, "finished" (both).
-            cards = [
-                c
-                for c in self.fake.cards.values()
-                if c.finalized or c.params.get("flowStatus") == "3"
-            ]
-            if not cards:
+            card = self._card(sent)
+            if card is None or not (card.finalized or card.params.get("flowStatus") == "3"):
                 return None
-            card = cards[-1]
             # The public card's final state is one PUT of its whole msgContent; a template's is
-            # its last stream frame.
-            shown = (
-                card.params.get("msgContent", "")
-                if self.mode == "ai-card"
-                else card.stream.get("content", "")
-            )
+            # its last stream frame. Its option links are in staticMsgContent.
+            if self.mode == "ai-card":
+                shown = card.params.get("msgContent", "")
+            else:
+                shown = card.stream.get("content", "")
             parts = [shown, *(m["text"] for m in messages)]
-            buttons = [k for k, v in card.params.items() if k.startswith("show") and v == "true"]
+            links = re.findall(r"\[([^\]]+)\]\((\S+?)\)", card.params.get("staticMsgContent", ""))
+            buttons, title = [label for label, _ in links], ""
         last = _MARK.search(parts[-1])
         if last and len(parts) != int(last[2]):
             return None
-        return Answer(parts, buttons)
+        return Answer(parts, buttons, title)
+
+    def _links(self, sent: Sent) -> dict[str, str]:
+        """The answer's action links as first read: a stale answer's links can still be opened."""
+        known = self._known.setdefault(sent.id, {})
+        answer = self.seen(sent)
+        if self.markdown and answer is not None:
+            last = self._messages(sent)[len(answer.parts)]  # after the "working on it" one
+            links = dict(zip(last["buttons"], last["urls"], strict=True))
+        else:
+            card = self._card(sent)
+            static = card.params.get("staticMsgContent", "") if card is not None else ""
+            links = dict(re.findall(r"\[([^\]]+)\]\((\S+?)\)", static))
+        for label, url in links.items():
+            known.setdefault(label, url)
+        return known
+
+    async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
+        """A signed action link, opened as a person does: a page, then its button, which
+        posts its form back as a browser does (same origin). The link acts as whom it names:
+        ``user`` cannot be another person here."""
+        assert user in (None, sent.user), "a DingTalk action link acts as the asker"
+        link = self._links(sent).get(label)
+        assert link is not None, f"no link {label!r}"
+        mark = self._mark(sent.user, sent.group)
+        http = self.gateway.client.http
+        async with http.get(link) as resp:
+            status, page = resp.status, await resp.text()
+        form = FORM.search(page)
+        if status == 200 and form is not None:
+            action = urljoin(link, html.unescape(form["action"]))
+            data = {"t": html.unescape(form["token"])}
+            headers = {"Origin": f"http://127.0.0.1:{self.port}", "Sec-Fetch-Site": "same-origin"}
+            async with http.post(action, data=data, headers=headers) as resp:
+                status, page = resp.status, await resp.text()
+        assert status == 200, (status, page)
+        return Sent(f"click-{label}", sent.user, sent.group, mark), page
+
+    def shown(self) -> list[str]:
+        texts = [str(m["text"] or "") for m in self.fake.sent()]
+        for card in self.fake.cards.values():
+            texts += [card.params.get("msgContent", ""), card.stream.get("content", "")]
+        return texts
 
     def written(self) -> str:
         return json.dumps([c.body for c in self.fake.calls], ensure_ascii=False)

@@ -9,12 +9,14 @@ import re
 import uuid
 from typing import Any
 
+from gateway.progress import STATUS_TITLES
 from tests.fakes.lark import FakeLark
 from tests.support.conformance.base import Answer, Harness, Sent
 from tests.support.lark import (
     INTEGRATION,
     answer,
     bot_mention,
+    card_click,
     lark_integration,
     message_event,
     reply_to,
@@ -30,6 +32,7 @@ class LarkHarness(Harness):
     integration_id = INTEGRATION
 
     async def open(self) -> None:
+        self._buttons: dict[str, dict[str, dict[str, Any]]] = {}
         self.fake = FakeLark()
         await self.fake.start()
 
@@ -42,19 +45,25 @@ class LarkHarness(Harness):
     def user_id(self, user: str) -> str:
         return f"ou_{user}"
 
-    async def post(self, payload: dict[str, Any]) -> int:
+    async def post(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        """Deliver ``payload`` as Lark does (encrypted, signed); a user's message is then known
+        to the fake API (it can be replied to, downloaded from)."""
         self.fake.receive(payload)
         body, headers = sealed(payload)
         url = f"http://127.0.0.1:{self.gateway.port}/api/lark/webhook/{INTEGRATION}"
         async with self.gateway.client.http.post(url, data=body, headers=headers) as resp:
-            return resp.status
+            return resp.status, await resp.json(content_type=None)
+
+    def chat_of(self, user: str, group: bool) -> str:
+        return "oc_group1" if group else f"oc_p2p_{user}"
 
     async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
         message_id = f"om_{uuid.uuid4().hex[:12]}"
+        chat = self.chat_of(user, group)
         if group:
             event = message_event(
                 f"@_user_1 {text}",
-                chat_id="oc_group1",
+                chat_id=chat,
                 chat_type="group",
                 sender=self.user_id(user),
                 message_id=message_id,
@@ -62,23 +71,28 @@ class LarkHarness(Harness):
             )
         else:
             event = message_event(
-                text, chat_id=f"oc_p2p_{user}", sender=self.user_id(user), message_id=message_id
+                text, chat_id=chat, sender=self.user_id(user), message_id=message_id
             )
-        status = await self.post(event)
+        status, _ = await self.post(event)
         assert status == 200, status
         return Sent(message_id, user, group)
 
-    def seen(self, sent: Sent) -> Answer | None:
+    def _card_message(self, sent: Sent) -> str | None:
         replies = reply_to(self.fake, sent.id)
         cards = [m for m in replies if self.fake.messages[m]["msg_type"] == "interactive"]
-        if not cards:
+        return cards[0] if cards else None
+
+    def seen(self, sent: Sent) -> Answer | None:
+        card_message = self._card_message(sent)
+        if card_message is None:
             return None
-        card = self.fake.card_of(cards[0])
-        if card["header"]["title"]["content"] != "Done":
+        card = self.fake.card_of(card_message)
+        title = card["header"]["title"]["content"]
+        if title == STATUS_TITLES["running"]:
             return None
         texts = [
             json.loads(self.fake.messages[m]["content"])["text"]
-            for m in replies
+            for m in reply_to(self.fake, sent.id)
             if self.fake.messages[m]["msg_type"] == "text"
         ]
         parts = [answer(card), *texts]
@@ -86,7 +100,43 @@ class LarkHarness(Harness):
         if last and len(parts) != int(last[2]):
             return None
         buttons = [str(b["text"]["content"]) for e in card["body"]["elements"] for b in _buttons(e)]
-        return Answer(parts, buttons)
+        return Answer(parts, buttons, title)
+
+    async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
+        card_message = self._card_message(sent)
+        assert card_message is not None, "no card to click"
+        # A card's buttons as first seen: a stale card's buttons can still be clicked.
+        known = self._buttons.setdefault(card_message, {})
+        card = self.fake.card_of(card_message)
+        for element in card["body"]["elements"]:
+            for b in _buttons(element):
+                known.setdefault(str(b["text"]["content"]), b)
+        button = known.get(label)
+        assert button is not None, f"no button {label!r}"
+        who = user or sent.user
+        click = card_click(
+            button["behaviors"][0]["value"],
+            message_id=card_message,
+            chat_id=self.chat_of(sent.user, sent.group),
+            operator=self.user_id(who),
+        )
+        status, body = await self.post(click)
+        assert status == 200, (status, body)
+        if isinstance(body, dict) and body.get("card"):
+            self.fake.apply_callback(card_message, body)
+        toast = (body or {}).get("toast", {}).get("content", "") if isinstance(body, dict) else ""
+        return Sent(card_message, who, sent.group), str(toast)
+
+    def shown(self) -> list[str]:
+        out: list[str] = []
+        for m in self.fake.messages.values():
+            if not m["from_bot"]:
+                continue
+            if m["msg_type"] == "text":
+                out.append(json.loads(m["content"])["text"])
+            elif m["msg_type"] == "interactive":
+                out.append(json.dumps(self.fake.card_of(m["message_id"]), ensure_ascii=False))
+        return out
 
     def written(self) -> str:
         return json.dumps([c.body for c in self.fake.calls], ensure_ascii=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.support.wecom import (
     CORP_ID,
     aibot_message,
     app_message,
+    card_click,
     control_subscribed,
     encrypt_xml,
     integration,
@@ -64,24 +66,58 @@ class WeComAppHarness(_WeCom):
         limits = {"chatSendsPerSecond": 30, "chatSendsPerMinute": None, "chatSendsPerHour": None}
         return super().integration(**{"platformLimits": limits, **options})
 
-    async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
-        assert not group, "a WeCom app talks with one member at a time"
-        msg_id = str(uuid.uuid4().int % 10**12)
-        query, body = encrypt_xml(app_message(user, text, msg_id))
+    async def post(self, plain_xml: str) -> None:
+        query, body = encrypt_xml(plain_xml)
         url = f"http://127.0.0.1:{self.gateway.port}/api/wecom/webhook/{self.integration_id}"
         async with self.gateway.client.http.post(url, params=query, data=body.encode()) as resp:
             assert resp.status == 200, resp.status
-        return Sent(msg_id, user, group, {"from": len(self.fake.texts(user))})
+
+    def _mark(self, user: str) -> dict[str, Any]:
+        return {"from": len(self.fake.texts(user)), "updates": len(self.fake.updates)}
+
+    async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
+        assert not group, "a WeCom app talks with one member at a time"
+        msg_id = str(uuid.uuid4().int % 10**12)
+        mark = self._mark(user)
+        await self.post(app_message(user, text, msg_id))
+        return Sent(msg_id, user, group, mark)
+
+    def _card(self, sent: Sent) -> dict[str, Any] | None:
+        """The answer's card in its final state: an app card gets one update, its last."""
+        updates = self.fake.updates[int(sent.extra["updates"]) :]
+        cards = [u["template_card"] for u in updates if "template_card" in u]
+        return cards[0] if cards else None
 
     def seen(self, sent: Sent) -> Answer | None:
-        done = [u for u in self.fake.updates if u["template_card"]["main_title"]["title"] == "Done"]
+        card = self._card(sent)
         parts = self.fake.texts(sent.user)[int(sent.extra["from"]) :]
-        if not done or not parts:
+        if card is None or not parts:
             return None
         last = _MARK.search(parts[-1])
         if last and len(parts) != int(last[2]):
             return None
-        return Answer(parts)
+        buttons = [b["text"] for b in card.get("button_list", [])]
+        return Answer(parts, buttons, card["main_title"]["title"])
+
+    async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
+        card = self._card(sent)
+        assert card is not None, "no card to click"
+        [button] = [b for b in card.get("button_list", []) if b["text"] == label]
+        who = user or sent.user
+        mark = self._mark(who)
+        code = self.fake.issue_code()
+        await self.post(card_click(who, button["key"], card["task_id"], code, int(time.time())))
+
+        await self.idle()
+        greyed = [  # the clicked card's buttons, one grey label now (none on a stale card)
+            str(u["button"]["replace_name"])
+            for u in self.fake.updates[int(mark["updates"]) :]
+            if u.get("response_code") == code and "button" in u
+        ]
+        return Sent(f"click-{label}", who, sent.group, mark), "".join(greyed)
+
+    def shown(self) -> list[str]:
+        return self.fake.texts()
 
     def refused(self) -> list[str]:
         return [f"{path} {code}" for path, code in self.fake.refusals] + [
@@ -123,6 +159,15 @@ class WeComAibotHarness(_WeCom):
         if last and len(parts) != int(last[2]):
             return None
         return Answer(parts)
+
+    async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
+        raise AssertionError("the AI bot declares no buttons: its options are typed")
+
+    def shown(self) -> list[str]:
+        streams: dict[str, str] = {}
+        for frame in self.fake.stream_frames():
+            streams[frame["body"]["stream"]["id"]] = frame["body"]["stream"]["content"]
+        return [*streams.values(), *self._markdown()]
 
     def refused(self) -> list[str]:
         return [json.dumps(a) for a in self.fake.ws.acks if a["errcode"]]
