@@ -60,17 +60,19 @@ class MiniConformance(Harness):
         replies = self.fake.replies_to(sent.id)
         texts = [m.text for m in replies if m.card is None]
         cards = [m.card for m in replies if m.card is not None]
+        title = ""
         if self.mode == "texts":
             parts, buttons = texts, []
         elif cards and cards[0]["status"] == "done":
             parts = [str(cards[0]["text"]), *texts]
             buttons = [str(b["label"]) for b in cards[0]["buttons"]]
+            title = str(cards[0]["title"])
         else:
             return None
         last = _MARK.search(parts[-1]) if parts else None
         if not parts or (last and len(parts) != int(last[2])):
             return None
-        return Answer(parts, buttons)
+        return Answer(parts, buttons, title)
 
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
         """A click on the button ``label`` of the card answering ``sent``, as the card showed
