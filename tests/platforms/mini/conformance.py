@@ -33,14 +33,14 @@ class MiniConformance(Harness):
     integration_id = INTEGRATION
 
     async def open(self) -> None:
-        sys.path.insert(0, str(ENTRY_POINT))
-        importlib.invalidate_caches()
         self.fake = FakeMini()
         await self.fake.start()
+        sys.path.insert(0, str(ENTRY_POINT))  # last: nothing after it can fail before shut
+        importlib.invalidate_caches()
 
     async def shut(self) -> None:
-        await self.fake.stop()
         sys.path.remove(str(ENTRY_POINT))
+        await self.fake.stop()
 
     def integration(self, **options: Any) -> dict[str, Any]:
         return mini_integration(self.fake, **{"answers": self.mode, **options})
