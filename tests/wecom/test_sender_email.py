@@ -1,6 +1,6 @@
-"""WeCom app mode looks up the sender's email (``user/get``, tests/fakes/wecom.py 9.): a sender
-mapped by email in the xpert expert's ``principals`` runs as their XpertAI user; a refused
-look-up is logged once and the turn runs without an email."""
+"""WeCom app mode looks up the sender's email (``user/get``, tests/fakes/wecom.py 9.): a refused
+look-up is logged once and the turn runs without an email. (A sender mapped by email in
+``principals``: tests/conformance/test_sender_email.py.)"""
 
 from __future__ import annotations
 
@@ -43,47 +43,26 @@ def _runs_of(fake: FakeXpertAI) -> list[str | None]:
     return [who for path, who in fake.principal_ids if path.endswith("/runs/stream")]
 
 
-async def test_a_sender_mapped_by_email_runs_as_their_user_and_a_refusal_logs_once(
+async def test_a_refused_look_up_is_logged_once_and_the_turns_run_without_an_email(
     gateways: list[Any], prefix: str, fake: FakeWeCom, xpert: tuple[FakeXpertAI, str]
 ) -> None:
     model, base = xpert
-    fake.users["carol"] = {"name": "Carol", "email": "", "biz_mail": "carol@corp.example"}
     fake.hidden.add("dan")  # outside the app's visible range: 60011
     gw = await start_gateway(prefix, fake, expert=_expert(base), xpertId="sales")
     gateways.append(gw)
     async with aiohttp.ClientSession() as http:
         with capture_logs() as logs:
-            for n, (user, text) in enumerate(
-                [("carol", "one"), ("carol", "two"), ("dan", "three"), ("dan", "four")]
-            ):
+            for n, (user, text) in enumerate([("dan", "three"), ("dan", "four")]):
                 query, body = encrypt_xml(app_message(user, text, f"80{n}"))
                 assert await post(http, url(gw), query, body) == (200, "")
                 await eventually(lambda n=n: len(_runs_of(model)) == n + 1, timeout=15)
                 await gw.idle()
-    # carol by her (business) email, any case: u-9 on both turns; dan without one: the default.
-    assert _runs_of(model) == ["u-9", "u-9", "u-42", "u-42"]
+    assert _runs_of(model) == ["u-42", "u-42"]  # without an email: the default
     lookups = [c[1]["userid"] for c in fake.calls if c[0] == "user/get"]
-    assert lookups == ["carol", "dan"]  # each asked once, the refusal remembered too
+    assert lookups == ["dan"]  # asked once, the refusal remembered
     refused = [
         e for e in logs if e["event"] == "sender email look-up refused; turns run without it"
     ]
     assert len(refused) == 1 and refused[0]["code"] == 60011
     assert refused[0]["log_level"] == "warning" and "dan" not in str(refused[0])
     assert [t for t in fake.texts() if "three" in t or "four" in t]  # dan's turns ran
-
-
-async def test_without_lookup_sender_email_nobody_is_asked(
-    gateways: list[Any], prefix: str, fake: FakeWeCom, xpert: tuple[FakeXpertAI, str]
-) -> None:
-    model, base = xpert
-    fake.users["carol"] = {"name": "Carol", "email": "carol@corp.example"}
-    gw = await start_gateway(
-        prefix, fake, expert=_expert(base), xpertId="sales", lookupSenderEmail=False
-    )
-    gateways.append(gw)
-    async with aiohttp.ClientSession() as http:
-        query, body = encrypt_xml(app_message("carol", "hi", "8101"))
-        assert await post(http, url(gw), query, body) == (200, "")
-        await eventually(lambda: len(_runs_of(model)) == 1, timeout=15)
-    assert _runs_of(model) == ["u-42"]
-    assert not [c for c in fake.calls if c[0] == "user/get"]

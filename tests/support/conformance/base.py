@@ -164,6 +164,16 @@ class Harness(abc.ABC):
     def shown(self) -> list[str]:
         """Every text the bot showed in any chat, in order (messages, cards' answers)."""
 
+    # --- the platform's directory -------------------------------------------------------------
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        """``user`` is in the organisation's directory with ``email`` (``work_address``: in the
+        platform's second address field where it has one, the first left empty)."""
+        raise AssertionError(f"{self.id} has no directory here")
+
+    def lookups(self) -> list[str]:
+        """The platform ids of the users whose directory entry the gateway asked for."""
+        return []
+
     # --- the platform's side ------------------------------------------------------------------
     @abc.abstractmethod
     def written(self) -> str:

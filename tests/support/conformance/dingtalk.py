@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from adapters.dingtalk.crypto import robot_sign
-from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.dingtalk import USER_GET_PATH, FakeDingTalk
 from tests.support.conformance.base import Answer, Harness, Sent
 from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
@@ -177,6 +177,13 @@ class DingTalkHarness(Harness):
         for card in self.fake.cards.values():
             texts += [card.params.get("msgContent", ""), card.stream.get("content", "")]
         return texts
+
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        field = "org_email" if work_address else "email"
+        self.fake.users[user] = {"name": user.capitalize(), "email": "", field: email}
+
+    def lookups(self) -> list[str]:
+        return [str(c.body["userid"]) for c in self.fake.calls if c.path == USER_GET_PATH]
 
     def written(self) -> str:
         return json.dumps([c.body for c in self.fake.calls], ensure_ascii=False)

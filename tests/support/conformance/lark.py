@@ -138,6 +138,13 @@ class LarkHarness(Harness):
                 out.append(json.dumps(self.fake.card_of(m["message_id"]), ensure_ascii=False))
         return out
 
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        open_id = self.user_id(user)
+        self.fake.users[open_id] = {"open_id": open_id, "email": email}
+
+    def lookups(self) -> list[str]:
+        return [c.path.rsplit("/", 1)[-1] for c in self.fake.of("user")]
+
     def written(self) -> str:
         return json.dumps([c.body for c in self.fake.calls], ensure_ascii=False)
 

@@ -45,6 +45,13 @@ class _WeCom(Harness):
     async def connected(self) -> None:
         await control_subscribed(self.gateway)
 
+    def member(self, user: str, email: str, *, work_address: bool = False) -> None:
+        field = "biz_mail" if work_address else "email"
+        self.fake.users[user] = {"name": user.capitalize(), "email": "", field: email}
+
+    def lookups(self) -> list[str]:
+        return [str(body["userid"]) for path, body in self.fake.calls if path == "user/get"]
+
     def written(self) -> str:
         bodies = [self.fake.sent, self.fake.updates, self.fake.responses, self.fake.ws.frames]
         return json.dumps(bodies, ensure_ascii=False)
