@@ -43,6 +43,10 @@ class MiniConformance(Harness):
         await self.fake.stop()
 
     def integration(self, **options: Any) -> dict[str, Any]:
+        # The suite turns the directory lookup off by the key the other platforms share; Mini
+        # has no directory (no Capability.SENDER_EMAIL), so no such key: nothing to turn off.
+        if options.get("lookupSenderEmail") is False:
+            del options["lookupSenderEmail"]
         return mini_integration(self.fake, **{"answers": self.mode, **options})
 
     async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
