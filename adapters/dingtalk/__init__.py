@@ -176,10 +176,13 @@ class DingTalkAdapter(RobotAdapter):
         await self.api.close()
 
     def capabilities(self) -> frozenset[Capability]:
-        """Everything; a card of the operator's own template (``cardTemplateId``) has no
-        buttons for a clarification's options or Confirm / Reject: those are typed."""
+        """Everything on an AI card but for a card of the operator's own template
+        (``cardTemplateId``), which has no buttons for a clarification's options or Confirm /
+        Reject (those are typed); markdown messages (``cards: markdown``) show no steps."""
         if self.settings.card_template_id:
             return frozenset(Capability) - {Capability.BUTTONS}
+        if self.settings.cards == "markdown":
+            return frozenset(Capability) - {Capability.STEPS}
         return frozenset(Capability)
 
     def answer_part_bytes(self) -> int | None:

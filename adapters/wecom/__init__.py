@@ -144,12 +144,12 @@ class WeComAdapter(CallbackAdapter):
         await self.outbound.post_media(chat.id, item, key=idempotency_key)
 
     def capabilities(self) -> frozenset[Capability]:
-        """An app: everything. An AI bot: files in and images in its stream; no files out
-        (links stay), no file for a long answer (parts), no directory to ask for an email, and
-        options numbered and typed."""
+        """An app: everything. An AI bot: files in, and images and steps in its stream; no
+        files out (links stay), no file for a long answer (parts), no directory to ask for an
+        email, and options numbered and typed."""
         if self.settings.connection_mode == "app":
             return frozenset(Capability)
-        return frozenset({Capability.FILES_IN, Capability.IMAGES_OUT})
+        return frozenset({Capability.FILES_IN, Capability.IMAGES_OUT, Capability.STEPS})
 
     def answer_part_bytes(self) -> int | None:
         """App mode: a markdown message's share of a long answer (past ``maxAnswerParts`` of

@@ -23,6 +23,9 @@ class Capability(StrEnum):
     LONG_ANSWER_FILE = "long_answer_file"
     # The sender's email is looked up in the platform's directory (``sys.user_email``).
     SENDER_EMAIL = "sender_email"
+    # The answer shows the turn's steps as they went (tools called, files uploaded or left out
+    # and why); without it only the answer's text is shown.
+    STEPS = "steps"
     # A clarification's options and Confirm / Reject are buttons (or links) a user clicks;
     # without it they are numbered and the user types one.
     BUTTONS = "buttons"

@@ -1,7 +1,8 @@
-"""A WeCom file reaches an XpertAI agent where the mode delivers files: an app's by MediaId
-(``media/get``), an AI bot's (callbacks; direct chats) by its encrypted download link. The PDF
-is uploaded to XpertAI (``POST /api/ai/contexts/file``) and the run's ``input.files`` carries
-the AgentFile the upload returned (tests/fakes/xpertai_files.py)."""
+"""A WeCom AI bot's file over callbacks (direct chats) reaches an XpertAI agent: its encrypted
+download link decrypts with the callback's key, the PDF is uploaded to XpertAI and the run's
+``input.files`` carries the AgentFile the upload returned (tests/fakes/xpertai_files.py). An
+app's file (``media/get``) and the long connection's (its own ``aeskey``) are tested with every
+platform's: tests/conformance/test_files_in.py."""
 
 from __future__ import annotations
 
@@ -20,9 +21,7 @@ from tests.support.waits import eventually
 from tests.support.wecom import (
     AES_KEY,
     aibot_message,
-    app_message,
     encrypt_json,
-    encrypt_xml,
     post,
     start_gateway,
     url,
@@ -57,30 +56,6 @@ def assert_uploaded_and_attached(server: FakeXpertAI, name: str) -> None:
     assert server.files.attached == {thread: [stored.agent_file["id"]]}
 
 
-async def test_an_app_file_is_fetched_by_media_id_and_uploaded(
-    gateways: list[InProcessGateway],
-    prefix: str,
-    fake: FakeWeCom,
-    xpert: tuple[FakeXpertAI, dict[str, Any]],
-) -> None:
-    server, expert = xpert
-    gw = await start_gateway(prefix, fake, "app", expert=expert)
-    gateways.append(gw)
-    fake.media["m-pdf"] = (PDF, "application/pdf")
-    xml = app_message("alice", "x", "9301").replace(
-        "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[x]]></Content>",
-        "<MsgType><![CDATA[file]]></MsgType><MediaId><![CDATA[m-pdf]]></MediaId>"
-        "<FileName><![CDATA[minutes.pdf]]></FileName>",
-    )
-    query, body = encrypt_xml(xml)
-    async with aiohttp.ClientSession() as http:
-        status, _ = await post(http, url(gw), query, body)
-    assert status == 200
-    await eventually(lambda: server.requests, timeout=15)
-    assert fake.downloads == ["m-pdf"]
-    assert_uploaded_and_attached(server, "minutes.pdf")
-
-
 async def test_an_ai_bot_file_is_decrypted_and_uploaded(
     gateways: list[InProcessGateway],
     prefix: str,
@@ -96,23 +71,5 @@ async def test_an_ai_bot_file_is_decrypted_and_uploaded(
     async with aiohttp.ClientSession() as http:
         status, _ = await post(http, url(gw), query, body)
     assert status == 200
-    await eventually(lambda: server.requests, timeout=15)
-    assert_uploaded_and_attached(server, "file.pdf")
-
-
-async def test_a_long_connection_file_decrypts_with_its_own_aeskey_and_is_uploaded(
-    gateways: list[InProcessGateway],
-    prefix: str,
-    fake: FakeWeCom,
-    xpert: tuple[FakeXpertAI, dict[str, Any]],
-) -> None:
-    server, expert = xpert
-    gw = await start_gateway(prefix, fake, "aibot_ws", expert=expert)
-    gateways.append(gw)
-    await eventually(lambda: fake.subscribes == 1)
-    key = os.urandom(32)
-    link = fake.encrypted_link(PDF, key, "y.pdf")
-    message = {"url": link, "aeskey": base64.b64encode(key).decode()}
-    await fake.push("aibot_msg_callback", aibot_message("w-file", "file", message), "req-file")
     await eventually(lambda: server.requests, timeout=15)
     assert_uploaded_and_attached(server, "file.pdf")

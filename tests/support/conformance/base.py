@@ -138,6 +138,19 @@ class Harness(abc.ABC):
         in a group; returns once the platform delivered it (the webhook answered, or the long
         connection's frame was pushed)."""
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        """``user`` sends the file ``name`` holding ``data`` (None: the platform fails to serve
+        it). The returned ``Sent`` names, in ``extra["name"]``, the name the gateway can know
+        (where the message names no file, the one it gives the file)."""
+        raise AssertionError(f"{self.id} takes no files here")
+
+    def fetched(self) -> list[str]:
+        """What the gateway downloaded from the platform (one line each; the harness checks the
+        wire form of each download: its API, path and parameters)."""
+        return []
+
     @abc.abstractmethod
     def seen(self, sent: Sent) -> Answer | None:
         """The answer to ``sent`` as its chat shows it now, once it is final (no part still

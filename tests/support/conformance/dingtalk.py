@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import uuid
 from typing import Any
 from urllib.parse import urljoin
 
@@ -24,6 +25,7 @@ from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
+DOWNLOAD = "/v1.0/robot/messageFiles/download"
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 
@@ -79,17 +81,46 @@ class DingTalkHarness(Harness):
             self.fake, text, group=group, sender=user, webhook=self.mode != "openapi"
         )
         mark = self._mark(user, group)
-        if self.mode == "stream":
-            await self.fake.push("CALLBACK", ROBOT, message)
-        else:
-            ts = str(message["createAt"])
-            headers = {"timestamp": ts, "sign": robot_sign(SECRET, ts)}
-            url = f"http://127.0.0.1:{self.gateway.port}/api/dingtalk/webhook/{self.integration_id}"
-            async with self.gateway.client.http.post(url, json=message, headers=headers) as resp:
-                assert resp.status == 200, resp.status
+        await self._deliver(message)
         # An answer to a message goes through the API its mode names; a click's may not.
         mark["via"] = "openapi" if self.mode == "openapi" else "webhook"
         return Sent(message["msgId"], user, group, mark)
+
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        code = f"dc-{uuid.uuid4().hex[:8]}"
+        if data is None:
+            self.fake.fail(DOWNLOAD, status=400, code="invalidParameter.downloadCode", times=5)
+        else:
+            self.fake.files[code] = (data, "application/pdf")
+        message = robot_message(
+            self.fake, "", group=group, sender=user, webhook=self.mode != "openapi"
+        )
+        message["msgtype"] = "file"
+        message["content"] = {"downloadCode": code, "fileName": name}
+        mark = self._mark(user, group)
+        await self._deliver(message)
+        return Sent(message["msgId"], user, group, {**mark, "name": name})
+
+    def fetched(self) -> list[str]:
+        """The robot file API turns a downloadCode into a URL, which is then fetched."""
+        asked = [c.body for c in self.fake.calls if c.path == DOWNLOAD and c.status < 300]
+        got = [c.path for c in self.fake.calls if c.path.startswith("/f/")]
+        assert [f"/f/{b['downloadCode']}" for b in asked] == got, (asked, got)
+        assert all(b["robotCode"] == "dingappkey" for b in asked)
+        return got
+
+    async def _deliver(self, message: dict[str, Any]) -> None:
+        """As DingTalk does: pushed over the stream, or posted signed to the webhook."""
+        if self.mode == "stream":
+            await self.fake.push("CALLBACK", ROBOT, message)
+            return
+        ts = str(message["createAt"])
+        headers = {"timestamp": ts, "sign": robot_sign(SECRET, ts)}
+        url = f"http://127.0.0.1:{self.gateway.port}/api/dingtalk/webhook/{self.integration_id}"
+        async with self.gateway.client.http.post(url, json=message, headers=headers) as resp:
+            assert resp.status == 200, resp.status
 
     def _mark(self, user: str, group: bool) -> dict[str, Any]:
         """Where the answer to what happens next starts: the messages and cards so far."""

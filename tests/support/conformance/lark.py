@@ -77,6 +77,34 @@ class LarkHarness(Harness):
         assert status == 200, status
         return Sent(message_id, user, group)
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        message_id, key = f"om_{uuid.uuid4().hex[:12]}", f"file_v3_{uuid.uuid4().hex[:8]}"
+        if data is None:
+            self.fake.fail("resource", status=400, code=234003, times=5)  # File not in message.
+        else:  # Lark serves a file's bytes without saying what they are: the name tells.
+            self.fake.resources[key] = (data, "application/octet-stream")
+        event = message_event(
+            message_id=message_id,
+            message_type="file",
+            content={"file_key": key, "file_name": name},
+            chat_id=self.chat_of(user, group),
+            chat_type="group" if group else "p2p",
+            sender=self.user_id(user),
+        )
+        status, _ = await self.post(event)
+        assert status == 200, status
+        return Sent(message_id, user, group, {"name": name})
+
+    def fetched(self) -> list[str]:
+        calls = self.fake.of("resource")
+        for call in calls:  # a message's resource, of type file
+            assert call.path.startswith("/open-apis/im/v1/messages/om_") and call.query == {
+                "type": "file"
+            }, call
+        return [c.path for c in calls]
+
     def _card_message(self, sent: Sent) -> str | None:
         replies = reply_to(self.fake, sent.id)
         cards = [m for m in replies if self.fake.messages[m]["msg_type"] == "interactive"]

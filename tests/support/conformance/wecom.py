@@ -6,7 +6,9 @@ not our adapter (tests/support/wecom.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import time
 import uuid
@@ -89,6 +91,27 @@ class WeComAppHarness(_WeCom):
         await self.post(app_message(user, text, msg_id))
         return Sent(msg_id, user, group, mark)
 
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        """A file message names its file by MediaId (``media/get``); an unknown id is 40007."""
+        media_id = f"m-{uuid.uuid4().hex[:8]}"
+        if data is not None:
+            self.fake.media[media_id] = (data, "application/pdf")
+        msg_id = str(uuid.uuid4().int % 10**12)
+        xml = app_message(user, "x", msg_id).replace(
+            "<MsgType><![CDATA[text]]></MsgType><Content><![CDATA[x]]></Content>",
+            f"<MsgType><![CDATA[file]]></MsgType><MediaId><![CDATA[{media_id}]]></MediaId>"
+            f"<FileName><![CDATA[{name}]]></FileName>",
+        )
+        mark = self._mark(user)
+        await self.post(xml)
+        return Sent(msg_id, user, group, {**mark, "name": name})
+
+    def fetched(self) -> list[str]:
+        assert all(d.startswith("m-") for d in self.fake.downloads), self.fake.downloads
+        return list(self.fake.downloads)
+
     def _card(self, sent: Sent) -> dict[str, Any] | None:
         """The answer's card in its final state: an app card gets one update, its last."""
         updates = self.fake.updates[int(sent.extra["updates"]) :]
@@ -146,6 +169,27 @@ class WeComAibotHarness(_WeCom):
         body = aibot_message(msg_id, "text", {"content": text}, user=user, **extra)
         req_id = await self.fake.push("aibot_msg_callback", body)
         return Sent(msg_id, user, group, {"req_id": req_id, "from": len(self._markdown())})
+
+    async def send_file(
+        self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
+    ) -> Sent:
+        """A long-connection file: an encrypted download link and its own ``aeskey``; the
+        message names no file (the gateway names it by its bytes: file.pdf)."""
+        key = os.urandom(32)
+        link = self.fake.encrypted_link(data or b"", key, name)
+        if data is None:
+            self.fake.files.pop(link.rsplit("/", 1)[-1])  # gone: 404
+        msg_id = f"w-{uuid.uuid4().hex[:10]}"
+        extra: dict[str, Any] = {"chattype": "group", "chatid": "grp-1"} if group else {}
+        content = {"url": link, "aeskey": base64.b64encode(key).decode()}
+        body = aibot_message(msg_id, "file", content, user=user, **extra)
+        mark = len(self._markdown())
+        req_id = await self.fake.push("aibot_msg_callback", body)
+        return Sent(msg_id, user, group, {"req_id": req_id, "from": mark, "name": "file.pdf"})
+
+    def fetched(self) -> list[str]:
+        assert all(d.startswith("f-") for d in self.fake.downloads), self.fake.downloads
+        return list(self.fake.downloads)
 
     def _markdown(self) -> list[str]:
         return [
