@@ -34,8 +34,11 @@ class MiniAdapter(MiniBot):
             self.live_updates = False  # a text is sent once, final
 
     def capabilities(self) -> frozenset[Capability]:
-        """Buttons on cards; no files either way, no directory to look an email up in."""
-        return frozenset({Capability.BUTTONS}) if self.settings.answers == "cards" else frozenset()
+        """A card's buttons and steps; no files either way, no directory to look an email up
+        in, and a text shows the answer alone."""
+        if self.settings.answers == "texts":
+            return frozenset()
+        return frozenset({Capability.BUTTONS, Capability.STEPS})
 
     def reuses_card(self, handle: str) -> bool:
         return not handle.startswith("tx:")  # a card can show a later turn; a text cannot
