@@ -144,12 +144,16 @@ class WeComAdapter(CallbackAdapter):
         await self.outbound.post_media(chat.id, item, key=idempotency_key)
 
     def capabilities(self) -> frozenset[Capability]:
-        """An app: everything. An AI bot: files in, and images and steps in its stream; no
-        files out (links stay), no file for a long answer (parts), no directory to ask for an
-        email, and options numbered and typed."""
+        """An app: everything but groups (it talks with one member at a time). An AI bot:
+        groups, files in, and images and steps in its stream, which lists a question's options
+        to be typed (a direct chat's card over the long connection is sent once, as the turn
+        starts: its one button is Stop). No files out (links stay), no file for a long answer
+        (parts), no directory to ask for an email."""
         if self.settings.connection_mode == "app":
-            return frozenset(Capability)
-        return frozenset({Capability.FILES_IN, Capability.IMAGES_OUT, Capability.STEPS})
+            return frozenset(Capability) - {Capability.GROUPS, Capability.GROUP_BUTTONS}
+        return frozenset(
+            {Capability.GROUPS, Capability.FILES_IN, Capability.IMAGES_OUT, Capability.STEPS}
+        )
 
     def answer_part_bytes(self) -> int | None:
         """App mode: a markdown message's share of a long answer (past ``maxAnswerParts`` of

@@ -12,6 +12,8 @@ __all__ = ["Capability"]
 
 
 class Capability(StrEnum):
+    # The bot talks in group chats (mentioned there), not only with one person at a time.
+    GROUPS = "groups"
     # A file or picture a user sends reaches the expert (downloaded from the platform).
     FILES_IN = "files_in"
     # The answer's images are shown as images (in the card, or image messages after it).
@@ -26,6 +28,8 @@ class Capability(StrEnum):
     # The answer shows the turn's steps as they went (tools called, files uploaded or left out
     # and why); without it only the answer's text is shown.
     STEPS = "steps"
-    # A clarification's options and Confirm / Reject are buttons (or links) a user clicks;
-    # without it they are numbered and the user types one.
+    # A clarification's options and Confirm / Reject are buttons (or links) a user clicks, in a
+    # direct chat at least; without it they are numbered and the user types one.
     BUTTONS = "buttons"
+    # ...and in a group too, for the asker and the chat's approvers only.
+    GROUP_BUTTONS = "group_buttons"

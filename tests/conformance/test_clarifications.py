@@ -37,7 +37,6 @@ async def test_a_question_is_answered_by_its_options(
 
     if platform.can(Capability.BUTTONS):
         assert question.buttons[:3] == OPTIONS
-        assert not any(o in question.text for o in OPTIONS)  # buttons, not text
         then, told = await platform.click(asked, "Americas")
         assert "Answer sent" in told or told.startswith("<")  # a toast, a greyed label, a page
     else:  # typed (how they are listed is the platform's: tests/wecom/test_clarification.py)

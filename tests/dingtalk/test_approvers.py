@@ -2,7 +2,8 @@
 token names, so Confirm / Reject links never go into the group, where every member could open
 them as the asker. Each person who may answer (the asker, the chat's ``approvers``) gets links
 signed for them in a 1:1 robot message (``oToMessages/batchSend``); the group is told who was
-asked, or plainly that it could not be delivered. Driven from outside: signed robot webhooks, the
+asked, or plainly that it could not be delivered (a direct chat's links, and who may click in a
+group: tests/conformance/test_approvers.py). Driven from outside: signed robot webhooks, the
 fake DingTalk, the link pages and the admin API's audit."""
 
 from __future__ import annotations
@@ -172,19 +173,6 @@ async def test_a_refused_direct_message_is_said_in_the_group(
         assert all(e["log_level"] == "warning" for e in refused)
         noisy = [e for e in logs if e.get("exc_info") or e["log_level"] in ("error", "critical")]
         assert noisy == []
-
-
-async def test_in_a_direct_chat_the_links_stay_in_the_chat(prefix: str, redis_client: Any) -> None:
-    async with running(prefix, approvers=["u2"]) as (fake, h):
-        await h.post(robot_message(fake, "[confirm] drop it", sender="alice"))
-        waiting = await eventually(
-            lambda: next((m for m in fake.sent() if m["title"] == PROMPT), None), timeout=30
-        )
-        assert {claims(u)["a"] for u in waiting["urls"]} == {"confirm", "reject"}
-        assert "privately" not in waiting["text"]
-        status, page = await h.click(waiting["urls"][0])
-        assert status == 200 and "Confirmed" in page
-        await eventually(lambda: any(m["text"].startswith("Confirmed.") for m in fake.sent()))
 
 
 async def test_a_routines_confirm_goes_privately_too(prefix: str, redis_client: Any) -> None:

@@ -9,9 +9,9 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.conformance.base import Answer, Harness, NoButton, Sent
 
-__all__ = ["Answer", "Harness", "Sent", "harnesses"]
+__all__ = ["Answer", "Harness", "NoButton", "Sent", "harnesses"]
 
 _TESTS = Path(__file__).resolve().parents[2]
 

@@ -32,6 +32,10 @@ from tests.support.waits import eventually
 FAST_ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0, "chunkChars": 10_000}
 
 
+class NoButton(LookupError):
+    """The user has no such button (or link) to click: the platform shows it to others only."""
+
+
 @dataclass(frozen=True)
 class Sent:
     """A message a user sent: its platform id and the user's and chat's names."""
@@ -170,8 +174,9 @@ class Harness(abc.ABC):
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
         """``user`` (default: who sent ``sent``) clicks the button (or opens the action link
         and presses its page's button) labelled ``label`` on the answer to ``sent``; returns a
-        handle whose :meth:`answer` is what follows the click, and what the platform showed
-        the clicker at once (a toast, a page, a greyed button's label; "" where nothing)."""
+        handle whose :meth:`answer` is what follows the click (a new turn's answer), and what
+        the platform showed the clicker at once (a toast, a page, a greyed button's label; ""
+        where nothing). Raises :class:`NoButton` when ``user`` has no such button."""
 
     @abc.abstractmethod
     def shown(self) -> list[str]:

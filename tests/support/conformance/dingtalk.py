@@ -19,13 +19,20 @@ from typing import Any
 from urllib.parse import urljoin
 
 from adapters.dingtalk.crypto import robot_sign
-from tests.fakes.dingtalk import USER_GET_PATH, FakeDingTalk
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.fakes.dingtalk import (
+    SEND_PATHS,
+    USER_GET_PATH,
+    WEBHOOK_PATH,
+    FakeDingTalk,
+    _normalise,
+)
+from tests.support.conformance.base import Answer, Harness, NoButton, Sent
 from tests.support.dingtalk import FORM, SECRET, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
 DOWNLOAD = "/v1.0/robot/messageFiles/download"
+BATCH = "/v1.0/robot/oToMessages/batchSend"
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 
@@ -124,10 +131,39 @@ class DingTalkHarness(Harness):
 
     def _mark(self, user: str, group: bool) -> dict[str, Any]:
         """Where the answer to what happens next starts: the messages and cards so far."""
-        return {"from": len(self.fake.sent()), "cards": len(self.fake.cards)}
+        return {"from": len(self._sent()), "cards": len(self.fake.cards)}
 
     def _messages(self, sent: Sent) -> list[dict[str, Any]]:
-        return self.fake.sent()[int(sent.extra["from"]) :]
+        """The chat's messages since ``sent``: in a group, not the 1:1 messages to the people
+        asked to Confirm (``oToMessages/batchSend``, read by :meth:`click`)."""
+        got = self._sent()[int(sent.extra["from"]) :]
+        return [m for m in got if not (sent.group and m.get("private"))]
+
+    def _sent(self) -> list[dict[str, Any]]:
+        """``FakeDingTalk.sent``, each message marked ``private`` when it went 1:1."""
+        out: list[dict[str, Any]] = []
+        for call in self.fake.calls:
+            if call.status >= 300 or not call.delivered:
+                continue
+            if call.path == WEBHOOK_PATH:
+                content, via = call.body[call.body["msgtype"]], "webhook"
+            elif call.path in SEND_PATHS:
+                content, via = json.loads(call.body["msgParam"]), "openapi"
+            else:
+                continue
+            out.append({"via": via, "private": call.path == BATCH, **_normalise(content)})
+        return out
+
+    def _private(self, user: str) -> dict[str, str]:
+        """The action links the bot sent ``user`` in a 1:1 message, newest last, by label."""
+        links: dict[str, str] = {}
+        for call in self.fake.calls:
+            if call.path != BATCH or call.status >= 300 or not call.delivered:
+                continue
+            if user in call.body["userIds"]:
+                param = _normalise(json.loads(call.body["msgParam"]))
+                links.update(zip(param["buttons"], param["urls"], strict=True))
+        return links
 
     def _card(self, sent: Sent) -> Any:
         cards = list(self.fake.cards.values())[int(sent.extra["cards"]) :]
@@ -186,9 +222,13 @@ class DingTalkHarness(Harness):
         """A signed action link, opened as a person does: a page, then its button, which
         posts its form back as a browser does (same origin). The link acts as whom it names:
         ``user`` cannot be another person here."""
-        assert user in (None, sent.user), "a DingTalk action link acts as the asker"
-        link = self._links(sent).get(label)
-        assert link is not None, f"no link {label!r}"
+        who = user or sent.user
+        # In a group a Confirm / Reject goes to each person asked in a 1:1 message, signed for
+        # them; elsewhere the links are the answer's, signed for the asker.
+        links = self._private(who) if sent.group else self._links(sent)
+        link = links.get(label)
+        if link is None or (not sent.group and who != sent.user):
+            raise NoButton(label)
         mark = self._mark(sent.user, sent.group)
         http = self.gateway.client.http
         async with http.get(link) as resp:
@@ -201,10 +241,10 @@ class DingTalkHarness(Harness):
             async with http.post(action, data=data, headers=headers) as resp:
                 status, page = resp.status, await resp.text()
         assert status == 200, (status, page)
-        return Sent(f"click-{label}", sent.user, sent.group, mark), page
+        return Sent(f"click-{label}", who, sent.group, mark), page
 
     def shown(self) -> list[str]:
-        texts = [str(m["text"] or "") for m in self.fake.sent()]
+        texts = [str(m["text"] or "") for m in self._sent()]
         for card in self.fake.cards.values():
             texts += [card.params.get("msgContent", ""), card.stream.get("content", "")]
         return texts

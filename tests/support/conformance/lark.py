@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.progress import STATUS_TITLES
 from tests.fakes.lark import FakeLark
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.conformance.base import Answer, Harness, NoButton, Sent
 from tests.support.lark import (
     INTEGRATION,
     answer,
@@ -140,7 +140,8 @@ class LarkHarness(Harness):
             for b in _buttons(element):
                 known.setdefault(str(b["text"]["content"]), b)
         button = known.get(label)
-        assert button is not None, f"no button {label!r}"
+        if button is None:
+            raise NoButton(label)
         who = user or sent.user
         click = card_click(
             button["behaviors"][0]["value"],

@@ -16,7 +16,7 @@ from typing import Any
 
 from adapters.wecom.cards import STREAM_BYTES
 from tests.fakes.wecom import FakeWeCom
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.conformance.base import Answer, Harness, NoButton, Sent
 from tests.support.waits import eventually
 from tests.support.wecom import (
     CORP_ID,
@@ -121,9 +121,9 @@ class WeComAppHarness(_WeCom):
     def seen(self, sent: Sent) -> Answer | None:
         card = self._card(sent)
         parts = self.fake.texts(sent.user)[int(sent.extra["from"]) :]
-        if card is None or not parts:
+        if card is None:
             return None
-        last = _MARK.search(parts[-1])
+        last = _MARK.search(parts[-1]) if parts else None  # a waiting card has no text yet
         if last and len(parts) != int(last[2]):
             return None
         buttons = [b["text"] for b in card.get("button_list", [])]
@@ -132,7 +132,10 @@ class WeComAppHarness(_WeCom):
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
         card = self._card(sent)
         assert card is not None, "no card to click"
-        [button] = [b for b in card.get("button_list", []) if b["text"] == label]
+        buttons = [b for b in card.get("button_list", []) if b["text"] == label]
+        if not buttons:
+            raise NoButton(label)
+        [button] = buttons
         who = user or sent.user
         mark = self._mark(who)
         code = self.fake.issue_code()
@@ -167,8 +170,17 @@ class WeComAibotHarness(_WeCom):
         msg_id = f"w-{uuid.uuid4().hex[:10]}"
         extra: dict[str, Any] = {"chattype": "group", "chatid": "grp-1"} if group else {}
         body = aibot_message(msg_id, "text", {"content": text}, user=user, **extra)
+        mark = {"from": len(self._markdown()), "cards": len(self._cards())}
         req_id = await self.fake.push("aibot_msg_callback", body)
-        return Sent(msg_id, user, group, {"req_id": req_id, "from": len(self._markdown())})
+        return Sent(msg_id, user, group, {**mark, "req_id": req_id})
+
+    def _cards(self) -> list[dict[str, Any]]:
+        """The template cards sent (a direct chat's buttons), oldest first."""
+        return [
+            f["body"]["template_card"]
+            for f in self.fake.frames
+            if f.get("cmd") == "aibot_send_msg" and f["body"].get("msgtype") == "template_card"
+        ]
 
     async def send_file(
         self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
@@ -183,9 +195,9 @@ class WeComAibotHarness(_WeCom):
         extra: dict[str, Any] = {"chattype": "group", "chatid": "grp-1"} if group else {}
         content = {"url": link, "aeskey": base64.b64encode(key).decode()}
         body = aibot_message(msg_id, "file", content, user=user, **extra)
-        mark = len(self._markdown())
+        mark = {"from": len(self._markdown()), "cards": len(self._cards()), "name": "file.pdf"}
         req_id = await self.fake.push("aibot_msg_callback", body)
-        return Sent(msg_id, user, group, {"req_id": req_id, "from": mark, "name": "file.pdf"})
+        return Sent(msg_id, user, group, {**mark, "req_id": req_id})
 
     def fetched(self) -> list[str]:
         assert all(d.startswith("f-") for d in self.fake.downloads), self.fake.downloads
@@ -200,7 +212,7 @@ class WeComAibotHarness(_WeCom):
 
     def seen(self, sent: Sent) -> Answer | None:
         frames = self.fake.stream_frames(str(sent.extra["req_id"]))
-        if not frames or not frames[-1]["body"]["stream"]["finish"]:
+        if not frames:  # (read once the gateway is idle: a stream left open waits for a user)
             return None
         parts = [
             frames[-1]["body"]["stream"]["content"],
@@ -212,7 +224,7 @@ class WeComAibotHarness(_WeCom):
         return Answer(parts)
 
     async def click(self, sent: Sent, label: str, *, user: str | None = None) -> tuple[Sent, str]:
-        raise AssertionError("the AI bot declares no buttons: its options are typed")
+        raise NoButton(f"{label}: the AI bot declares no buttons, its options are typed")
 
     def shown(self) -> list[str]:
         streams: dict[str, str] = {}
