@@ -22,7 +22,7 @@ from tests.platforms.mini.harness import (
     mini_integration,
     signed,
 )
-from tests.support.conformance.base import Answer, Harness, Sent
+from tests.support.conformance.base import Answer, Harness, NoButton, Sent
 
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
@@ -67,7 +67,7 @@ class MiniConformance(Harness):
         title = ""
         if self.mode == "texts":
             parts, buttons = texts, []
-        elif cards and cards[0]["status"] == "done":
+        elif cards and cards[0]["status"] != "running":  # final, or waiting for an answer
             parts = [str(cards[0]["text"]), *texts]
             buttons = [str(b["label"]) for b in cards[0]["buttons"]]
             title = str(cards[0]["title"])
@@ -82,7 +82,10 @@ class MiniConformance(Harness):
         """A click on the button ``label`` of the card answering ``sent``, as the card showed
         it last with that button; what follows replies to the card."""
         [card] = [m for m in self.fake.replies_to(sent.id) if m.card is not None][:1]
-        event = click_event(card, label, user=user or sent.user, by="label")
+        try:
+            event = click_event(card, label, user=user or sent.user, by="label")
+        except LookupError:
+            raise NoButton(label) from None
         body, headers = signed(event)
         url = f"http://127.0.0.1:{self.gateway.port}/api/mini/webhook/{INTEGRATION}"
         async with self.gateway.client.http.post(url, data=body, headers=headers) as resp:

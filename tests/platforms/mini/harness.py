@@ -91,6 +91,8 @@ def click_event(
         for b in card["buttons"]
         if (b["value"]["action"] if by == "action" else b["label"]) == button
     ]
+    if not values:
+        raise LookupError(f"no button {button!r} on {message.id}")
     value = values[0]
     return {
         "type": "click", "id": f"ev-{uuid.uuid4().hex[:12]}", "chat": message.chat,

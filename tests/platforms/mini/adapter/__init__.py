@@ -34,11 +34,12 @@ class MiniAdapter(MiniBot):
             self.live_updates = False  # a text is sent once, final
 
     def capabilities(self) -> frozenset[Capability]:
-        """A card's buttons and steps; no files either way, no directory to look an email up
-        in, and a text shows the answer alone."""
+        """Groups; a card's buttons (in groups too) and steps. No files either way, no directory
+        to look an email up in, and a text shows the answer alone."""
         if self.settings.answers == "texts":
-            return frozenset()
-        return frozenset({Capability.BUTTONS, Capability.STEPS})
+            return frozenset({Capability.GROUPS})
+        card = {Capability.BUTTONS, Capability.GROUP_BUTTONS, Capability.STEPS}
+        return frozenset({Capability.GROUPS, *card})
 
     def reuses_card(self, handle: str) -> bool:
         return not handle.startswith("tx:")  # a card can show a later turn; a text cannot

@@ -44,17 +44,21 @@ def replied(envelope: Envelope) -> str | None:
     return envelope.reply_to.message_id if envelope.reply_to else None
 
 
-def final_text(progress: Progress) -> str:
-    """A final state as plain text: the answer, and the error where there is one."""
+def plain_text(progress: Progress) -> str:
+    """A final or waiting state as plain text: the answer, and the error, or the question it
+    waits on (answered by typing: a text has no buttons)."""
     shown = [progress.answer.strip()] if progress.answer.strip() else []
-    if progress.error:
+    if progress.status == "waiting":
+        shown.append(progress.title)
+    elif progress.error:
         shown.append(f"{progress.status_title}: {progress.error}")
     return "\n\n".join(shown) or progress.status_title
 
 
 class MiniOutbound:
     """Cards updated in place (``texts`` False), or (``texts``) no card at all: the answer as
-    text messages once it is final, the handle then only a key (``tx:`` and the turn's key)."""
+    text messages once it is final (or waits for an answer), the handle then only a key
+    (``tx:`` and the turn's key)."""
 
     def __init__(self, api: MiniApi, *, texts: bool) -> None:
         self.api = api
@@ -78,18 +82,25 @@ class MiniOutbound:
         if not handle.startswith("tx:"):
             await self.api.update(handle, render_card(progress, reply_to.chat.type))
             await self._rest(reply_to, handle, progress, answer_parts(progress.answer)[1:])
-        else:
-            await self._rest(reply_to, handle, progress, answer_parts(final_text(progress)))
+        elif progress.final or progress.status == "waiting":
+            parts = answer_parts(plain_text(progress))
+            await self._rest(reply_to, handle, progress, parts, settled=True)
 
     async def _rest(
-        self, reply_to: Envelope, handle: str, progress: Progress, parts: list[str]
+        self,
+        reply_to: Envelope,
+        handle: str,
+        progress: Progress,
+        parts: list[str],
+        *,
+        settled: bool = False,
     ) -> None:
-        """A final answer's ``parts`` not in its card, each sent once (keyed per turn and
-        part)."""
-        if not progress.final:
+        """The ``parts`` not in a card of a final (or ``settled``) state, each sent once (keyed
+        per turn, state and part)."""
+        if not (progress.final or settled):
             return
         for i, part in enumerate(parts, start=1):
-            key = f"{handle}#{progress.turn_id}#p{i}"
+            key = f"{handle}#{progress.turn_id}#{progress.status}#p{i}"
             await self.api.send(reply_to.chat.id, key=key, text=part, reply_to=replied(reply_to))
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
