@@ -21,6 +21,7 @@ from adapters.dingtalk.outbound import DingTalkOutbound
 from adapters.dingtalk.outbound.ai_card import CardOutbound
 from adapters.dingtalk.outbound.robot import Sender, reply_extras
 from adapters.dingtalk.settings import DingTalkIntegration
+from gateway.config.bases import IntegrationBase
 from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import HISTORY, SEND_FILE, SEND_MESSAGE, post_envelope
 from gateway.edge.context import AdapterContext
@@ -175,13 +176,15 @@ class DingTalkAdapter(RobotAdapter):
             await self.connection.close()
         await self.api.close()
 
-    def capabilities(self) -> frozenset[Capability]:
+    @classmethod
+    def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
         """Everything on an AI card but for a card of the operator's own template
         (``cardTemplateId``), which has no buttons for a clarification's options or Confirm /
         Reject (those are typed); markdown messages (``cards: markdown``) show no steps."""
-        if self.settings.card_template_id:
+        assert isinstance(settings, DingTalkIntegration)
+        if settings.card_template_id:
             return frozenset(Capability) - {Capability.BUTTONS}
-        if self.settings.cards == "markdown":
+        if settings.cards == "markdown":
             return frozenset(Capability) - {Capability.STEPS}
         return frozenset(Capability)
 

@@ -15,6 +15,7 @@ from adapters.lark.inbound import LarkBot, LarkInbound, setup_routes
 from adapters.lark.outbound import LarkOutbound
 from adapters.lark.outbound.actions import LarkChatActions
 from adapters.lark.settings import LarkIntegration
+from gateway.config.bases import IntegrationBase
 from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import TOOLS, ChatMember, ChatMessage
 from gateway.edge.context import AdapterContext
@@ -85,7 +86,8 @@ class LarkAdapter(LarkBot):
         self._bot_task: asyncio.Task[None] | None = None
         self.connection: LongConnection | None = None  # when configured
 
-    def capabilities(self) -> frozenset[Capability]:
+    @classmethod
+    def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
         """Everything, in both card modes (docs/lark.md)."""
         return frozenset(Capability)
 

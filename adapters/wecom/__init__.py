@@ -25,6 +25,7 @@ from adapters.wecom.inbound import (
 from adapters.wecom.outbound import AppOutbound, Outbound
 from adapters.wecom.outbound.stream import StreamOutbound
 from adapters.wecom.settings import WeComIntegration
+from gateway.config.bases import IntegrationBase
 from gateway.edge.capabilities import Capability
 from gateway.edge.chat_actions import HISTORY, SEND_FILE, SEND_MESSAGE, Unsupported
 from gateway.edge.context import AdapterContext
@@ -143,13 +144,15 @@ class WeComAdapter(CallbackAdapter):
             raise Unsupported("a WeCom AI bot sends no files here")
         await self.outbound.post_media(chat.id, item, key=idempotency_key)
 
-    def capabilities(self) -> frozenset[Capability]:
+    @classmethod
+    def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
         """An app: everything but groups (it talks with one member at a time). An AI bot:
         groups, files in, and images and steps in its stream, which lists a question's options
         to be typed (a direct chat's card over the long connection is sent once, as the turn
         starts: its one button is Stop). No files out (links stay), no file for a long answer
         (parts), no directory to ask for an email."""
-        if self.settings.connection_mode == "app":
+        assert isinstance(settings, WeComIntegration)
+        if settings.connection_mode == "app":
             return frozenset(Capability) - {Capability.GROUPS, Capability.GROUP_BUTTONS}
         return frozenset(
             {Capability.GROUPS, Capability.FILES_IN, Capability.IMAGES_OUT, Capability.STEPS}

@@ -91,10 +91,16 @@ class Adapter:
         then needs no record of it. None (the default): a handle known only once sent."""
         return None
 
-    def capabilities(self) -> frozenset[Capability]:
-        """What this platform, in this integration's mode, can do for its users
-        (gateway/edge/capabilities.py); the conformance suite holds it to each. None by default."""
+    @classmethod
+    def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
+        """What this platform, in the mode ``settings`` choose, can do for its users
+        (gateway/edge/capabilities.py): the conformance suite holds it to each, README's "what
+        works where" table is checked against it. None by default."""
         return frozenset()
+
+    def capabilities(self) -> frozenset[Capability]:
+        """This integration's :meth:`declared` capabilities."""
+        return self.declared(self.settings)
 
     def answer_part_bytes(self) -> int | None:
         """Bytes of one part of a long answer here: an answer past ``maxAnswerParts`` of them

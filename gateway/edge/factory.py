@@ -13,6 +13,7 @@ from aiohttp import web
 
 from gateway.config.bases import IntegrationBase
 from gateway.edge.adapter import Adapter, LiveAdapters
+from gateway.edge.capabilities import Capability
 from gateway.edge.context import AdapterContext
 
 ENTRY_POINT_GROUP = "xpert_gateway.adapters"
@@ -29,6 +30,10 @@ class AdapterFactory(Protocol):
     settings_model: type[IntegrationBase]
 
     def create(self, *, settings: IntegrationBase, context: AdapterContext) -> Adapter: ...
+
+    def declared(self, settings: IntegrationBase) -> frozenset[Capability]:
+        """What the platform can do in the mode ``settings`` choose (``Adapter.declared``)."""
+        ...
 
     def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
         """Add the platform's HTTP routes; ``adapters`` is the live map of integrationId to
@@ -58,6 +63,9 @@ class Factory(Generic[A]):
         if not isinstance(settings, self.settings_model):
             raise TypeError(f"{self.platform}: settings of {type(settings).__name__}")
         return self.adapter(settings=settings, context=context)
+
+    def declared(self, settings: IntegrationBase) -> frozenset[Capability]:
+        return self.adapter.declared(settings)
 
     def setup_routes(self, app: web.Application, adapters: Mapping[str, Adapter]) -> None:
         """Add the platform's HTTP routes; ``adapters`` is the live map of integrationId to

@@ -1,7 +1,8 @@
 """Lark end to end (issue 38): a 2 MB answer streamed in 4-character deltas while other chats'
 webhooks keep coming. Those are answered meanwhile, each with its own card; the huge answer
 arrives as one file, answer.md, whole, and its card shows the head and says so, instead of
-dozens of text messages."""
+dozens of text messages. (The file past ``maxAnswerParts`` on every platform:
+tests/conformance/test_huge_answer.py; this is Lark's streaming of 2 MB under load.)"""
 
 from __future__ import annotations
 

@@ -73,3 +73,4 @@ async def test_an_ai_bot_file_is_decrypted_and_uploaded(
     assert status == 200
     await eventually(lambda: server.requests, timeout=15)
     assert_uploaded_and_attached(server, "file.pdf")
+    await gw.idle()  # the run's end, before the gateway stops

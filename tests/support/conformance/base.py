@@ -182,6 +182,11 @@ class Harness(abc.ABC):
     def shown(self) -> list[str]:
         """Every text the bot showed in any chat, in order (messages, cards' answers)."""
 
+    def files(self) -> list[tuple[str, bytes]]:
+        """The files the bot sent into chats, oldest first: (name, bytes) as the user gets them
+        (the harness checks the platform's wire form, e.g. an archive it must be sent in)."""
+        return []
+
     # --- the platform's directory -------------------------------------------------------------
     def member(self, user: str, email: str, *, work_address: bool = False) -> None:
         """``user`` is in the organisation's directory with ``email`` (``work_address``: in the

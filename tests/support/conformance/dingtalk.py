@@ -12,9 +12,11 @@ buttons of a markdown answer only from its last part: a part elsewhere fails the
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
 import uuid
+import zipfile
 from typing import Any
 from urllib.parse import urljoin
 
@@ -27,7 +29,7 @@ from tests.fakes.dingtalk import (
     _normalise,
 )
 from tests.support.conformance.base import Answer, Harness, NoButton, Sent
-from tests.support.dingtalk import FORM, SECRET, robot_message
+from tests.support.dingtalk import FORM, SECRET, dingtalk_config, robot_message
 from tests.support.waits import eventually
 
 ROBOT = "/v1.0/im/bot/messages/get"
@@ -50,24 +52,14 @@ class DingTalkHarness(Harness):
         await self.fake.stop()
 
     def integration(self, **options: Any) -> dict[str, Any]:
-        integ: dict[str, Any] = {
-            "id": self.integration_id,
-            "platform": "dingtalk",
-            "xpertId": "echo",
-            "clientId": "dingappkey",
-            "clientSecret": SECRET,
-            "connectionMode": "stream" if self.mode == "stream" else "http",
-            "apiBase": self.fake.base,
-            "summaryWindowSeconds": 0,
-            "maxWindowSeconds": 5,
-            "updateIntervalMs": 100,
-        }
         if self.mode == "template":
-            integ["cardTemplateId"] = "tpl.schema"
-        elif self.mode != "ai-card":
-            integ["cards"] = "markdown"
-        integ.update({k: v for k, v in options.items() if v is not None})
-        return integ
+            options.setdefault("cardTemplateId", "tpl.schema")
+        elif self.mode == "ai-card":
+            options.setdefault("cards", None)  # DingTalk's public AI card, the default
+        elif self.mode == "stream":
+            options.setdefault("connectionMode", "stream")
+        [integ] = dingtalk_config(self.prefix, self.fake, self.port, **options)["integrations"]
+        return dict(integ)
 
     def config(self, experts: list[dict[str, Any]] | None, **options: Any) -> dict[str, Any]:
         config = super().config(experts, **options)
@@ -248,6 +240,27 @@ class DingTalkHarness(Harness):
         for card in self.fake.cards.values():
             texts += [card.params.get("msgContent", ""), card.stream.get("content", "")]
         return texts
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """``sampleFile`` messages. ``/media/upload`` and ``sampleFile`` take no ``.md``
+        (DOC:upload-media-files, DOC:robot-message-type): an answer.md goes as answer.zip
+        holding it alone, unpacked here."""
+        out: list[tuple[str, bytes]] = []
+        for call in self.fake.calls:
+            if call.path not in SEND_PATHS or call.status >= 300 or not call.delivered:
+                continue
+            if call.body["msgKey"] != "sampleFile":
+                continue
+            param = json.loads(call.body["msgParam"])
+            kind, name, data = self.fake.media[param["mediaId"]]
+            assert kind == "file" and name == param["fileName"]
+            if name == "answer.zip":
+                assert param["fileType"] == "zip"
+                with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                    assert archive.namelist() == ["answer.md"]
+                    name, data = "answer.md", archive.read("answer.md")
+            out.append((name, data))
+        return out
 
     def member(self, user: str, email: str, *, work_address: bool = False) -> None:
         field = "org_email" if work_address else "email"

@@ -167,6 +167,16 @@ class LarkHarness(Harness):
                 out.append(json.dumps(self.fake.card_of(m["message_id"]), ensure_ascii=False))
         return out
 
+    def files(self) -> list[tuple[str, bytes]]:
+        """``file`` messages of files uploaded as ``stream`` (im/v1/files: any other type)."""
+        out: list[tuple[str, bytes]] = []
+        for m in self.fake.messages.values():
+            if m["from_bot"] and m["msg_type"] == "file":
+                data, file_type, name = self.fake.files[json.loads(m["content"])["file_key"]]
+                assert file_type == "stream", file_type
+                out.append((name, data))
+        return out
+
     def member(self, user: str, email: str, *, work_address: bool = False) -> None:
         open_id = self.user_id(user)
         self.fake.users[open_id] = {"open_id": open_id, "email": email}

@@ -152,6 +152,17 @@ class WeComAppHarness(_WeCom):
     def shown(self) -> list[str]:
         return self.fake.texts()
 
+    def files(self) -> list[tuple[str, bytes]]:
+        """``file`` messages of temporary media (``media/upload``)."""
+        out: list[tuple[str, bytes]] = []
+        for m in self.fake.sent:
+            if m.get("msgtype") == "file":
+                media_id = m["file"]["media_id"]
+                kind, name = self.fake.uploads[media_id]
+                assert kind == "file"
+                out.append((name, self.fake.media[media_id][0]))
+        return out
+
     def refused(self) -> list[str]:
         return [f"{path} {code}" for path, code in self.fake.refusals] + [
             json.dumps(d) for d in self.fake.dropped

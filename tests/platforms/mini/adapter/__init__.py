@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.config.bases import IntegrationBase
 from gateway.edge.capabilities import Capability
 from gateway.edge.context import AdapterContext
 from gateway.edge.factory import Factory
@@ -33,10 +34,11 @@ class MiniAdapter(MiniBot):
         if texts:
             self.live_updates = False  # a text is sent once, final
 
-    def capabilities(self) -> frozenset[Capability]:
+    @classmethod
+    def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
         """Groups; a card's buttons (in groups too) and steps. No files either way, no directory
         to look an email up in, and a text shows the answer alone."""
-        if self.settings.answers == "texts":
+        if isinstance(settings, MiniIntegration) and settings.answers == "texts":
             return frozenset({Capability.GROUPS})
         card = {Capability.BUTTONS, Capability.GROUP_BUTTONS, Capability.STEPS}
         return frozenset({Capability.GROUPS, *card})
