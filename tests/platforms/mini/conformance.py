@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from tests.platforms.mini.adapter.outbound import ROOM
 from tests.platforms.mini.fake import FakeMini
 from tests.platforms.mini.harness import (
     ENTRY_POINT,
@@ -97,6 +98,11 @@ class MiniConformance(Harness):
         return [
             m.text if m.card is None else str(m.card["text"]) for m in self.fake.messages.values()
         ]
+
+    def part_bytes(self) -> int | None:
+        """Mini takes no file (the adapter declares no part size): a part is what a text
+        holds."""
+        return ROOM.size
 
     def written(self) -> str:
         return json.dumps([asdict(m) for m in self.fake.messages.values()], ensure_ascii=False)
