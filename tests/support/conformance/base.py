@@ -38,7 +38,9 @@ class NoButton(LookupError):
 
 @dataclass(frozen=True)
 class Sent:
-    """A message a user sent: its platform id and the user's and chat's names."""
+    """A message a user sent (or a click): its platform id, the user's name, whether in a group,
+    and ``extra``, the harness's own marks (where the chat stood, so the answer after it is
+    read; the name a file is known by)."""
 
     id: str
     user: str
@@ -67,6 +69,7 @@ class Harness(abc.ABC):
     # The suite's id of this platform ("lark", "wecom-app"); its modes, the first the default
     # (a behaviour whose wire shape differs per mode runs in each: ``platform_mode``).
     id: ClassVar[str]
+    platform: ClassVar[str]  # the adapter's platform name (its entry point)
     modes: ClassVar[tuple[str, ...]] = ("default",)
     integration_id: ClassVar[str]
 

@@ -40,6 +40,7 @@ _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 class DingTalkHarness(Harness):
     id = "dingtalk"
+    platform = "dingtalk"
     modes = ("webhook", "openapi", "stream", "ai-card", "template")
     integration_id = "dt"
 

@@ -28,6 +28,7 @@ _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 class LarkHarness(Harness):
     id = "lark"
+    platform = "lark"
     modes = ("patch", "cardkit")
     integration_id = INTEGRATION
 

@@ -32,6 +32,7 @@ _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 
 class _WeCom(Harness):
+    platform = "wecom"
     integration_id = "wc"
 
     async def open(self) -> None:
