@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.edge.factory import discover_adapters
 from tests.support.conformance import harnesses
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,13 +61,20 @@ def test_a_test_only_platform_is_named_only_in_its_folder(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", PLATFORMS)
-def test_its_entry_point_and_harness_come_from_its_folder(name: str) -> None:
+def test_its_entry_point_and_harness_come_from_its_folder(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = HERE / name
     [dist] = folder.glob("entry_point/*.dist-info")
     entry = (dist / "entry_points.txt").read_text(encoding="utf-8")
     assert "[xpert_gateway.adapters]" in entry
     assert f"{name} = tests.platforms.{name}." in entry
-    assert harnesses()[name].__module__ == f"tests.platforms.{name}.conformance"
+    harness = harnesses()[name]
+    assert harness.__module__ == f"tests.platforms.{name}.conformance"
+    assert harness.platform == name
+    assert name not in discover_adapters()  # not installed for the other tests' gateways
+    monkeypatch.syspath_prepend(str(dist.parent))
+    assert name in discover_adapters()
 
 
 def test_the_rule_sees_code_and_config_but_not_prose_or_longer_words(tmp_path: Path) -> None:

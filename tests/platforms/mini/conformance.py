@@ -30,6 +30,7 @@ _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 
 class MiniConformance(Harness):
     id = "mini"
+    platform = "mini"
     modes = ("cards", "texts")
     integration_id = INTEGRATION
 
