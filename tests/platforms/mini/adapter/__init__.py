@@ -27,7 +27,7 @@ class MiniAdapter(MiniBot):
             token=settings.bot_token.get_secret_value(),
             observe=self.api_calls(),
         )
-        self.api.budget = self.platform_budget(settings.id)
+        self.api.budget = self.platform_budget(settings.id)  # Mini names no app: its own
         self.inbound = MiniInbound(settings)
         texts = settings.answers == "texts"
         self.outbound = MiniOutbound(self.api, texts=texts)
