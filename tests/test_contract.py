@@ -63,8 +63,10 @@ def imported(path: Path) -> set[str]:
 
 
 def test_adapters_import_only_the_contract_and_the_public_core_types() -> None:
+    """Those of ``adapters/`` and of each test-only platform (``tests/platforms/*/adapter``)."""
     offending = {}
-    for path in sorted(ADAPTERS.rglob("*.py")):
+    test_only = (ROOT / "tests" / "platforms").glob("*/adapter/**/*.py")
+    for path in sorted([*ADAPTERS.rglob("*.py"), *test_only]):
         ours = {n for n in imported(path) if n.split(".")[0] in ("gateway", "sessions")}
         # "from gateway.edge.adapter import X" records both the module and gateway.edge.adapter.X
         bad = {
@@ -501,11 +503,22 @@ def test_the_outside_citation_rule_catches_each_form() -> None:
 
 
 TEST_SUPPORT = ("tests.support", "tests.fakes")
+# A platform that lives only in the tests keeps its adapter, fake and harness in its own folder
+# (tests/platforms/<name>/, docs/extending.md): those are shared code too, its test modules not.
+TEST_PLATFORMS = "tests.platforms."
+
+
+def shared_test_code(name: str) -> bool:
+    """Whether module ``name`` of ``tests`` is one that test modules may import."""
+    if name.startswith(TEST_SUPPORT):
+        return True
+    return name.startswith(TEST_PLATFORMS) and not name.rpartition(".")[2].startswith("test_")
 
 
 def test_no_test_module_imports_another_test_module() -> None:
-    """Tests share code through ``tests/support`` and ``tests/fakes`` only: a test module that
-    imports another runs its fixtures and collection twice and ties the two together."""
+    """Tests share code through ``tests/support``, ``tests/fakes`` and a test-only platform's
+    folder only: a test module that imports another runs its fixtures and collection twice and
+    ties the two together."""
     found = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -520,8 +533,7 @@ def test_no_test_module_imports_another_test_module() -> None:
             found += [
                 f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
                 for name in names
-                if (name == "tests" or name.startswith("tests."))
-                and not name.startswith(TEST_SUPPORT)
+                if (name == "tests" or name.startswith("tests.")) and not shared_test_code(name)
             ]
     assert found == []
 

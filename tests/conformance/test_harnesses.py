@@ -8,6 +8,7 @@ from gateway.edge.factory import discover_adapters
 from tests.support.conformance import harnesses
 
 WITHOUT_HARNESS = {"console"}
+TEST_ONLY = "tests.platforms."
 
 
 def test_every_platform_has_a_harness_and_every_harness_a_platform() -> None:
@@ -15,6 +16,9 @@ def test_every_platform_has_a_harness_and_every_harness_a_platform() -> None:
     platforms = set(discover_adapters())
     covered = {cls.platform for cls in found.values()}
     assert platforms - WITHOUT_HARNESS - covered == set(), "platforms without a harness"
-    assert covered - platforms == set(), "harnesses of no platform"
+    # A platform that lives only in the tests (tests/platforms/<name>/) is loaded while its
+    # harness is open, through its own entry point (tests/platforms/test_one_folder.py).
+    test_only = {cls.platform for cls in found.values() if cls.__module__.startswith(TEST_ONLY)}
+    assert covered - platforms - test_only == set(), "harnesses of no platform"
     assert {"lark", "dingtalk", "wecom-app", "wecom-aibot"} <= set(found)
     assert all(cls.modes and cls.id == pid for pid, cls in found.items())
