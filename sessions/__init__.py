@@ -12,7 +12,7 @@ from sessions.history import HistoryStore
 from sessions.keys import KeyBuilder
 from sessions.layout import LayoutMismatch
 from sessions.outbox import Outbox, OutboxEntry
-from sessions.platform_budget import MonthUsage, PlatformBudgets, Take, Window
+from sessions.platform_budget import Line, MonthUsage, PlatformBudgets, Take, Window
 from sessions.principals import PrincipalStore
 from sessions.pubsub import PubSubHub
 from sessions.records import RecordStore
@@ -41,6 +41,7 @@ __all__ = [
     "IntakeResult",
     "KeyBuilder",
     "LayoutMismatch",
+    "Line",
     "MonthUsage",
     "Outbox",
     "OutboxEntry",

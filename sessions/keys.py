@@ -274,7 +274,7 @@ class KeyBuilder(AuditKeys):
     # --- platform budgets (sessions/platform_budget.py): one hash tag per app ----------------
     # An app's (``lark:cli_x``) call logs, pauses and month ledgers carry the app as hash tag, so
     # one script checks and records its calls on one slot. TTLs: a log just over its window, a
-    # pause its length, a ledger 40 days (each set by the script that writes it).
+    # pause its length, a line a minute, a ledger 40 days (each set by the script that writes it).
     def _pb(self, app: str, *parts: str) -> str:
         return self._k("pb", "{" + id_part(app) + "}", *parts)
 
@@ -285,6 +285,11 @@ class KeyBuilder(AuditKeys):
     def platform_pause(self, app: str, bucket: str | None = None) -> str:
         """A pause of the whole app (``bucket`` None) or of one bucket: its TTL is what is left."""
         return self._pb(app, *(("pause",) if bucket is None else ("bpause", id_part(bucket))))
+
+    def platform_line(self, app: str, bucket: str) -> str:
+        """The replicas waiting for a bucket's room (hash: replica -> its oldest call's rank and
+        until when it counts), so the oldest call goes first whichever replica holds it."""
+        return self._pb(app, "line", id_part(bucket))
 
     def platform_month(self, app: str, month: str) -> str:
         """The app's calls in ``month`` (the caller's label, ``2026-12``)."""

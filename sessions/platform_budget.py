@@ -7,7 +7,9 @@ pauses, the month and every window, then record the calls granted in each - is o
 (``platform_budget.lua``) on one slot, through the store's auto-pipeline: replicas racing for
 the last call cannot both get it. Each window is an exact sliding log (a sorted set of the calls
 of its last ``seconds``, trimmed on use, expiring just after its window), timed by Redis's
-clock (``TIME`` in the script), on which every replica agrees.
+clock (``TIME`` in the script), on which every replica agrees. A bucket's line (``Line``) keeps
+its room for the replica holding the oldest waiting call, so a replica whose calls happen to ask
+a moment late is not passed over again and again (issue 38).
 """
 
 from __future__ import annotations
@@ -60,6 +62,22 @@ class Take:
 
 
 @dataclass(frozen=True, slots=True)
+class Line:
+    """A replica's place in the line for ``bucket``'s room: ``first`` the rank of the first call
+    it asks for now, ``next`` the rank of its next waiting call after those (None: none). Lower
+    ranks go first: a replica whose first waiting call ranks lower by more than ``slack`` is
+    owed a call of the room before any other takes one, while it is due back (its wait and
+    ``grace_s`` not over). Within the slack, whoever asks first takes it (no room left idle
+    for a replica a moment late)."""
+
+    bucket: str
+    first: float
+    next: float | None = None
+    slack: float = 0.0
+    grace_s: float = 0.25
+
+
+@dataclass(frozen=True, slots=True)
 class MonthUsage:
     used: int
     label: str  # "2026-12"
@@ -95,10 +113,13 @@ class PlatformBudgets:
         month: str,
         month_limit: int | None = None,
         month_left_s: float = 0.0,
+        line: Line | None = None,
     ) -> Take:
         """Grant ``min(n, room of every window of every bucket, room of the month)`` calls (n at
         least 1) and record them, in one round trip; nothing while the app or a bucket is
-        paused, or the month is used up (``month_limit``; ``month_left_s``: until the next)."""
+        paused, or the month is used up (``month_limit``; ``month_left_s``: until the next).
+        With a ``line``, the room of its bucket owes one call to each other replica waiting
+        with a lower rank first (``Line``; the script's header)."""
         _name(app, "app")
         _name(month, "month")
         if not (math.isfinite(month_left_s) and month_left_s >= 0):
@@ -120,6 +141,7 @@ class PlatformBudgets:
             math.ceil(month_left_s * 1_000_000),
             LEDGER_TTL_MS,
             f"{self._token}.{next(self._calls)}",
+            *(("", "", 0, -1, 0, 0) if line is None else _line_args(line, self._token)),
         ]
         for bucket, logs in merged.items():
             keys.append(k.platform_pause(app, bucket))
@@ -127,6 +149,8 @@ class PlatformBudgets:
             for ms, limit in logs.items():
                 keys.append(k.platform_window(app, bucket, ms))
                 args += [max(0, limit), ms]
+        if line is not None:
+            keys.append(k.platform_line(app, line.bucket))
         granted, wait_us, by, used = await self._run(keys, args)
         granted = int(granted)
         if granted >= n:
@@ -170,6 +194,16 @@ class PlatformBudgets:
         with unavailable():
             raw = await self.store.redis.get(self.keys.platform_month(app, month))
         return MonthUsage(int(raw or 0), month)
+
+
+def _line_args(line: Line, me: str) -> tuple[str, str, str, str, int, str]:
+    _name(line.bucket, "bucket")
+    figures = (line.first, line.slack, line.grace_s, 0.0 if line.next is None else line.next)
+    if not all(math.isfinite(f) and f >= 0 for f in figures):
+        raise ValueError(f"a line's ranks, slack and grace are finite and >= 0, not {line!r}")
+    after = -1.0 if line.next is None else line.next
+    grace_us = math.ceil(line.grace_s * 1_000_000)
+    return line.bucket, me, repr(line.first), repr(after), grace_us, repr(line.slack)
 
 
 def _name(value: str, what: str) -> None:

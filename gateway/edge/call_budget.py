@@ -10,7 +10,9 @@
   cards live now find room for their finals at its end), and wait while any first card waits
   (``holding_back``).
 - **Coalescing and fairness.** An intermediate update first takes an update slot
-  (``update_slot``), the card shown longest ago first, then picks the latest state.
+  (``update_slot``), the card shown longest ago first, then picks the latest state. Across
+  replicas, the one whose oldest waiting call asked over ``calls.LINE_SLACK_MS`` before
+  another's gets the API's room first (``sessions.Line``), so none keeps losing the race.
 - **Throttle answers** (429 / 99991400, 230020, QpsLimit, 45009) pause the API, the chat or the
   app for the reset the platform named, for every replica (``throttled``).
 - **The month's quota** (``platformLimits.callsPerMonth``): counted with each grant, a refused
@@ -27,27 +29,31 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import structlog
 
 from gateway.config.platform_limits import PlatformLimits
 from gateway.edge.calls import (
+    LINE_SLACK_MS,
     MARGIN_S,
     BudgetEvents,
     BudgetExhausted,
     CardMode,
     Priority,
     UpdateSlots,
+    Waiter,
     api_windows,
     asked,
     calls_as,
+    line_after,
     month_of,
+    next_batch,
     quota_mode,
+    rank,
 )
 from gateway.errors import unwatched
-from sessions import STORE_FAILED, PlatformBudgets, Take, Window
+from sessions import STORE_FAILED, Line, PlatformBudgets, Take, Window
 
 __all__ = [
     "BudgetEvents",
@@ -61,23 +67,12 @@ __all__ = [
 
 log = structlog.get_logger("gateway.edge.call_budget")
 
-BATCH = 32  # waiting calls granted by one Redis call at most
 UPDATE_SLOTS = 4  # intermediate card updates on their way at once, per app and replica
 MAX_SLEEP_S = 1.0  # a denied queue looks again at least this often
 STORE_WAIT_S = 1.0  # a budget call waits this long for the store at most
 UNPACED_S = 10.0  # after the store failed, calls go out unpaced this long before it is asked again
 UNANSWERED: tuple[type[Exception], ...] = (TimeoutError, *STORE_FAILED)
 T = TypeVar("T")
-
-
-@dataclass(order=True)
-class _Waiter:
-    priority: int
-    order: float
-    seq: int
-    chat: str | None = field(compare=False)
-    future: asyncio.Future[None] = field(compare=False)
-    not_before: float = field(default=0.0, compare=False)
 
 
 class CallBudget:
@@ -106,7 +101,7 @@ class CallBudget:
         self.mode: CardMode = "normal"
         self.forecast_s: float | None = None  # seconds until the quota runs out at this rate
         self._month: tuple[str, float, float] = month_of(wall(), limits.month_utc_offset_hours)
-        self._queues: dict[str, list[_Waiter]] = {}
+        self._queues: dict[str, list[Waiter]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._blocked: dict[str, float] = {}  # endpoint -> until (clock), from a denial
         # Tasks waiting for their turn: nothing of theirs is on its way, so a card whose turn
@@ -149,16 +144,21 @@ class CallBudget:
             buckets.append((f"chat:{chat}", [Window(n, s + MARGIN_S) for n, s in per_chat]))
         return buckets
 
+    @staticmethod
+    def _line(endpoint: str, first: float, after: float | None = None) -> Line:
+        """This replica's place in the line for the API's room (``calls.LINE_SLACK_MS``)."""
+        return Line(f"api:{endpoint}", first, after, slack=LINE_SLACK_MS)
+
     async def take(self, endpoint: str, *, chat_send: bool = False) -> None:
         """Wait for this call's turn under the budget (module docstring); raises
         ``BudgetExhausted`` when the month is spent or the wait ran past ``maxWaitSeconds``."""
         chat = asked()[1] if chat_send else None
         update = asked()[0] == Priority.UPDATE
         buckets = self._buckets(endpoint, chat, update)
-        began = self.clock()
+        began, its_rank = self.clock(), rank(asked()[0], self.wall())
         queue = self._queues.setdefault(endpoint, [])
         if not queue and self._blocked_until(endpoint, update) <= began:
-            took = await self._take(buckets, 1)
+            took = await self._take(buckets, 1, self._line(endpoint, its_rank))
             if took is None or took.granted:
                 if self.events is not None:
                     self.events.budget_waited(self.integration_id, endpoint, 0.0)
@@ -168,9 +168,9 @@ class CallBudget:
             self._denied(endpoint, took, began, update)
         loop = asyncio.get_running_loop()
         order = asked()[2]
-        waiter = _Waiter(
+        waiter = Waiter(
             asked()[0], began if order is None else order, next(self._seq), chat,
-            loop.create_future(),
+            loop.create_future(), its_rank,
         )  # fmt: skip
         heapq.heappush(queue, waiter)
         if waiter.priority < self._holding.get(endpoint, Priority.UPDATE + 1):
@@ -206,12 +206,12 @@ class CallBudget:
         until = self._blocked.get(endpoint, 0.0)
         return max(until, self._blocked.get(endpoint + "#u", 0.0)) if update else until
 
-    async def _pump(self, endpoint: str, queue: list[_Waiter]) -> None:
+    async def _pump(self, endpoint: str, queue: list[Waiter]) -> None:
         """Grant the queue's waiters in priority order, as the shared budget allows."""
         try:
             while queue:
                 now = self.clock()
-                batch, parked = self._batch(queue, now)
+                batch, parked = next_batch(queue, now)
                 for waiter in parked:
                     heapq.heappush(queue, waiter)
                 if not batch:
@@ -221,7 +221,9 @@ class CallBudget:
                     continue
                 update = batch[0].priority == Priority.UPDATE
                 buckets = self._buckets(endpoint, batch[0].chat, update)
-                took = await self._take(buckets, len(batch))
+                first = min(w.rank for w in batch)
+                line = self._line(endpoint, first, line_after(queue, now))
+                took = await self._take(buckets, len(batch), line)
                 granted = len(batch) if took is None else took.granted
                 for waiter in batch[:granted]:
                     if not waiter.future.done():
@@ -263,32 +265,11 @@ class CallBudget:
         finally:
             self._holding.pop(endpoint, None)
 
-    @staticmethod
-    def _batch(queue: list[_Waiter], now: float) -> tuple[list[_Waiter], list[_Waiter]]:
-        """The next waiters to ask for together (those without a chat, or one with its chat),
-        and those set aside until their chat has room."""
-        batch: list[_Waiter] = []
-        parked: list[_Waiter] = []
-        while queue and len(batch) < BATCH:
-            waiter = queue[0]
-            if waiter.future.done():
-                heapq.heappop(queue)
-            elif waiter.not_before > now:
-                parked.append(heapq.heappop(queue))
-            elif batch and (
-                waiter.chat is not None
-                or batch[0].chat is not None
-                or (waiter.priority == Priority.UPDATE) != (batch[0].priority == Priority.UPDATE)
-            ):
-                break
-            else:
-                batch.append(heapq.heappop(queue))
-                if waiter.chat is not None:
-                    break
-        return batch, parked
-
-    async def _take(self, buckets: Sequence[tuple[str, Sequence[Window]]], n: int) -> Take | None:
-        """One Redis call: ``n`` calls asked for; None when the store failed (go unpaced)."""
+    async def _take(
+        self, buckets: Sequence[tuple[str, Sequence[Window]]], n: int, line: Line | None = None
+    ) -> Take | None:
+        """One Redis call: ``n`` calls asked for, in the API's ``line`` across replicas; None
+        when the store failed (go unpaced)."""
         wall = self.wall()
         if wall >= self._month[2]:
             self._month = month_of(wall, self.limits.month_utc_offset_hours)
@@ -301,6 +282,7 @@ class CallBudget:
                 month=label,
                 month_limit=self.limits.calls_per_month,
                 month_left_s=max(end - wall, 1.0),
+                line=line,
             )
         )
         if took is not None:

@@ -1,7 +1,8 @@
 """How a platform call is asked for, as ``gateway.edge.call_budget`` reads it: its priority,
 the chat it sends to and its order among equals (``calls_as``, carried by context variables into
-every task it spawns), what the budget tells of itself (``BudgetEvents``, ``CardMode``), its
-refusal (``BudgetExhausted``) and the quota month (``month_of``)."""
+every task it spawns), its place while it waits (``Waiter``, ``next_batch``) and in the line
+every replica shares (``rank``), what the budget tells of itself (``BudgetEvents``,
+``CardMode``), its refusal (``BudgetExhausted``) and the quota month (``month_of``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import itertools
 import math
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import Literal, Protocol
@@ -20,16 +22,21 @@ from gateway.errors import PlatformApiError
 from sessions import Window
 
 __all__ = [
+    "LINE_SLACK_MS",
     "BudgetEvents",
     "BudgetExhausted",
     "CardMode",
     "Priority",
     "UpdateSlots",
+    "Waiter",
     "api_windows",
     "asked",
     "calls_as",
+    "line_after",
     "month_of",
+    "next_batch",
     "quota_mode",
+    "rank",
 ]
 
 LEAN_AT, FINALS_AT = 0.80, 0.95  # shares of the month's quota
@@ -50,6 +57,14 @@ UPDATE_SHARE = 0.75  # of each API window intermediate updates may fill
 SPREAD_PARTS = 12
 SMOOTH_PARTS = 4  # a per-second limit of SMOOTH_FROM or more goes a quarter at a time
 SMOOTH_FROM = 8
+BATCH = 32  # waiting calls granted by one Redis call at most
+PRIORITY_RANK = 1e13  # a rank: the priority first, then when the call asked (epoch ms)
+# A replica yields its API's room to another only when that one's oldest waiting call asked over
+# this long (ms) before its own: replicas whose queues are about as old take what they find
+# (no room left idle for one a moment late), and none falls behind by more (issue 38: the
+# replica whose calls asked a few ms late lost the race again and again; its first cards
+# waited 1.5 s while the others' waited 0.3 s).
+LINE_SLACK_MS = 100.0
 
 
 def api_windows(api: list[tuple[int, float]], update: bool) -> list[Window]:
@@ -86,6 +101,55 @@ class Priority(IntEnum):
 _PRIORITY: ContextVar[Priority] = ContextVar("xgw_call_priority", default=Priority.OTHER)
 _CHAT: ContextVar[str | None] = ContextVar("xgw_call_chat", default=None)
 _ORDER: ContextVar[float | None] = ContextVar("xgw_call_order", default=None)
+
+
+def rank(priority: int, asked_s: float) -> float:
+    """A call's place in its API's line across replicas (``sessions.Line``): its priority
+    first, then when it asked (``asked_s``: wall-clock seconds, which every replica shares)."""
+    return priority * PRIORITY_RANK + asked_s * 1000
+
+
+@dataclass(order=True)
+class Waiter:
+    """A call waiting in this replica's queue of one API: by priority, then ``order``."""
+
+    priority: int
+    order: float
+    seq: int
+    chat: str | None = field(compare=False)
+    future: asyncio.Future[None] = field(compare=False)
+    rank: float = field(default=0.0, compare=False)  # its place in the line (``rank``)
+    not_before: float = field(default=0.0, compare=False)
+
+
+def next_batch(queue: list[Waiter], now: float) -> tuple[list[Waiter], list[Waiter]]:
+    """The next waiters to ask for together (those without a chat, or one with its chat),
+    and those set aside until their chat has room."""
+    batch: list[Waiter] = []
+    parked: list[Waiter] = []
+    while queue and len(batch) < BATCH:
+        waiter = queue[0]
+        if waiter.future.done():
+            heapq.heappop(queue)
+        elif waiter.not_before > now:
+            parked.append(heapq.heappop(queue))
+        elif batch and (
+            waiter.chat is not None
+            or batch[0].chat is not None
+            or (waiter.priority == Priority.UPDATE) != (batch[0].priority == Priority.UPDATE)
+        ):
+            break
+        else:
+            batch.append(heapq.heappop(queue))
+            if waiter.chat is not None:
+                break
+    return batch, parked
+
+
+def line_after(queue: list[Waiter], now: float) -> float | None:
+    """The best rank among the waiters left that may ask now (None: none)."""
+    ranks = (w.rank for w in queue if not w.future.done() and w.not_before <= now)
+    return min(ranks, default=None)
 
 
 @contextlib.contextmanager

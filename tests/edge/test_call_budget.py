@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -105,6 +106,33 @@ async def test_two_replicas_share_one_limit(make: Callable[..., CallBudget]) -> 
     assert len(times) == 16
     for i in range(len(times) - 5):  # never six calls within one second, both replicas together
         assert times[i + 5] - times[i] >= 0.95
+
+
+async def test_the_replica_whose_calls_asked_longest_ago_goes_first(
+    store: PlatformBudgets,
+) -> None:
+    """Each replica its own store (its own place in the line); the second's clock says its
+    calls asked 10 s before the first's, so at the room's return its call goes first, whichever
+    replica happens to ask first (issue 38: one replica lost that race again and again)."""
+    limits = PlatformLimits(calls_per_second=1)
+    late = CallBudget(store=store, app="lark:cli_t", integration_id="a", limits=limits)
+    early = CallBudget(
+        store=PlatformBudgets(store=store.store), app="lark:cli_t", integration_id="b",
+        limits=limits, wall=lambda: time.time() - 10,
+    )  # fmt: skip
+    await late.take("reply")  # the second's one call is spent
+    granted: list[str] = []
+
+    async def call(name: str, budget: CallBudget) -> None:
+        await budget.take("reply")
+        granted.append(name)
+
+    tasks = [asyncio.create_task(call("late", late))]
+    await eventually(queued(late, 1))
+    tasks.append(asyncio.create_task(call("early", early)))
+    await eventually(queued(early, 1))
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert granted == ["early", "late"]
 
 
 async def test_a_throttle_answer_pauses_the_api_for_every_replica(

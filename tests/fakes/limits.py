@@ -43,7 +43,11 @@ lark-oapi 1.7.5 disagrees with these pages: its ``channel/errors.py`` files 2300
 DingTalk (DOC-DT: open.dingtalk.com /document/development/how-to-process-api-throttling-on-the-
 dingtalk-server, docs/dingtalk.md, "Limits"): a Standard-edition org may call each API 20 times a
 second per app, past that ``Forbidden.AccessDenied.QpsLimitForAppkeyAndApi`` (90018 on the old
-API). The HTTP status, 403, is from connector code and tests (secondary), as the fake's own
+API). The page counts by the second ("如果当前秒调用次数超过20，会触发相应错误", its calls in the
+current second; for several servers it suggests a shared counter keyed by "当前的秒级时间戳").
+The fake's 1-s sliding log is the stricter reading: calls it admits never exceed 20 in any
+second, however the seconds are cut, so a run it does not refuse no per-second counter would.
+The HTTP status, 403, is from connector code and tests (secondary), as the fake's own
 ``flow_control`` uses. Monthly quota (docs/dingtalk.md, "Limits"): 5,000 calls a month on Standard,
 over it ``Forbidden.AccessDenied.ApiCountLimitForOrg`` (⚠ status 403 assumed), calls refused for
 QPS not counted (⚠ here: no refused call counts; the token call is not counted, assumed).

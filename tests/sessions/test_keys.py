@@ -174,12 +174,14 @@ def test_an_apps_platform_budget_keys_are_the_layouts_in_one_slot(
         k.platform_pause(app),
         k.platform_pause(app, bucket),
         k.platform_month(app, month),
+        k.platform_line(app, bucket),
     ]
     assert keys == [
         f"{base}:w:{id_encoded(bucket)}:{window_ms}",
         f"{base}:pause",
         f"{base}:bpause:{id_encoded(bucket)}",
         f"{base}:month:{id_encoded(month)}",
+        f"{base}:line:{id_encoded(bucket)}",
     ]
     assert {key_slot(key.encode()) for key in keys} == {key_slot(id_encoded(app).encode())}
 
@@ -192,6 +194,7 @@ def platform_keys(k: KeyBuilder, app: str, bucket: str, month: str) -> dict[str,
         k.platform_pause(app): (app, "pause"),
         k.platform_pause(app, bucket): (app, "bpause", bucket),
         k.platform_month(app, month): (app, "month", month),
+        k.platform_line(app, bucket): (app, "line", bucket),
     }
 
 
@@ -202,6 +205,6 @@ def test_no_two_platform_budgets_or_their_keys_share_a_key(
 ) -> None:
     k = KeyBuilder(prefix="xgw")
     mine, theirs = platform_keys(k, *first), platform_keys(k, *second)
-    assert len(mine) == 5 and len(theirs) == 5
+    assert len(mine) == 6 and len(theirs) == 6
     for key in mine.keys() & theirs.keys():
         assert mine[key] == theirs[key]

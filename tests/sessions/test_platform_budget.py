@@ -1,8 +1,9 @@
 """The platform budgets shared by replicas (sessions/platform_budget.py) on the shared Redis and on
 a Redis Cluster: sliding windows per bucket granting all or some of a take, the tightest bucket
-deciding for all, two replicas never over a limit together, pauses of an app or a bucket that
-only get longer, the month's ledger with its cap and uncount, and every key with a TTL in its
-app's slot."""
+deciding for all, two replicas never over a limit together, a bucket's room going first to the
+replica whose calls waited longest (its line), pauses of an app or a bucket that only get
+longer, the month's ledger with its cap and uncount, and every key with a TTL in its app's
+slot."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from sessions import KeyBuilder, MonthUsage, PlatformBudgets, SessionStore, Take, Window
+from sessions import KeyBuilder, Line, MonthUsage, PlatformBudgets, SessionStore, Take, Window
 from sessions.platform_budget import LEDGER_TTL_MS
 from tests.support.redis_targets import BOTH_REDIS, RedisTarget
 from tests.support.waits import eventually
@@ -152,6 +153,62 @@ async def test_two_replicas_never_exceed_the_limit_together(
     assert await redis_client.zcard(budgets.keys.platform_window(APP, REPLY, 60_000)) == 25
     assert await redis_client.zcard(budgets.keys.platform_window(APP, CHAT, 60_000)) == 25
     assert await budgets.month_usage(APP, MONTH) == MonthUsage(25, MONTH)
+
+
+@pytest.fixture
+async def other(redis_target: RedisTarget, prefix: str) -> AsyncIterator[PlatformBudgets]:
+    """A second replica's budgets on the same Redis."""
+    client = redis_target.client()
+    store = SessionStore(client=client, keys=KeyBuilder(prefix=prefix))
+    yield PlatformBudgets(store=store)
+    await store.close()
+    await client.aclose()
+
+
+async def test_the_room_goes_first_to_the_replica_whose_calls_waited_longest(
+    budgets: PlatformBudgets, other: PlatformBudgets, redis_client: aioredis.Redis
+) -> None:
+    reply = [(REPLY, [Window(1, 0.3)])]
+    line = budgets.keys.platform_line(APP, REPLY)
+
+    async def room() -> bool:  # the window's call has left (by Redis's clock)
+        log = budgets.keys.platform_window(APP, REPLY, 300)
+        return not await redis_client.zcount(log, "-inf", "+inf")
+
+    assert (await take(budgets, reply)).granted == 1
+    denied = await take(budgets, reply, line=Line(REPLY, 1000.0, slack=100, grace_s=5))
+    assert denied.granted == 0 and await redis_client.hlen(line) == 1  # its place, kept
+    await eventually(room, interval=0.02)
+    # Within the slack of the waiting replica's rank: whoever asks first takes the room.
+    assert (await take(other, reply, line=Line(REPLY, 1050.0, slack=100))).granted == 1
+    await eventually(room, interval=0.02)
+    # Past the slack: the other replica's calls asked later, so the room is the first one's.
+    younger = await take(other, reply, line=Line(REPLY, 1200.0, slack=100))
+    assert (younger.granted, younger.denied_by) == (0, REPLY) and younger.wait_s > 0
+    assert (await take(budgets, reply, line=Line(REPLY, 1000.0, slack=100))).granted == 1
+    assert await redis_client.hlen(line) == 1  # the first left the line (nothing more waits)
+    assert 0 < await redis_client.pttl(line) <= 60_000
+
+
+async def test_a_place_in_the_line_lapses_and_a_call_held_by_its_chat_keeps_none(
+    budgets: PlatformBudgets, other: PlatformBudgets, redis_client: aioredis.Redis
+) -> None:
+    reply = [(REPLY, [Window(1, 0.2)])]
+    line = budgets.keys.platform_line(APP, REPLY)
+    assert (await take(budgets, reply)).granted == 1
+    denied = await take(budgets, reply, line=Line(REPLY, 10.0, slack=0, grace_s=0.05))
+    due = await redis_now(redis_client) + denied.wait_s + 0.05
+    await eventually(lambda: _after(redis_client, due + 0.01), interval=0.02)
+    # The first replica did not come back for its place: the room is anyone's.
+    assert (await take(other, reply, line=Line(REPLY, 500.0))).granted == 1
+    assert await redis_client.hlen(line) == 0
+    # A call its chat holds back cannot use the API's room: it keeps no place.
+    chat = [(REPLY, [Window(9, 1)]), (CHAT, [Window(1, 5)])]
+    assert (await take(budgets, chat)).granted == 1
+    held = await take(budgets, chat, line=Line(REPLY, 1.0, next=2.0))
+    assert held.denied_by == CHAT and await redis_client.hlen(line) == 0
+    with pytest.raises(ValueError):
+        await take(budgets, reply, line=Line(REPLY, -1.0))
 
 
 async def test_a_pause_of_the_app_denies_every_bucket_until_it_ends(
