@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +39,24 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from aiohttp import web
 from wrk_support import ensure_wrk, run_wrk, write_payloads
 
 from tests.fakes.lark import FakeLark
-from tests.support.helpers import InProcessGateway
+from tests.fakes.xpertai import FakeXpertAI
+from tests.support.helpers import InProcessGateway, free_port
 from tests.support.lark import (
     LarkHarness,
     lark_integration,
     message_event,
     reply_to,
 )
+from tests.support.xpert import xpert_expert
 
 LINE = "y" * 200
 LINES = 50  # the message: 50 lines of 200 characters, about 10 KB; the echo quotes each
+# the fake XpertAI's "[kb]" answer with its two citations and 20 plain sentences, written raw
+CITED_REPEAT_CHARS = 780
 
 
 class LoopProbe:
@@ -95,25 +101,74 @@ def webhook(res: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in res.items() if k in keep or k.startswith("p")}
 
 
+async def loaded(
+    args: argparse.Namespace,
+    fake: FakeLark,
+    lark: LarkHarness,
+    url: str,
+    probe: LoopProbe,
+    text: str | None,
+    message_id: str,
+    arrived: Callable[[], bool],
+) -> dict[str, Any]:
+    """``wrk`` for ``--duration`` s, and (``text``) one message of ``message_id`` meanwhile:
+    the webhooks' figures, the loop's stalls and the seconds until ``arrived``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        events = Path(tmp) / "events.tsv"
+        await asyncio.to_thread(write_payloads, events, int(args.duration * 4000), fake.receive)
+        probe.start()
+        began = time.perf_counter()
+        load = asyncio.create_task(
+            run_wrk(
+                url,
+                events,
+                duration=args.duration,
+                connections=args.connections,
+                pids=[os.getpid()],
+                redis_url=None,
+            )
+        )
+        answer_s = None
+        if text is not None:
+            chat = "oc_" + message_id.removeprefix("om_")
+            await lark.post(message_event(text, chat_id=chat, message_id=message_id))
+            while time.perf_counter() - began < 300:
+                if arrived():
+                    answer_s = round(time.perf_counter() - began, 2)
+                    break
+                await asyncio.sleep(0.05)
+        res = await load
+        out = {"webhook": webhook(res), "loop_stall_ms": await probe.stop()}
+        if text is not None:
+            out["answer_s"] = answer_s
+        return out
+
+
+def filed(fake: FakeLark, message_id: str) -> dict[str, Any] | None:
+    for m in reply_to(fake, message_id):
+        if fake.messages[m]["msg_type"] == "file":
+            return fake.messages[m]
+    return None
+
+
+def base_config(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    return {
+        "redis": {"url": args.redis_url, "keyPrefix": prefix},
+        "logging": {"level": "error", "format": "json"},
+        "runtime": {"leaseSeconds": 5, "pollIntervalMs": 50, "shutdownGraceSeconds": 1},
+        "archive": {"enabled": False},
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     if ensure_wrk() is None:
         raise SystemExit("wrk is needed (apt-get install wrk)")
     prefix = f"bench-huge-{uuid.uuid4().hex[:8]}"
     fake = FakeLark()
     await fake.start()
-    config = {
-        "redis": {"url": args.redis_url, "keyPrefix": prefix},
-        "logging": {"level": "error", "format": "json"},
-        "runtime": {"leaseSeconds": 5, "pollIntervalMs": 50, "shutdownGraceSeconds": 1},
-        "experts": [
-            {
-                "id": "echo",
-                "kind": "echo",
-                "stepDelayMs": 0,
-                "charDelayMs": 0,
-                "chunkChars": args.chunk,
-            }
-        ],
+    echo = {"id": "echo", "kind": "echo", "stepDelayMs": 0, "charDelayMs": 0}
+    config = base_config(args, prefix) | {
+        "experts": [echo | {"chunkChars": args.chunk}],
         "integrations": [lark_integration(fake, updateIntervalMs=500, maxWindowSeconds=0)],
     }
     gw = InProcessGateway(config)
@@ -121,77 +176,97 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     lark = LarkHarness(fake, gw)
     url = f"http://127.0.0.1:{gw.port}/api/lark/webhook/lark-main"
     probe = LoopProbe(args.probe_ms / 1000)
-    pid = [os.getpid()]
     out: dict[str, Any] = {"mb": args.mb, "chunk_chars": args.chunk}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            events = Path(tmp) / "events.tsv"
-            need = int(args.duration * 4000)
-            await asyncio.to_thread(write_payloads, events, need, fake.receive)
-            probe.start()
-            base = await run_wrk(
-                url,
-                events,
-                duration=args.duration,
-                connections=args.connections,
-                pids=pid,
-                redis_url=None,
-            )
-            out["baseline"] = {"webhook": webhook(base), "loop_stall_ms": await probe.stop()}
-            await gw.idle(60)
-
-            await asyncio.to_thread(write_payloads, events, need, fake.receive)
-            times = max(1, round(args.mb * 1_000_000 / (LINES * (len(LINE) + 3))))
-            text = "\n".join([LINE] * LINES) + f" [repeat {times}]"
-            probe.start()
-            began = time.perf_counter()
-            load = asyncio.create_task(
-                run_wrk(
-                    url,
-                    events,
-                    duration=args.duration,
-                    connections=args.connections,
-                    pids=pid,
-                    redis_url=None,
-                )
-            )
-            await lark.post(message_event(text, chat_id="oc_huge", message_id="om_huge"))
-            answer_s = None
-
-            def filed() -> dict[str, Any] | None:
-                for m in reply_to(fake, "om_huge"):
-                    if fake.messages[m]["msg_type"] == "file":
-                        return fake.messages[m]
-                return None
-
-            while time.perf_counter() - began < 300:
-                if filed() is not None:
-                    answer_s = round(time.perf_counter() - began, 2)
-                    break
-                await asyncio.sleep(0.05)
-            huge = await load
-            stall = await probe.stop()
-            message = filed()
-            key = json.loads(message["content"])["file_key"] if message else None
-            upload = fake.files.get(key) if key else None
-            out["huge"] = {
-                "webhook": webhook(huge),
-                "loop_stall_ms": stall,
-                "answer_s": answer_s,
-                "file": None if upload is None else {"name": upload[2], "bytes": len(upload[0])},
-                "parts": sum(
-                    1 for m in reply_to(fake, "om_huge") if fake.messages[m]["msg_type"] == "text"
-                ),
-            }
-            await gw.idle(60)
+        out["baseline"] = await loaded(args, fake, lark, url, probe, None, "", lambda: True)
+        await gw.idle(60)
+        times = max(1, round(args.mb * 1_000_000 / (LINES * (len(LINE) + 3))))
+        text = "\n".join([LINE] * LINES) + f" [repeat {times}]"
+        out["huge"] = await loaded(
+            args,
+            fake,
+            lark,
+            url,
+            probe,
+            text,
+            "om_huge",
+            lambda: filed(fake, "om_huge") is not None,
+        )
+        message = filed(fake, "om_huge")
+        key = json.loads(message["content"])["file_key"] if message else None
+        upload = fake.files.get(key) if key else None
+        out["huge"]["file"] = (
+            None if upload is None else {"name": upload[2], "bytes": len(upload[0])}
+        )
+        out["huge"]["parts"] = sum(
+            1 for m in reply_to(fake, "om_huge") if fake.messages[m]["msg_type"] == "text"
+        )
+        await gw.idle(60)
     finally:
         await lark.close()
+    if args.cited_kb > 0:
+        try:
+            out["cited"] = await cited(args, fake, prefix + "-cited")
+        finally:
+            await fake.stop()
+    else:
         await fake.stop()
+    redis = aioredis.from_url(args.redis_url)
+    async for k in redis.scan_iter(match=f"{prefix}*", count=1000):
+        await redis.delete(k)
+    await redis.aclose()
+    return out
+
+
+async def cited(args: argparse.Namespace, fake: FakeLark, prefix: str) -> dict[str, Any]:
+    """An XpertAI answer of ``--cited-kb`` KB citing its sources all along, streamed in
+    4-character chunks by the fake XpertAI (``[kb] [cite N]``), each citation link rendered as
+    it arrives (gateway/citations.py), while the webhooks keep coming."""
+    xpert = FakeXpertAI(keepalive_s=1.0)
+    runner = web.AppRunner(xpert.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    expert = xpert_expert(f"http://127.0.0.1:{port}/api/ai")
+    config = base_config(args, prefix) | {
+        "experts": [expert],
+        "integrations": [
+            lark_integration(fake, xpertId="sales", updateIntervalMs=500, maxWindowSeconds=0)
+        ],
+    }
+    gw = InProcessGateway(config)
+    await gw.start()
+    lark = LarkHarness(fake, gw)
+    url = f"http://127.0.0.1:{gw.port}/api/lark/webhook/lark-main"
+    repeat = max(1, round(args.cited_kb * 1000 / CITED_REPEAT_CHARS))
+
+    def done() -> bool:  # the card says Done (the answer's parts follow it)
+        replies = reply_to(fake, "om_cited")
+        return bool(replies) and fake.card_of(replies[0])["header"]["title"]["content"] == "Done"
+
+    try:
+        out = await loaded(
+            args,
+            fake,
+            lark,
+            url,
+            LoopProbe(args.probe_ms / 1000),
+            f"what about refunds? [kb] [cite {repeat}]",
+            "om_cited",
+            done,
+        )
+        replies = reply_to(fake, "om_cited")
+        kinds = [fake.messages[m]["msg_type"] for m in replies]
+        out |= {"kb": args.cited_kb, "parts": kinds.count("text"), "file": "file" in kinds}
+        await gw.idle(60)
+        return out
+    finally:
+        await lark.close()
+        await runner.cleanup()
         redis = aioredis.from_url(args.redis_url)
         async for k in redis.scan_iter(match=f"{prefix}*", count=1000):
             await redis.delete(k)
         await redis.aclose()
-    return out
 
 
 def main() -> None:
@@ -201,6 +276,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--connections", type=int, default=2)
     parser.add_argument("--probe-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--cited-kb", type=float, default=512, help="the XpertAI answer with citations (0: none)"
+    )
     parser.add_argument(
         "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     )

@@ -111,11 +111,6 @@ class XpertStream:
         return "".join("".join(chunks) for _, chunks in self._segments)
 
     @property
-    def answer(self) -> str:
-        """The answer as XpertAI wrote it (citation links and all)."""
-        return self.prefix + self._own()
-
-    @property
     def shown(self) -> str:
         """The answer as a chat shows it: citations as ``[n]`` with their sources
         (gateway/citations.py); while the run goes on, a link still arriving is held back."""
