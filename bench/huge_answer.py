@@ -1,29 +1,41 @@
-"""A huge answer streamed in small deltas while webhooks keep coming (issue 38, items 3-4).
+"""A huge answer streamed in small deltas while webhooks keep coming (issue 38, items 1, 3-4).
 
 The daemon runs in this process (tests.support.helpers.InProcessGateway) against the fake Lark
 OpenAPI (tests/fakes/lark.py) and the Redis at ``--redis-url`` under a fresh key prefix (deleted
 on the way out). ``wrk`` posts signed Lark webhooks (each a short turn in one of 200 group chats)
-for ``--duration`` seconds twice: first alone (the baseline), then while one chat's turn streams
-a ``--mb`` MB answer in ``--chunk``-character deltas (the echo expert, ``[repeat N]``). A probe
-task sleeps ``--probe-ms`` at a time and records how late it wakes (``wall``) and how much of
-that delay the loop's thread spent on the CPU (``held_cpu``: a stall this process caused, not
-one a busy machine caused by taking the core away). Prints ONE JSON line:
+for ``--duration`` seconds three times: alone (the baseline); while one chat's turn streams a
+``--mb`` MB answer in ``--chunk``-character deltas (the echo expert, ``[repeat N]``); and
+(``--cited-kb``, 0: not run) while an XpertAI answer of that many KB citing its sources all along
+streams in 4-character chunks from the fake XpertAI (tests/fakes/xpertai.py, ``[kb] [cite N]``),
+each citation rendered as it arrives (gateway/citations.py). Three loop probes:
 
-  baseline, huge: {webhook (wrk: events_s, latency p50/p99 ms, non_2xx, cpu_ms_per_event,
-  server_cores), loop_stall_ms {wall, held_cpu: {p99, max}}}; huge also answer_s (the webhook
-  to the file message), file (its name and bytes as the fake Lark got it), parts (text messages
-  sent besides the card)
+- ``wall``: a task sleeping ``--probe-ms`` at a time, how late it wakes;
+- ``held_cpu``: how much of that lateness the loop's thread spent on the CPU (a busy machine
+  that takes the core away is not counted, but the backlog of short steps it leaves is);
+- ``step``: the CPU each single step of the loop took (``asyncio.Handle._run`` timed): the
+  longest (``max_cpu_ms``), the longest in which no full garbage collection ran
+  (``max_cpu_ms_without_full_gc``: CPython collects the whole heap, the fakes' records
+  included, inside whichever step allocates), how many went over 50 ms, the three longest by
+  name, and the full collections' own CPU (``full_gc_cpu_ms``).
 
-CPU is this process's (/proc), which also holds the fake Lark: its share (parsing the cards and
-the 2 MB upload) is in the figures, so compare the two phases of one run, not with other benches.
+Prints ONE JSON line: baseline, huge, cited: {webhook (wrk: events_s, latency p50/p99 ms,
+non_2xx, cpu_ms_per_event, server_cores), loop_stall_ms {wall, held_cpu: {p99, max}, step},
+answer_s (the webhook to the file message, or to the cited card's Done)}; huge also file (its
+name and bytes as the fake Lark got it) and parts (text messages besides the card).
+
+CPU is this process's (/proc), which also holds the fakes: their share (parsing the cards, the
+2 MB upload, making the XpertAI frames) is in the figures, so compare the phases of one run, not
+with other benches.
 
 Usage: python bench/huge_answer.py [--mb 2] [--chunk 4] [--duration 8] [--connections 2]
+       [--cited-kb 512]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -67,6 +79,8 @@ class LoopProbe:
         self.late: list[float] = []
         self.held: list[float] = []
         self._task: asyncio.Task[None] | None = None
+        self.steps = StepProbe()
+        self.steps.stop()
 
     async def _run(self) -> None:
         while True:
@@ -81,13 +95,71 @@ class LoopProbe:
     def start(self) -> None:
         self.late.clear()
         self.held.clear()
+        self.steps = StepProbe()
         self._task = asyncio.create_task(self._run())
 
-    async def stop(self) -> dict[str, dict[str, float]]:
+    async def stop(self) -> dict[str, Any]:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-        return {"wall": _quantiles(self.late), "held_cpu": _quantiles(self.held)}
+        steps = self.steps.stop()
+        return {"wall": _quantiles(self.late), "held_cpu": _quantiles(self.held), "step": steps}
+
+
+class StepProbe:
+    """The CPU each step of the loop (one callback or one task step) took on its own, timed
+    around ``asyncio.Handle._run``: the longest one step held the loop, whatever the machine's
+    other processes did (a probe's lateness also counts the backlog of short steps a
+    descheduled process then runs). Reports the longest, the number over 50 ms and what the
+    three longest were."""
+
+    original = asyncio.events.Handle._run
+
+    def __init__(self) -> None:
+        self.longest: list[tuple[float, str]] = []
+        self.over = 0
+        self.count = 0
+        self.own = 0.0  # the longest step in which no full garbage collection ran
+        probe = self
+
+        def timed(handle: asyncio.events.Handle) -> None:
+            began, collections = time.thread_time(), len(probe.gc)
+            StepProbe.original(handle)
+            took = time.thread_time() - began
+            probe.count += 1
+            if took > 0.05:
+                probe.over += 1
+            if collections == len(probe.gc):  # no full collection ran in this step
+                probe.own = max(probe.own, took)
+            if len(probe.longest) < 3 or took > probe.longest[-1][0]:
+                probe.longest = sorted([*probe.longest, (took, repr(handle)[:160])])[::-1][:3]
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        self.gc: list[float] = []  # the CPU of each full (generation 2) garbage collection
+        self._gc_began = 0.0
+        gc.callbacks.append(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._gc_began = time.thread_time()
+        else:
+            self.gc.append(time.thread_time() - self._gc_began)
+
+    def stop(self) -> dict[str, Any]:
+        asyncio.events.Handle._run = StepProbe.original  # type: ignore[method-assign]
+        if self._collected in gc.callbacks:
+            gc.callbacks.remove(self._collected)
+        return {
+            "max_cpu_ms": round(self.longest[0][0] * 1000, 1) if self.longest else 0.0,
+            "max_cpu_ms_without_full_gc": round(self.own * 1000, 1),
+            "over_50ms": self.over,
+            "steps": self.count,
+            "longest": [f"{round(t * 1000, 1)} ms {name}" for t, name in self.longest],
+            # a step that ran a full collection took that much longer: Python's, not ours
+            "full_gc_cpu_ms": sorted((round(t * 1000, 1) for t in self.gc), reverse=True)[:5],
+        }
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:

@@ -36,7 +36,7 @@ from tests.support.waits import eventually
 
 FLOOD = 300
 BIG = "x" * 20_000
-ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 100, "charDelayMs": 0, "chunkChars": 4}
+ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 100, "charDelayMs": 0, "chunkChars": 10_000}
 CHAT = "oc_flood"
 
 

@@ -78,10 +78,12 @@ async def test_a_2_mb_answer_in_4_character_deltas_never_loses_its_lease(
         renewals = sum(1 for a, b in itertools.pairwise(left) if b > a + 50)
         assert renewals >= 2, (renewals, len(left))
         assert min(left) > 0 and max(left) <= lease_ms
+        # (a renewal slowed past its time by a busy machine is logged too, but it lost
+        # nothing: the lease is lost only when the owner changed or it went unrenewed)
         lost = [
             e["event"]
             for e in capture.entries
-            if "lease" in str(e.get("event")) and e.get("log_level") in ("warning", "error")
+            if str(e.get("event")).startswith(("lease lost", "lease not renewed"))
         ]
         assert lost == []
         # The final card update went out: the card says Done, and the answer came as a file.
