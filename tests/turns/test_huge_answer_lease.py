@@ -1,5 +1,6 @@
-"""A huge answer keeps its turn's lease (issue 38): a 2 MB answer streamed in 4-character deltas
-through Lark, with a lease of 2 s (renewed every third of it) and webhooks arriving meanwhile.
+"""A huge answer keeps its turn's lease (issue 38): a 6 MB answer (three of the issue's 2 MB, so
+the stream outlasts the lease of 2 s on a fast machine too) streamed in 4-character deltas
+through Lark, the lease renewed every third of its time, webhooks arriving meanwhile.
 The lease is held by the turn's one claim from its first card to its end: the same owner token
 (``replica:token``, a new one per claim, so a lost and retaken lease would show), its time
 renewed again and again while the answer streamed, no "lease lost" / "not renewed" log, and the
@@ -8,8 +9,8 @@ final card update and the file both went out."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
+import time
 
 import redis.asyncio as aioredis
 import structlog
@@ -37,7 +38,7 @@ async def lease_of(redis: aioredis.Redis, prefix: str, chat: str) -> tuple[str, 
     return None
 
 
-async def test_a_2_mb_answer_in_4_character_deltas_never_loses_its_lease(
+async def test_a_huge_answer_in_4_character_deltas_never_loses_its_lease(
     lark: FakeLark, prefix: str, redis_client: aioredis.Redis
 ) -> None:
     config = lark_config(prefix, lark, updateIntervalMs=200)
@@ -49,12 +50,14 @@ async def test_a_2_mb_answer_in_4_character_deltas_never_loses_its_lease(
     await gw.start()
     harness = LarkHarness(lark, gw)
     try:
-        text = "\n".join([LINE] * 50) + " [repeat 200]"  # a 2 MB echo
+        # a 6 MB echo (three 2 MB answers): its stream lasts longer than the lease on any machine
+        text = "\n".join([LINE] * 50) + " [repeat 600]"
         status, _ = await harness.post(message_event(text, chat_id="oc_huge", message_id="om_huge"))
         assert status == 200
         await eventually(lambda: bool(reply_to(lark, "om_huge")), timeout=30)  # the first card
+        began = time.monotonic()
         owners: set[str] = set()
-        left: list[int] = []
+        expiry: list[float] = []  # when the lease would lapse, as each look saw it
         probes = 0
         while not filed(lark, "om_huge"):
             held = await lease_of(redis_client, prefix, "oc_huge")
@@ -62,7 +65,7 @@ async def test_a_2_mb_answer_in_4_character_deltas_never_loses_its_lease(
                 assert filed(lark, "om_huge"), "the lease went before the answer arrived"
                 break
             owners.add(held[0])
-            left.append(held[1])
+            expiry.append(time.monotonic() + held[1] / 1000)
             probes += 1
             assert probes < 20_000, "the huge answer never arrived"
             status, _ = await harness.post(
@@ -71,13 +74,13 @@ async def test_a_2_mb_answer_in_4_character_deltas_never_loses_its_lease(
             assert status == 200  # webhooks answered meanwhile
             await asyncio.sleep(0)
         await eventually(lambda: filed(lark, "om_huge"), timeout=60)
+        streamed_s = time.monotonic() - began
         await harness.idle()
-        # One claim held it throughout, and renewed it: the time left went back up many times
-        # (a lease never renewed only counts down, and 2 s would not last the stream).
+        # One claim held it throughout, and renewed it while the answer streamed: the stream
+        # outlasted the lease, the lease was there at every look, and its end moved on.
         assert len(owners) == 1, owners
-        renewals = sum(1 for a, b in itertools.pairwise(left) if b > a + 50)
-        assert renewals >= 2, (renewals, len(left))
-        assert min(left) > 0 and max(left) <= lease_ms
+        assert streamed_s > lease_ms / 1000, streamed_s
+        assert expiry[-1] > expiry[0] + 0.5, (expiry[0], expiry[-1])
         # (a renewal slowed past its time by a busy machine is logged too, but it lost
         # nothing: the lease is lost only when the owner changed or it went unrenewed)
         lost = [
@@ -90,7 +93,7 @@ async def test_a_2_mb_answer_in_4_character_deltas_never_loses_its_lease(
         [card_id, file_id] = reply_to(lark, "om_huge")
         assert lark.card_of(card_id)["header"]["title"]["content"] == "Done"
         content = json.loads(lark.messages[file_id]["content"])
-        assert len(lark.files[content["file_key"]][0]) > 2_000_000
+        assert len(lark.files[content["file_key"]][0]) > 6_000_000
     finally:
         await harness.close()
         structlog.reset_defaults()
