@@ -24,10 +24,28 @@ class Started:
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """Answer text: appended, or (``replace``) the whole answer so far, for a backend whose
-    parallel streams interleave."""
+    parallel streams interleave. ``tail``: the answer's trailer from now on (a "Sources" list
+    that stays at its end while the text grows above it, gateway/citations.py): the text goes
+    in before the trailer, which ``tail`` then replaces. A delta without one appends after
+    everything, trailer included (it is the answer's text from then on)."""
 
     text: str
     replace: bool = False
+    tail: str | None = None
+
+
+def joined(deltas: list[TextDelta]) -> list[TextDelta]:
+    """Appending deltas as few as do the same: consecutive ones of a kind (with a trailer or
+    without) as one, its text theirs and its trailer the last one's."""
+    out: list[TextDelta] = []
+    texts: list[str] = []
+    for i, delta in enumerate(deltas):
+        texts.append(delta.text)
+        after = deltas[i + 1] if i + 1 < len(deltas) else None
+        if after is None or (after.tail is None) != (delta.tail is None):
+            out.append(TextDelta("".join(texts), tail=delta.tail))
+            texts = []
+    return out
 
 
 @dataclass(frozen=True, slots=True)

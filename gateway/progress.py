@@ -102,6 +102,7 @@ class Progress:
     # and its options: buttons once the turn is done.
     question: str = ""
     options: tuple[str, ...] = ()
+    trailer: int = 0  # characters at the answer's end a TextDelta's ``tail`` replaces
 
     @property
     def title(self) -> str:
@@ -146,11 +147,17 @@ class Progress:
     def apply(self, event: RunEvent) -> Progress:
         """The next state (its version one up), or this one when ``event`` changes nothing."""
         if isinstance(event, TextDelta):
+            tail = event.tail or ""
             if event.replace:
-                if event.text == self.answer:
+                if event.text + tail == self.answer and len(tail) == self.trailer:
                     return self
-                return self._next(answer=event.text)
-            return self._next(answer=self.answer + event.text) if event.text else self
+                return self._next(answer=event.text + tail, trailer=len(tail))
+            if event.tail is None:
+                return (
+                    self._next(answer=self.answer + event.text, trailer=0) if event.text else self
+                )
+            body = self.answer[: len(self.answer) - self.trailer]
+            return self._next(answer=body + event.text + tail, trailer=len(tail))
         if isinstance(event, StepEvent):
             step = Step(event.id, event.title, event.status, event.detail)
             return self._next(steps=_upsert(self.steps, step))
@@ -167,7 +174,10 @@ class Progress:
             if not event.restated and event.question not in answer:
                 answer = f"{answer}\n\n{asked_text(event)}" if answer else asked_text(event)
             return self._next(
-                answer=answer, question=event.question, options=event.options[:MAX_OPTIONS]
+                answer=answer,
+                question=event.question,
+                options=event.options[:MAX_OPTIONS],
+                trailer=0,
             )
         if isinstance(event, UsageEvent):
             return self._next(
@@ -234,7 +244,12 @@ class Progress:
         """The waiting card carrying on after Confirm / Reject: its steps, tools and answer so far
         stay; the question goes. Call it on the state the card showed while waiting."""
         return replace(
-            self, status="running", prompt="", decision=decision, version=self.version + 1
+            self,
+            status="running",
+            prompt="",
+            decision=decision,
+            trailer=0,
+            version=self.version + 1,
         )
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from adapters.console.inbound import ChatAdapter, setup_routes
-from adapters.console.outbound import ConsoleOutbound
+from adapters.console.outbound import PART_BYTES, ConsoleOutbound
 from adapters.console.settings import ConsoleIntegration
 from gateway.edge.chat_actions import TOOLS, ChatMember, ChatMessage
 from gateway.edge.context import AdapterContext
@@ -20,13 +20,20 @@ class ConsoleAdapter(ChatAdapter):
 
     def __init__(self, *, settings: ConsoleIntegration, context: AdapterContext) -> None:
         super().__init__(settings=settings, context=context)
-        self.outbound = ConsoleOutbound(integration_id=settings.id, timeline=context.timeline)
+        self.outbound = ConsoleOutbound(
+            integration_id=settings.id, timeline=context.timeline, records=context.records
+        )
 
     def card_handle(self, idempotency_key: str) -> str | None:
         return self.outbound.card_handle(idempotency_key)
 
     def reuses_card(self, handle: str) -> bool:
         return True  # a card is a timeline record, upserted whatever turn shows in it
+
+    def answer_part_bytes(self) -> int:
+        """Past ``maxAnswerParts`` of these an answer is the file answer.md, downloaded from
+        the transcript (outbound.py), its head in the card."""
+        return PART_BYTES
 
     # --- chat actions: the timeline is the console's whole platform ---------------------------
     def chat_tools(self) -> frozenset[str]:

@@ -30,6 +30,7 @@ from adapters.console.events import (
     message_envelope,
     message_record,
 )
+from adapters.console.outbound import route
 from adapters.console.settings import ConsoleIntegration
 from gateway.edge.adapter import Adapter
 from gateway.edge.body import HttpRequest, body_text, json_object, read_body
@@ -391,10 +392,8 @@ def setup_routes(app: web.Application, adapters: Mapping[str, ChatAdapter]) -> N
     app.router.add_get("/console/", api.page)
     app.router.add_static("/console/static/", STATIC)
     app.router.add_get("/console/api/config", api.config)
-    for path, handler in (
-        ("/console/api/messages", _guarded(api.post_message)),
-        ("/console/api/actions", _guarded(api.post_action)),
-    ):
-        app.router.add_post(path, handler)
+    app.router.add_post("/console/api/messages", _guarded(api.post_message))
+    app.router.add_post("/console/api/actions", _guarded(api.post_action))
     app.router.add_get("/console/api/chats/{chatId}/messages", _guarded(api.list_messages))
+    app.router.add_get("/console/api/chats/{chatId}/files/{fileId}", _guarded(route(adapters)))
     app.router.add_get("/console/api/events", _guarded(api.events))

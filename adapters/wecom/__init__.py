@@ -12,7 +12,7 @@ import aiohttp
 import structlog
 
 from adapters.wecom.api import WeComApi, WeComApiError
-from adapters.wecom.cards import APP_MARKDOWN_BYTES
+from adapters.wecom.cards import APP_MARKDOWN_BYTES, STREAM_BYTES
 from adapters.wecom.connection import STATES, AibotConnection
 from adapters.wecom.crypto import WeComCrypto
 from adapters.wecom.inbound import (
@@ -160,9 +160,14 @@ class WeComAdapter(CallbackAdapter):
         )
 
     def answer_part_bytes(self) -> int | None:
-        """App mode: a markdown message's share of a long answer (past ``maxAnswerParts`` of
-        them the answer is a ``file`` message); an AI bot sends no files (None)."""
-        return APP_MARKDOWN_BYTES if self.settings.connection_mode == "app" else None
+        """A message's share of a long answer; past ``maxAnswerParts`` of them the answer is
+        the file answer.md: an app's ``file`` message, an AI bot's long connection uploads it
+        (connection/upload.py). An AI bot in callback mode has no way to send a file (its
+        stream and one ``response_url`` markdown message, docs/wecom.md): None, parts."""
+        mode = self.settings.connection_mode
+        if mode == "app":
+            return APP_MARKDOWN_BYTES
+        return STREAM_BYTES if mode == "aibot_ws" else None
 
     def posts_unprompted(self, chat_type: str) -> bool:
         """An app posts to a user (message/send) and aibot_ws to any chat (aibot_send_msg); the

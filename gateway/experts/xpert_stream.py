@@ -44,7 +44,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.citations import Sources, render
+from gateway.citations import CitedText, Sources
 from gateway.events import (
     Clarification,
     Finished,
@@ -59,7 +59,6 @@ from gateway.events import (
 from gateway.experts.sse import SseEvent
 from gateway.experts.xpert_clarify import TOOL as CLARIFY
 from gateway.experts.xpert_clarify import from_args, from_output
-from gateway.experts.xpert_plain import PlainRun
 
 # on_chat_event types that are not steps of the run (contracts/src/ai/chat-event.model.ts).
 NOT_STEPS = frozenset(
@@ -100,42 +99,46 @@ class XpertStream:
     _asks: set[str] = field(default_factory=set)  # ask_clarification components' ids
     _reasoning: str = ""
     _sources: Sources = field(default_factory=Sources)
-    _shown: str | None = None  # the answer as the card has it (None: the prefix)
-    _run: PlainRun = field(default_factory=PlainRun)  # a plain answer's end (xpert_plain.py)
+    # The run's own answer as the card shows it, rendered as it streams (gateway/citations.py:
+    # each chunk costs its own length, issue 38), and the trailer the card was last sent.
+    _cited: CitedText = field(init=False)
+    _tail: str | None = None
+
+    def __post_init__(self) -> None:
+        self._cited = CitedText(self._sources)
 
     def _own(self) -> str:
         return "".join("".join(chunks) for _, chunks in self._segments)
 
     @property
-    def answer(self) -> str:
-        """The answer as XpertAI wrote it (citation links and all)."""
-        return self.prefix + self._own()
-
-    @property
     def shown(self) -> str:
         """The answer as a chat shows it: citations as ``[n]`` with their sources
         (gateway/citations.py); while the run goes on, a link still arriving is held back."""
-        return self._rendered(self._own())
+        return self.prefix + self._cited.shown
 
-    def _rendered(self, own: str) -> str:
-        done = self.complete or self.finished is not None
-        return self.prefix + render(own, self._sources, partial=not done)
+    def _delta(self, shown: tuple[str, str | None]) -> list[RunEvent]:
+        """What the card's answer gains (before its trailer, which follows the sources)."""
+        text, tail = shown
+        if tail is None:
+            return [TextDelta(text)] if text else []
+        if not text and tail == self._tail:
+            return []
+        self._tail = tail
+        return [TextDelta(text, tail=tail)]
 
     def _show(self) -> list[RunEvent]:
-        """The card's answer brought to ``shown``: appended when it only grew, else replaced."""
-        own = self._own()
-        if self._run.shown >= 0:
-            before = (self.prefix + own)[: self._run.shown]
-        else:
-            before = self.prefix if self._shown is None else self._shown
-        now = self._rendered(own)
-        self._run.rendered(own, now, self.prefix)
-        self._shown = now
-        if now == before:
-            return []
-        if now.startswith(before):
-            return [TextDelta(now[len(before) :])]
-        return [TextDelta(now, replace=True)]
+        """The answer whole (the run ended): what was held back, rendered."""
+        return self._delta(self._cited.end())
+
+    def _rendered_again(self) -> list[RunEvent]:
+        """The answer changed in its middle (an earlier stream's chunk): rendered whole."""
+        self._cited = CitedText(self._sources)
+        self._cited.add(self._own())
+        if self.complete or self.finished is not None:
+            self._cited.end()
+        self._tail = self._cited.trailer()
+        body = self.prefix + "".join(self._cited.body)
+        return [TextDelta(body, replace=True, tail=self._tail)]
 
     def feed(self, sse: SseEvent) -> list[RunEvent]:
         if sse.event == "complete":
@@ -211,21 +214,14 @@ class XpertStream:
         if at >= 0 and at < len(segments) - 1 and stream:
             # an earlier stream's own segment: the answer changes in its middle
             segments[at][1].append(text)
-            self._run.own += len(text)
-            return self._show()
+            return self._rendered_again()
         if at < 0 or at < len(segments) - 1:
             last = segments[-1][1][-1] if segments else self.prefix
             space = not last or last[-1].isspace() or text[0].isspace()
             text = text if space else "\n" + text
             segments.append((stream, []))
         segments[-1][1].append(text)  # the answer grows at its end
-        run = self._run
-        showing = run.shown if run.shown >= 0 else None
-        if showing is None and run.plain and self._shown is not None:
-            showing = len(self._shown)
-        if run.grew(text, showing, len(self.prefix)):
-            return [TextDelta(text)]
-        return self._show()
+        return self._delta(self._cited.add(text))
 
     def _component(self, data: dict[str, Any]) -> list[RunEvent]:
         ident = str(data.get("id") or "")
@@ -259,7 +255,8 @@ class XpertStream:
         summary = ""
         if status == "failed":
             summary = _short(body.get("error") or body.get("message") or "")
-        return [ToolEvent(ident, title, status, summary), *self._show()]
+        # names learned: the sources list shows them
+        return [ToolEvent(ident, title, status, summary), *self._delta(("", self._cited.trailer()))]
 
     # --- events --------------------------------------------------------------------------
     def _event(self, name: str, data: Any) -> list[RunEvent]:

@@ -17,7 +17,15 @@ from gateway.edge.long_answer import LIVE_BYTES, as_file, size_over
 from gateway.edge.media import MediaSources, fetch_media, find, inline_media
 from gateway.edge.platform_api import log_failure
 from gateway.errors import GatewayError
-from gateway.events import Finished, Interrupt, RunEvent, Started, TextDelta, VariablesEvent
+from gateway.events import (
+    Finished,
+    Interrupt,
+    RunEvent,
+    Started,
+    TextDelta,
+    VariablesEvent,
+    joined,
+)
 from gateway.experts.base import Expert, TurnInput
 from gateway.progress import Progress
 from gateway.turns.audit import TurnTrace
@@ -92,7 +100,7 @@ class Driver:
         reducers = {d.name: d.reducer for d in declared}
         sources = MediaSources.of(expert.media_sources())
 
-        pending: list[str] = []  # text deltas not yet folded into ``state``
+        pending: list[TextDelta] = []  # text deltas not yet folded into ``state``
         timer: asyncio.TimerHandle | None = None
 
         def fold() -> None:
@@ -102,9 +110,9 @@ class Driver:
                 timer.cancel()
                 timer = None
             if pending:
-                text = "".join(pending)
+                for delta in joined(pending):
+                    state = state.apply(delta)
                 pending.clear()
-                state = state.apply(TextDelta(text))
                 if state.status not in ("waiting", "error"):
                     renderer.push(state)
 
@@ -118,8 +126,8 @@ class Driver:
                     await asyncio.sleep(0)  # what else waits runs (webhooks, other turns)
                     ran_since = time.monotonic()
                 if isinstance(event, TextDelta) and not event.replace:
-                    if event.text:
-                        pending.append(event.text)
+                    if event.text or event.tail is not None:
+                        pending.append(event)
                         if timer is None:
                             timer = loop.call_later(FOLD_S, fold)
                     continue

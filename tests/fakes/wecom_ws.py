@@ -49,7 +49,14 @@ Behaviours:
    video [api.ts ``SendMsgBody``]; a template card only in a direct chat [101463 ⚠].
 9. Each chat may get 30 new messages a minute, replies and pushes together [101463 ⚠]; stream
    updates of one message do not count. Over it: 45009 (the WeCom frequency code, inferred).
-10. Instruments, not server behaviour: ``ack_delay_s`` (network latency before each ack) and
+10. Temporary media go up in three steps on the connection [client.ts ``uploadMedia``; api.ts
+   ``WsCmd``; 101463 "上传临时素材"]: ``aibot_upload_media_init`` ``{type, filename, total_size,
+   total_chunks, md5}`` is acked with ``body.upload_id``; ``aibot_upload_media_chunk``
+   ``{upload_id, chunk_index, base64_data}`` carries at most 512 KB before Base64, at most 100
+   chunks; ``aibot_upload_media_finish`` ``{upload_id}`` is acked with ``body.media_id`` once
+   every chunk came and the MD5 matches. A ``file`` message of ``aibot_send_msg`` names such a
+   ``media_id`` [client.ts ``sendMediaMessage``]. Refusals (40058) are inferred.
+11. Instruments, not server behaviour: ``ack_delay_s`` (network latency before each ack) and
     ``overlaps``: frames that arrived for a req_id while an earlier frame with that req_id was
     still unacked, which the official SDK never does [ws.ts ``sendReply``: "同一个 req_id 的消息
     会被放入队列中串行发送"].
@@ -64,7 +71,9 @@ idle disconnects [101463 ⚠], the subscribe frequency protection.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import itertools
 import json
 import time
@@ -82,6 +91,8 @@ INVALID_PARAM = 40058
 FREQUENCY_LIMIT = 45009
 STREAM_BYTES = 20_480
 SEND_TYPES = {"markdown", "template_card", "file", "image", "voice", "video"}
+MEDIA_TYPES = {"file", "image", "voice", "video"}
+CHUNK_BYTES = 512 * 1024
 
 
 @dataclass
@@ -128,6 +139,8 @@ class FakeAibotSocket:
         self.overlaps: list[dict[str, Any]] = []
         self.unknown: list[dict[str, Any]] = []
         self.kicked = 0
+        self.media: dict[str, tuple[bytes, str, str]] = {}  # media_id -> data, filename, type
+        self._uploads: dict[str, _Upload] = {}
         self._ids = itertools.count(1)
         self._callbacks: dict[str, _Callback] = {}
         self._streams: dict[str, _Stream] = {}
@@ -204,11 +217,20 @@ class FakeAibotSocket:
             self.closed.append(sock)
         return ws
 
-    async def _ack(self, sock: _Socket, req_id: str, errcode: int = 0, errmsg: str = "ok") -> None:
+    async def _ack(
+        self,
+        sock: _Socket,
+        req_id: str,
+        errcode: int = 0,
+        errmsg: str = "ok",
+        body: dict[str, Any] | None = None,
+    ) -> None:
         if self.ack_delay_s:
             await asyncio.sleep(self.ack_delay_s)
         sock.unacked[req_id] -= 1
-        ack = {"headers": {"req_id": req_id}, "errcode": errcode, "errmsg": errmsg}
+        ack: dict[str, Any] = {"headers": {"req_id": req_id}, "errcode": errcode, "errmsg": errmsg}
+        if body is not None:
+            ack["body"] = body
         self.acks.append(ack)
         if not sock.ws.closed:
             with contextlib.suppress(ConnectionError):
@@ -231,7 +253,7 @@ class FakeAibotSocket:
         if cmd == "aibot_subscribe":
             await self._subscribe(sock, req_id, body)
             return
-        if cmd not in HANDLERS:
+        if cmd not in HANDLERS and cmd not in UPLOADS:
             self.unknown.append(frame)
             return
         if sock.unacked[req_id] > 0:
@@ -243,6 +265,10 @@ class FakeAibotSocket:
         task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, sock: _Socket, cmd: str, req_id: str, body: dict[str, Any]) -> None:
+        if cmd in UPLOADS:
+            errcode, errmsg, answer = UPLOADS[cmd](self, body)
+            await self._ack(sock, req_id, errcode, errmsg, answer)
+            return
         errcode, errmsg = HANDLERS[cmd](self, req_id, body)
         await self._ack(sock, req_id, errcode, errmsg)
 
@@ -347,13 +373,61 @@ class FakeAibotSocket:
             STREAM_BYTES
         ):
             return INVALID_PARAM, "content too long"
+        if msgtype == "file" and str(body["file"].get("media_id") or "") not in self.media:
+            return INVALID_PARAM, "invalid media_id"
         if msgtype == "template_card" and any(
             c.chat == chat and c.chattype == "group" for c in self._callbacks.values()
         ):
             return INVALID_PARAM, "template_card only in single chat"
         return (0, "ok") if self._quota(chat) else (FREQUENCY_LIMIT, "freq limit")
 
+    # --- temporary media (each returns errcode, errmsg, the ack's body) -------------------------
+    def _upload_init(self, body: dict[str, Any]) -> tuple[int, str, dict[str, Any] | None]:
+        chunks, size = body.get("total_chunks"), body.get("total_size")
+        if not (isinstance(chunks, int) and 1 <= chunks <= 100 and isinstance(size, int)):
+            return INVALID_PARAM, "invalid total_chunks", None
+        if body.get("type") not in MEDIA_TYPES or not body.get("filename") or not body.get("md5"):
+            return INVALID_PARAM, "invalid param", None
+        upload_id = f"up-{next(self._ids)}"
+        self._uploads[upload_id] = _Upload(dict(body), {})
+        return 0, "ok", {"upload_id": upload_id}
 
+    def _upload_chunk(self, body: dict[str, Any]) -> tuple[int, str, dict[str, Any] | None]:
+        upload = self._uploads.get(str(body.get("upload_id") or ""))
+        index = body.get("chunk_index")
+        if upload is None or not isinstance(index, int):
+            return INVALID_PARAM, "invalid upload_id", None
+        data = base64.b64decode(str(body.get("base64_data") or ""))
+        if not 0 <= index < upload.init["total_chunks"] or len(data) > CHUNK_BYTES:
+            return INVALID_PARAM, "invalid chunk", None
+        upload.chunks[index] = data
+        return 0, "ok", None
+
+    def _upload_finish(self, body: dict[str, Any]) -> tuple[int, str, dict[str, Any] | None]:
+        upload = self._uploads.pop(str(body.get("upload_id") or ""), None)
+        if upload is None or len(upload.chunks) != upload.init["total_chunks"]:
+            return INVALID_PARAM, "invalid upload_id", None
+        data = b"".join(upload.chunks[i] for i in range(len(upload.chunks)))
+        if len(data) != upload.init["total_size"] or (
+            hashlib.md5(data).hexdigest() != upload.init["md5"]
+        ):
+            return INVALID_PARAM, "md5 mismatch", None
+        media_id = f"media-{next(self._ids)}"
+        self.media[media_id] = (data, str(upload.init["filename"]), str(upload.init["type"]))
+        return 0, "ok", {"type": upload.init["type"], "media_id": media_id}
+
+
+@dataclass
+class _Upload:
+    init: dict[str, Any]
+    chunks: dict[int, bytes]
+
+
+UPLOADS = {
+    "aibot_upload_media_init": FakeAibotSocket._upload_init,
+    "aibot_upload_media_chunk": FakeAibotSocket._upload_chunk,
+    "aibot_upload_media_finish": FakeAibotSocket._upload_finish,
+}
 HANDLERS = {
     "aibot_respond_msg": FakeAibotSocket._respond,
     "aibot_respond_welcome_msg": FakeAibotSocket._welcome,

@@ -219,6 +219,17 @@ class Turn:
             chunk = {"type": "text", "text": part, "created_date": iso_now(), "id": stream}
             self.message({**chunk, **self.meta()})
 
+    async def text_streamed(self, parts: list[str], batch: int = 200) -> None:
+        """``text_chunks`` as a model streams them: a batch at a time, the loop between (a long
+        answer's frames made at once would hold the test's own loop, fake and gateway)."""
+        self.model_calls += 1
+        stream = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        for at in range(0, len(parts), batch):
+            for part in parts[at : at + batch]:
+                chunk = {"type": "text", "text": part, "created_date": iso_now(), "id": stream}
+                self.message({**chunk, **self.meta()})
+            await asyncio.sleep(0)
+
     def tool(self, call: str, status: str, **data: Any) -> None:
         body: dict[str, Any] = {"status": status, "end_date": iso_now(), **data}
         if status == "running":  # on_tool_start (AG l.268-310)
@@ -503,6 +514,7 @@ async def interrupt(turn: Turn) -> None:
 
 
 KB = "kb-1"
+CITE_REPEAT = re.compile(r"\[cite (\d{1,6})\]")  # "[kb] [cite N]": the answer N times, 4 at a time
 DOCS = [("doc-a", "Refund policy.pdf"), ("doc-b", "")]  # doc-b: a document the run names not
 
 
@@ -533,8 +545,12 @@ async def retrieve(turn: Turn) -> None:
     first, second = cites[0]["citationMarkdown"], cites[1]["citationMarkdown"]
     reply = f"Refunds take 14 days {first}. Digital goods are final {second}{first}."
     await pause(turn)
-    # cut into small chunks, so a link arrives in pieces as a model streams it
-    turn.text_chunks([reply[i : i + 7] for i in range(0, len(reply), 7)])
+    if match := CITE_REPEAT.search(turn.text):  # a long answer citing all along (issue 38)
+        reply = "\n\n".join([reply + " " + "Plain words follow. " * 20] * int(match[1]))
+        await turn.text_streamed([reply[i : i + 4] for i in range(0, len(reply), 4)])
+    else:
+        # cut into small chunks, so a link arrives in pieces as a model streams it
+        turn.text_chunks([reply[i : i + 7] for i in range(0, len(reply), 7)])
     await turn.finish("success")
 
 

@@ -103,6 +103,11 @@
       if (r.type === "card") {
         body.appendChild(renderCard(r));
         row.dataset.conversation = r.conversation || r.id;
+      } else if (r.type === "file" && r.file && r.file.url) {
+        // an answer too long for the transcript, whole: a download (adapters/console/outbound.py)
+        const link = body.appendChild(el("a", "bubble file", r.text));
+        link.href = r.file.url;
+        link.download = r.file.name;
       } else body.appendChild(richText(r.text)).classList.add("bubble");
       if (r.replyTo) row.dataset.replyTo = r.replyTo;
     }

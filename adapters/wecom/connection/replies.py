@@ -32,9 +32,11 @@ import structlog
 
 import adapters.wecom.cards as cards
 from adapters.wecom.connection.link import STREAM_EXPIRED, WsRefused
+from adapters.wecom.connection.upload import NotUploaded, upload
 from adapters.wecom.outbound.media import msg_items
 from adapters.wecom.outbound.stream import CUT_NOTE, STREAM_TTL_MS
 from adapters.wecom.settings import WeComIntegration
+from gateway.edge.long_answer import is_answer_file, whole_answer
 from gateway.edge.stores import RecordStore
 from gateway.envelope import Envelope
 from gateway.progress import Progress
@@ -140,6 +142,7 @@ class WsReplies:
             # message of its own.
             if progress.final:
                 await self._send_markdown(reply_to, cards.final_text(progress), f"late:{handle}")
+                await self._answer_file(reply_to, progress, f"file:{handle}")
             return
         live = self._live.setdefault(handle, _Live(reply_to=reply_to))
         async with live.lock:
@@ -149,6 +152,7 @@ class WsReplies:
                     await self._send_markdown(
                         reply_to, cards.final_text(progress), f"late:{handle}"
                     )
+                    await self._answer_file(reply_to, progress, f"file:{handle}")
                 return
             first, *rest = cards.stream_parts(progress) or [""]
             if not progress.final and self._remaining(reply_to) <= 0:
@@ -160,11 +164,13 @@ class WsReplies:
                     await self._send_markdown(
                         reply_to, cards.final_text(progress), f"late:{handle}"
                     )
+                    await self._answer_file(reply_to, progress, f"file:{handle}")
                 return
             if progress.final:
                 self._end(handle, live)
                 # The stream holds part (1/n); parts (2/n)..(n/n) follow, each sent once.
                 await self._send_parts(reply_to, rest, f"rest:{handle}", start=1)
+                await self._answer_file(reply_to, progress, f"file:{handle}")
             elif not any(t.get_name() == f"wecom-keepalive:{handle}" for t in self._watchdogs):
                 task = asyncio.create_task(
                     self._watch(handle, live), name=f"wecom-keepalive:{handle}"
@@ -257,6 +263,26 @@ class WsReplies:
             except BaseException:
                 await self.records.delete(NS, self._key(f"{key}#p{i}"))
                 raise
+
+    async def _answer_file(self, reply_to: Envelope, progress: Progress, key: str) -> None:
+        """An answer too long for the chat (gateway/edge/long_answer.py), whole: the file
+        answer.md, uploaded on the connection and sent once (upload.py). Where this replica
+        cannot upload (another holds the connection) the whole answer goes in parts."""
+        if not (progress.media and is_answer_file(progress.media[0])):
+            return
+        if not await self._once(key):
+            return
+        try:
+            try:
+                media_id = await upload(self._send, progress.media[0])
+            except NotUploaded as exc:
+                log.warning("answer file not uploaded; sending it in parts", error=str(exc))
+                await self._send_markdown(reply_to, whole_answer(progress), f"{key}:parts")
+                return
+            await self._send_msg(reply_to, {"msgtype": "file", "file": {"media_id": media_id}})
+        except BaseException:
+            await self.records.delete(NS, self._key(key))
+            raise
 
     async def send_text(self, reply_to: Envelope, text: str, *, idempotency_key: str) -> None:
         if not await self._once(f"text:{idempotency_key}"):
