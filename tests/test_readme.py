@@ -74,7 +74,8 @@ COLUMNS: dict[str, tuple[str, dict[str, Any]]] = {
             "corpSecret": "s",
         },
     ),
-    "WeCom AI bot": ("wecom", {"connectionMode": "aibot", "token": "t", "encodingAesKey": AES}),
+    # The AI bot's column means its long connection; a cell says where callbacks differ.
+    "WeCom AI bot": ("wecom", {"connectionMode": "aibot_ws", "botId": "b", "botSecret": "s"}),
 }
 
 

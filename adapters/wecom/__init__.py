@@ -149,15 +149,16 @@ class WeComAdapter(CallbackAdapter):
         """An app: everything but groups (it talks with one member at a time). An AI bot:
         groups, files in, and images and steps in its stream, which lists a question's options
         to be typed (a direct chat's card over the long connection is sent once, as the turn
-        starts: its one button is Stop). No files out (links stay), no file for a long answer
-        (parts), no directory to ask for an email, and nothing of an answer over the long
-        connection is paced."""
+        starts: its one button is Stop). No files out (links stay), no directory to ask for an
+        email, and nothing of an answer over the long connection is paced. A long answer is a
+        file over the long connection (``answer_part_bytes``), parts over callbacks."""
         assert isinstance(settings, WeComIntegration)
         if settings.connection_mode == "app":
             return frozenset(Capability) - {Capability.GROUPS, Capability.GROUP_BUTTONS}
-        return frozenset(
-            {Capability.GROUPS, Capability.FILES_IN, Capability.IMAGES_OUT, Capability.STEPS}
-        )
+        aibot = {Capability.GROUPS, Capability.FILES_IN, Capability.IMAGES_OUT, Capability.STEPS}
+        if settings.connection_mode == "aibot_ws":
+            aibot.add(Capability.LONG_ANSWER_FILE)
+        return frozenset(aibot)
 
     def answer_part_bytes(self) -> int | None:
         """A message's share of a long answer; past ``maxAnswerParts`` of them the answer is

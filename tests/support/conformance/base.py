@@ -81,6 +81,9 @@ class Harness(abc.ABC):
         self.prefix = prefix
         self.mode = mode or self.modes[0]
         self._gateway: InProcessGateway | None = None
+        # The gateway's port, chosen before it starts (a platform's links point back at it);
+        # 0 until then, as for the fake alone (``platform_fake``).
+        self.port = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
     @abc.abstractmethod

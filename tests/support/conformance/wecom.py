@@ -293,6 +293,18 @@ class WeComAibotHarness(_WeCom):
             if f.get("cmd") == "aibot_send_msg" and f["body"].get("msgtype") == "template_card"
         ]
 
+    def files(self) -> list[tuple[str, bytes]]:
+        """``file`` messages on the connection (``aibot_send_msg``), by the media the bot
+        uploaded on it (``aibot_upload_media_*``, which the fake checks)."""
+        out: list[tuple[str, bytes]] = []
+        for f in self.fake.frames:
+            body = f.get("body") or {}
+            if f.get("cmd") == "aibot_send_msg" and body.get("msgtype") == "file":
+                data, name, kind = self.fake.ws.media[body["file"]["media_id"]]
+                assert kind == "file"
+                out.append((name, data))
+        return out
+
     async def send_file(
         self, data: bytes | None, name: str, *, user: str = "alice", group: bool = False
     ) -> Sent:
