@@ -13,5 +13,6 @@ The protocol (made up, shaped like the real ones):
 - Out: ``POST /v1/messages`` (a new message: text or a card, with an idempotency ``key``) and
   ``PUT /v1/messages/{id}`` (a card replaced in place), ``Authorization: Bearer {botToken}``;
   at most 20 calls a second to each API and 5 new messages a second per chat, past which the answer
-  is 429 with ``Retry-After``.
+  is 429 with ``Retry-After`` (the fake keeps them when built ``limited``). Mini shows no
+  pictures and takes no files: an answer's picture is a plain link.
 """

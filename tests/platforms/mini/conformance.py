@@ -1,8 +1,9 @@
 """Mini in the conformance suite (tests/conformance/), found there by this module's place: signed
 webhook events to an in-process gateway, the answer read from the fake's messages: the card
 replying to the user's message once it says done, then the text parts after it (mode
-``cards``); only text parts (mode ``texts``). Mini's entry
-point is on ``sys.path`` from ``open`` to ``shut``."""
+``cards``); only text parts (mode ``texts``). Mini's entry point is on ``sys.path`` from
+``open`` to ``shut``. The fake keeps no limits until ``limit_fake``; an answer's calls are paced
+(``PACED``) in both modes, its card (or first text) sent through ``send``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ import importlib
 import json
 import re
 import sys
+import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import aiohttp
+
 from tests.platforms.mini.adapter.outbound import ROOM
-from tests.platforms.mini.fake import FakeMini
+from tests.platforms.mini.fake import (
+    BOT_TOKEN,
+    CALLS_PER_SECOND,
+    CHAT_SENDS_PER_SECOND,
+    FakeMini,
+)
 from tests.platforms.mini.harness import (
     ENTRY_POINT,
     INTEGRATION,
@@ -26,6 +36,7 @@ from tests.platforms.mini.harness import (
 from tests.support.conformance.base import Answer, Harness, NoButton, Sent
 
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
+_REST_S = 1  # the Retry-After of the throttle answer ``throttle_next`` sets up
 
 
 class MiniConformance(Harness):
@@ -33,6 +44,7 @@ class MiniConformance(Harness):
     platform = "mini"
     modes = ("cards", "texts")
     integration_id = INTEGRATION
+    _card = ""  # the card ``call_api("a")`` updates, once seeded
 
     async def open(self) -> None:
         self.fake = FakeMini()
@@ -45,14 +57,10 @@ class MiniConformance(Harness):
         await self.fake.stop()
 
     def integration(self, **options: Any) -> dict[str, Any]:
-        # The suite turns the directory lookup off by the key the other platforms share; Mini
-        # has no directory (no Capability.SENDER_EMAIL), so no such key: nothing to turn off.
-        if options.get("lookupSenderEmail") is False:
-            del options["lookupSenderEmail"]
         return mini_integration(self.fake, **{"answers": self.mode, **options})
 
     async def send(self, text: str, *, user: str = "alice", group: bool = False) -> Sent:
-        chat = "c-group" if group else f"c-dm-{user}"
+        chat = _chat(user, group)
         event = message_event(
             text, chat=chat, chat_type="group" if group else "dm", user=user, mentioned=group
         )
@@ -109,4 +117,67 @@ class MiniConformance(Harness):
         return json.dumps([asdict(m) for m in self.fake.messages.values()], ensure_ascii=False)
 
     def refused(self) -> list[str]:
-        return [f"{endpoint}: {status}" for endpoint, status in self.fake.answers if status != 200]
+        return [f"{c.endpoint}: {c.status}" for c in self.fake.answers if c.status != 200]
+
+    def chat_id(self, sent: Sent) -> str:
+        return _chat(sent.user, sent.group)
+
+    # --- the fake's limits ----------------------------------------------------------------------
+    def fake_figures(self) -> dict[str, int]:
+        return {
+            "calls_per_second": CALLS_PER_SECOND,
+            "chat_sends_per_second": CHAT_SENDS_PER_SECOND,
+        }
+
+    async def limit_fake(
+        self,
+        clock: Callable[[], float] | None = None,
+        *,
+        per_api: int | None = None,
+    ) -> float:
+        """A fake keeping Mini's limits in a whole second (not the forgiving 0.9 s of Mini's own
+        tests), on ``clock``, ``per_api`` calls of one API in it."""
+        await self.fake.stop()
+        figures = {"calls_per_second": per_api} if per_api is not None else {}
+        clocked = {"clock": clock} if clock is not None else {}
+        self.fake = FakeMini(limited=True, window_ms=1000.0, **figures, **clocked)
+        await self.fake.start()
+        return 1000.0
+
+    async def call_api(self, api: str) -> str:
+        """``a``: an update of a card already in chat ``c-a``; ``b``: a message to chat ``c-b``
+        (another API); ``chat:<id>``: a message to that chat."""
+        headers = {"Authorization": f"Bearer {BOT_TOKEN}"}
+        async with aiohttp.ClientSession(base_url=self.fake.base_url, headers=headers) as http:
+            if api == "a":
+                if not self._card:
+                    self._card = self.fake.seed_card("c-a")
+                call = http.put(f"/v1/messages/{self._card}", json={"card": {"text": "hi"}})
+            else:
+                chat = "c-b" if api == "b" else api.removeprefix("chat:")
+                body = {"chat": chat, "key": uuid.uuid4().hex, "text": "hi"}
+                call = http.post("/v1/messages", json=body)
+            async with call as r:
+                status, data = r.status, await r.json()
+        if status == 200:
+            return "ok"
+        return "throttled" if status == 429 else f"refused {status} {data.get('error')}"
+
+    def throttles(self) -> list[str]:
+        return [f"{c.endpoint} {c.status}" for c in self.fake.answers if c.status == 429]
+
+    def throttle_next(self) -> float:
+        """The answer's first call, its card's (or first text's) send, gets a 429 with
+        ``Retry-After: 1``."""
+        self.fake.throttle_next("send", _REST_S)
+        return float(_REST_S)
+
+    def after_throttle(self) -> float | None:
+        sends = [c for c in self.fake.answers if c.endpoint == "send"]
+        refused = [c.at for c in sends if c.status == 429]
+        served = [c.at for c in sends if c.status == 200 and refused and c.at > refused[-1]]
+        return min(served) - refused[-1] if served else None
+
+
+def _chat(user: str, group: bool) -> str:
+    return "c-group" if group else f"c-dm-{user}"

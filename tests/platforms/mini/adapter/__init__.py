@@ -1,7 +1,8 @@
 """The Mini adapter: signed JSON webhooks in; cards sent and replaced in place, with buttons,
-out (or, ``answers: texts``, plain messages once the answer is final). It declares what Mini
-lacks rather than implementing it: no files either way, no history or members, no long
-connection, no buttons on texts."""
+out (or, ``answers: texts``, plain messages once the answer is final), each call paced to
+Mini's published limits. It declares what Mini lacks rather than implementing it: no files or
+pictures either way (an answer's picture stays a link), no chat actions but the gateway's own
+history, no long connection, no buttons on texts."""
 
 from __future__ import annotations
 
@@ -36,12 +37,14 @@ class MiniAdapter(MiniBot):
 
     @classmethod
     def declared(cls, settings: IntegrationBase) -> frozenset[Capability]:
-        """Groups; a card's buttons (in groups too) and steps. No files either way, no directory
-        to look an email up in, and a text shows the answer alone."""
+        """Groups, and every answer's calls paced; a card's buttons (in groups too) and steps. No
+        files or pictures either way, no directory to look an email up in, and a text shows the
+        answer alone."""
+        both = {Capability.GROUPS, Capability.PACED}
         if isinstance(settings, MiniIntegration) and settings.answers == "texts":
-            return frozenset({Capability.GROUPS})
+            return frozenset(both)
         card = {Capability.BUTTONS, Capability.GROUP_BUTTONS, Capability.STEPS}
-        return frozenset({Capability.GROUPS, *card})
+        return frozenset({*both, *card})
 
     def reuses_card(self, handle: str) -> bool:
         return not handle.startswith("tx:")  # a card can show a later turn; a text cannot

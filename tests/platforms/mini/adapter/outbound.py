@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.edge.media import shown
 from gateway.edge.parts import Room, numbered, split_answer
 from gateway.envelope import Envelope
 from gateway.progress import Progress
@@ -17,8 +18,9 @@ ROOM = Room(TEXT_BYTES - 1_000)  # the rest of a card's JSON fits beside it
 
 
 def answer_parts(answer: str) -> list[str]:
-    """The whole answer in parts marked (1/n)..(n/n) when there are several."""
-    return numbered(split_answer(answer, ROOM))
+    """The whole answer in parts marked (1/n)..(n/n) when there are several; Mini shows no
+    pictures: each of the answer's is a plain link."""
+    return numbered(split_answer(shown(answer), ROOM))
 
 
 def render_card(progress: Progress, chat_type: str) -> dict[str, Any]:
@@ -47,12 +49,12 @@ def replied(envelope: Envelope) -> str | None:
 def plain_text(progress: Progress) -> str:
     """A final or waiting state as plain text: the answer, and the error, or the question it
     waits on (answered by typing: a text has no buttons)."""
-    shown = [progress.answer.strip()] if progress.answer.strip() else []
+    lines = [progress.answer.strip()] if progress.answer.strip() else []
     if progress.status == "waiting":
-        shown.append(progress.title)
+        lines.append(progress.title)
     elif progress.error:
-        shown.append(f"{progress.status_title}: {progress.error}")
-    return "\n\n".join(shown) or progress.status_title
+        lines.append(f"{progress.status_title}: {progress.error}")
+    return "\n\n".join(lines) or progress.status_title
 
 
 class MiniOutbound:
