@@ -38,6 +38,7 @@ from gateway.experts.a2a_protocol import (
 )
 from gateway.experts.base import Expert, ExpertContext, TurnInput
 from gateway.experts.http import ExpertHttpError, error_for, user_error
+from gateway.experts.probes import probe_a2a
 from gateway.experts.sse import COMMENT, read_sse
 
 log = structlog.get_logger("gateway.experts.a2a")
@@ -81,6 +82,7 @@ def split_thread(thread: str | None) -> tuple[str | None, str | None]:
 class A2AExpert(Expert):
     kind = "a2a"
     settings_model = A2AExpertSettings
+    probe = classmethod(probe_a2a)  # check --probe (gateway/experts/probes.py)
 
     def __init__(self, *, settings: A2AExpertSettings) -> None:
         self.settings = settings

@@ -80,15 +80,20 @@ def user_error(exc: BaseException, backend: str, url: str) -> str:
 
 
 async def probe_get(
-    backend: str, url: str, headers: dict[str, str], timeout_s: float = 10
+    backend: str,
+    url: str,
+    headers: dict[str, str],
+    timeout_s: float = 10,
+    post: dict[str, object] | None = None,
 ) -> tuple[int, object]:
-    """``GET url`` for a probe: its status and JSON body (None when not JSON); a connection
-    that fails is :func:`unreachable`, a status of 400 or more :func:`error_for`."""
+    """``GET url`` (``POST`` of the JSON ``post`` when given: a search that runs nothing) for a
+    probe: its status and JSON body (None when not JSON); a connection that fails is
+    :func:`unreachable`, a status of 400 or more :func:`error_for`."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with (
             aiohttp.ClientSession(headers=headers, timeout=timeout) as http,
-            http.get(url) as resp,
+            http.get(url) if post is None else http.post(url, json=post) as resp,
         ):
             if resp.status >= 400:
                 refused = await error_for(resp, backend)

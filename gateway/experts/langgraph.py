@@ -44,6 +44,7 @@ from gateway.experts.langgraph_stream import (
     review_prompt,
     typed_answer,
 )
+from gateway.experts.probes import probe_langgraph
 from gateway.experts.sse import COMMENT, SseEvent, read_sse
 from gateway.experts.xpert_input import changed_state, with_history
 
@@ -113,6 +114,7 @@ class LangGraphExpert(Expert):
     kind = "langgraph"
     settings_model = LangGraphExpertSettings
     declared_variables_only = True  # the graph's state takes only the keys it declares
+    probe = classmethod(probe_langgraph)  # check --probe (gateway/experts/probes.py)
 
     def __init__(self, *, settings: LangGraphExpertSettings) -> None:
         self.settings = settings
