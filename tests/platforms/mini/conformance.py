@@ -11,6 +11,7 @@ import importlib
 import json
 import re
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -33,7 +34,7 @@ from tests.platforms.mini.harness import (
     mini_integration,
     signed,
 )
-from tests.support.conformance.base import Answer, Harness, NoButton, Sent
+from tests.support.conformance.base import Answer, Harness, NoButton, Sent, Webhook
 
 _MARK = re.compile(r"\n\n\((\d+)/(\d+)\)$")
 _REST_S = 1  # the Retry-After of the throttle answer ``throttle_next`` sets up
@@ -69,6 +70,28 @@ class MiniConformance(Harness):
         async with self.gateway.client.http.post(url, data=body, headers=headers) as resp:
             assert resp.status == 200, resp.status
         return Sent(event["messageId"], user, group)
+
+    def webhook(self, payload: bytes) -> Webhook | None:
+        body, headers = signed(payload)
+        return Webhook(f"/api/mini/webhook/{INTEGRATION}", {}, headers, body)
+
+    def misshapen(self) -> list[bytes]:
+        wrong_text, wrong_user = message_event("x"), message_event("x")
+        wrong_text["text"], wrong_user["user"] = 5, ["alice"]
+        return [json.dumps(wrong_text).encode(), json.dumps(wrong_user).encode()]
+
+    def forged(self) -> dict[str, tuple[Webhook, int]]:
+        event = message_event("forged", chat=_chat("mallory", False), user="mallory")
+        path = f"/api/mini/webhook/{INTEGRATION}"
+        wrong, wrong_headers = signed(event, secret="not-the-secret")
+        stale, stale_headers = signed(event, timestamp=int(time.time()) - 3600)
+        body, headers = signed(event)
+        unsigned = {k: v for k, v in headers.items() if not k.startswith("X-Mini")}
+        return {
+            "wrong signature": (Webhook(path, {}, wrong_headers, wrong), 401),
+            "stale timestamp": (Webhook(path, {}, stale_headers, stale), 401),
+            "unsigned": (Webhook(path, {}, unsigned, body), 401),
+        }
 
     def seen(self, sent: Sent) -> Answer | None:
         replies = self.fake.replies_to(sent.id)

@@ -67,6 +67,17 @@ class Answer:
         return "\n".join(self.parts)
 
 
+@dataclass(frozen=True)
+class Webhook:
+    """One request to the gateway's webhook as a platform's server makes it: the path (no host),
+    query parameters, headers and body."""
+
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+
 class Harness(abc.ABC):
     """One platform in one mode: a fake server, a gateway in front of it, its users."""
 
@@ -196,6 +207,24 @@ class Harness(abc.ABC):
         """The files the bot sent into chats, oldest first: (name, bytes) as the user gets them
         (the harness checks the platform's wire form, e.g. an archive it must be sent in)."""
         return []
+
+    # --- hostile input (tests/conformance/test_hostile.py) ------------------------------------
+    def webhook(self, payload: bytes) -> Webhook | None:
+        """The request carrying ``payload`` (the platform's event as bytes, whatever they hold)
+        signed and encrypted as the platform does; None where this mode takes no webhook (its
+        messages come over a long connection)."""
+        return None
+
+    def misshapen(self) -> list[bytes]:
+        """Payloads of the platform's format that are no event of it: a user's message with a
+        field of the wrong type (the harness knows which fields the platform reads)."""
+        return []
+
+    def forged(self) -> dict[str, tuple[Webhook, int]]:
+        """Requests carrying a good user message that the platform's authentication refuses, by
+        what is wrong (a wrong signature, a timestamp past the window where the platform signs
+        time, none at all), each with the status the gateway refuses it with."""
+        return {}
 
     # --- the platform's directory -------------------------------------------------------------
     def member(self, user: str, email: str, *, work_address: bool = False) -> None:

@@ -15,6 +15,7 @@ import html
 import io
 import json
 import re
+import time
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from tests.fakes.dingtalk import (
     _normalise,
 )
 from tests.fakes.limits import DINGTALK_THROTTLE, DingTalkLimits
-from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent, Webhook
 from tests.support.dingtalk import FORM, SECRET, dingtalk_config, robot_message
 from tests.support.waits import eventually
 
@@ -128,6 +129,34 @@ class DingTalkHarness(Harness):
         url = f"http://127.0.0.1:{self.gateway.port}/api/dingtalk/webhook/{self.integration_id}"
         async with self.gateway.client.http.post(url, json=message, headers=headers) as resp:
             assert resp.status == 200, resp.status
+
+    def webhook(self, payload: bytes) -> Webhook | None:
+        if self.mode == "stream":
+            return None
+        return Webhook(self._path, {}, _signed(SECRET, int(time.time() * 1000)), payload)
+
+    def misshapen(self) -> list[bytes]:
+        wrong_text = robot_message(self.fake, "x")
+        wrong_text["text"] = {"content": 5}
+        wrong_chat = robot_message(self.fake, "x", conversationType=7)
+        return [json.dumps(wrong_text).encode(), json.dumps(wrong_chat).encode()]
+
+    def forged(self) -> dict[str, tuple[Webhook, int]]:
+        message = robot_message(self.fake, "forged", sender="mallory", webhook=True)
+        body, now = json.dumps(message).encode(), int(time.time() * 1000)
+        unsigned = {"Content-Type": "application/json"}
+        return {
+            "wrong signature": (Webhook(self._path, {}, _signed("not-the-secret", now), body), 401),
+            "stale timestamp": (
+                Webhook(self._path, {}, _signed(SECRET, now - 3_600_000), body),
+                401,
+            ),
+            "unsigned": (Webhook(self._path, {}, unsigned, body), 401),
+        }
+
+    @property
+    def _path(self) -> str:
+        return f"/api/dingtalk/webhook/{self.integration_id}"
 
     def _mark(self, user: str, group: bool) -> dict[str, Any]:
         """Where the answer to what happens next starts: the messages and cards so far."""
@@ -386,3 +415,9 @@ class DingTalkHarness(Harness):
             if c.status < 300 and c.path in SEND_PATHS and c.body["msgKey"] == "sampleFile"
             for param in [json.loads(c.body["msgParam"])]
         ]
+
+
+def _signed(secret: str, ts_ms: int) -> dict[str, str]:
+    """The headers of a robot callback signed with ``secret`` at ``ts_ms``."""
+    ts = str(ts_ms)
+    return {"Content-Type": "application/json", "timestamp": ts, "sign": robot_sign(secret, ts)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,7 @@ import aiohttp
 from gateway.progress import STATUS_TITLES
 from tests.fakes.lark import APP_SECRET, FakeLark
 from tests.fakes.limits import LARK_THROTTLE_CODES, LarkLimits
-from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent, Webhook
 from tests.support.lark import (
     APP_ID,
     INTEGRATION,
@@ -60,6 +61,31 @@ class LarkHarness(Harness):
         url = f"http://127.0.0.1:{self.gateway.port}/api/lark/webhook/{INTEGRATION}"
         async with self.gateway.client.http.post(url, data=body, headers=headers) as resp:
             return resp.status, await resp.json(content_type=None)
+
+    def webhook(self, payload: bytes) -> Webhook | None:
+        body, headers = sealed(payload)
+        return Webhook(f"/api/lark/webhook/{INTEGRATION}", {}, headers, body)
+
+    def misshapen(self) -> list[bytes]:
+        wrong_chat, wrong_content = message_event("x"), message_event("x")
+        wrong_chat["event"]["message"]["chat_id"] = 5
+        wrong_content["event"]["message"]["content"] = {"text": "not a JSON string"}
+        return [json.dumps(wrong_chat).encode(), json.dumps(wrong_content).encode()]
+
+    def forged(self) -> dict[str, tuple[Webhook, int]]:
+        event = message_event(
+            "forged", chat_id=self.chat_of("mallory", False), sender=self.user_id("mallory")
+        )
+        path = f"/api/lark/webhook/{INTEGRATION}"
+        wrong, wrong_headers = sealed(event, sign_key="not the encrypt key")
+        stale, stale_headers = sealed(event, timestamp=int(time.time()) - 3600)
+        bare, headers = sealed(event)
+        unsigned = {k: v for k, v in headers.items() if not k.startswith("X-Lark")}
+        return {
+            "wrong signature": (Webhook(path, {}, wrong_headers, wrong), 401),
+            "stale timestamp": (Webhook(path, {}, stale_headers, stale), 401),
+            "unsigned": (Webhook(path, {}, unsigned, bare), 401),
+        }
 
     def chat_of(self, user: str, group: bool) -> str:
         return "oc_group1" if group else f"oc_p2p_{user}"

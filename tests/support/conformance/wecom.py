@@ -19,7 +19,7 @@ import aiohttp
 
 from adapters.wecom.cards import STREAM_BYTES
 from tests.fakes.wecom import FREQUENCY_LIMIT, MEMBER_PER_MINUTE, PER_MINUTE, FakeWeCom
-from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent
+from tests.support.conformance.base import Answer, Harness, Media, NoButton, Sent, Webhook
 from tests.support.waits import eventually
 from tests.support.wecom import (
     CORP_ID,
@@ -149,6 +149,33 @@ class WeComAppHarness(_WeCom):
         url = f"http://127.0.0.1:{self.gateway.port}/api/wecom/webhook/{self.integration_id}"
         async with self.gateway.client.http.post(url, params=query, data=body.encode()) as resp:
             assert resp.status == 200, resp.status
+
+    def webhook(self, payload: bytes) -> Webhook | None:
+        query, body = encrypt_xml(payload.decode("utf-8", "replace"))
+        return Webhook(self._path, query, {}, body.encode())
+
+    def misshapen(self) -> list[bytes]:
+        nested_sender = app_message("alice", "x", "1").replace(
+            "<![CDATA[alice]]>", "<a>alice</a>", 1
+        )
+        nested_type = "<xml><FromUserName>u</FromUserName><MsgType><a/></MsgType></xml>"
+        return [nested_sender.encode(), nested_type.encode()]
+
+    def forged(self) -> dict[str, tuple[Webhook, int]]:
+        xml = app_message("mallory", "forged", str(uuid.uuid4().int % 10**12))
+        query, body = encrypt_xml(xml)
+        stale_query, stale = encrypt_xml(xml, timestamp=int(time.time()) - 3600)
+        wrong = {**query, "msg_signature": "0" * 40}
+        return {
+            "wrong signature": (Webhook(self._path, wrong, {}, body.encode()), 401),
+            "stale timestamp": (Webhook(self._path, stale_query, {}, stale.encode()), 401),
+            # WeCom's callback without its query parameters is no callback: a 400.
+            "unsigned": (Webhook(self._path, {}, {}, body.encode()), 400),
+        }
+
+    @property
+    def _path(self) -> str:
+        return f"/api/wecom/webhook/{self.integration_id}"
 
     def _mark(self, user: str) -> dict[str, Any]:
         return {"from": len(self.fake.texts(user)), "updates": len(self.fake.updates)}
