@@ -285,6 +285,20 @@ class DaemonProcess:
         self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
 
     async def start(self, timeout: float = 20.0) -> None:
+        """Until the daemon answers ``/healthz`` as itself (its own pid): a port that another
+        worker's server took between ``free_port()`` and the bind answers too, for someone
+        else; the daemon then fails to bind ("port … is in use") and starts again on a new
+        port (three tries)."""
+        for _ in range(3):
+            if await self._start_once(timeout):
+                return
+            await self.client.close()
+            self.port = free_port()
+            self.client = ConsoleClient(f"http://127.0.0.1:{self.port}")
+        raise RuntimeError(f"daemon found no free port: {self.log_path.read_text()[-2000:]}")
+
+    async def _start_once(self, timeout: float) -> bool:
+        """True once healthy; False where its port was taken (the daemon then exited)."""
         with self.log_path.open("wb") as log:
             self.proc = spawn_gateway(
                 *("run", "--config", str(self.config_path), "--port", str(self.port)),
@@ -295,11 +309,14 @@ class DaemonProcess:
         async with aiohttp.ClientSession() as http:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"daemon exited: {self.log_path.read_text()[-2000:]}")
-                with contextlib.suppress(aiohttp.ClientError):
+                    output = self.log_path.read_text()
+                    if f"port {self.port} is in use" in output:
+                        return False
+                    raise RuntimeError(f"daemon exited: {output[-2000:]}")
+                with contextlib.suppress(aiohttp.ClientError, ValueError):
                     async with http.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
-                        if resp.status == 200:
-                            return
+                        if resp.status == 200 and (await resp.json()).get("pid") == self.proc.pid:
+                            return True
                 await asyncio.sleep(0.1)
         await self.stop()  # not left running past the test that gave up on it
         raise RuntimeError(f"daemon did not become healthy: {self.log_path.read_text()[-2000:]}")
