@@ -256,7 +256,8 @@ class FakeDingTalk:
         self.fail(path, status=403, code="Forbidden.AccessDenied.QpsLimitForApi", times=times)
 
     def refuse_uploads(self, errcode: int = 40006, times: int = 1) -> None:
-        """The next ``times`` oapi uploads are refused with ``errcode`` (in an HTTP 200)."""
+        """The next ``times`` oapi uploads are refused with ``errcode`` (in an HTTP 200; 40006, a
+        size past the limit [DOC:server-api-error-codes-1], as the module docstring says)."""
         self.upload_refusals += [errcode] * times
 
     def refuse_delivery(self, error: str = "robot is not in this group", times: int = 1) -> None:

@@ -3,7 +3,8 @@ cards replaced in place, behind a bearer token and (``limited``) Mini's publishe
 (20 calls a second to each API, 5 new messages a second to one chat; past either a 429 with
 ``Retry-After``), which its adapter declares (``adapter/settings.py``); a text (or a card's)
 past 16,000 bytes is refused. Built without ``limited`` it refuses no burst; ``throttle_next``
-gives one API's next call the throttle answer all the same."""
+gives one API's next call the throttle answer all the same. Mini is no real platform: this
+fake is its specification, so there is no outside source to cite."""
 
 from __future__ import annotations
 
