@@ -40,14 +40,30 @@ ECHO = {"id": "echo", "kind": "echo", "stepDelayMs": 100, "charDelayMs": 0, "chu
 CHAT = "oc_flood"
 
 
+# One atomic look at every key under the prefix: SCAN from a client runs across many calls, and
+# data moved meanwhile from a key already measured to one not yet reached (a burst's buffer
+# claimed into its turn) is counted twice.
+STORED = """
+local out, cursor = {}, "0"
+repeat
+  local page = redis.call("SCAN", cursor, "MATCH", ARGV[1], "COUNT", 1000)
+  cursor = page[1]
+  for _, key in ipairs(page[2]) do
+    local size = redis.call("MEMORY", "USAGE", key, "SAMPLES", 0)
+    if size then
+      out[#out + 1] = key
+      out[#out + 1] = size
+    end
+  end
+until cursor == "0"
+return out
+"""
+
+
 async def stored(redis: aioredis.Redis, prefix: str) -> dict[str, int]:
-    """Every key under the prefix and the bytes Redis holds for it."""
-    sizes: dict[str, int] = {}
-    async for key in redis.scan_iter(match=f"{prefix}*", count=1000):
-        size = await redis.memory_usage(key, samples=0)
-        if size is not None:
-            sizes[str(key)] = int(size)
-    return sizes
+    """Every key under the prefix and the bytes Redis holds for it, read in one script."""
+    flat = await redis.eval(STORED, 0, f"{prefix}*")  # type: ignore[misc]
+    return {str(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def cards(fake: FakeLark, chat: str) -> int:
